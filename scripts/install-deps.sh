@@ -1,0 +1,26 @@
+#!/bin/sh
+# Install every Debian package that building and testing ddptrain needs.
+# Idempotent and non-interactive; run as root (or it re-runs itself with sudo).
+set -eu
+
+PKGS="build-essential autoconf automake libtool pkg-config \
+openmpi-bin libopenmpi-dev libopenblas-dev libjansson-dev libcmocka-dev \
+groff-base mandoc python3 iproute2 util-linux"
+
+if [ "$(id -u)" -ne 0 ]; then
+	exec sudo "$0" "$@"
+fi
+
+missing=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing="$missing $p"
+done
+if [ -z "$missing" ]; then
+	echo "install-deps: all packages present"
+	exit 0
+fi
+echo "install-deps: installing$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+# shellcheck disable=SC2086
+apt-get install -y -qq --no-install-recommends $missing

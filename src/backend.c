@@ -1,0 +1,17 @@
+/* backend.c - starting and stopping whichever backend was chosen. */
+#include "backend.h"
+
+enum status backend_init(struct backend *be, const struct backend_ops *ops, struct diag *d)
+{
+	be->ops = ops;
+	be->ctx = NULL;
+	return ops->init(&be->ctx, d);
+}
+
+void backend_free(struct backend *be)
+{
+	if (be->ops != NULL)
+		be->ops->fini(be->ctx);
+	be->ops = NULL;
+	be->ctx = NULL;
+}

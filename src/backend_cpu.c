@@ -1,0 +1,138 @@
+/*
+ * backend_cpu.c - the CPU backend: CBLAS for the matrix products, plain loops
+ * for the element-wise work. Single-threaded BLAS: parallelism comes from
+ * the ranks (or dp threads), one core each.
+ */
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "config.h"
+
+static enum status cpu_init(void **ctx, struct diag *d)
+{
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+	openblas_set_num_threads(1);
+#endif
+	*ctx = NULL;
+	return ST_OK;
+}
+
+static void cpu_fini(void *ctx)
+{
+}
+
+static float *cpu_alloc(void *ctx, size_t n)
+{
+	return calloc(n ? n : 1, sizeof(float));
+}
+
+static void cpu_free(void *ctx, float *p)
+{
+	free(p);
+}
+
+static void cpu_copy(void *ctx, float *dst, const float *src, size_t n)
+{
+	if (dst != src)
+		memcpy(dst, src, n * sizeof(float));
+}
+
+static void cpu_linear_forward(void *ctx, float *y, const float *x, const float *w,
+			       const float *b, int n, int in, int out)
+{
+	for (int i = 0; i < n; i++)
+		memcpy(y + (size_t)i * out, b, (size_t)out * sizeof(float));
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 1.0f,
+		    y, out);
+}
+
+static void cpu_linear_backward(void *ctx, float *dx, float *dw, float *db, const float *dy,
+				const float *x, const float *w, int n, int in, int out,
+				int accumulate)
+{
+	/* dw (out, in) = dy^T (out, n) @ x (n, in) */
+	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in,
+		    accumulate ? 1.0f : 0.0f, dw, in);
+	if (!accumulate)
+		memset(db, 0, (size_t)out * sizeof(float));
+	for (int i = 0; i < n; i++) {
+		const float *r = dy + (size_t)i * out;
+
+		for (int k = 0; k < out; k++)
+			db[k] += r[k];
+	}
+	/* dx (n, in) = dy (n, out) @ w (out, in) */
+	if (dx != NULL)
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w,
+			    in, 0.0f, dx, in);
+}
+
+static void cpu_relu_forward(void *ctx, float *y, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+}
+
+static void cpu_relu_backward(void *ctx, float *dy, const float *y, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+static void cpu_mse(void *ctx, float *dy, float *loss, const float *y, const float *t, int n,
+		    int width, float scale, int accumulate)
+{
+	size_t m = (size_t)n * (size_t)width;
+	float g = 2.0f * scale / (float)m;
+	double sum = 0.0;
+
+	for (size_t i = 0; i < m; i++) {
+		float e = y[i] - t[i];
+
+		sum += (double)e * e;
+		dy[i] = g * e;
+	}
+	*loss = (accumulate ? *loss : 0.0f) + (float)((double)scale * sum / (double)m);
+}
+
+static void cpu_sgd(void *ctx, float *p, const float *g, float *m, size_t n,
+		    const struct sgd_hparams *h)
+{
+	const float lr = h->lr, mu = h->momentum, wd = h->weight_decay;
+
+	if (mu != 0.0f) {
+		for (size_t i = 0; i < n; i++) {
+			float d = g[i] + wd * p[i];
+
+			m[i] = mu * m[i] + d;
+			p[i] -= lr * m[i];
+		}
+	} else {
+		for (size_t i = 0; i < n; i++)
+			p[i] -= lr * (g[i] + wd * p[i]);
+	}
+}
+
+static enum status cpu_sync(void *ctx, struct diag *d)
+{
+	return ST_OK;
+}
+
+const struct backend_ops backend_cpu_ops = {
+	.name = "cpu",
+	.init = cpu_init,
+	.fini = cpu_fini,
+	.alloc = cpu_alloc,
+	.free = cpu_free,
+	.to_device = cpu_copy,
+	.to_host = cpu_copy,
+	.linear_forward = cpu_linear_forward,
+	.linear_backward = cpu_linear_backward,
+	.relu_forward = cpu_relu_forward,
+	.relu_backward = cpu_relu_backward,
+	.mse = cpu_mse,
+	.sgd = cpu_sgd,
+	.sync = cpu_sync,
+};

@@ -1,0 +1,42 @@
+/*
+ * comm.h - the gradient communication interface: asynchronous in-place sum
+ * all-reduces of float slices, progressed between layers and completed
+ * before the optimizer step, plus the broadcast of the initial weights.
+ *
+ * The MPI implementation is here; the trainer only calls through
+ * struct comm_ops, so a NCCL implementation can take its place.
+ */
+#ifndef DDPT_COMM_H
+#define DDPT_COMM_H
+
+#include <stddef.h>
+
+#include "status.h"
+#include "world.h"
+
+#define COMM_MAX_INFLIGHT 64
+
+struct comm_ops {
+	const char *name;
+	/* Start summing buf[0..n) over all ranks, in place. */
+	enum status (*allreduce_start)(void *ctx, float *buf, size_t n, struct diag *d);
+	/* Let outstanding all-reduces advance; never blocks. */
+	void (*progress)(void *ctx);
+	/* Complete every outstanding all-reduce. */
+	enum status (*wait_all)(void *ctx, struct diag *d);
+	/* Broadcast buf[0..n) from root. */
+	enum status (*bcast)(void *ctx, float *buf, size_t n, int root, struct diag *d);
+	void (*fini)(void *ctx);
+};
+
+struct comm {
+	const struct comm_ops *ops;
+	void *ctx;
+};
+
+/* The MPI communicator over w's ranks (host memory). */
+enum status comm_mpi_init(struct comm *c, struct world *w, struct diag *d);
+/* Safe to call twice. */
+void comm_free(struct comm *c);
+
+#endif

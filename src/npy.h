@@ -1,0 +1,33 @@
+/*
+ * npy.h - read-only, memory-mapped NumPy .npy matrices.
+ *
+ * Accepts format versions 1.0, 2.0 and 3.0, 2-D arrays in C order with dtype
+ * '<f4' or '<f8' (converted to float32 row by row). The file is mapped, not
+ * read, so each rank only touches the rows it trains on.
+ */
+#ifndef DDPT_NPY_H
+#define DDPT_NPY_H
+
+#include <stddef.h>
+
+#include "status.h"
+
+struct npy {
+	void *map;           /* whole file, or NULL */
+	size_t map_len;
+	const unsigned char *data; /* first element */
+	size_t rows, cols;
+	int itemsize;        /* 4 ('<f4') or 8 ('<f8') */
+};
+
+/* Map path and check its header. ST_RUNTIME naming `flag` and the file on failure. */
+enum status npy_open(struct npy *a, const char *path, const char *flag, struct diag *d);
+/* Copy row r into out (cols floats), converting from float64 if needed. */
+void npy_read_row(const struct npy *a, size_t r, float *out);
+/* Parse a header dict (the text after the length field). Exposed for tests. */
+enum status npy_parse_header(const char *h, size_t len, int *itemsize, size_t *rows,
+			     size_t *cols, const char *what, struct diag *d);
+/* Safe to call twice. */
+void npy_close(struct npy *a);
+
+#endif

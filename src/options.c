@@ -1,0 +1,319 @@
+/*
+ * options.c - the option table, getopt_long parsing, value checks and --help.
+ *
+ * Every flag appears exactly once, in opt_table: its spelling, argument,
+ * default and help text. getopt_long's table and the --help text are both
+ * generated from it, and tests/test-manpage.sh checks that man/ddptrain.1
+ * lists the same flags with the same defaults.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "options.h"
+
+const char *const options_mode_names[] = {"ddp", "dp", NULL};
+const char *const options_device_names[] = {"auto", "cpu", "cuda", NULL};
+const char *const options_comm_names[] = {"auto", "mpi", "nccl", NULL};
+
+enum opt_key {
+	K_HELP = 'h',
+	K_VERSION = 'V',
+	K_LAYERS = 256,
+	K_BATCH, K_EPOCHS, K_MAX_STEPS, K_LR, K_MOMENTUM, K_WD, K_ACCUM,
+	K_SEED, K_SAMPLES, K_INPUTS, K_TARGETS, K_SHUFFLE, K_NO_SHUFFLE,
+	K_DROP_LAST, K_INIT, K_SAVE, K_MODE, K_DEVICE, K_BACKEND, K_BUCKET,
+	K_NO_OVERLAP, K_LOG_EVERY, K_QUIET, K_METRICS,
+};
+
+struct opt_def {
+	const char *name;    /* long flag without dashes */
+	int key;
+	const char *arg;     /* metavariable, or NULL for a switch */
+	const char *def;     /* default as printed by --help and the man page, or NULL */
+	const char *help;
+};
+
+static const struct opt_def opt_table[] = {
+	{"layers", K_LAYERS, "W0,W1,...", "10,10,5", "MLP widths: Linear layers with ReLU between them"},
+	{"batch-size", K_BATCH, "N", "20", "samples per replica per step"},
+	{"epochs", K_EPOCHS, "N", "50", "passes over the data set"},
+	{"max-steps", K_MAX_STEPS, "N", "0", "stop after N optimizer steps (0 = no limit)"},
+	{"lr", K_LR, "F", "0.001", "SGD learning rate"},
+	{"momentum", K_MOMENTUM, "F", "0", "SGD momentum (dampening 0, no Nesterov)"},
+	{"weight-decay", K_WD, "F", "0", "L2 penalty added to the gradient before momentum"},
+	{"grad-accum", K_ACCUM, "K", "1", "micro-batches per optimizer step (all-reduce every K)"},
+	{"seed", K_SEED, "N", "0", "seed for weight init, synthetic data and shuffling"},
+	{"samples", K_SAMPLES, "N", "4000", "size of the synthetic data set"},
+	{"inputs", K_INPUTS, "X.npy", NULL, "train on these inputs (2-D float32/float64, C order)"},
+	{"targets", K_TARGETS, "Y.npy", NULL, "targets for --inputs, one row per input row"},
+	{"shuffle", K_SHUFFLE, NULL, "on", "reshuffle the data every epoch (DistributedSampler)"},
+	{"no-shuffle", K_NO_SHUFFLE, NULL, NULL, "keep the data in file order"},
+	{"drop-last", K_DROP_LAST, NULL, "off", "drop the tail that does not divide evenly over the ranks"},
+	{"init", K_INIT, "FILE", NULL, "start from these safetensors weights instead of random init"},
+	{"save", K_SAVE, "FILE", NULL, "write the final weights as safetensors (rank 0, atomically)"},
+	{"mode", K_MODE, "ddp|dp", "ddp", "ddp: one process per replica; dp: threads in one process"},
+	{"device", K_DEVICE, "auto|cpu|cuda", "auto", "where the model runs"},
+	{"backend", K_BACKEND, "auto|mpi|nccl", "auto", "how gradients are all-reduced"},
+	{"bucket-mb", K_BUCKET, "F", "25", "gradient bucket cap in MiB"},
+	{"no-overlap", K_NO_OVERLAP, NULL, NULL, "all-reduce only after the whole backward"},
+	{"log-every", K_LOG_EVERY, "N", "250", "optimizer steps between progress lines (0 = none)"},
+	{"quiet", K_QUIET, NULL, NULL, "print errors only"},
+	{"metrics", K_METRICS, "FILE", NULL, "write JSON Lines metrics (one object per logged step)"},
+	{"help", K_HELP, NULL, NULL, "show this help and exit"},
+	{"version", K_VERSION, NULL, NULL, "show the version and exit"},
+};
+#define N_OPTS (sizeof opt_table / sizeof opt_table[0])
+
+static void set_defaults(struct options *o)
+{
+	memset(o, 0, sizeof *o);
+	o->nlayers = 2;
+	o->widths[0] = 10;
+	o->widths[1] = 10;
+	o->widths[2] = 5;
+	o->batch_size = 20;
+	o->epochs = 50;
+	o->max_steps = 0;
+	o->lr = 0.001;
+	o->grad_accum = 1;
+	o->samples = 4000;
+	o->shuffle = 1;
+	o->mode = MODE_DDP;
+	o->device = DEVICE_AUTO;
+	o->comm = COMM_AUTO;
+	o->bucket_mb = 25.0;
+	o->overlap = 1;
+	o->log_every = 250;
+}
+
+static const struct opt_def *find_def(int key)
+{
+	for (size_t i = 0; i < N_OPTS; i++)
+		if (opt_table[i].key == key)
+			return &opt_table[i];
+	return NULL;
+}
+
+/* Parse a whole decimal integer in [lo, hi]. */
+static enum status parse_long(const char *flag, const char *s, long lo, long hi, long *out,
+			      struct diag *d)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (*s == '\0' || *end != '\0')
+		return diag_set(d, ST_USAGE, "--%s: '%s' is not an integer", flag, s);
+	if (errno == ERANGE || v < lo || v > hi)
+		return diag_set(d, ST_USAGE, "--%s: %s is out of range [%ld, %ld]", flag, s, lo, hi);
+	*out = v;
+	return ST_OK;
+}
+
+/* Parse a finite number in [lo, hi] (or (lo, hi] when lo_open). */
+static enum status parse_double(const char *flag, const char *s, double lo, int lo_open,
+				double hi, double *out, struct diag *d)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (*s == '\0' || *end != '\0' || !isfinite(v))
+		return diag_set(d, ST_USAGE, "--%s: '%s' is not a finite number", flag, s);
+	if (v < lo || (lo_open && v == lo) || v > hi)
+		return diag_set(d, ST_USAGE, "--%s: %s is out of range %s%g, %g]", flag, s,
+				lo_open ? "(" : "[", lo, hi);
+	*out = v;
+	return ST_OK;
+}
+
+static enum status parse_choice(const struct opt_def *def, const char *s,
+				const char *const *names, int *out, struct diag *d)
+{
+	for (int i = 0; names[i] != NULL; i++) {
+		if (strcmp(s, names[i]) == 0) {
+			*out = i;
+			return ST_OK;
+		}
+	}
+	return diag_set(d, ST_USAGE, "--%s: '%s' is not one of %s", def->name, s, def->arg);
+}
+
+/* "10,10,5" -> widths; at least two widths (one layer), each in [1, 2^20]. */
+static enum status parse_layers(struct options *o, const char *s, struct diag *d)
+{
+	int n = 0;
+	const char *p = s;
+
+	while (*p != '\0') {
+		char *end;
+		long w;
+
+		errno = 0;
+		w = strtol(p, &end, 10);
+		if (end == p || (*end != ',' && *end != '\0'))
+			return diag_set(d, ST_USAGE, "--layers: '%s' is not a comma-separated list of widths", s);
+		if (errno == ERANGE || w < 1 || w > (1L << 20))
+			return diag_set(d, ST_USAGE, "--layers: width %.*s is out of range [1, 1048576]",
+					(int)(end - p), p);
+		if (n > OPT_MAX_LAYERS)
+			return diag_set(d, ST_USAGE, "--layers: at most %d layers (%d widths)",
+					OPT_MAX_LAYERS, OPT_MAX_LAYERS + 1);
+		o->widths[n++] = (int)w;
+		p = *end == ',' ? end + 1 : end;
+		if (*end == ',' && *p == '\0')
+			return diag_set(d, ST_USAGE, "--layers: '%s' ends with a comma", s);
+	}
+	if (n < 2)
+		return diag_set(d, ST_USAGE, "--layers: '%s' needs at least two widths (inputs and outputs)", s);
+	o->nlayers = n - 1;
+	return ST_OK;
+}
+
+static enum status apply(struct options *o, int key, const char *arg, struct diag *d)
+{
+	const struct opt_def *def = find_def(key);
+	const char *f = def->name;
+	long l;
+	int c;
+	enum status st = ST_OK;
+
+	switch (key) {
+	case K_LAYERS: return parse_layers(o, arg, d);
+	case K_BATCH: return parse_long(f, arg, 1, 1L << 24, &o->batch_size, d);
+	case K_EPOCHS: return parse_long(f, arg, 1, 1L << 30, &o->epochs, d);
+	case K_MAX_STEPS: return parse_long(f, arg, 0, LONG_MAX, &o->max_steps, d);
+	case K_LR: return parse_double(f, arg, 0, 1, 1e6, &o->lr, d);
+	case K_MOMENTUM: return parse_double(f, arg, 0, 0, 1, &o->momentum, d);
+	case K_WD: return parse_double(f, arg, 0, 0, 1e6, &o->weight_decay, d);
+	case K_ACCUM: return parse_long(f, arg, 1, 1L << 20, &o->grad_accum, d);
+	case K_SEED:
+		st = parse_long(f, arg, 0, LONG_MAX, &l, d);
+		o->seed = (uint64_t)l;
+		return st;
+	case K_SAMPLES: return parse_long(f, arg, 1, 1L << 31, &o->samples, d);
+	case K_INPUTS: o->inputs = arg; return ST_OK;
+	case K_TARGETS: o->targets = arg; return ST_OK;
+	case K_SHUFFLE: o->shuffle = 1; return ST_OK;
+	case K_NO_SHUFFLE: o->shuffle = 0; return ST_OK;
+	case K_DROP_LAST: o->drop_last = 1; return ST_OK;
+	case K_INIT: o->init = arg; return ST_OK;
+	case K_SAVE: o->save = arg; return ST_OK;
+	case K_MODE:
+		st = parse_choice(def, arg, options_mode_names, &c, d);
+		o->mode = (enum run_mode)c;
+		return st;
+	case K_DEVICE:
+		st = parse_choice(def, arg, options_device_names, &c, d);
+		o->device = (enum device_kind)c;
+		return st;
+	case K_BACKEND:
+		st = parse_choice(def, arg, options_comm_names, &c, d);
+		o->comm = (enum comm_kind)c;
+		return st;
+	case K_BUCKET: return parse_double(f, arg, 0, 1, 1 << 20, &o->bucket_mb, d);
+	case K_NO_OVERLAP: o->overlap = 0; return ST_OK;
+	case K_LOG_EVERY: return parse_long(f, arg, 0, LONG_MAX, &o->log_every, d);
+	case K_QUIET: o->quiet = 1; return ST_OK;
+	case K_METRICS: o->metrics = arg; return ST_OK;
+	case K_HELP: o->help = 1; return ST_OK;
+	case K_VERSION: o->version = 1; return ST_OK;
+	}
+	return diag_set(d, ST_USAGE, "internal: unhandled option key %d", key);
+}
+
+/* Checks that need more than one flag. */
+static enum status check_combinations(const struct options *o, struct diag *d)
+{
+	if ((o->inputs == NULL) != (o->targets == NULL))
+		return diag_set(d, ST_USAGE, "%s given without %s",
+				o->inputs ? "--inputs" : "--targets", o->inputs ? "--targets" : "--inputs");
+	if (o->inputs != NULL && o->inputs[0] == '\0')
+		return diag_set(d, ST_USAGE, "--inputs: empty file name");
+	if (o->targets != NULL && o->targets[0] == '\0')
+		return diag_set(d, ST_USAGE, "--targets: empty file name");
+	if (o->save != NULL && o->save[0] == '\0')
+		return diag_set(d, ST_USAGE, "--save: empty file name");
+	if (o->init != NULL && o->init[0] == '\0')
+		return diag_set(d, ST_USAGE, "--init: empty file name");
+	if (o->metrics != NULL && o->metrics[0] == '\0')
+		return diag_set(d, ST_USAGE, "--metrics: empty file name");
+	return ST_OK;
+}
+
+enum status options_parse(struct options *o, int argc, char **argv, struct diag *d)
+{
+	struct option lopts[N_OPTS + 1];
+	enum status st;
+	int c, idx;
+
+	set_defaults(o);
+	for (size_t i = 0; i < N_OPTS; i++) {
+		lopts[i].name = opt_table[i].name;
+		lopts[i].has_arg = opt_table[i].arg ? required_argument : no_argument;
+		lopts[i].flag = NULL;
+		lopts[i].val = opt_table[i].key;
+	}
+	memset(&lopts[N_OPTS], 0, sizeof lopts[N_OPTS]);
+
+	optind = 0; /* full re-initialisation, so tests may parse twice */
+	opterr = 0;
+	for (;;) {
+		int prev = optind ? optind : 1;
+
+		idx = -1;
+		c = getopt_long(argc, argv, ":hV", lopts, &idx);
+		if (c == -1)
+			break;
+		if (c == '?') {
+			const char *bad = argv[prev];
+			if (optopt != 0 && !(bad[0] == '-' && bad[1] == '-'))
+				return diag_set(d, ST_USAGE, "unknown option '-%c' (see ddptrain --help)", optopt);
+			return diag_set(d, ST_USAGE, "unknown option '%s' (see ddptrain --help)", bad);
+		}
+		if (c == ':')
+			return diag_set(d, ST_USAGE, "%s needs a value (see ddptrain --help)", argv[prev]);
+		st = apply(o, c, optarg, d);
+		if (st != ST_OK)
+			return st;
+	}
+	if (optind < argc)
+		return diag_set(d, ST_USAGE, "unexpected argument '%s' (see ddptrain --help)", argv[optind]);
+	return check_combinations(o, d);
+}
+
+void options_print_help(FILE *f)
+{
+	fprintf(f, "Usage: mpirun -np N ddptrain [OPTION]...\n"
+		   "       ddptrain --mode=dp [OPTION]...\n"
+		   "Train an MLP with distributed data parallelism (one MPI rank per replica).\n\n"
+		   "Options:\n");
+	for (size_t i = 0; i < N_OPTS; i++) {
+		const struct opt_def *od = &opt_table[i];
+		char lhs[64];
+
+		snprintf(lhs, sizeof lhs, "--%s%s%s", od->name, od->arg ? "=" : "", od->arg ? od->arg : "");
+		fprintf(f, "  %-26s %s", lhs, od->help);
+		if (od->def != NULL)
+			fprintf(f, " (default: %s)", od->def);
+		fputc('\n', f);
+	}
+	fprintf(f, "\nExit status: 0 success, 1 runtime failure, 2 usage error.\n"
+		   "See ddptrain(1) for details.\n");
+}
+
+void options_format_widths(const struct options *o, char *buf, size_t len)
+{
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (int i = 0; i <= o->nlayers && used < len; i++)
+		used += (size_t)snprintf(buf + used, len - used, "%s%d", i ? "," : "", o->widths[i]);
+}

@@ -1,0 +1,61 @@
+/*
+ * options.h - ddptrain's command line: one table drives getopt_long, --help
+ * and the man-page consistency test.
+ *
+ * Parsing only checks each value and the combinations the flags alone can
+ * decide. What depends on the data (widths against .npy columns) or on the
+ * world (sample count against world size) is checked where that is known.
+ */
+#ifndef DDPT_OPTIONS_H
+#define DDPT_OPTIONS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "status.h"
+
+#define OPT_MAX_LAYERS 64 /* Linear layers; widths has one more entry */
+
+enum run_mode { MODE_DDP, MODE_DP };
+enum device_kind { DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA };
+enum comm_kind { COMM_AUTO, COMM_MPI, COMM_NCCL };
+
+struct options {
+	int widths[OPT_MAX_LAYERS + 1]; /* widths[0] inputs ... widths[nlayers] outputs */
+	int nlayers;                    /* number of Linear layers */
+	long batch_size;                /* samples per replica per micro-batch */
+	long epochs;
+	long max_steps;                 /* optimizer steps; 0 = no limit */
+	double lr, momentum, weight_decay;
+	long grad_accum;                /* micro-batches per optimizer step */
+	uint64_t seed;
+	long samples;                   /* synthetic data set size */
+	const char *inputs, *targets;   /* .npy paths (argv storage) or NULL */
+	int shuffle, drop_last;
+	const char *init, *save;        /* safetensors paths or NULL */
+	enum run_mode mode;
+	enum device_kind device;
+	enum comm_kind comm;
+	double bucket_mb;
+	int overlap;
+	long log_every;                 /* optimizer steps between progress lines; 0 = none */
+	int quiet;
+	const char *metrics;            /* JSON Lines path or NULL */
+	int help, version;              /* asked for --help / --version */
+};
+
+/* Fill o with the defaults, then parse argv. Returns ST_OK, or ST_USAGE with
+ * the message in d. --help and --version only set o->help / o->version. */
+enum status options_parse(struct options *o, int argc, char **argv, struct diag *d);
+
+/* Print the --help text (generated from the option table) to f. */
+void options_print_help(FILE *f);
+
+/* Print "--layers=10,10,5" style text for the widths into buf. */
+void options_format_widths(const struct options *o, char *buf, size_t len);
+
+extern const char *const options_mode_names[];
+extern const char *const options_device_names[];
+extern const char *const options_comm_names[];
+
+#endif

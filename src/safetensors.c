@@ -1,0 +1,371 @@
+/* safetensors.c - validated reading and atomic writing of safetensors files. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "safetensors.h"
+
+#define ST_MAX_HEADER (100u << 20) /* the reference implementation's limit */
+
+static size_t dtype_size(const char *dt)
+{
+	static const struct { const char *name; size_t size; } sizes[] = {
+		{"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"I64", 8}, {"I32", 4},
+		{"I16", 2}, {"I8", 1}, {"U8", 1}, {"BOOL", 1}, {"U16", 2}, {"U32", 4}, {"U64", 8},
+	};
+	for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+		if (strcmp(dt, sizes[i].name) == 0)
+			return sizes[i].size;
+	return 0;
+}
+
+static int cmp_begin(const void *a, const void *b)
+{
+	const struct st_tensor *x = a, *y = b;
+
+	return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+/* Fill t from one header entry; checks dtype, shape and offsets against data_len. */
+static enum status parse_entry(struct st_tensor *t, const char *name, json_t *v, size_t data_len,
+			       const char *what, struct diag *d)
+{
+	json_t *dt = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape");
+	json_t *off = json_object_get(v, "data_offsets");
+	size_t esize, count = 1, i;
+	json_t *x;
+
+	if (strlen(name) >= sizeof t->name)
+		return diag_set(d, ST_RUNTIME, "%s: tensor name too long", what);
+	strcpy(t->name, name);
+	if (!json_is_object(v) || !json_is_string(dt) || !json_is_array(shape) || !json_is_array(off) ||
+	    json_array_size(off) != 2)
+		return diag_set(d, ST_RUNTIME, "%s: malformed safetensors header entry '%s'", what, name);
+	esize = dtype_size(json_string_value(dt));
+	if (esize == 0 || strlen(json_string_value(dt)) >= sizeof t->dtype)
+		return diag_set(d, ST_RUNTIME, "%s: tensor '%s' has unknown dtype '%s'", what, name,
+				json_string_value(dt));
+	strcpy(t->dtype, json_string_value(dt));
+	if (json_array_size(shape) > ST_MAX_DIMS)
+		return diag_set(d, ST_RUNTIME, "%s: tensor '%s' has too many dimensions", what, name);
+	t->ndim = (int)json_array_size(shape);
+	json_array_foreach(shape, i, x) {
+		json_int_t s = json_is_integer(x) ? json_integer_value(x) : -1;
+
+		if (s < 0 || s > (json_int_t)1 << 40)
+			return diag_set(d, ST_RUNTIME, "%s: tensor '%s' has a bad shape", what, name);
+		t->shape[i] = s;
+		if (s != 0 && count > ((size_t)1 << 42) / (size_t)s)
+			return diag_set(d, ST_RUNTIME, "%s: tensor '%s' is too large", what, name);
+		count *= (size_t)s;
+	}
+	for (i = 0; i < 2; i++) {
+		x = json_array_get(off, i);
+		if (!json_is_integer(x) || json_integer_value(x) < 0)
+			return diag_set(d, ST_RUNTIME, "%s: tensor '%s' has bad data_offsets", what, name);
+	}
+	t->begin = (size_t)json_integer_value(json_array_get(off, 0));
+	t->end = (size_t)json_integer_value(json_array_get(off, 1));
+	if (t->begin > t->end || t->end > data_len)
+		return diag_set(d, ST_RUNTIME, "%s: tensor '%s' lies outside the file (offsets %zu..%zu, data %zu bytes)",
+				what, name, t->begin, t->end, data_len);
+	if (t->end - t->begin != count * esize)
+		return diag_set(d, ST_RUNTIME, "%s: tensor '%s' has %zu bytes but its shape needs %zu",
+				what, name, t->end - t->begin, count * esize);
+	return ST_OK;
+}
+
+enum status st_parse(struct st_file *f, const unsigned char *buf, size_t len, const char *what,
+		     struct diag *d)
+{
+	uint64_t hlen = 0;
+	json_error_t jerr;
+	json_t *root, *v;
+	const char *key;
+	enum status st = ST_OK;
+	size_t i = 0, pos = 0;
+
+	f->t = NULL;
+	f->n = 0;
+	if (len < 8)
+		return diag_set(d, ST_RUNTIME, "%s: too short to be a safetensors file (%zu bytes)", what, len);
+	for (int b = 7; b >= 0; b--)
+		hlen = hlen << 8 | buf[b];
+	if (hlen < 2 || hlen > ST_MAX_HEADER || hlen > len - 8)
+		return diag_set(d, ST_RUNTIME, "%s: bad safetensors header length %llu (file is %zu bytes)",
+				what, (unsigned long long)hlen, len);
+	root = json_loadb((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+	if (root == NULL)
+		return diag_set(d, ST_RUNTIME, "%s: safetensors header is not valid JSON: %s (column %d)",
+				what, jerr.text, jerr.column);
+	if (!json_is_object(root)) {
+		st = diag_set(d, ST_RUNTIME, "%s: safetensors header is not a JSON object", what);
+		goto out_root;
+	}
+	f->data = buf + 8 + hlen;
+	f->data_len = len - 8 - (size_t)hlen;
+	f->t = calloc(json_object_size(root) + 1, sizeof *f->t);
+	if (f->t == NULL) {
+		st = diag_set(d, ST_RUNTIME, "%s: out of memory", what);
+		goto out_root;
+	}
+	json_object_foreach(root, key, v) {
+		if (strcmp(key, "__metadata__") == 0) {
+			if (!json_is_object(v)) {
+				st = diag_set(d, ST_RUNTIME, "%s: __metadata__ is not an object", what);
+				goto out_t;
+			}
+			continue;
+		}
+		st = parse_entry(&f->t[i], key, v, f->data_len, what, d);
+		if (st != ST_OK)
+			goto out_t;
+		i++;
+	}
+	f->n = i;
+	/* The tensors must tile the data region: sorted by offset, no gap, no overlap. */
+	{
+		struct st_tensor *s = malloc((f->n + 1) * sizeof *s);
+
+		if (s == NULL) {
+			st = diag_set(d, ST_RUNTIME, "%s: out of memory", what);
+			goto out_t;
+		}
+		memcpy(s, f->t, f->n * sizeof *s);
+		qsort(s, f->n, sizeof *s, cmp_begin);
+		for (i = 0; i < f->n; i++) {
+			if (s[i].begin != pos) {
+				st = diag_set(d, ST_RUNTIME, "%s: tensor '%s' %s the one before it", what,
+					      s[i].name, s[i].begin < pos ? "overlaps" : "leaves a gap after");
+				break;
+			}
+			pos = s[i].end;
+		}
+		if (st == ST_OK && pos != f->data_len)
+			st = diag_set(d, ST_RUNTIME, "%s: data region is %zu bytes but the tensors cover %zu",
+				      what, f->data_len, pos);
+		free(s);
+		if (st != ST_OK)
+			goto out_t;
+	}
+	json_decref(root);
+	return ST_OK;
+
+out_t:
+	free(f->t);
+	f->t = NULL;
+	f->n = 0;
+out_root:
+	json_decref(root);
+	return st;
+}
+
+enum status st_open(struct st_file *f, const char *path, const char *flag, struct diag *d)
+{
+	char what[600];
+	struct stat sb;
+	enum status st;
+	int fd;
+
+	memset(f, 0, sizeof *f);
+	snprintf(what, sizeof what, "%s: %s", flag, path);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return diag_errno(d, errno, "%s", what);
+	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+		close(fd);
+		return diag_set(d, ST_RUNTIME, "%s: not a regular file", what);
+	}
+	f->map_len = (size_t)sb.st_size;
+	if (f->map_len < 8) {
+		close(fd);
+		return diag_set(d, ST_RUNTIME, "%s: too short to be a safetensors file (%zu bytes)",
+				what, f->map_len);
+	}
+	f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (f->map == MAP_FAILED) {
+		f->map = NULL;
+		return diag_errno(d, errno, "%s: mmap", what);
+	}
+	st = st_parse(f, f->map, f->map_len, what, d);
+	if (st != ST_OK)
+		st_close(f);
+	return st;
+}
+
+const struct st_tensor *st_find(const struct st_file *f, const char *name)
+{
+	for (size_t i = 0; i < f->n; i++)
+		if (strcmp(f->t[i].name, name) == 0)
+			return &f->t[i];
+	return NULL;
+}
+
+enum status st_read_f32(const struct st_file *f, const struct st_tensor *t, float *out,
+			size_t count, const char *what, struct diag *d)
+{
+	const unsigned char *src = f->data + t->begin;
+
+	if (strcmp(t->dtype, "F32") == 0 && t->end - t->begin == count * 4) {
+		memcpy(out, src, count * 4);
+	} else if (strcmp(t->dtype, "F64") == 0 && t->end - t->begin == count * 8) {
+		for (size_t i = 0; i < count; i++) {
+			double v;
+
+			memcpy(&v, src + i * 8, 8);
+			out[i] = (float)v;
+		}
+	} else {
+		return diag_set(d, ST_RUNTIME, "%s: tensor '%s' has dtype %s; need F32 or F64", what,
+				t->name, t->dtype);
+	}
+	return ST_OK;
+}
+
+void st_close(struct st_file *f)
+{
+	if (f->map != NULL)
+		munmap(f->map, f->map_len);
+	free(f->t);
+	f->map = NULL;
+	f->t = NULL;
+	f->n = 0;
+}
+
+static enum status write_all(int fd, const void *buf, size_t len, const char *what, struct diag *d)
+{
+	const char *p = buf;
+
+	while (len > 0) {
+		ssize_t w = write(fd, p, len);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return diag_errno(d, errno, "%s: write", what);
+		}
+		p += w;
+		len -= (size_t)w;
+	}
+	return ST_OK;
+}
+
+/* Build the JSON header text, padded with spaces to a multiple of 8 bytes. */
+static char *build_header(const struct st_entry *e, size_t n, const char *const *meta,
+			  size_t nmeta, size_t *hlen)
+{
+	json_t *root = json_object(), *md;
+	size_t off = 0, len, pad;
+	char *text, *out;
+
+	if (root == NULL)
+		return NULL;
+	if (nmeta > 0) {
+		md = json_object();
+		for (size_t k = 0; k < nmeta; k++)
+			json_object_set_new(md, meta[2 * k], json_string(meta[2 * k + 1]));
+		json_object_set_new(root, "__metadata__", md);
+	}
+	for (size_t i = 0; i < n; i++) {
+		json_t *shape = json_array();
+		size_t count = 1;
+
+		for (int k = 0; k < e[i].ndim; k++) {
+			json_array_append_new(shape, json_integer(e[i].shape[k]));
+			count *= (size_t)e[i].shape[k];
+		}
+		json_object_set_new(root, e[i].name,
+				    json_pack("{s:s, s:o, s:[I, I]}", "dtype", "F32", "shape", shape,
+					      "data_offsets", (json_int_t)off, (json_int_t)(off + count * 4)));
+		off += count * 4;
+	}
+	text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(root);
+	if (text == NULL)
+		return NULL;
+	len = strlen(text);
+	pad = (8 - len % 8) % 8;
+	out = malloc(len + pad + 1);
+	if (out != NULL) {
+		memcpy(out, text, len);
+		memset(out + len, ' ', pad);
+		out[len + pad] = '\0';
+		*hlen = len + pad;
+	}
+	free(text);
+	return out;
+}
+
+enum status st_save(const char *path, const char *flag, const struct st_entry *e, size_t n,
+		    const char *const *meta, size_t nmeta, struct diag *d)
+{
+	char what[600], *tmp, *dircopy, *header;
+	unsigned char lenbuf[8];
+	size_t hlen = 0;
+	enum status st = ST_OK;
+	int fd, dfd;
+
+	snprintf(what, sizeof what, "%s: %s", flag, path);
+	header = build_header(e, n, meta, nmeta, &hlen);
+	if (header == NULL)
+		return diag_set(d, ST_RUNTIME, "%s: cannot build the safetensors header", what);
+	tmp = malloc(strlen(path) + 16);
+	dircopy = strdup(path);
+	if (tmp == NULL || dircopy == NULL) {
+		st = diag_set(d, ST_RUNTIME, "%s: out of memory", what);
+		goto out_free;
+	}
+	sprintf(tmp, "%s.tmp.XXXXXX", path);
+	fd = mkstemp(tmp);
+	if (fd < 0) {
+		st = diag_errno(d, errno, "%s: cannot create a temporary file beside it", what);
+		goto out_free;
+	}
+	{
+		mode_t mask = umask(0); /* mkstemp makes 0600; give the file the usual mode */
+
+		umask(mask);
+		fchmod(fd, 0666 & ~mask);
+	}
+	for (int b = 0; b < 8; b++)
+		lenbuf[b] = (unsigned char)((uint64_t)hlen >> (8 * b));
+	st = write_all(fd, lenbuf, 8, what, d);
+	if (st == ST_OK)
+		st = write_all(fd, header, hlen, what, d);
+	for (size_t i = 0; i < n && st == ST_OK; i++) {
+		size_t count = 1;
+
+		for (int k = 0; k < e[i].ndim; k++)
+			count *= (size_t)e[i].shape[k];
+		st = write_all(fd, e[i].data, count * sizeof(float), what, d);
+	}
+	if (st == ST_OK && fsync(fd) != 0)
+		st = diag_errno(d, errno, "%s: fsync", what);
+	if (close(fd) != 0 && st == ST_OK)
+		st = diag_errno(d, errno, "%s: close", what);
+	if (st == ST_OK && rename(tmp, path) != 0)
+		st = diag_errno(d, errno, "%s: rename", what);
+	if (st != ST_OK) {
+		unlink(tmp);
+		goto out_free;
+	}
+	/* Make the rename itself durable. */
+	dfd = open(dirname(dircopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		fsync(dfd);
+		close(dfd);
+	}
+out_free:
+	free(tmp);
+	free(dircopy);
+	free(header);
+	return st;
+}

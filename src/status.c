@@ -1,0 +1,45 @@
+/* status.c - filling struct diag; mapping statuses to exit codes. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "status.h"
+
+enum status diag_set(struct diag *d, enum status st, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (d == NULL || d->st != ST_OK)
+		return st;
+	d->st = st;
+	va_start(ap, fmt);
+	vsnprintf(d->msg, sizeof d->msg, fmt, ap);
+	va_end(ap);
+	return st;
+}
+
+enum status diag_errno(struct diag *d, int errnum, const char *fmt, ...)
+{
+	char what[384];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof what, fmt, ap);
+	va_end(ap);
+	return diag_set(d, ST_RUNTIME, "%s: %s", what, strerror(errnum));
+}
+
+int status_exit_code(enum status st)
+{
+	switch (st) {
+	case ST_OK:
+	case ST_STOP:
+		return 0;
+	case ST_USAGE:
+		return 2;
+	case ST_RUNTIME:
+		return 1;
+	}
+	return 1;
+}

@@ -1,0 +1,36 @@
+/*
+ * status.h - the status every fallible ddptrain function returns, and the
+ * one-line message that travels with it.
+ *
+ * Library code never prints and never exits: it fills a struct diag and
+ * returns its status upward. Only main() turns a status into an exit code
+ * (after the ranks have agreed on it), so no rank is left waiting for one
+ * that gave up.
+ */
+#ifndef DDPT_STATUS_H
+#define DDPT_STATUS_H
+
+enum status {
+	ST_OK = 0,
+	ST_USAGE,   /* bad flag or value, inconsistent configuration: exit 2 */
+	ST_RUNTIME, /* missing or malformed file, I/O, non-finite loss: exit 1 */
+	ST_STOP,    /* nothing wrong, but stop now (--help, --version): exit 0 */
+};
+
+struct diag {
+	enum status st;
+	char msg[512]; /* one line, no trailing newline */
+};
+
+/* Record st and a printf-style message in d (if d has no error yet); return st. */
+enum status diag_set(struct diag *d, enum status st, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Record an errno failure: "<what>: <strerror(errnum)>". */
+enum status diag_errno(struct diag *d, int errnum, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Exit code for a status: 0, 1 or 2. */
+int status_exit_code(enum status st);
+
+#endif

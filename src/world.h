@@ -1,0 +1,37 @@
+/*
+ * world.h - the MPI job: rank, size, node-local rank, and the host-side
+ * agreements every rank takes part in.
+ *
+ * world_agree is how a failure that only some ranks saw becomes everybody's
+ * decision before anyone blocks in a collective: each rank contributes its
+ * status, all get the most severe one and the lowest rank that saw it (the
+ * one that reports it).
+ */
+#ifndef DDPT_WORLD_H
+#define DDPT_WORLD_H
+
+#include <mpi.h>
+
+#include "status.h"
+
+struct world {
+	int rank, size;             /* in MPI_COMM_WORLD */
+	int local_rank, local_size; /* on this node (MPI_COMM_TYPE_SHARED split) */
+	MPI_Comm comm;              /* MPI_COMM_WORLD */
+	MPI_Comm local;             /* this node's ranks */
+	int inited;                 /* we called MPI_Init_thread, so we finalize */
+};
+
+enum status world_init(struct world *w, int *argc, char ***argv, struct diag *d);
+/* Every rank calls this with its own status. Returns the agreed (most severe) status;
+ * *reporter is set to 1 on exactly one rank that saw it, the one that should print. */
+enum status world_agree(struct world *w, enum status mine, int *reporter);
+/* Every rank passes its configuration as "name=value" lines; rank 0's is broadcast and
+ * the first line that differs is reported as ST_USAGE, naming this rank and the setting. */
+enum status world_check_config(struct world *w, const char *text, struct diag *d);
+/* Wall-clock seconds (MPI_Wtime). */
+double world_time(void);
+/* Safe to call twice. */
+void world_free(struct world *w);
+
+#endif

@@ -1,0 +1,40 @@
+# tests/setup.sh - sourced by every script test (jq's tests/setup shape).
+#
+# Gives: $DDPTRAIN (the binary under test), $TMPD (a private directory removed
+# on exit), run_mpi NP ARGS... (mpirun with what this machine needs), skip,
+# fail, and the Open MPI settings a root CI machine with 2 cores needs.
+set -eu
+
+: "${DDPTRAIN:=$(cd "$(dirname "$0")/.." && pwd)/src/ddptrain}"
+: "${TESTS_BUILDDIR:=$(cd "$(dirname "$0")" && pwd)}"
+: "${TOP_SRCDIR:=$(cd "$(dirname "$0")/.." && pwd)}"
+: "${MANPAGE:=$TOP_SRCDIR/man/ddptrain.1}"
+STCOMPARE=$TESTS_BUILDDIR/stcompare
+MKNPY=$TESTS_BUILDDIR/mknpy
+
+# CI runs as root; Open MPI refuses root without these.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Shared memory and loopback only; no fabric probing, no ssh.
+export OMPI_MCA_btl=self,vader OMPI_MCA_pml=ob1 OMPI_MCA_plm_rsh_agent=/bin/false
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+
+TMPD=$(mktemp -d "${TMPDIR:-/tmp}/ddptrain-test.XXXXXX")
+trap 'rm -rf "$TMPD"' EXIT
+
+# mpirun with --oversubscribe (2 cores here, tests use up to 4 ranks) and a timeout,
+# so a hang fails the test instead of stalling make check.
+run_mpi() {
+	local np=$1
+	shift
+	timeout -k 5 120 mpirun --oversubscribe -np "$np" "$DDPTRAIN" "$@"
+}
+
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+skip() {
+	echo "SKIP: $*"
+	exit 77
+}
