@@ -1,0 +1,84 @@
+#!/bin/bash
+# Every bad input gets one clear line naming the flag or file, the right exit code
+# (2 usage, 1 runtime) on every rank, promptly, at 1 to 4 ranks, and no output
+# file is left behind.
+. "$(dirname "$0")/setup.sh"
+
+D=$TMPD/data
+mkdir -p "$D" "$TMPD/out"
+"$MKNPY" "$D/x.npy" 40 10
+"$MKNPY" "$D/y.npy" 40 5
+"$MKNPY" "$D/y39.npy" 39 5
+"$MKNPY" "$D/x7.npy" 40 7
+"$MKNPY" "$D/trunc.npy" 40 10 f4 1 1 truncate
+"$MKNPY" "$D/magic.npy" 40 10 f4 1 1 magic
+"$MKNPY" "$D/int.npy" 40 10 f4 1 1 i4
+"$MKNPY" "$D/oned.npy" 40 10 f4 1 1 1d
+"$MKNPY" "$D/fortran.npy" 40 10 f4 1 1 fortran
+printf 'not a safetensors file at all' >"$D/bad.st"
+run_mpi 1 --max-steps=1 --layers=10,8,5 --quiet --save="$D/wrongshape.st" || fail "making wrongshape.st"
+SAVE="--save=$TMPD/out/w.st --metrics=$TMPD/out/m.jsonl"
+
+checks=0
+# expect CODE SUBSTRING NP ARGS...: run on NP ranks, check every rank's code and one message.
+expect() {
+	local code=$1 want=$2 np=$3
+	shift 3
+	rm -f "$TMPD"/rc.*
+	local t0=$SECONDS
+	RCDIR=$TMPD timeout -k 5 60 mpirun --oversubscribe -np "$np" \
+		bash -c '"$0" "$@"; echo $? >"$RCDIR/rc.$OMPI_COMM_WORLD_RANK"' "$DDPTRAIN" "$@" \
+		>"$TMPD/stdout" 2>"$TMPD/stderr" || fail "mpirun itself failed ($?) for: $*"
+	local el=$((SECONDS - t0))
+	[ "$el" -le 20 ] || fail "took ${el}s: $*"
+	for r in $(seq 0 $((np - 1))); do
+		[ -f "$TMPD/rc.$r" ] || fail "rank $r left no exit code: $*"
+		[ "$(cat "$TMPD/rc.$r")" = "$code" ] ||
+			fail "rank $r exited $(cat "$TMPD/rc.$r"), want $code: $* ($(cat "$TMPD/stderr"))"
+	done
+	local lines
+	lines=$(grep -c '^ddptrain' "$TMPD/stderr" || true)
+	[ "$lines" -eq 1 ] || fail "$lines error lines, want 1: $*: $(cat "$TMPD/stderr")"
+	grep -qF -- "$want" "$TMPD/stderr" || fail "message lacks '$want': $(cat "$TMPD/stderr")"
+	[ -z "$(ls -A "$TMPD/out")" ] || fail "left files behind: $(ls -A "$TMPD/out"): $*"
+	checks=$((checks + 1))
+}
+
+for np in 1 2 3 4; do
+	# usage errors: exit 2
+	expect 2 "unknown option '--bogus'" $np --bogus $SAVE
+	expect 2 "--batch-size: 'abc' is not an integer" $np --batch-size=abc $SAVE
+	expect 2 "--lr: -1 is out of range" $np --lr=-1 $SAVE
+	expect 2 "--layers: '10' needs at least two widths" $np --layers=10 $SAVE
+	expect 2 "--epochs needs a value" $np $SAVE --epochs
+	expect 2 "--inputs given without --targets" $np --inputs="$D/x.npy" $SAVE
+	expect 2 "--mode: 'fsdp' is not one of ddp|dp" $np --mode=fsdp $SAVE
+	# runtime errors: exit 1
+	expect 1 "--inputs: $D/missing.npy: No such file or directory" $np --inputs="$D/missing.npy" --targets="$D/y.npy" $SAVE
+	expect 1 "--inputs: $D/magic.npy: not a .npy file" $np --inputs="$D/magic.npy" --targets="$D/y.npy" $SAVE
+	expect 1 "dtype '<i4' is not supported" $np --inputs="$D/int.npy" --targets="$D/y.npy" $SAVE
+	expect 1 "1 dimensions, need 2" $np --inputs="$D/oned.npy" --targets="$D/y.npy" $SAVE
+	expect 1 "Fortran-order" $np --inputs="$D/fortran.npy" --targets="$D/y.npy" $SAVE
+	expect 1 "truncated" $np --inputs="$D/trunc.npy" --targets="$D/y.npy" $SAVE
+	expect 1 "--targets: $D/y39.npy has 39 rows but --inputs" $np --inputs="$D/x.npy" --targets="$D/y39.npy" $SAVE
+	expect 1 "has 7 columns but --layers starts with width 10" $np --inputs="$D/x7.npy" --targets="$D/y.npy" $SAVE
+	expect 1 "--init: $D/none.st: No such file" $np --init="$D/none.st" $SAVE
+	expect 1 "--init: $D/bad.st: bad safetensors header length" $np --init="$D/bad.st" $SAVE
+	expect 1 "tensor 'net1.weight' has the wrong shape" $np --init="$D/wrongshape.st" $SAVE
+	expect 1 "training diverged" $np --lr=1e6 --momentum=0.9 $SAVE
+	expect 1 "--save: $TMPD/out/no/dir/w.st" $np --max-steps=2 --save="$TMPD/out/no/dir/w.st"
+	expect 1 "--metrics: $TMPD/out/no/dir/m.jsonl" $np --max-steps=2 --metrics="$TMPD/out/no/dir/m.jsonl"
+	expect 1 "--mode=dp" $np --mode=dp $SAVE
+	expect 1 "--device=cuda" $np --device=cuda $SAVE
+	expect 1 "--backend=nccl" $np --backend=nccl $SAVE
+done
+# Only meaningful with several ranks.
+expect 2 "--drop-last: 3 samples leave none for each of 4 ranks" 4 --samples=3 --drop-last $SAVE
+# A configuration that differs between ranks (MPMD launch): named by the rank that differs.
+rm -f "$TMPD"/rc.*
+timeout -k 5 60 mpirun --oversubscribe -np 1 "$DDPTRAIN" --batch-size=20 : -np 1 "$DDPTRAIN" --batch-size=10 \
+	>"$TMPD/stdout" 2>"$TMPD/stderr" && fail "mismatched configuration was accepted"
+grep -q "^ddptrain: rank 1: configuration differs between ranks: --batch-size=10 here, --batch-size=20 on rank 0$" \
+	"$TMPD/stderr" || fail "mismatch message: $(cat "$TMPD/stderr")"
+[ "$(grep -c '^ddptrain' "$TMPD/stderr")" -eq 1 ] || fail "mismatch reported more than once"
+echo "bad-input: $checks cases, each with its message once and the same exit code on every rank"

@@ -1,0 +1,35 @@
+#!/bin/bash
+# man/ddptrain.1 and --help list the same flags with the same defaults, and the
+# page renders without warnings.
+. "$(dirname "$0")/setup.sh"
+
+[ -f "$MANPAGE" ] || fail "no man page at $MANPAGE"
+
+# --help: "  --flag[=ARG]   text (default: X)"
+"$DDPTRAIN" --help | sed -n 's/^  --\([a-z-]*\).*/\1/p' | sort >"$TMPD/help-flags"
+"$DDPTRAIN" --help | sed -n 's/^  --\([a-z-]*\).*(default: \(.*\))$/\1 \2/p' | sort >"$TMPD/help-defaults"
+
+# man: ".TP" then ".B \-\-flag" or ".BI \-\-flag= ARG"; "Default: X." within the item.
+awk '
+	/^\.TP/ { tp = 1; next }
+	tp && /^\.BR? \\-\\-|^\.BI \\-\\-/ {
+		s = $2; gsub(/\\-/, "-", s); sub(/^--/, "", s); sub(/=.*/, "", s); flag = s; print "F " flag
+	}
+	{ tp = 0 }
+	flag != "" && /^Default: / { d = $0; sub(/^Default: /, "", d); sub(/[.]$/, "", d); sub(/ \(.*$/, "", d); print "D " flag " " d; flag = "" }
+	/^\.SH/ && $2 != "OPTIONS" { if (inopt) exit } /^\.SH OPTIONS/ { inopt = 1 }
+' "$MANPAGE" >"$TMPD/man-items"
+grep '^F ' "$TMPD/man-items" | cut -d' ' -f2 | sort >"$TMPD/man-flags"
+grep '^D ' "$TMPD/man-items" | cut -d' ' -f2- | sort >"$TMPD/man-defaults"
+
+diff -u "$TMPD/help-flags" "$TMPD/man-flags" || fail "flags differ between --help (-) and the man page (+)"
+diff -u "$TMPD/help-defaults" "$TMPD/man-defaults" || fail "defaults differ between --help (-) and the man page (+)"
+[ "$(wc -l <"$TMPD/help-flags")" -ge 25 ] || fail "too few flags parsed from --help"
+
+# Renders without warnings.
+warn=$(groff -man -ww -z "$MANPAGE" 2>&1) || fail "groff failed: $warn"
+[ -z "$warn" ] || fail "groff warnings: $warn"
+if command -v mandoc >/dev/null; then
+	lint=$(mandoc -Tlint -W warning "$MANPAGE" 2>&1) || fail "mandoc -Tlint: $lint"
+fi
+echo "manpage: $(wc -l <"$TMPD/help-flags") flags and $(wc -l <"$TMPD/help-defaults") defaults agree"

@@ -1,0 +1,296 @@
+/*
+ * test_model.c - the CPU backend's operations and the model's forward and
+ * backward, against naive loops, finite differences and hand-computed values.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "model.h"
+#include "rng.h"
+
+static const struct backend_ops *ops = &backend_cpu_ops;
+
+static void fill(float *v, size_t n, uint64_t key)
+{
+	for (size_t i = 0; i < n; i++)
+		v[i] = 2.0f * rng_u01(key, i) - 1.0f;
+}
+
+static void test_linear_forward_matches_naive_loops(void **state)
+{
+	enum { N = 4, IN = 3, OUT = 5 };
+	float x[N * IN], w[OUT * IN], b[OUT], y[N * OUT];
+
+	fill(x, N * IN, 1);
+	fill(w, OUT * IN, 2);
+	fill(b, OUT, 3);
+	ops->linear_forward(NULL, y, x, w, b, N, IN, OUT);
+	for (int i = 0; i < N; i++)
+		for (int o = 0; o < OUT; o++) {
+			double s = b[o];
+
+			for (int k = 0; k < IN; k++)
+				s += (double)x[i * IN + k] * w[o * IN + k]; /* w is (out, in) */
+			assert_float_equal(y[i * OUT + o], s, 1e-5);
+		}
+}
+
+/* f(x, w, b) = sum(r * linear(x)); its gradients are exactly what linear_backward gives for dy = r. */
+static double probe(const float *x, const float *w, const float *b, const float *r, int n, int in,
+		    int out)
+{
+	float y[64];
+	double s = 0;
+
+	ops->linear_forward(NULL, y, x, w, b, n, in, out);
+	for (int i = 0; i < n * out; i++)
+		s += (double)r[i] * y[i];
+	return s;
+}
+
+static void test_linear_backward_matches_finite_differences(void **state)
+{
+	enum { N = 3, IN = 4, OUT = 2 };
+	float x[N * IN], w[OUT * IN], b[OUT], r[N * OUT], dx[N * IN], dw[OUT * IN], db[OUT];
+	const float eps = 1e-2f;
+	float *vars[3] = {x, w, b}, *grads[3] = {dx, dw, db};
+	int sizes[3] = {N * IN, OUT * IN, OUT};
+
+	fill(x, N * IN, 4);
+	fill(w, OUT * IN, 5);
+	fill(b, OUT, 6);
+	fill(r, N * OUT, 7);
+	ops->linear_backward(NULL, dx, dw, db, r, x, w, N, IN, OUT, 0);
+	for (int v = 0; v < 3; v++)
+		for (int i = 0; i < sizes[v]; i++) {
+			float keep = vars[v][i];
+			double up, down;
+
+			vars[v][i] = keep + eps;
+			up = probe(x, w, b, r, N, IN, OUT);
+			vars[v][i] = keep - eps;
+			down = probe(x, w, b, r, N, IN, OUT);
+			vars[v][i] = keep;
+			assert_float_equal(grads[v][i], (up - down) / (2 * eps), 1e-4);
+		}
+}
+
+static void test_linear_backward_accumulates_weight_and_bias_gradients(void **state)
+{
+	enum { N = 2, IN = 2, OUT = 2 };
+	float x[N * IN], w[OUT * IN], r[N * OUT], dw1[OUT * IN], db1[OUT], dw2[OUT * IN], db2[OUT];
+
+	fill(x, N * IN, 8);
+	fill(w, OUT * IN, 9);
+	fill(r, N * OUT, 10);
+	ops->linear_backward(NULL, NULL, dw1, db1, r, x, w, N, IN, OUT, 0);
+	memcpy(dw2, dw1, sizeof dw1);
+	memcpy(db2, db1, sizeof db1);
+	ops->linear_backward(NULL, NULL, dw2, db2, r, x, w, N, IN, OUT, 1);
+	for (int i = 0; i < OUT * IN; i++)
+		assert_float_equal(dw2[i], 2 * dw1[i], 1e-6);
+	for (int i = 0; i < OUT; i++)
+		assert_float_equal(db2[i], 2 * db1[i], 1e-6);
+}
+
+static void test_relu_forward_and_backward(void **state)
+{
+	float y[5] = {-2, -0.0f, 0.5f, 3, -1e-30f}, dy[5] = {1, 2, 3, 4, 5};
+	const float want_y[5] = {0, 0, 0.5f, 3, 0}, want_dy[5] = {0, 0, 3, 4, 0};
+
+	ops->relu_forward(NULL, y, 5);
+	assert_memory_equal(y, want_y, sizeof y);
+	ops->relu_backward(NULL, dy, y, 5);
+	assert_memory_equal(dy, want_dy, sizeof dy);
+}
+
+static void test_mse_matches_hand_computed_values(void **state)
+{
+	/* y - t = {1, -2, 0, 3}: MSE = 14/4 = 3.5; grad = 2 (y - t) / 4. */
+	const float y[4] = {2, 0, 1, 4}, t[4] = {1, 2, 1, 1};
+	float dy[4], loss = 100.0f;
+
+	ops->mse(NULL, dy, &loss, y, t, 2, 2, 1.0f, 0);
+	assert_float_equal(loss, 3.5, 1e-6);
+	assert_float_equal(dy[0], 0.5, 1e-7);
+	assert_float_equal(dy[1], -1.0, 1e-7);
+	assert_float_equal(dy[2], 0.0, 1e-7);
+	assert_float_equal(dy[3], 1.5, 1e-7);
+	/* scaled and accumulated: loss += 0.25 * 3.5 */
+	ops->mse(NULL, dy, &loss, y, t, 2, 2, 0.25f, 1);
+	assert_float_equal(loss, 3.5 + 0.875, 1e-6);
+	assert_float_equal(dy[3], 0.375, 1e-7);
+}
+
+static void test_sgd_plain_step(void **state)
+{
+	float p[2] = {1.0f, -2.0f};
+	const float g[2] = {0.5f, 0.25f};
+	struct sgd_hparams h = {0.1f, 0.0f, 0.0f};
+
+	ops->sgd(NULL, p, g, NULL, 2, &h);
+	assert_float_equal(p[0], 0.95, 1e-7);
+	assert_float_equal(p[1], -2.025, 1e-7);
+}
+
+static void test_sgd_momentum_and_weight_decay_match_torch_by_hand(void **state)
+{
+	/* torch.optim.SGD(lr=0.1, momentum=0.9, weight_decay=0.01), p=1, grads 0.5 then 0.2:
+	 * step 1: d = 0.5 + 0.01*1 = 0.51; buf = 0.51; p = 1 - 0.051 = 0.949
+	 * step 2: d = 0.2 + 0.01*0.949 = 0.20949; buf = 0.9*0.51 + 0.20949 = 0.66849;
+	 *         p = 0.949 - 0.066849 = 0.882151 */
+	float p[1] = {1.0f}, m[1] = {0.0f}, g1[1] = {0.5f}, g2[1] = {0.2f};
+	struct sgd_hparams h = {0.1f, 0.9f, 0.01f};
+
+	ops->sgd(NULL, p, g1, m, 1, &h);
+	assert_float_equal(m[0], 0.51, 1e-7);
+	assert_float_equal(p[0], 0.949, 1e-7);
+	ops->sgd(NULL, p, g2, m, 1, &h);
+	assert_float_equal(m[0], 0.66849, 1e-6);
+	assert_float_equal(p[0], 0.882151, 1e-6);
+}
+
+/* Model loss for the current params on act[0]/target (n rows). */
+static double model_loss(struct model *m, int n)
+{
+	float loss = 0;
+
+	model_forward(m, n);
+	ops->mse(NULL, m->dbuf[0], &loss, m->act[m->nlayers], m->target, n, m->widths[m->nlayers],
+		 1.0f, 0);
+	return loss;
+}
+
+static void test_model_backward_matches_finite_differences(void **state)
+{
+	const int widths[4] = {3, 5, 4, 2};
+	struct backend be;
+	struct model m;
+	struct diag d = {0};
+	const int n = 6;
+	const float eps = 1e-2f;
+
+	assert_int_equal(backend_init(&be, ops, &d), ST_OK);
+	assert_int_equal(model_init(&m, &be, widths, 3, n, 0, &d), ST_OK);
+	assert_int_equal(m.nparams, 5 * 3 + 5 + 4 * 5 + 4 + 2 * 4 + 2);
+	model_init_host(&m, 11, m.params);
+	fill(m.act[0], (size_t)n * 3, 12);
+	fill(m.target, (size_t)n * 2, 13);
+	model_loss(&m, n);
+	model_backward(&m, n, 0, NULL, NULL);
+	for (size_t p = 0; p < m.nparams; p++) {
+		float keep = m.params[p], g = m.grads[p];
+		double up, down;
+
+		m.params[p] = keep + eps;
+		up = model_loss(&m, n);
+		m.params[p] = keep - eps;
+		down = model_loss(&m, n);
+		m.params[p] = keep;
+		/* Exact for a quadratic away from ReLU kinks; eps is far smaller than typical pre-activations. */
+		assert_float_equal(g, (up - down) / (2 * eps), 2e-4);
+	}
+	model_free(&m);
+	model_free(&m);
+	backend_free(&be);
+}
+
+static void test_model_init_is_uniform_in_fan_in_bound(void **state)
+{
+	const int widths[3] = {16, 8, 4};
+	struct model m;
+	float *host;
+
+	model_layout(&m, widths, 2);
+	host = malloc(m.nparams * sizeof *host);
+	model_init_host(&m, 0, host);
+	for (int l = 0; l < 2; l++) {
+		float bound = 1.0f / sqrtf((float)widths[l]), lo = 1, hi = -1;
+
+		for (size_t p = m.w_off[l]; p < m.b_off[l] + (size_t)widths[l + 1]; p++) {
+			assert_true(fabsf(host[p]) <= bound);
+			lo = host[p] < lo ? host[p] : lo;
+			hi = host[p] > hi ? host[p] : hi;
+		}
+		/* Spread over the interval, not collapsed. */
+		assert_true(lo < -0.5f * bound && hi > 0.5f * bound);
+	}
+	free(host);
+}
+
+static void test_model_layout_follows_state_dict_order(void **state)
+{
+	const int widths[3] = {10, 10, 5};
+	struct model m;
+	char name[32];
+
+	model_layout(&m, widths, 2);
+	assert_int_equal(m.nparams, 165);
+	assert_int_equal(m.w_off[0], 0);
+	assert_int_equal(m.b_off[0], 100);
+	assert_int_equal(m.w_off[1], 110);
+	assert_int_equal(m.b_off[1], 160);
+	model_tensor_name(0, name, sizeof name);
+	assert_string_equal(name, "net1.weight");
+	model_tensor_name(3, name, sizeof name);
+	assert_string_equal(name, "net2.bias");
+}
+
+static void test_buckets_are_contiguous_and_cover_all_gradients(void **state)
+{
+	const int widths[6] = {8, 16, 16, 16, 16, 4};
+	struct model m;
+	struct bucket b[5];
+	size_t end;
+	int nb;
+
+	model_layout(&m, widths, 5);
+	/* One big bucket: everything plus the slots. */
+	nb = model_plan_buckets(&m, 1u << 20, 1u << 20, b);
+	assert_int_equal(nb, 1);
+	assert_int_equal(b[0].off, 0);
+	assert_int_equal(b[0].len, m.nparams + MODEL_SLOTS);
+	/* Small cap: one layer each, last layer first, slots in the first bucket. */
+	nb = model_plan_buckets(&m, 1, 1, b);
+	assert_int_equal(nb, 5);
+	end = m.nparams + MODEL_SLOTS;
+	for (int i = 0; i < nb; i++) {
+		assert_int_equal(b[i].lo, 4 - i);
+		assert_int_equal(b[i].hi, 4 - i);
+		assert_int_equal(b[i].off + b[i].len, end);
+		end = b[i].off;
+	}
+	assert_int_equal(end, 0);
+	/* A cap of two middle layers (272 floats each): buckets close once they reach it. */
+	nb = model_plan_buckets(&m, 500, 60, b);
+	assert_int_equal(nb, 3);
+	assert_int_equal(b[0].lo, 4); /* 68 floats >= first cap 60 */
+	assert_int_equal(b[1].lo, 2); /* 272 + 272 >= 500 */
+	assert_int_equal(b[2].lo, 0);
+	assert_int_equal(b[2].hi, 1);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_linear_forward_matches_naive_loops),
+		cmocka_unit_test(test_linear_backward_matches_finite_differences),
+		cmocka_unit_test(test_linear_backward_accumulates_weight_and_bias_gradients),
+		cmocka_unit_test(test_relu_forward_and_backward),
+		cmocka_unit_test(test_mse_matches_hand_computed_values),
+		cmocka_unit_test(test_sgd_plain_step),
+		cmocka_unit_test(test_sgd_momentum_and_weight_decay_match_torch_by_hand),
+		cmocka_unit_test(test_model_backward_matches_finite_differences),
+		cmocka_unit_test(test_model_init_is_uniform_in_fan_in_bound),
+		cmocka_unit_test(test_model_layout_follows_state_dict_order),
+		cmocka_unit_test(test_buckets_are_contiguous_and_cover_all_gradients),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

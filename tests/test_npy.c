@@ -1,0 +1,203 @@
+/* test_npy.c - the .npy reader: header versions, dtypes, shapes, broken files. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "npy.h"
+
+/* Write a .npy file: version 1 or 2 header `dict`, then `nbytes` of data. */
+static void write_npy(const char *path, int version, const char *dict, const void *data,
+		      size_t nbytes)
+{
+	FILE *f = fopen(path, "wb");
+	size_t pre = version == 1 ? 10 : 12, hlen = strlen(dict) + 1;
+
+	assert_non_null(f);
+	hlen += (64 - (pre + hlen) % 64) % 64;
+	fwrite("\x93NUMPY", 1, 6, f);
+	fputc(version, f);
+	fputc(0, f);
+	for (size_t b = 0; b < (version == 1 ? 2u : 4u); b++)
+		fputc((int)((hlen >> (8 * b)) & 0xff), f);
+	fputs(dict, f);
+	for (size_t i = strlen(dict) + 1; i < hlen; i++)
+		fputc(' ', f);
+	fputc('\n', f);
+	fwrite(data, 1, nbytes, f);
+	fclose(f);
+}
+
+static char path[64];
+
+static int make_path(void **state)
+{
+	strcpy(path, "/tmp/test_npy.XXXXXX");
+	close(mkstemp(path));
+	return 0;
+}
+
+static int remove_path(void **state)
+{
+	unlink(path);
+	return 0;
+}
+
+static void test_npy_reads_v1_float32(void **state)
+{
+	const float v[6] = {1, 2, 3, 4, 5, 6};
+	struct npy a;
+	struct diag d = {0};
+	float row[3];
+
+	write_npy(path, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", v, sizeof v);
+	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_OK);
+	assert_int_equal(a.rows, 2);
+	assert_int_equal(a.cols, 3);
+	npy_read_row(&a, 1, row);
+	assert_true(row[0] == 4 && row[1] == 5 && row[2] == 6);
+	npy_close(&a);
+	npy_close(&a); /* safe twice */
+}
+
+static void test_npy_reads_v2_float64_converting(void **state)
+{
+	const double v[4] = {0.5, -1.25, 3.0, 1e-3};
+	struct npy a;
+	struct diag d = {0};
+	float row[2];
+
+	write_npy(path, 2, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 2), }", v, sizeof v);
+	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_OK);
+	assert_int_equal(a.itemsize, 8);
+	npy_read_row(&a, 1, row);
+	assert_true(row[0] == 3.0f && row[1] == (float)1e-3);
+	npy_close(&a);
+}
+
+static void test_npy_rejects_wrong_dtype(void **state)
+{
+	const int v[4] = {0};
+	struct npy a;
+	struct diag d = {0};
+
+	write_npy(path, 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 2), }", v, sizeof v);
+	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "dtype '<i4'"));
+	assert_non_null(strstr(d.msg, "--inputs"));
+}
+
+static void test_npy_rejects_big_endian(void **state)
+{
+	const float v[4] = {0};
+	struct npy a;
+	struct diag d = {0};
+
+	write_npy(path, 1, "{'descr': '>f4', 'fortran_order': False, 'shape': (2, 2), }", v, sizeof v);
+	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
+}
+
+static void test_npy_rejects_wrong_rank(void **state)
+{
+	const float v[8] = {0};
+	struct npy a;
+	struct diag d = {0};
+
+	write_npy(path, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (8,), }", v, sizeof v);
+	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "1 dimensions, need 2"));
+	memset(&d, 0, sizeof d);
+	write_npy(path, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2, 2), }", v, sizeof v);
+	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "3 dimensions"));
+}
+
+static void test_npy_rejects_fortran_order(void **state)
+{
+	const float v[4] = {0};
+	struct npy a;
+	struct diag d = {0};
+
+	write_npy(path, 1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", v, sizeof v);
+	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "Fortran"));
+}
+
+static void test_npy_rejects_truncated_data(void **state)
+{
+	const float v[5] = {0};
+	struct npy a;
+	struct diag d = {0};
+
+	write_npy(path, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", v, sizeof v);
+	assert_int_equal(npy_open(&a, path, "--targets", &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "truncated"));
+	assert_non_null(strstr(d.msg, "--targets"));
+}
+
+static void test_npy_rejects_truncated_header_and_bad_magic(void **state)
+{
+	struct npy a;
+	struct diag d = {0};
+	FILE *f = fopen(path, "wb");
+
+	fwrite("\x93NUMPY\x01\x00\x76\x00{'descr'", 1, 18, f);
+	fclose(f);
+	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "truncated .npy header"));
+	memset(&d, 0, sizeof d);
+	f = fopen(path, "wb");
+	fwrite("PK\x03\x04 this is a zip file", 1, 24, f);
+	fclose(f);
+	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "bad magic"));
+}
+
+static void test_npy_missing_file_names_flag_and_path(void **state)
+{
+	struct npy a;
+	struct diag d = {0};
+
+	assert_int_equal(npy_open(&a, "/nonexistent/x.npy", "--inputs", &d), ST_RUNTIME);
+	assert_string_equal(d.msg, "--inputs: /nonexistent/x.npy: No such file or directory");
+}
+
+static void test_npy_header_parser_rejects_garbage(void **state)
+{
+	const char *bad[] = {
+		"", "[]", "{'descr': '<f4'}", "{'descr': <f4, 'fortran_order': False, 'shape': (1, 1)}",
+		"{'descr': '<f4', 'fortran_order': Maybe, 'shape': (1, 1)}",
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, x)}",
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1), 'extra': 1}",
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		struct diag d = {0};
+		size_t r, c;
+		int isz;
+
+		assert_int_equal(npy_parse_header(bad[i], strlen(bad[i]), &isz, &r, &c, "x", &d), ST_RUNTIME);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_npy_reads_v1_float32, make_path, remove_path),
+		cmocka_unit_test_setup_teardown(test_npy_reads_v2_float64_converting, make_path, remove_path),
+		cmocka_unit_test_setup_teardown(test_npy_rejects_wrong_dtype, make_path, remove_path),
+		cmocka_unit_test_setup_teardown(test_npy_rejects_big_endian, make_path, remove_path),
+		cmocka_unit_test_setup_teardown(test_npy_rejects_wrong_rank, make_path, remove_path),
+		cmocka_unit_test_setup_teardown(test_npy_rejects_fortran_order, make_path, remove_path),
+		cmocka_unit_test_setup_teardown(test_npy_rejects_truncated_data, make_path, remove_path),
+		cmocka_unit_test_setup_teardown(test_npy_rejects_truncated_header_and_bad_magic, make_path, remove_path),
+		cmocka_unit_test(test_npy_missing_file_names_flag_and_path),
+		cmocka_unit_test(test_npy_header_parser_rejects_garbage),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,214 @@
+/* test_options.c - the command-line contract: defaults, spellings, values, errors. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <string.h>
+
+#include "options.h"
+
+/* Parse a NULL-terminated list of arguments (argv[0] added). */
+static enum status parse(struct options *o, struct diag *d, ...)
+{
+	char *argv[64];
+	int argc = 0;
+	va_list ap;
+	char *a;
+
+	argv[argc++] = "ddptrain";
+	va_start(ap, d);
+	while ((a = va_arg(ap, char *)) != NULL)
+		argv[argc++] = a;
+	va_end(ap);
+	argv[argc] = NULL;
+	memset(d, 0, sizeof *d);
+	return options_parse(o, argc, argv, d);
+}
+
+static void test_options_defaults_are_the_seed_toymodel(void **state)
+{
+	struct options o;
+	struct diag d;
+
+	assert_int_equal(parse(&o, &d, NULL), ST_OK);
+	assert_int_equal(o.nlayers, 2);
+	assert_int_equal(o.widths[0], 10);
+	assert_int_equal(o.widths[1], 10);
+	assert_int_equal(o.widths[2], 5);
+	assert_int_equal(o.batch_size, 20);
+	assert_true(o.lr == 0.001);
+	assert_true(o.momentum == 0.0 && o.weight_decay == 0.0);
+	assert_int_equal(o.grad_accum, 1);
+	assert_int_equal(o.shuffle, 1);
+	assert_int_equal(o.drop_last, 0);
+	assert_int_equal(o.overlap, 1);
+	assert_int_equal(o.mode, MODE_DDP);
+	assert_int_equal(o.device, DEVICE_AUTO);
+	assert_int_equal(o.comm, COMM_AUTO);
+	assert_true(o.bucket_mb == 25.0);
+	assert_int_equal(o.max_steps, 0);
+}
+
+static void test_options_accept_both_value_spellings(void **state)
+{
+	struct options o;
+	struct diag d;
+
+	assert_int_equal(parse(&o, &d, "--batch-size=7", "--lr", "0.5", "--layers", "3,4,5,6",
+			       "--seed=9", "--no-shuffle", "--drop-last", "--no-overlap",
+			       "--momentum", "0.9", "--weight-decay=0.01", "--grad-accum", "3",
+			       "--mode=ddp", "--device", "cpu", "--backend=mpi", NULL),
+			 ST_OK);
+	assert_int_equal(o.batch_size, 7);
+	assert_true(o.lr == 0.5);
+	assert_int_equal(o.nlayers, 3);
+	assert_int_equal(o.widths[3], 6);
+	assert_int_equal(o.seed, 9);
+	assert_int_equal(o.shuffle, 0);
+	assert_int_equal(o.drop_last, 1);
+	assert_int_equal(o.overlap, 0);
+	assert_true(o.momentum == 0.9);
+	assert_true(o.weight_decay == 0.01);
+	assert_int_equal(o.grad_accum, 3);
+	assert_int_equal(o.device, DEVICE_CPU);
+	assert_int_equal(o.comm, COMM_MPI);
+}
+
+static void test_options_last_shuffle_flag_wins(void **state)
+{
+	struct options o;
+	struct diag d;
+
+	assert_int_equal(parse(&o, &d, "--no-shuffle", "--shuffle", NULL), ST_OK);
+	assert_int_equal(o.shuffle, 1);
+}
+
+static void test_options_unknown_flag_is_a_usage_error(void **state)
+{
+	struct options o;
+	struct diag d;
+
+	assert_int_equal(parse(&o, &d, "--bogus", NULL), ST_USAGE);
+	assert_non_null(strstr(d.msg, "unknown option '--bogus'"));
+	assert_int_equal(parse(&o, &d, "-x", NULL), ST_USAGE);
+	assert_non_null(strstr(d.msg, "unknown option '-x'"));
+}
+
+static void test_options_missing_value_names_the_flag(void **state)
+{
+	struct options o;
+	struct diag d;
+
+	assert_int_equal(parse(&o, &d, "--lr", NULL), ST_USAGE);
+	assert_non_null(strstr(d.msg, "--lr"));
+	assert_non_null(strstr(d.msg, "needs a value"));
+}
+
+static void test_options_reject_bad_numbers(void **state)
+{
+	struct options o;
+	struct diag d;
+
+	assert_int_equal(parse(&o, &d, "--batch-size=0", NULL), ST_USAGE);
+	assert_non_null(strstr(d.msg, "--batch-size"));
+	assert_int_equal(parse(&o, &d, "--batch-size=12x", NULL), ST_USAGE);
+	assert_non_null(strstr(d.msg, "not an integer"));
+	assert_int_equal(parse(&o, &d, "--lr=0", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--lr=nan", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--lr=-1", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--momentum=1.5", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--weight-decay=-0.1", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--epochs=0", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--grad-accum=0", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--samples=0", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--bucket-mb=0", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--max-steps=-1", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--seed=99999999999999999999999", NULL), ST_USAGE);
+}
+
+static void test_options_reject_bad_layers(void **state)
+{
+	struct options o;
+	struct diag d;
+
+	assert_int_equal(parse(&o, &d, "--layers=10", NULL), ST_USAGE);
+	assert_non_null(strstr(d.msg, "at least two widths"));
+	assert_int_equal(parse(&o, &d, "--layers=10,,5", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--layers=10,0,5", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--layers=10,5,", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--layers=a,b", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--layers=", NULL), ST_USAGE);
+}
+
+static void test_options_reject_unknown_choices(void **state)
+{
+	struct options o;
+	struct diag d;
+
+	assert_int_equal(parse(&o, &d, "--mode=fsdp", NULL), ST_USAGE);
+	assert_non_null(strstr(d.msg, "ddp|dp"));
+	assert_int_equal(parse(&o, &d, "--device=tpu", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--backend=gloo", NULL), ST_USAGE);
+}
+
+static void test_options_inputs_need_targets(void **state)
+{
+	struct options o;
+	struct diag d;
+
+	assert_int_equal(parse(&o, &d, "--inputs=x.npy", NULL), ST_USAGE);
+	assert_non_null(strstr(d.msg, "--inputs given without --targets"));
+	assert_int_equal(parse(&o, &d, "--targets=y.npy", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--inputs=x.npy", "--targets=y.npy", NULL), ST_OK);
+}
+
+static void test_options_stray_argument_is_an_error(void **state)
+{
+	struct options o;
+	struct diag d;
+
+	assert_int_equal(parse(&o, &d, "extra", NULL), ST_USAGE);
+	assert_non_null(strstr(d.msg, "unexpected argument 'extra'"));
+}
+
+static void test_options_help_and_version_are_flags(void **state)
+{
+	struct options o;
+	struct diag d;
+
+	assert_int_equal(parse(&o, &d, "--help", NULL), ST_OK);
+	assert_int_equal(o.help, 1);
+	assert_int_equal(parse(&o, &d, "-V", NULL), ST_OK);
+	assert_int_equal(o.version, 1);
+}
+
+static void test_options_format_widths_round_trips(void **state)
+{
+	struct options o;
+	struct diag d;
+	char buf[64];
+
+	assert_int_equal(parse(&o, &d, "--layers=1024,512,3", NULL), ST_OK);
+	options_format_widths(&o, buf, sizeof buf);
+	assert_string_equal(buf, "1024,512,3");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_options_defaults_are_the_seed_toymodel),
+		cmocka_unit_test(test_options_accept_both_value_spellings),
+		cmocka_unit_test(test_options_last_shuffle_flag_wins),
+		cmocka_unit_test(test_options_unknown_flag_is_a_usage_error),
+		cmocka_unit_test(test_options_missing_value_names_the_flag),
+		cmocka_unit_test(test_options_reject_bad_numbers),
+		cmocka_unit_test(test_options_reject_bad_layers),
+		cmocka_unit_test(test_options_reject_unknown_choices),
+		cmocka_unit_test(test_options_inputs_need_targets),
+		cmocka_unit_test(test_options_stray_argument_is_an_error),
+		cmocka_unit_test(test_options_help_and_version_are_flags),
+		cmocka_unit_test(test_options_format_widths_round_trips),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
