@@ -32,6 +32,10 @@ struct backend_ops {
 	void (*free)(void *ctx, float *p);
 	void (*to_device)(void *ctx, float *dst, const float *src, size_t n);
 	void (*to_host)(void *ctx, float *dst, const float *src, size_t n);
+	/* dst = src, both device memory of this backend. */
+	void (*copy)(void *ctx, float *dst, const float *src, size_t n);
+	/* dst += src, both device memory of this backend. */
+	void (*add)(void *ctx, float *dst, const float *src, size_t n);
 	/* y (n, out) = x (n, in) @ w^T + b; w is (out, in) row-major, b (out). */
 	void (*linear_forward)(void *ctx, float *y, const float *x, const float *w, const float *b,
 			       int n, int in, int out);

@@ -39,6 +39,12 @@ static void cpu_copy(void *ctx, float *dst, const float *src, size_t n)
 		memcpy(dst, src, n * sizeof(float));
 }
 
+static void cpu_add(void *ctx, float *dst, const float *src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] += src[i];
+}
+
 static void cpu_linear_forward(void *ctx, float *y, const float *x, const float *w,
 			       const float *b, int n, int in, int out)
 {
@@ -128,6 +134,8 @@ const struct backend_ops backend_cpu_ops = {
 	.free = cpu_free,
 	.to_device = cpu_copy,
 	.to_host = cpu_copy,
+	.copy = cpu_copy,
+	.add = cpu_add,
 	.linear_forward = cpu_linear_forward,
 	.linear_backward = cpu_linear_backward,
 	.relu_forward = cpu_relu_forward,

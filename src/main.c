@@ -54,10 +54,15 @@ static enum status agree(struct app *a, enum status st)
 }
 
 /* Modes, devices and backends this build can run; the rest fail clearly. */
-static enum status check_runnable(const struct options *o, struct diag *d)
+static enum status check_runnable(struct app *a, struct diag *d)
 {
-	if (o->mode == MODE_DP)
-		return diag_set(d, ST_RUNTIME, "--mode=dp: the DataParallel mode is not available in this version of ddptrain; use --mode=ddp");
+	struct options *o = &a->o;
+
+	if (o->mode == MODE_DP && a->w.size > 1)
+		return diag_set(d, ST_USAGE, "--mode=dp runs in one process (one thread per replica), but %d MPI ranks were started: run it without mpirun, or use --mode=ddp for one process per replica",
+				a->w.size);
+	if (o->mode == MODE_DP && o->replicas == 0)
+		o->replicas = 2; /* no GPUs in this build: two CPU replicas */
 	if (o->device == DEVICE_CUDA)
 		return diag_set(d, ST_RUNTIME, "--device=cuda: this ddptrain has no CUDA backend; use --device=cpu");
 	if (o->comm == COMM_NCCL)
@@ -76,12 +81,12 @@ static void config_text(const struct app *a, char *buf, size_t len)
 		 "--layers=%s\n--batch-size=%ld\n--epochs=%ld\n--max-steps=%ld\n--lr=%.17g\n"
 		 "--momentum=%.17g\n--weight-decay=%.17g\n--grad-accum=%ld\n--seed=%llu\n"
 		 "data=%s %zu x (%d, %d)\n--shuffle=%d\n--drop-last=%d\n--mode=%s\n--device=%s\n"
-		 "--backend=%s\n--bucket-mb=%.17g\n--no-overlap=%d\n",
+		 "--backend=%s\n--bucket-mb=%.17g\n--no-overlap=%d\n--replicas=%d\n",
 		 widths, o->batch_size, o->epochs, o->max_steps, o->lr, o->momentum,
 		 o->weight_decay, o->grad_accum, (unsigned long long)o->seed,
 		 a->ds.synthetic ? "synthetic" : "npy", a->ds.n, a->ds.in, a->ds.out, o->shuffle,
 		 o->drop_last, options_mode_names[o->mode], options_device_names[o->device],
-		 options_comm_names[o->comm], o->bucket_mb, !o->overlap);
+		 options_comm_names[o->comm], o->bucket_mb, !o->overlap, o->replicas);
 }
 
 /* Rank 0's starting weights: --init, or nn.Linear's init from --seed. */
@@ -190,31 +195,79 @@ static enum status setup(struct app *a)
 	return agree(a, a->c.ops->bcast(a->c.ctx, a->m.params, a->m.nparams, 0, &a->d));
 }
 
+/* Replicas of this run: MPI ranks (ddp) or worker threads (dp). */
+static int replicas(const struct app *a)
+{
+	return a->o.mode == MODE_DP ? a->o.replicas : a->w.size;
+}
+
 static void print_header(struct app *a)
 {
+	const int dp = a->o.mode == MODE_DP;
 	char widths[1024];
 
 	options_format_widths(&a->o, widths, sizeof widths);
-	report_note(&a->r, "ddptrain %s: mode ddp, %d rank%s (%d on this node), device %s, backend %s",
-		    PACKAGE_VERSION, a->w.size, a->w.size == 1 ? "" : "s", a->w.local_size,
-		    a->be.ops->name, a->c.ops->name);
-	report_note(&a->r, "model %s (%zu parameters), data %s (%zu samples), batch %ld per rank x %d ranks x %ld accum = %ld per step",
+	if (dp)
+		report_note(&a->r, "ddptrain %s: mode dp, 1 process, %d replicas on worker threads, device %s",
+			    PACKAGE_VERSION, a->o.replicas, a->be.ops->name);
+	else
+		report_note(&a->r, "ddptrain %s: mode ddp, %d rank%s (%d on this node), device %s, backend %s",
+			    PACKAGE_VERSION, a->w.size, a->w.size == 1 ? "" : "s", a->w.local_size,
+			    a->be.ops->name, a->c.ops->name);
+	report_note(&a->r, "model %s (%zu parameters), data %s (%zu samples), batch %ld per %s x %d %ss x %ld accum = %ld per step",
 		    widths, a->m.nparams, a->ds.synthetic ? "synthetic" : a->o.inputs, a->ds.n,
-		    a->o.batch_size, a->w.size, a->o.grad_accum,
-		    a->o.batch_size * a->w.size * a->o.grad_accum);
+		    a->o.batch_size, dp ? "replica" : "rank", replicas(a), dp ? "replica" : "rank",
+		    a->o.grad_accum, a->o.batch_size * replicas(a) * a->o.grad_accum);
 	report_note(&a->r, "SGD lr %g momentum %g weight decay %g, %ld epochs, %s, seed %llu",
 		    a->o.lr, a->o.momentum, a->o.weight_decay, a->o.epochs,
 		    a->o.shuffle ? "shuffled" : "not shuffled", (unsigned long long)a->o.seed);
 }
 
+/* Fill the summary; in ddp mode rank 0 gathers every rank's figures into ranks/rss. */
+static enum status summarize(struct app *a, struct report_summary *sum, struct replica_stats *ranks,
+			     double *rss)
+{
+	double mine = report_peak_rss_mib(), state = 0.0;
+	enum status st = ST_OK;
+
+	sum->mode = options_mode_names[a->o.mode];
+	sum->replicas = replicas(a);
+	sum->steps = a->res.steps;
+	sum->epochs = a->res.epochs;
+	sum->seconds = a->res.seconds;
+	sum->samples_per_s = a->res.seconds > 0 ? a->res.samples / a->res.seconds : 0.0;
+	sum->first_loss = a->res.first_loss;
+	sum->final_loss = a->res.final_loss;
+	sum->comm_wait_share = a->res.seconds > 0 ? a->res.wait_s / a->res.seconds : 0.0;
+	if (a->o.mode == MODE_DP) {
+		sum->rep = a->res.rep;
+	} else {
+		st = world_gather(&a->w, &a->res.rep[0], sizeof a->res.rep[0], ranks, &a->d);
+		if (st == ST_OK)
+			st = world_gather(&a->w, &mine, sizeof mine, rss, &a->d);
+		sum->rep = ranks;
+		sum->rss_mib = rss;
+	}
+	for (int i = 0; i < sum->replicas && a->w.rank == 0; i++)
+		state = (double)sum->rep[i].state_bytes > state ? (double)sum->rep[i].state_bytes : state;
+	sum->state_mib = state / 1048576.0;
+	return st;
+}
+
 static enum status run(struct app *a)
 {
 	struct report_summary sum = {0};
+	struct replica_stats *ranks = NULL;
+	double *rss = NULL;
 	float *host = NULL;
 	enum status st;
 
 	print_header(a);
-	st = agree(a, trainer_ddp(&a->o, &a->w, &a->m, &a->c, &a->ds, &a->r, &a->res, &a->d));
+	if (a->o.mode == MODE_DP)
+		st = trainer_dp(&a->o, a->o.replicas, &a->m, &a->ds, &a->r, &a->res, &a->d);
+	else
+		st = trainer_ddp(&a->o, &a->w, &a->m, &a->c, &a->ds, &a->r, &a->res, &a->d);
+	st = agree(a, st);
 	if (st != ST_OK)
 		return st;
 	if (a->o.save != NULL && a->w.rank == 0) {
@@ -230,14 +283,15 @@ static enum status run(struct app *a)
 	st = agree(a, st);
 	if (st != ST_OK)
 		return st;
-	sum.steps = a->res.steps;
-	sum.epochs = a->res.epochs;
-	sum.seconds = a->res.seconds;
-	sum.samples_per_s = a->res.seconds > 0 ? a->res.samples / a->res.seconds : 0.0;
-	sum.first_loss = a->res.first_loss;
-	sum.final_loss = a->res.final_loss;
-	sum.comm_wait_share = a->res.seconds > 0 ? a->res.wait_s / a->res.seconds : 0.0;
-	return agree(a, report_finish(&a->r, &sum, 1, &a->d));
+	ranks = calloc((size_t)a->w.size, sizeof *ranks);
+	rss = calloc((size_t)a->w.size, sizeof *rss);
+	st = ranks && rss ? summarize(a, &sum, ranks, rss) : diag_set(&a->d, ST_RUNTIME, "out of memory");
+	st = agree(a, st);
+	if (st == ST_OK)
+		st = agree(a, report_finish(&a->r, &sum, 1, &a->d));
+	free(ranks);
+	free(rss);
+	return st;
 }
 
 int main(int argc, char **argv)
@@ -260,7 +314,7 @@ int main(int argc, char **argv)
 		st = ST_STOP;
 	}
 	if (st == ST_OK)
-		st = agree(&a, check_runnable(&a.o, &a.d));
+		st = agree(&a, check_runnable(&a, &a.d));
 	if (st == ST_OK)
 		st = setup(&a);
 	if (st == ST_OK)

@@ -34,6 +34,10 @@ enum status model_init(struct model *m, struct backend *be, const int *widths, i
 	m->max_batch = max_batch;
 	for (int l = 0; l <= nlayers; l++)
 		maxw = widths[l] > maxw ? widths[l] : maxw;
+	m->bytes = sizeof(float) * (m->nparams * (2 + (with_momentum != 0)) + MODEL_SLOTS +
+				    (size_t)max_batch * ((size_t)widths[nlayers] + 2 * (size_t)maxw));
+	for (int l = 0; l <= nlayers; l++)
+		m->bytes += sizeof(float) * (size_t)max_batch * (size_t)widths[l];
 	m->params = ops->alloc(be->ctx, m->nparams);
 	m->grads = ops->alloc(be->ctx, m->nparams + MODEL_SLOTS);
 	if (with_momentum)

@@ -38,6 +38,7 @@ struct model {
 	float *act[OPT_MAX_LAYERS + 1]; /* act[0] input (batch, widths[0]); act[l] output of layer l */
 	float *target;                /* (batch, widths[nlayers]) */
 	float *dbuf[2];               /* (batch, max width) ping-pong gradients of activations */
+	size_t bytes;                 /* backend memory held by all of the above */
 };
 
 /* Offsets and parameter count for these widths (no allocation). */

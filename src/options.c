@@ -27,7 +27,7 @@ enum opt_key {
 	K_BATCH, K_EPOCHS, K_MAX_STEPS, K_LR, K_MOMENTUM, K_WD, K_ACCUM,
 	K_SEED, K_SAMPLES, K_INPUTS, K_TARGETS, K_SHUFFLE, K_NO_SHUFFLE,
 	K_DROP_LAST, K_INIT, K_SAVE, K_MODE, K_DEVICE, K_BACKEND, K_BUCKET,
-	K_NO_OVERLAP, K_LOG_EVERY, K_QUIET, K_METRICS,
+	K_NO_OVERLAP, K_LOG_EVERY, K_QUIET, K_METRICS, K_REPLICAS,
 };
 
 struct opt_def {
@@ -57,6 +57,7 @@ static const struct opt_def opt_table[] = {
 	{"init", K_INIT, "FILE", NULL, "start from these safetensors weights instead of random init"},
 	{"save", K_SAVE, "FILE", NULL, "write the final weights as safetensors (rank 0, atomically)"},
 	{"mode", K_MODE, "ddp|dp", "ddp", "ddp: one process per replica; dp: threads in one process"},
+	{"replicas", K_REPLICAS, "G", "auto", "--mode=dp worker threads, one replica each (auto: one per GPU, else 2)"},
 	{"device", K_DEVICE, "auto|cpu|cuda", "auto", "where the model runs"},
 	{"backend", K_BACKEND, "auto|mpi|nccl", "auto", "how gradients are all-reduced"},
 	{"bucket-mb", K_BUCKET, "F", "25", "gradient bucket cap in MiB"},
@@ -221,6 +222,14 @@ static enum status apply(struct options *o, int key, const char *arg, struct dia
 	case K_BUCKET: return parse_double(f, arg, 0, 1, 1 << 20, &o->bucket_mb, d);
 	case K_NO_OVERLAP: o->overlap = 0; return ST_OK;
 	case K_LOG_EVERY: return parse_long(f, arg, 0, LONG_MAX, &o->log_every, d);
+	case K_REPLICAS:
+		if (strcmp(arg, "auto") == 0) {
+			o->replicas = 0;
+			return ST_OK;
+		}
+		st = parse_long(f, arg, 1, OPT_MAX_REPLICAS, &l, d);
+		o->replicas = (int)l;
+		return st;
 	case K_QUIET: o->quiet = 1; return ST_OK;
 	case K_METRICS: o->metrics = arg; return ST_OK;
 	case K_HELP: o->help = 1; return ST_OK;
@@ -245,6 +254,8 @@ static enum status check_combinations(const struct options *o, struct diag *d)
 		return diag_set(d, ST_USAGE, "--init: empty file name");
 	if (o->metrics != NULL && o->metrics[0] == '\0')
 		return diag_set(d, ST_USAGE, "--metrics: empty file name");
+	if (o->replicas != 0 && o->mode != MODE_DP)
+		return diag_set(d, ST_USAGE, "--replicas applies to --mode=dp only (in ddp mode each MPI rank is one replica: mpirun -np G)");
 	return ST_OK;
 }
 

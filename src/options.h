@@ -15,6 +15,7 @@
 #include "status.h"
 
 #define OPT_MAX_LAYERS 64 /* Linear layers; widths has one more entry */
+#define OPT_MAX_REPLICAS 64 /* --mode=dp worker threads */
 
 enum run_mode { MODE_DDP, MODE_DP };
 enum device_kind { DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA };
@@ -41,6 +42,7 @@ struct options {
 	long log_every;                 /* optimizer steps between progress lines; 0 = none */
 	int quiet;
 	const char *metrics;            /* JSON Lines path or NULL */
+	int replicas;                   /* --mode=dp worker threads; 0 = auto */
 	int help, version;              /* asked for --help / --version */
 };
 

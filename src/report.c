@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "report.h"
@@ -79,6 +80,81 @@ void report_step(struct report *r, long epoch, long step, long total, double los
 				  "samples_per_s", samples_per_s, "elapsed_s", elapsed));
 }
 
+const char *const dp_phase_names[DP_NPHASES] = {
+	"scatter", "replicate", "forward", "gather", "loss", "backward", "reduce", "step",
+};
+
+static void report_dp_replicas(struct report *r, const struct replica_stats *rep, int n, long steps)
+{
+	double per = steps > 0 ? 1.0 / (double)steps : 0.0;
+
+	fprintf(r->out, "# dp per replica: ms per step in each phase, KiB moved per step, state MiB\n");
+	fprintf(r->out, "#%7s", "replica");
+	for (int p = 0; p < DP_NPHASES; p++)
+		fprintf(r->out, " %9s", dp_phase_names[p]);
+	fprintf(r->out, " %10s %10s %9s\n", "in_KiB", "out_KiB", "state_MiB");
+	for (int i = 0; i < n; i++) {
+		fprintf(r->out, "#%7d", i);
+		for (int p = 0; p < DP_NPHASES; p++)
+			fprintf(r->out, " %9.4f", 1e3 * rep[i].seconds[p] * per);
+		fprintf(r->out, " %10.1f %10.1f %9.3f\n", rep[i].bytes_in * per / 1024.0,
+			rep[i].bytes_out * per / 1024.0, (double)rep[i].state_bytes / 1048576.0);
+	}
+}
+
+static void report_ddp_ranks(struct report *r, const struct replica_stats *rep, const double *rss_mib,
+		      int n, long steps)
+{
+	double per = steps > 0 ? 1.0 / (double)steps : 0.0;
+
+	fprintf(r->out, "# ddp per rank: ms per step, KiB all-reduced per step, state MiB, peak RSS MiB\n");
+	fprintf(r->out, "#%7s %9s %9s %9s %10s %9s %9s\n", "rank", "compute", "ar_wait", "step",
+		"ar_KiB", "state_MiB", "rss_MiB");
+	for (int i = 0; i < n; i++)
+		fprintf(r->out, "#%7d %9.4f %9.4f %9.4f %10.1f %9.3f %9.1f\n", i,
+			1e3 * rep[i].compute_s * per, 1e3 * rep[i].wait_s * per,
+			1e3 * (rep[i].compute_s + rep[i].wait_s) * per, rep[i].bytes_out * per / 1024.0,
+			(double)rep[i].state_bytes / 1048576.0, rss_mib[i]);
+}
+
+double report_peak_rss_mib(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
+		return 0.0;
+	return (double)ru.ru_maxrss / 1024.0; /* KiB on Linux */
+}
+
+/* The per-replica (dp) or per-rank (ddp) figures, as a JSON array. */
+static json_t *metrics_per_replica(const struct report_summary *s)
+{
+	json_t *arr = json_array();
+	double per = s->steps > 0 ? 1.0 / (double)s->steps : 0.0;
+
+	for (int i = 0; i < s->replicas; i++) {
+		const struct replica_stats *x = &s->rep[i];
+		json_t *o = json_pack("{s:i, s:f, s:f, s:I}", "index", i, "bytes_in_per_step",
+				      x->bytes_in * per, "bytes_out_per_step", x->bytes_out * per,
+				      "state_bytes", (json_int_t)x->state_bytes);
+
+		if (strcmp(s->mode, "dp") == 0) {
+			for (int p = 0; p < DP_NPHASES; p++) {
+				char key[32];
+
+				snprintf(key, sizeof key, "%s_ms_per_step", dp_phase_names[p]);
+				json_object_set_new(o, key, json_real(1e3 * x->seconds[p] * per));
+			}
+		} else {
+			json_object_set_new(o, "compute_ms_per_step", json_real(1e3 * x->compute_s * per));
+			json_object_set_new(o, "allreduce_wait_ms_per_step", json_real(1e3 * x->wait_s * per));
+			json_object_set_new(o, "peak_rss_mib", json_real(s->rss_mib[i]));
+		}
+		json_array_append_new(arr, o);
+	}
+	return arr;
+}
+
 enum status report_finish(struct report *r, const struct report_summary *s, int success,
 			  struct diag *d)
 {
@@ -87,21 +163,31 @@ enum status report_finish(struct report *r, const struct report_summary *s, int 
 	if (!r->root)
 		return ST_OK;
 	if (success && !r->quiet) {
+		if (strcmp(s->mode, "dp") == 0)
+			report_dp_replicas(r, s->rep, s->replicas, s->steps);
+		else
+			report_ddp_ranks(r, s->rep, s->rss_mib, s->replicas, s->steps);
 		fprintf(r->out, "# done: %ld steps, %ld epochs in %.3f s, %.0f samples/s\n", s->steps,
 			s->epochs, s->seconds, s->samples_per_s);
 		fprintf(r->out, "# loss: first %.6f, final %.6f\n", s->first_loss, s->final_loss);
-		fprintf(r->out, "# all-reduce wait: %.1f%% of step time on rank 0\n",
-			100.0 * s->comm_wait_share);
+		if (strcmp(s->mode, "ddp") == 0)
+			fprintf(r->out, "# all-reduce wait: %.1f%% of step time on rank 0\n",
+				100.0 * s->comm_wait_share);
+		fprintf(r->out, "# summary: mode=%s replicas=%d steps=%ld seconds=%.6f samples_per_s=%.1f ms_per_step=%.6f state_mib=%.3f\n",
+			s->mode, s->replicas, s->steps, s->seconds, s->samples_per_s,
+			s->steps > 0 ? 1e3 * s->seconds / (double)s->steps : 0.0, s->state_mib);
 	}
 	fflush(r->out);
 	if (r->metrics == NULL)
 		return ST_OK;
 	if (success) {
-		metrics_line(r, json_pack("{s:s, s:I, s:I, s:f, s:f, s:f, s:f, s:f}", "type", "summary",
+		metrics_line(r, json_pack("{s:s, s:s, s:i, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:o}",
+					  "type", "summary", "mode", s->mode, "replicas", s->replicas,
 					  "steps", (json_int_t)s->steps, "epochs", (json_int_t)s->epochs,
 					  "seconds", s->seconds, "samples_per_s", s->samples_per_s,
 					  "first_loss", s->first_loss, "final_loss", s->final_loss,
-					  "comm_wait_share", s->comm_wait_share));
+					  "comm_wait_share", s->comm_wait_share, "per_replica",
+					  metrics_per_replica(s)));
 		if (fflush(r->metrics) != 0 || fsync(fileno(r->metrics)) != 0)
 			st = diag_errno(d, errno, "--metrics: %s: write", r->metrics_path);
 	}

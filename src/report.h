@@ -13,6 +13,22 @@
 
 #include "status.h"
 
+/* Phases of a DataParallel step, as the dp report names them. */
+enum dp_phase {
+	DP_SCATTER, DP_REPLICATE, DP_FORWARD, DP_GATHER, DP_LOSS, DP_BACKWARD, DP_REDUCE, DP_STEP,
+	DP_NPHASES
+};
+extern const char *const dp_phase_names[DP_NPHASES];
+
+/* What one replica did over the whole run. */
+struct replica_stats {
+	double seconds[DP_NPHASES]; /* dp: time spent in each phase */
+	double compute_s;           /* ddp: training-loop time not spent waiting for all-reduces */
+	double wait_s;              /* ddp: time blocked completing all-reduces */
+	double bytes_in, bytes_out; /* data moved into and out of this replica's memory */
+	size_t state_bytes;         /* backend memory held: weights, grads, optimizer, activations */
+};
+
 struct report {
 	int root;           /* this rank prints */
 	int quiet;
@@ -39,10 +55,20 @@ struct report_summary {
 	double samples_per_s;
 	double first_loss, final_loss;
 	double comm_wait_share; /* fraction of step time this rank waited for all-reduces */
+	const char *mode;       /* "ddp" or "dp" */
+	int replicas;           /* ranks (ddp) or worker threads (dp) */
+	double state_mib;       /* largest per-replica state, MiB */
+	/* dp: each replica's phases, bytes and memory; ddp: each rank's compute, all-reduce
+	 * wait, bytes, memory and (rss_mib) peak resident memory. */
+	const struct replica_stats *rep;
+	const double *rss_mib;  /* ddp only, one per rank */
 };
 
-/* Print the summary, write the metrics summary object and move the metrics file into
- * place (success) or remove it (failure). */
+/* Peak resident memory of this process in MiB. */
+double report_peak_rss_mib(void);
+
+/* Print the per-replica (dp) or per-rank (ddp) table and the summary, write the metrics
+ * summary object and move the metrics file into place (success) or remove it (failure). */
 enum status report_finish(struct report *r, const struct report_summary *s, int success,
 			  struct diag *d);
 /* Safe to call twice; removes an unfinished metrics file. */

@@ -6,6 +6,12 @@
  * gradients are summed into the model's gradient buffer and, on the last
  * micro-batch of an optimizer step, every bucket's all-reduce starts as soon
  * as backward has finished its layers, overlapping the rest of backward.
+ *
+ * dp: PyTorch's DataParallel in one process: every micro-batch is scattered
+ * in torch.chunk pieces over worker threads, replica 0's weights are copied
+ * to the others, the outputs are gathered onto replica 0 for the loss, the
+ * output gradient is scattered back, and the replicas' gradients are summed
+ * onto replica 0, which alone takes the optimizer step.
  */
 #ifndef DDPT_TRAINER_H
 #define DDPT_TRAINER_H
@@ -24,10 +30,18 @@ struct train_result {
 	double samples;     /* samples consumed, all ranks */
 	double first_loss, final_loss;
 	double wait_s;      /* this rank's time blocked completing all-reduces */
+	int nreplicas;      /* dp: replicas in rep[]; ddp: 1 (this rank) */
+	struct replica_stats rep[OPT_MAX_REPLICAS];
 };
 
 /* Steps per epoch for a shard of `per_rank` samples (micro-batches of batch, K per step). */
 long trainer_steps_per_epoch(size_t per_rank, long batch, long grad_accum);
+
+/* dp: G replicas on worker threads; the replica-0 model m0 holds the weights to train
+ * (and is the one saved); the other replicas are created here on the same backend. */
+enum status trainer_dp(const struct options *o, int replicas, struct model *m0,
+		       const struct dataset *ds, struct report *r, struct train_result *res,
+		       struct diag *d);
 
 enum status trainer_ddp(const struct options *o, struct world *w, struct model *m,
 			struct comm *c, const struct dataset *ds, struct report *r,

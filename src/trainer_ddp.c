@@ -168,6 +168,12 @@ enum status trainer_ddp(const struct options *o, struct world *w, struct model *
 	res->seconds = world_time() - t0;
 	res->wait_s = wait;
 	res->samples = consumed * w->size;
+	res->nreplicas = 1;
+	res->rep[0].wait_s = wait;
+	res->rep[0].compute_s = res->seconds - wait;
+	res->rep[0].bytes_in = res->rep[0].bytes_out =
+		(double)step * (double)(m->nparams + MODEL_SLOTS) * sizeof(float);
+	res->rep[0].state_bytes = m->bytes;
 out:
 	free(hx);
 	free(hy);

@@ -97,6 +97,13 @@ enum status world_check_config(struct world *w, const char *text, struct diag *d
 	return ST_OK;
 }
 
+enum status world_gather(struct world *w, const void *mine, size_t len, void *all, struct diag *d)
+{
+	int rc = MPI_Gather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, 0, w->comm);
+
+	return rc == MPI_SUCCESS ? ST_OK : mpi_fail(d, rc, "MPI_Gather(statistics)");
+}
+
 double world_time(void)
 {
 	return MPI_Wtime();

@@ -29,6 +29,8 @@ enum status world_agree(struct world *w, enum status mine, int *reporter);
 /* Every rank passes its configuration as "name=value" lines; rank 0's is broadcast and
  * the first line that differs is reported as ST_USAGE, naming this rank and the setting. */
 enum status world_check_config(struct world *w, const char *text, struct diag *d);
+/* Gather len bytes from every rank into all (size * len bytes) on rank 0. */
+enum status world_gather(struct world *w, const void *mine, size_t len, void *all, struct diag *d);
 /* Wall-clock seconds (MPI_Wtime). */
 double world_time(void);
 /* Safe to call twice. */

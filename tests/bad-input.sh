@@ -68,10 +68,20 @@ for np in 1 2 3 4; do
 	expect 1 "training diverged" $np --lr=1e6 --momentum=0.9 $SAVE
 	expect 1 "--save: $TMPD/out/no/dir/w.st" $np --max-steps=2 --save="$TMPD/out/no/dir/w.st"
 	expect 1 "--metrics: $TMPD/out/no/dir/m.jsonl" $np --max-steps=2 --metrics="$TMPD/out/no/dir/m.jsonl"
-	expect 1 "--mode=dp" $np --mode=dp $SAVE
+	expect 2 "--replicas applies to --mode=dp only" $np --replicas=2 $SAVE
+	expect 2 "--replicas: 0 is out of range" $np --mode=dp --replicas=0 $SAVE
 	expect 1 "--device=cuda" $np --device=cuda $SAVE
 	expect 1 "--backend=nccl" $np --backend=nccl $SAVE
 done
+# --mode=dp is one process: refused under mpirun with several ranks, and its own
+# errors behave as in ddp mode.
+for np in 2 3; do
+	expect 2 "--mode=dp runs in one process (one thread per replica), but $np MPI ranks were started" $np --mode=dp $SAVE
+done
+expect 1 "--inputs: $D/missing.npy: No such file or directory" 1 --mode=dp --inputs="$D/missing.npy" --targets="$D/y.npy" $SAVE
+expect 1 "training diverged" 1 --mode=dp --lr=1e6 --momentum=0.9 $SAVE
+expect 1 "tensor 'net1.weight' has the wrong shape" 1 --mode=dp --init="$D/wrongshape.st" $SAVE
+expect 2 "--drop-last: 10 samples make no full batch of 12" 1 --mode=dp --replicas=3 --batch-size=4 --samples=10 --drop-last $SAVE
 # Only meaningful with several ranks.
 expect 2 "--drop-last: 3 samples leave none for each of 4 ranks" 4 --samples=3 --drop-last $SAVE
 # A configuration that differs between ranks (MPMD launch): named by the rank that differs.

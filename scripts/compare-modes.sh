@@ -1,0 +1,97 @@
+#!/bin/bash
+# compare-modes.sh - DDP against DataParallel on the same model, data and global batch.
+#
+#   scripts/compare-modes.sh [--replicas G] [DDPTRAIN OPTION]...
+#
+# Runs `mpirun -np 1|G ddptrain OPTIONS` (ddp) and `ddptrain --mode=dp --replicas=1|G
+# OPTIONS` (dp), each with --batch-size per replica, so both modes see the same global
+# batch, and prints one table: samples/s, ms per step, scaling against one replica
+# (same per-replica batch), memory per replica, and where dp's step goes.
+#
+# Environment: DDPTRAIN (the binary; default: the build tree's, else ddptrain on PATH),
+# MPIRUN (default mpirun; may carry options, e.g. "mpirun --oversubscribe").
+set -euo pipefail
+
+usage() {
+	sed -n '2,14s/^# \{0,1\}//p' "$0"
+	exit "${1:-0}"
+}
+
+G=2
+args=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	--replicas) [ $# -ge 2 ] || usage 2; G=$2; shift 2 ;;
+	--replicas=*) G=${1#*=}; shift ;;
+	-h | --help) usage 0 ;;
+	--mode* | --quiet | --log-every*) echo "compare-modes: $1 is set by the script" >&2; exit 2 ;;
+	*) args+=("$1"); shift ;;
+	esac
+done
+case $G in '' | *[!0-9]* | 0) echo "compare-modes: --replicas: '$G' is not a positive integer" >&2; exit 2 ;; esac
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+if [ -z "${DDPTRAIN:-}" ]; then
+	if [ -x "$here/src/ddptrain" ]; then DDPTRAIN=$here/src/ddptrain; else DDPTRAIN=$(command -v ddptrain || true); fi
+fi
+[ -n "$DDPTRAIN" ] && [ -x "$DDPTRAIN" ] || { echo "compare-modes: no ddptrain (build it, or set DDPTRAIN)" >&2; exit 1; }
+MPIRUN=${MPIRUN:-mpirun}
+if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+mpiflags=()
+[ "$G" -le "$(nproc)" ] || mpiflags+=(--oversubscribe)
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# run NAME MODE REPLICAS: leave the report in $tmp/NAME
+run() {
+	local name=$1 mode=$2 n=$3
+	if [ "$mode" = ddp ]; then
+		$MPIRUN "${mpiflags[@]}" -np "$n" "$DDPTRAIN" --log-every=0 "${args[@]}" >"$tmp/$name"
+	else
+		"$DDPTRAIN" --mode=dp --replicas="$n" --log-every=0 "${args[@]}" >"$tmp/$name"
+	fi
+}
+run ddp1 ddp 1
+run ddpG ddp "$G"
+run dp1 dp 1
+run dpG dp "$G"
+
+head -n 2 "$tmp/ddpG" | sed 's/^# ddptrain [^:]*: /# compare-modes: ddp run: /'
+awk -v G="$G" '
+function field(line, key,   i, n, parts, kv) {
+	n = split(line, parts, " ")
+	for (i = 1; i <= n; i++) { split(parts[i], kv, "="); if (kv[1] == key) return kv[2] }
+	return ""
+}
+FNR == 1 { file++ }
+/^# summary:/ { sps[file] = field($0, "samples_per_s"); ms[file] = field($0, "ms_per_step") }
+# ddp rank rows: "#  rank compute ar_wait step ar_KiB state_MiB rss_MiB"
+(file <= 2) && /^# +[0-9]+ / && NF == 8 {
+	if ($7 > st[file]) st[file] = $7; if ($8 > rss[file]) rss[file] = $8
+	if ($2 == 0) { wait[file] = $4; stepms[file] = $5 }
+}
+# dp replica rows: "#  replica scatter replicate forward gather loss backward reduce step in out state"
+(file >= 3) && /^# +[0-9]+ / && NF == 13 {
+	if ($2 == 0) { r0[file] = $13; serial[file] = $6 + $7 + $9 + $10; repl[file] = $4; total0[file] = 0
+		for (i = 3; i <= 10; i++) total0[file] += $i }
+	else if ($13 > other[file]) other[file] = $13
+	if ($4 > repl[file]) repl[file] = $4
+}
+END {
+	printf "# %-5s %8s %14s %12s %8s %22s\n", "mode", "replicas", "samples/s", "ms/step", "scaling", "state MiB per replica"
+	name[1] = "ddp"; name[2] = "ddp"; name[3] = "dp"; name[4] = "dp"
+	n[1] = 1; n[2] = G; n[3] = 1; n[4] = G
+	for (f = 1; f <= 4; f++) {
+		base = (f <= 2) ? sps[1] : sps[3]
+		if (f <= 2) mem = sprintf("%.3f (rss %.1f)", st[f], rss[f])
+		else if (n[f] > 1) mem = sprintf("%.3f (others %.3f)", r0[f], other[f])
+		else mem = sprintf("%.3f", r0[f])
+		printf "  %-5s %8d %14.0f %12.4f %7.2fx %22s\n", name[f], n[f], sps[f], ms[f], sps[f] / base, mem
+	}
+	printf "# ddp/dp at %d replicas: %.2fx the samples/s\n", G, sps[2] / sps[4]
+	if (stepms[2] > 0)
+		printf "# ddp rank 0: %.1f%% of the step waiting for the all-reduce\n", 100 * wait[2] / stepms[2]
+	if (total0[4] > 0)
+		printf "# dp replica 0: %.1f%% of its step in the serial gather, loss, reduce and optimizer step; replicas spend %.4f ms per step being replicated\n", 100 * serial[4] / total0[4], repl[4]
+}' "$tmp/ddp1" "$tmp/ddpG" "$tmp/dp1" "$tmp/dpG"

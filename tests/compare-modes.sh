@@ -1,0 +1,17 @@
+#!/bin/bash
+# scripts/compare-modes.sh runs both modes and prints the side-by-side table.
+. "$(dirname "$0")/setup.sh"
+
+script=$TOP_SRCDIR/scripts/compare-modes.sh
+bash -n "$script" || fail "syntax"
+DDPTRAIN=$DDPTRAIN MPIRUN="mpirun --oversubscribe" "$script" --replicas 3 --samples=240 --epochs=2 \
+	>"$TMPD/out" 2>"$TMPD/err" || fail "exited $?: $(cat "$TMPD/err")"
+cat "$TMPD/out"
+for row in "ddp +1 " "ddp +3 " "dp +1 " "dp +3 "; do
+	grep -Eq "^  $row+[0-9]+ +[0-9.]+ +[0-9.]+x" "$TMPD/out" || fail "no row '$row'"
+done
+grep -q "^# ddp/dp at 3 replicas: [0-9.]*x the samples/s" "$TMPD/out" || fail "no ratio line"
+grep -q "^# dp replica 0: [0-9.]*% of its step in the serial" "$TMPD/out" || fail "no dp breakdown"
+"$script" --replicas=x >/dev/null 2>&1 && fail "bad --replicas accepted"
+"$script" --mode=dp >/dev/null 2>&1 && fail "--mode accepted"
+echo "compare-modes: ok"
