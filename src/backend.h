@@ -17,23 +17,45 @@
 
 #include "status.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 struct sgd_hparams {
 	float lr, momentum, weight_decay;
 };
 
+/* What a backend instance is created for. */
+struct backend_config {
+	int device; /* GPU index (after CUDA_VISIBLE_DEVICES); ignored by the CPU backend */
+	int tf32;   /* let cuBLAS use TF32 tensor cores (not bit-compatible with float32) */
+};
+
 struct backend_ops {
 	const char *name;
-	/* Create the backend's context (handles, streams). */
-	enum status (*init)(void **ctx, struct diag *d);
+	int host_memory; /* 1: device memory is ordinary host memory (MPI may use it as is) */
+	/* Create the backend's context (handles, streams) on cfg->device. */
+	enum status (*init)(void **ctx, const struct backend_config *cfg, struct diag *d);
 	/* Release the context; NULL is allowed. */
 	void (*fini)(void *ctx);
+	/* Make this instance current for the calling thread (dp worker threads). */
+	enum status (*bind)(void *ctx, struct diag *d);
 	/* Zeroed device memory for n floats, or NULL. */
 	float *(*alloc)(void *ctx, size_t n);
 	void (*free)(void *ctx, float *p);
+	/* Host memory that to_device reads fastest (pinned for CUDA), or NULL. */
+	float *(*host_alloc)(void *ctx, size_t n);
+	void (*host_free)(void *ctx, float *p);
+	/* Queue a copy from host memory; src must stay unchanged until the next to_host or
+	 * sync (the trainers double-buffer their host batches for this). */
 	void (*to_device)(void *ctx, float *dst, const float *src, size_t n);
+	/* Copy to host memory; returns when dst holds the data (waits for queued work). */
 	void (*to_host)(void *ctx, float *dst, const float *src, size_t n);
 	/* dst = src, both device memory of this backend. */
 	void (*copy)(void *ctx, float *dst, const float *src, size_t n);
+	/* dst (this instance's memory) = src (the memory of instance src_ctx, maybe another
+	 * GPU); ordered after both instances' queued work. */
+	void (*copy_peer)(void *ctx, float *dst, void *src_ctx, const float *src, size_t n);
 	/* dst += src, both device memory of this backend. */
 	void (*add)(void *ctx, float *dst, const float *src, size_t n);
 	/* y (n, out) = x (n, in) @ w^T + b; w is (out, in) row-major, b (out). */
@@ -57,7 +79,19 @@ struct backend_ops {
 		    const struct sgd_hparams *h);
 	/* Wait for queued work; report the first error since the last sync. */
 	enum status (*sync)(void *ctx, struct diag *d);
+	/* Device memory in use by this instance, in bytes (0 if unknown). */
+	size_t (*mem_used)(void *ctx);
+	/* Optional (NULL if unsupported): record the work queued between graph_begin and
+	 * graph_end as graph `slot` (0..BACKEND_GRAPHS-1), and replay it with graph_launch.
+	 * A failed capture leaves the work unexecuted and returns an error. */
+	enum status (*graph_begin)(void *ctx, struct diag *d);
+	enum status (*graph_end)(void *ctx, int slot, struct diag *d);
+	enum status (*graph_launch)(void *ctx, int slot, struct diag *d);
+	/* The compute stream (cudaStream_t) for a communicator in the same module, or NULL. */
+	void *(*stream)(void *ctx);
 };
+
+#define BACKEND_GRAPHS 4
 
 struct backend {
 	const struct backend_ops *ops;
@@ -67,8 +101,13 @@ struct backend {
 extern const struct backend_ops backend_cpu_ops;
 
 /* Set up be with ops; ST_RUNTIME with the reason if the backend cannot start. */
-enum status backend_init(struct backend *be, const struct backend_ops *ops, struct diag *d);
+enum status backend_init(struct backend *be, const struct backend_ops *ops,
+			 const struct backend_config *cfg, struct diag *d);
 /* Safe to call twice. */
 void backend_free(struct backend *be);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -10,7 +10,7 @@
 #include "backend.h"
 #include "config.h"
 
-static enum status cpu_init(void **ctx, struct diag *d)
+static enum status cpu_init(void **ctx, const struct backend_config *cfg, struct diag *d)
 {
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
 	openblas_set_num_threads(1);
@@ -21,6 +21,11 @@ static enum status cpu_init(void **ctx, struct diag *d)
 
 static void cpu_fini(void *ctx)
 {
+}
+
+static enum status cpu_bind(void *ctx, struct diag *d)
+{
+	return ST_OK;
 }
 
 static float *cpu_alloc(void *ctx, size_t n)
@@ -37,6 +42,21 @@ static void cpu_copy(void *ctx, float *dst, const float *src, size_t n)
 {
 	if (dst != src)
 		memcpy(dst, src, n * sizeof(float));
+}
+
+static void cpu_copy_peer(void *ctx, float *dst, void *src_ctx, const float *src, size_t n)
+{
+	cpu_copy(ctx, dst, src, n);
+}
+
+static size_t cpu_mem_used(void *ctx)
+{
+	return 0;
+}
+
+static void *cpu_stream(void *ctx)
+{
+	return NULL;
 }
 
 static void cpu_add(void *ctx, float *dst, const float *src, size_t n)
@@ -128,13 +148,18 @@ static enum status cpu_sync(void *ctx, struct diag *d)
 
 const struct backend_ops backend_cpu_ops = {
 	.name = "cpu",
+	.host_memory = 1,
 	.init = cpu_init,
 	.fini = cpu_fini,
+	.bind = cpu_bind,
 	.alloc = cpu_alloc,
 	.free = cpu_free,
+	.host_alloc = cpu_alloc,
+	.host_free = cpu_free,
 	.to_device = cpu_copy,
 	.to_host = cpu_copy,
 	.copy = cpu_copy,
+	.copy_peer = cpu_copy_peer,
 	.add = cpu_add,
 	.linear_forward = cpu_linear_forward,
 	.linear_backward = cpu_linear_backward,
@@ -143,4 +168,6 @@ const struct backend_ops backend_cpu_ops = {
 	.mse = cpu_mse,
 	.sgd = cpu_sgd,
 	.sync = cpu_sync,
+	.mem_used = cpu_mem_used,
+	.stream = cpu_stream,
 };

@@ -3,8 +3,8 @@
  * all-reduces of float slices, progressed between layers and completed
  * before the optimizer step, plus the broadcast of the initial weights.
  *
- * The MPI implementation is here; the trainer only calls through
- * struct comm_ops, so a NCCL implementation can take its place.
+ * Implementations: MPI (comm_mpi.h, in ddptrain) and NCCL (in the CUDA
+ * module); the trainer only calls through struct comm_ops.
  */
 #ifndef DDPT_COMM_H
 #define DDPT_COMM_H
@@ -12,12 +12,12 @@
 #include <stddef.h>
 
 #include "status.h"
-#include "world.h"
 
 #define COMM_MAX_INFLIGHT 64
 
 struct comm_ops {
 	const char *name;
+	int capturable; /* its collectives can be recorded into a device graph (NCCL) */
 	/* Start summing buf[0..n) over all ranks, in place. */
 	enum status (*allreduce_start)(void *ctx, float *buf, size_t n, struct diag *d);
 	/* Let outstanding all-reduces advance; never blocks. */
@@ -34,8 +34,6 @@ struct comm {
 	void *ctx;
 };
 
-/* The MPI communicator over w's ranks (host memory). */
-enum status comm_mpi_init(struct comm *c, struct world *w, struct diag *d);
 /* Safe to call twice. */
 void comm_free(struct comm *c);
 

@@ -1,14 +1,32 @@
 /*
  * comm_mpi.c - gradient all-reduce with non-blocking MPI (MPI_Iallreduce in
  * place), progressed with MPI_Testall between layers.
+ *
+ * Device memory: with a CUDA-aware MPI the device pointers go to MPI after
+ * the backend's queued work is done; otherwise each bucket is copied into a
+ * pinned host mirror of the gradient buffer, reduced there, and copied back
+ * when the step's all-reduces complete.
  */
 #include <stdlib.h>
+#include <string.h>
 
-#include "comm.h"
+#include "comm_mpi.h"
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h> /* MPIX_Query_cuda_support, where Open MPI provides it */
+#endif
+
+enum mpi_path { PATH_HOST, PATH_DEVICE, PATH_STAGED };
 
 struct comm_mpi {
 	MPI_Comm comm;
+	enum mpi_path path;
+	struct backend *be;
+	float *base;        /* the device gradient buffer */
+	float *stage;       /* PATH_STAGED: its pinned host mirror */
+	size_t nfloats;
 	MPI_Request req[COMM_MAX_INFLIGHT];
+	float *dev[COMM_MAX_INFLIGHT]; /* PATH_STAGED: where each result goes back */
+	size_t len[COMM_MAX_INFLIGHT];
 	int nreq;
 };
 
@@ -21,9 +39,19 @@ static enum status mpi_fail(struct diag *d, int rc, const char *call)
 	return diag_set(d, ST_RUNTIME, "%s failed: %s", call, msg);
 }
 
+int comm_mpi_cuda_aware(void)
+{
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+	return MPIX_Query_cuda_support();
+#else
+	return 0;
+#endif
+}
+
 static enum status mpi_allreduce_start(void *ctx, float *buf, size_t n, struct diag *d)
 {
 	struct comm_mpi *c = ctx;
+	float *target = buf;
 	int rc;
 
 	if (c->nreq == COMM_MAX_INFLIGHT)
@@ -31,7 +59,20 @@ static enum status mpi_allreduce_start(void *ctx, float *buf, size_t n, struct d
 				COMM_MAX_INFLIGHT);
 	if (n > (size_t)1 << 30)
 		return diag_set(d, ST_RUNTIME, "internal: all-reduce of %zu floats is too large", n);
-	rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, c->comm,
+	if (c->path == PATH_STAGED) {
+		if (buf < c->base || buf + n > c->base + c->nfloats)
+			return diag_set(d, ST_RUNTIME, "internal: all-reduce outside the gradient buffer");
+		target = c->stage + (buf - c->base);
+		c->be->ops->to_host(c->be->ctx, target, buf, n); /* waits for the backward so far */
+		c->dev[c->nreq] = buf;
+		c->len[c->nreq] = n;
+	} else if (c->path == PATH_DEVICE) {
+		enum status st = c->be->ops->sync(c->be->ctx, d);
+
+		if (st != ST_OK)
+			return st;
+	}
+	rc = MPI_Iallreduce(MPI_IN_PLACE, target, (int)n, MPI_FLOAT, MPI_SUM, c->comm,
 			    &c->req[c->nreq]);
 	if (rc != MPI_SUCCESS)
 		return mpi_fail(d, rc, "MPI_Iallreduce");
@@ -55,6 +96,10 @@ static enum status mpi_wait_all(void *ctx, struct diag *d)
 
 	if (c->nreq > 0)
 		rc = MPI_Waitall(c->nreq, c->req, MPI_STATUSES_IGNORE);
+	if (rc == MPI_SUCCESS && c->path == PATH_STAGED)
+		for (int i = 0; i < c->nreq; i++)
+			c->be->ops->to_device(c->be->ctx, c->dev[i], c->stage + (c->dev[i] - c->base),
+					      c->len[i]);
 	c->nreq = 0;
 	if (rc != MPI_SUCCESS)
 		return mpi_fail(d, rc, "MPI_Waitall(gradient all-reduce)");
@@ -64,25 +109,45 @@ static enum status mpi_wait_all(void *ctx, struct diag *d)
 static enum status mpi_bcast(void *ctx, float *buf, size_t n, int root, struct diag *d)
 {
 	struct comm_mpi *c = ctx;
-	size_t chunk = (size_t)1 << 30;
+	const size_t chunk = (size_t)1 << 30;
+	float *host = buf;
+	enum status st = ST_OK;
 
-	for (size_t off = 0; off < n; off += chunk) {
+	if (c->path != PATH_HOST) { /* once, at start-up: a plain host copy will do */
+		host = malloc((n ? n : 1) * sizeof *host);
+		if (host == NULL)
+			return diag_set(d, ST_RUNTIME, "comm: out of memory for the broadcast");
+		c->be->ops->to_host(c->be->ctx, host, buf, n);
+	}
+	for (size_t off = 0; off < n && st == ST_OK; off += chunk) {
 		size_t len = n - off < chunk ? n - off : chunk;
-		int rc = MPI_Bcast(buf + off, (int)len, MPI_FLOAT, root, c->comm);
+		int rc = MPI_Bcast(host + off, (int)len, MPI_FLOAT, root, c->comm);
 
 		if (rc != MPI_SUCCESS)
-			return mpi_fail(d, rc, "MPI_Bcast(weights)");
+			st = mpi_fail(d, rc, "MPI_Bcast(weights)");
 	}
-	return ST_OK;
+	if (host != buf) {
+		if (st == ST_OK) {
+			c->be->ops->to_device(c->be->ctx, buf, host, n);
+			st = c->be->ops->sync(c->be->ctx, d);
+		}
+		free(host);
+	}
+	return st;
 }
 
 static void mpi_fini(void *ctx)
 {
-	free(ctx);
+	struct comm_mpi *c = ctx;
+
+	if (c != NULL && c->stage != NULL)
+		c->be->ops->host_free(c->be->ctx, c->stage);
+	free(c);
 }
 
 static const struct comm_ops comm_mpi_ops = {
 	.name = "mpi",
+	.capturable = 0,
 	.allreduce_start = mpi_allreduce_start,
 	.progress = mpi_progress,
 	.wait_all = mpi_wait_all,
@@ -90,7 +155,8 @@ static const struct comm_ops comm_mpi_ops = {
 	.fini = mpi_fini,
 };
 
-enum status comm_mpi_init(struct comm *c, struct world *w, struct diag *d)
+enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, float *base,
+			  size_t nfloats, struct diag *d)
 {
 	struct comm_mpi *m = calloc(1, sizeof *m);
 
@@ -99,15 +165,26 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct diag *d)
 	if (m == NULL)
 		return diag_set(d, ST_RUNTIME, "comm: out of memory");
 	m->comm = w->comm;
+	m->be = be;
+	m->base = base;
+	m->nfloats = nfloats;
+	m->path = be->ops->host_memory ? PATH_HOST : comm_mpi_cuda_aware() ? PATH_DEVICE : PATH_STAGED;
+	if (m->path == PATH_STAGED) {
+		m->stage = be->ops->host_alloc(be->ctx, nfloats);
+		if (m->stage == NULL) {
+			free(m);
+			return diag_set(d, ST_RUNTIME, "comm: out of pinned host memory for %zu floats", nfloats);
+		}
+	}
 	c->ops = &comm_mpi_ops;
 	c->ctx = m;
 	return ST_OK;
 }
 
-void comm_free(struct comm *c)
+const char *comm_mpi_path_name(const struct comm *c)
 {
-	if (c->ops != NULL)
-		c->ops->fini(c->ctx);
-	c->ops = NULL;
-	c->ctx = NULL;
+	static const char *const names[] = {"host memory", "device memory (CUDA-aware MPI)",
+					    "staged through pinned host memory"};
+
+	return names[((const struct comm_mpi *)c->ctx)->path];
 }

@@ -12,11 +12,13 @@
 #include <string.h>
 
 #include "backend.h"    /* backend_cpu_ops, backend_init, backend_free */
-#include "comm.h"       /* comm_mpi_init, comm_free */
+#include "comm.h"       /* comm_free */
+#include "comm_mpi.h"   /* comm_mpi_init, comm_mpi_path_name */
 #include "config.h"     /* PACKAGE_VERSION */
 #include "data.h"       /* data_init_synthetic, data_init_npy, data_free */
 #include "model.h"      /* model_init, model_init_host, model_tensor_name, model_free */
 #include "options.h"    /* options_parse, options_print_help */
+#include "placement.h"  /* placement_decide: CPU or GPU, MPI or NCCL */
 #include "report.h"     /* report_init, report_note, report_finish, report_free */
 #include "safetensors.h" /* st_open, st_find, st_read_f32, st_save */
 #include "status.h"     /* enum status, struct diag, status_exit_code */
@@ -26,7 +28,9 @@
 struct app {
 	struct world w;
 	struct options o;
+	struct placement pl;
 	struct dataset ds;
+	struct backend_config cfg;
 	struct backend be;
 	struct comm c;
 	struct model m;
@@ -61,12 +65,6 @@ static enum status check_runnable(struct app *a, struct diag *d)
 	if (o->mode == MODE_DP && a->w.size > 1)
 		return diag_set(d, ST_USAGE, "--mode=dp runs in one process (one thread per replica), but %d MPI ranks were started: run it without mpirun, or use --mode=ddp for one process per replica",
 				a->w.size);
-	if (o->mode == MODE_DP && o->replicas == 0)
-		o->replicas = 2; /* no GPUs in this build: two CPU replicas */
-	if (o->device == DEVICE_CUDA)
-		return diag_set(d, ST_RUNTIME, "--device=cuda: this ddptrain has no CUDA backend; use --device=cpu");
-	if (o->comm == COMM_NCCL)
-		return diag_set(d, ST_RUNTIME, "--backend=nccl: this ddptrain has no NCCL backend; use --backend=mpi");
 	return ST_OK;
 }
 
@@ -81,12 +79,12 @@ static void config_text(const struct app *a, char *buf, size_t len)
 		 "--layers=%s\n--batch-size=%ld\n--epochs=%ld\n--max-steps=%ld\n--lr=%.17g\n"
 		 "--momentum=%.17g\n--weight-decay=%.17g\n--grad-accum=%ld\n--seed=%llu\n"
 		 "data=%s %zu x (%d, %d)\n--shuffle=%d\n--drop-last=%d\n--mode=%s\n--device=%s\n"
-		 "--backend=%s\n--bucket-mb=%.17g\n--no-overlap=%d\n--replicas=%d\n",
+		 "--backend=%s\n--bucket-mb=%.17g\n--no-overlap=%d\n--replicas=%d\n--tf32=%d\n",
 		 widths, o->batch_size, o->epochs, o->max_steps, o->lr, o->momentum,
 		 o->weight_decay, o->grad_accum, (unsigned long long)o->seed,
 		 a->ds.synthetic ? "synthetic" : "npy", a->ds.n, a->ds.in, a->ds.out, o->shuffle,
 		 o->drop_last, options_mode_names[o->mode], options_device_names[o->device],
-		 options_comm_names[o->comm], o->bucket_mb, !o->overlap, o->replicas);
+		 options_comm_names[o->comm], o->bucket_mb, !o->overlap, o->replicas, o->tf32);
 }
 
 /* Rank 0's starting weights: --init, or nn.Linear's init from --seed. */
@@ -153,6 +151,26 @@ static enum status save_weights(struct app *a, const float *host)
 	return st_save(a->o.save, "--save", e, (size_t)(2 * m->nlayers), meta, 2, &a->d);
 }
 
+/* The gradient communicator: NCCL (rank 0's unique id broadcast over MPI) or MPI. */
+static enum status comm_init(struct app *a)
+{
+	unsigned char id[GPU_NCCL_ID_BYTES] = {0};
+	enum status st = ST_OK;
+
+	if (a->pl.comm != COMM_NCCL)
+		return agree(a, comm_mpi_init(&a->c, &a->w, &a->be, a->m.grads,
+					      a->m.nparams + MODEL_SLOTS, &a->d));
+	if (a->w.rank == 0)
+		st = a->pl.module.mod->nccl_unique_id(id, &a->d);
+	st = agree(a, st);
+	if (st == ST_OK)
+		st = agree(a, world_bcast(&a->w, id, sizeof id, 0, &a->d));
+	if (st == ST_OK)
+		st = agree(a, a->pl.module.mod->nccl_comm_init(&a->c, &a->be, id, a->w.rank, a->w.size,
+							       600, &a->d));
+	return st;
+}
+
 static enum status setup(struct app *a)
 {
 	struct options *o = &a->o;
@@ -173,19 +191,29 @@ static enum status setup(struct app *a)
 	if (st != ST_OK)
 		return st;
 
-	st = backend_init(&a->be, &backend_cpu_ops, &a->d);
-	if (st == ST_OK)
-		st = comm_mpi_init(&a->c, &a->w, &a->d);
+	st = agree(a, placement_decide(&a->pl, o, &a->w, &a->d));
+	if (st != ST_OK)
+		return st;
+	a->cfg.device = a->pl.gpu;
+	a->cfg.tf32 = o->tf32;
+	st = backend_init(&a->be, a->pl.device == DEVICE_CUDA ? a->pl.module.mod->backend : &backend_cpu_ops,
+			  &a->cfg, &a->d);
 	if (st == ST_OK)
 		st = model_init(&a->m, &a->be, o->widths, o->nlayers, (int)o->batch_size,
 				o->momentum != 0.0, &a->d);
+	st = agree(a, st);
 	if (st == ST_OK)
-		st = report_init(&a->r, a->w.rank == 0, o->quiet, o->metrics, &a->d);
+		st = comm_init(a);
+	if (st != ST_OK)
+		return st;
+	st = report_init(&a->r, a->w.rank == 0, o->quiet, o->metrics, &a->d);
 	if (st == ST_OK && a->w.rank == 0) {
 		host = malloc(a->m.nparams * sizeof *host);
 		st = host ? initial_weights(a, host) : diag_set(&a->d, ST_RUNTIME, "out of memory");
-		if (st == ST_OK)
+		if (st == ST_OK) {
 			a->be.ops->to_device(a->be.ctx, a->m.params, host, a->m.nparams);
+			st = a->be.ops->sync(a->be.ctx, &a->d);
+		}
 	}
 	free(host);
 	st = agree(a, st);
@@ -198,7 +226,7 @@ static enum status setup(struct app *a)
 /* Replicas of this run: MPI ranks (ddp) or worker threads (dp). */
 static int replicas(const struct app *a)
 {
-	return a->o.mode == MODE_DP ? a->o.replicas : a->w.size;
+	return a->o.mode == MODE_DP ? a->pl.replicas : a->w.size;
 }
 
 static void print_header(struct app *a)
@@ -209,11 +237,18 @@ static void print_header(struct app *a)
 	options_format_widths(&a->o, widths, sizeof widths);
 	if (dp)
 		report_note(&a->r, "ddptrain %s: mode dp, 1 process, %d replicas on worker threads, device %s",
-			    PACKAGE_VERSION, a->o.replicas, a->be.ops->name);
+			    PACKAGE_VERSION, a->pl.replicas, a->be.ops->name);
 	else
 		report_note(&a->r, "ddptrain %s: mode ddp, %d rank%s (%d on this node), device %s, backend %s",
 			    PACKAGE_VERSION, a->w.size, a->w.size == 1 ? "" : "s", a->w.local_size,
 			    a->be.ops->name, a->c.ops->name);
+	if (a->pl.notice[0] != '\0')
+		report_note(&a->r, "%s", a->pl.notice);
+	if (a->pl.device == DEVICE_CUDA)
+		report_note(&a->r, "rank 0: GPU %d of %d (%s), %s, TF32 %s%s%s", a->pl.gpu,
+			    a->pl.gpu_count, a->pl.gpu_name, a->pl.info, a->o.tf32 ? "on" : "off",
+			    a->pl.comm == COMM_MPI && !dp ? ", MPI path: " : "",
+			    a->pl.comm == COMM_MPI && !dp ? comm_mpi_path_name(&a->c) : "");
 	report_note(&a->r, "model %s (%zu parameters), data %s (%zu samples), batch %ld per %s x %d %ss x %ld accum = %ld per step",
 		    widths, a->m.nparams, a->ds.synthetic ? "synthetic" : a->o.inputs, a->ds.n,
 		    a->o.batch_size, dp ? "replica" : "rank", replicas(a), dp ? "replica" : "rank",
@@ -264,7 +299,7 @@ static enum status run(struct app *a)
 
 	print_header(a);
 	if (a->o.mode == MODE_DP)
-		st = trainer_dp(&a->o, a->o.replicas, &a->m, &a->ds, &a->r, &a->res, &a->d);
+		st = trainer_dp(&a->o, a->pl.replicas, &a->m, &a->cfg, &a->ds, &a->r, &a->res, &a->d);
 	else
 		st = trainer_ddp(&a->o, &a->w, &a->m, &a->c, &a->ds, &a->r, &a->res, &a->d);
 	st = agree(a, st);

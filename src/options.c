@@ -27,7 +27,7 @@ enum opt_key {
 	K_BATCH, K_EPOCHS, K_MAX_STEPS, K_LR, K_MOMENTUM, K_WD, K_ACCUM,
 	K_SEED, K_SAMPLES, K_INPUTS, K_TARGETS, K_SHUFFLE, K_NO_SHUFFLE,
 	K_DROP_LAST, K_INIT, K_SAVE, K_MODE, K_DEVICE, K_BACKEND, K_BUCKET,
-	K_NO_OVERLAP, K_LOG_EVERY, K_QUIET, K_METRICS, K_REPLICAS,
+	K_NO_OVERLAP, K_LOG_EVERY, K_QUIET, K_METRICS, K_REPLICAS, K_TF32,
 };
 
 struct opt_def {
@@ -58,8 +58,9 @@ static const struct opt_def opt_table[] = {
 	{"save", K_SAVE, "FILE", NULL, "write the final weights as safetensors (rank 0, atomically)"},
 	{"mode", K_MODE, "ddp|dp", "ddp", "ddp: one process per replica; dp: threads in one process"},
 	{"replicas", K_REPLICAS, "G", "auto", "--mode=dp worker threads, one replica each (auto: one per GPU, else 2)"},
-	{"device", K_DEVICE, "auto|cpu|cuda", "auto", "where the model runs"},
-	{"backend", K_BACKEND, "auto|mpi|nccl", "auto", "how gradients are all-reduced"},
+	{"device", K_DEVICE, "auto|cpu|cuda", "auto", "where the model runs (auto: a GPU if one is visible, else the CPU)"},
+	{"backend", K_BACKEND, "auto|mpi|nccl", "auto", "how gradients are all-reduced (auto: nccl on GPUs, else mpi)"},
+	{"tf32", K_TF32, NULL, "off", "let cuBLAS use TF32 tensor cores (faster; results no longer match float32)"},
 	{"bucket-mb", K_BUCKET, "F", "25", "gradient bucket cap in MiB"},
 	{"no-overlap", K_NO_OVERLAP, NULL, NULL, "all-reduce only after the whole backward"},
 	{"log-every", K_LOG_EVERY, "N", "250", "optimizer steps between progress lines (0 = none)"},
@@ -230,6 +231,7 @@ static enum status apply(struct options *o, int key, const char *arg, struct dia
 		st = parse_long(f, arg, 1, OPT_MAX_REPLICAS, &l, d);
 		o->replicas = (int)l;
 		return st;
+	case K_TF32: o->tf32 = 1; return ST_OK;
 	case K_QUIET: o->quiet = 1; return ST_OK;
 	case K_METRICS: o->metrics = arg; return ST_OK;
 	case K_HELP: o->help = 1; return ST_OK;

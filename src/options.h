@@ -43,6 +43,7 @@ struct options {
 	int quiet;
 	const char *metrics;            /* JSON Lines path or NULL */
 	int replicas;                   /* --mode=dp worker threads; 0 = auto */
+	int tf32;                       /* cuBLAS may use TF32 */
 	int help, version;              /* asked for --help / --version */
 };
 

@@ -10,6 +10,10 @@
 #ifndef DDPT_STATUS_H
 #define DDPT_STATUS_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum status {
 	ST_OK = 0,
 	ST_USAGE,   /* bad flag or value, inconsistent configuration: exit 2 */
@@ -32,5 +36,9 @@ enum status diag_errno(struct diag *d, int errnum, const char *fmt, ...)
 
 /* Exit code for a status: 0, 1 or 2. */
 int status_exit_code(enum status st);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

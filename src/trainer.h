@@ -34,14 +34,12 @@ struct train_result {
 	struct replica_stats rep[OPT_MAX_REPLICAS];
 };
 
-/* Steps per epoch for a shard of `per_rank` samples (micro-batches of batch, K per step). */
-long trainer_steps_per_epoch(size_t per_rank, long batch, long grad_accum);
-
 /* dp: G replicas on worker threads; the replica-0 model m0 holds the weights to train
- * (and is the one saved); the other replicas are created here on the same backend. */
+ * (and is the one saved); replica i is created here on an instance of m0's backend on
+ * device cfg->device + i. */
 enum status trainer_dp(const struct options *o, int replicas, struct model *m0,
-		       const struct dataset *ds, struct report *r, struct train_result *res,
-		       struct diag *d);
+		       const struct backend_config *cfg, const struct dataset *ds,
+		       struct report *r, struct train_result *res, struct diag *d);
 
 enum status trainer_ddp(const struct options *o, struct world *w, struct model *m,
 			struct comm *c, const struct dataset *ds, struct report *r,

@@ -12,26 +12,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sampler.h"
+#include "loader.h"
 #include "trainer.h"
 
 struct ddp {
 	const struct options *o;
 	struct model *m;
 	struct comm *c;
+	struct sgd_hparams h;
+	double wait;                /* host time blocked in wait_all */
+	const float *graph_x[2];    /* the host batch buffer each captured step reads */
+	int graph_off;              /* no (more) graphs: unsupported, or a capture failed */
 	struct bucket buckets[OPT_MAX_LAYERS];
 	int nbuckets;
 	int closes[OPT_MAX_LAYERS]; /* bucket completed by layer l's backward, or -1 */
 	enum status hook_st;
 	struct diag *d;
 };
-
-long trainer_steps_per_epoch(size_t per_rank, long batch, long grad_accum)
-{
-	long micro = (long)((per_rank + (size_t)batch - 1) / (size_t)batch);
-
-	return (micro + grad_accum - 1) / grad_accum;
-}
 
 /* Called by backward after each layer: start the bucket it completes, or progress MPI. */
 static void ddp_layer_done(void *arg, int layer)
@@ -58,125 +55,174 @@ static enum status start_all_buckets(struct ddp *t)
 	return st;
 }
 
+/* Queue one micro-batch: copy in, forward, loss, backward; on the step's last micro-batch
+ * also the all-reduces (started during backward unless --no-overlap) and the optimizer. */
+static enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulate, int sync,
+			     float scale)
+{
+	struct model *m = t->m;
+	const struct backend_ops *ops = m->be->ops;
+	void *bctx = m->be->ctx;
+	const int in = m->widths[0], out = m->widths[m->nlayers];
+	enum status st;
+	double tw;
+
+	ops->to_device(bctx, m->act[0], b->x, (size_t)b->n * in);
+	ops->to_device(bctx, m->target, b->y, (size_t)b->n * out);
+	model_forward(m, b->n);
+	ops->mse(bctx, m->dbuf[0], m->grads + m->nparams + MODEL_SLOT_LOSS, m->act[m->nlayers],
+		 m->target, b->n, out, scale, accumulate);
+	t->hook_st = ST_OK;
+	model_backward(m, b->n, accumulate, sync && t->o->overlap ? ddp_layer_done : NULL, t);
+	if (!sync)
+		return ST_OK;
+	st = t->hook_st;
+	if (st == ST_OK && !t->o->overlap)
+		st = start_all_buckets(t);
+	if (st != ST_OK)
+		return st;
+	tw = world_time();
+	st = t->c->ops->wait_all(t->c->ctx, t->d);
+	t->wait += world_time() - tw;
+	if (st == ST_OK)
+		ops->sgd(bctx, m->params, m->grads, m->mom, m->nparams, &t->h);
+	return st;
+}
+
+/* A whole step as a device graph, where the backend and communicator allow it: recorded
+ * on its second occurrence for each host buffer (the first warms up cuBLAS and NCCL),
+ * replayed after that. Returns ST_OK with *done = 0 when the step must run eagerly. */
+static enum status ddp_graph_step(struct ddp *t, const struct batch *b, float scale, long step,
+				  int *done)
+{
+	const struct backend_ops *ops = t->m->be->ops;
+	void *bctx = t->m->be->ctx;
+	struct diag why = {0};
+	int slot = b->x == t->graph_x[0] ? 0 : b->x == t->graph_x[1] ? 1 : -1;
+	enum status st;
+
+	*done = 0;
+	if (t->graph_off)
+		return ST_OK;
+	if (slot >= 0)
+		return ops->graph_launch(bctx, slot, t->d) == ST_OK ? (*done = 1, ST_OK) : ST_RUNTIME;
+	if (step < 1)
+		return ST_OK;
+	slot = t->graph_x[0] == NULL ? 0 : 1;
+	if (t->graph_x[slot] != NULL || ops->graph_begin(bctx, &why) != ST_OK) {
+		t->graph_off = 1;
+		return ST_OK;
+	}
+	st = ddp_micro(t, b, 0, 1, scale);
+	if (ops->graph_end(bctx, slot, &why) != ST_OK || st != ST_OK) {
+		t->graph_off = 1;
+		return ST_OK; /* nothing ran: the caller runs the step eagerly */
+	}
+	t->graph_x[slot] = b->x;
+	*done = 1;
+	return ops->graph_launch(bctx, slot, t->d);
+}
+
 enum status trainer_ddp(const struct options *o, struct world *w, struct model *m,
 			struct comm *c, const struct dataset *ds, struct report *r,
 			struct train_result *res, struct diag *d)
 {
 	const struct backend_ops *ops = m->be->ops;
 	void *bctx = m->be->ctx;
-	const int in = m->widths[0], out = m->widths[m->nlayers];
 	const size_t cap = (size_t)(o->bucket_mb * 1048576.0 / sizeof(float));
 	const size_t first_cap = cap < 262144 ? cap : 262144; /* PyTorch: first bucket 1 MiB */
 	struct sgd_hparams h = {(float)o->lr, (float)o->momentum, (float)o->weight_decay};
-	struct ddp t = {.o = o, .m = m, .c = c, .d = d};
-	struct sampler s;
-	float *hx, *hy, loss = 0.0f;
+	struct ddp t = {.o = o, .m = m, .c = c, .d = d, .h = h};
+	struct loader L;
+	struct batch b;
+	float loss = 0.0f;
 	long steps_per_epoch, total, step = 0;
-	double t0, t_last_log, wait = 0.0, consumed = 0.0, consumed_at_log = 0.0;
+	double t0, t_last_log, consumed = 0.0, consumed_at_log = 0.0;
 	double loss_sum = 0.0; /* since the last progress line */
 	long loss_count = 0;
+	int graphs;
 	enum status st;
 
 	memset(res, 0, sizeof *res);
-	st = sampler_init(&s, ds->n, w->size, w->rank, o->shuffle, o->drop_last, o->seed, d);
+	st = loader_init(&L, ds, w->size, w->rank, o->shuffle, o->drop_last, o->seed, o->batch_size,
+			 0, o->epochs, m->be, d);
 	if (st != ST_OK)
 		return st;
-	hx = malloc((size_t)o->batch_size * (size_t)in * sizeof *hx);
-	hy = malloc((size_t)o->batch_size * (size_t)out * sizeof *hy);
-	if (hx == NULL || hy == NULL) {
-		st = diag_set(d, ST_RUNTIME, "trainer: out of memory for the batch");
-		goto out;
-	}
 	t.nbuckets = model_plan_buckets(m, cap ? cap : 1, first_cap ? first_cap : 1, t.buckets);
 	for (int l = 0; l < m->nlayers; l++)
 		t.closes[l] = -1;
-	for (int b = 0; b < t.nbuckets; b++)
-		t.closes[t.buckets[b].lo] = b;
+	for (int k = 0; k < t.nbuckets; k++)
+		t.closes[t.buckets[k].lo] = k;
 
-	steps_per_epoch = trainer_steps_per_epoch(s.num_samples, o->batch_size, o->grad_accum);
+	steps_per_epoch = (L.nmicro + o->grad_accum - 1) / o->grad_accum;
 	total = steps_per_epoch * o->epochs;
 	if (o->max_steps > 0 && o->max_steps < total)
 		total = o->max_steps;
 	report_note(r, "buckets: %d (cap %.3g MiB), %ld steps per epoch, %ld steps in all",
 		    t.nbuckets, o->bucket_mb, steps_per_epoch, total);
 
+	/* Steps can be device graphs with a backend that records them and a communicator whose
+	 * collectives can be recorded (NCCL), for whole, single-micro-batch steps. */
+	graphs = ops->graph_begin != NULL && c->ops->capturable && o->grad_accum == 1;
+	t.graph_off = !graphs;
 	t0 = t_last_log = world_time();
-	for (long epoch = 0; epoch < o->epochs && step < total; epoch++) {
-		long nmicro = (long)((s.num_samples + (size_t)o->batch_size - 1) / (size_t)o->batch_size);
+	while (step < total && loader_next(&L, &b)) {
+		long gi = b.mb % o->grad_accum;
+		long group = L.nmicro - (b.mb - gi) < o->grad_accum ? L.nmicro - (b.mb - gi)
+								     : o->grad_accum;
+		int sync = gi == group - 1, done = 0;
+		float scale = 1.0f / ((float)w->size * (float)group);
 
-		sampler_set_epoch(&s, (uint64_t)epoch);
-		res->epochs = epoch + 1;
-		for (long mb = 0; mb < nmicro && step < total; mb++) {
-			long gi = mb % o->grad_accum;
-			long group = nmicro - (mb - gi) < o->grad_accum ? nmicro - (mb - gi) : o->grad_accum;
-			size_t first = (size_t)mb * (size_t)o->batch_size;
-			int n = (int)((s.num_samples - first) < (size_t)o->batch_size ?
-				      s.num_samples - first : (size_t)o->batch_size);
-			int sync = gi == group - 1;
-			float scale = 1.0f / ((float)w->size * (float)group);
+		res->epochs = b.epoch + 1;
+		st = ST_OK;
+		if (graphs && b.n == o->batch_size)
+			st = ddp_graph_step(&t, &b, scale, step, &done);
+		if (st == ST_OK && !done)
+			st = ddp_micro(&t, &b, gi > 0, sync, scale);
+		if (st != ST_OK)
+			goto out;
+		loader_prefetch(&L); /* the next batch, while the device works on this one */
+		consumed += b.n;
+		if (!sync)
+			continue;
+		/* The step's one host synchronisation: its loss, for the finiteness check. */
+		ops->to_host(bctx, &loss, m->grads + m->nparams + MODEL_SLOT_LOSS, 1);
+		if (!isfinite(loss)) {
+			st = diag_set(d, ST_RUNTIME,
+				      "loss is %f at step %ld (epoch %ld): training diverged; lower --lr",
+				      (double)loss, step + 1, b.epoch + 1);
+			goto out;
+		}
+		step++;
+		if (step == 1)
+			res->first_loss = loss;
+		res->final_loss = loss;
+		loss_sum += loss;
+		loss_count++;
+		if ((o->log_every > 0 && step % o->log_every == 0) || step == total) {
+			double now = world_time();
+			double sps = (consumed - consumed_at_log) * w->size / (now - t_last_log);
 
-			data_fill(ds, s.indices + first, (size_t)n, hx, hy);
-			ops->to_device(bctx, m->act[0], hx, (size_t)n * in);
-			ops->to_device(bctx, m->target, hy, (size_t)n * out);
-			model_forward(m, n);
-			ops->mse(bctx, m->dbuf[0], m->grads + m->nparams + MODEL_SLOT_LOSS,
-				 m->act[m->nlayers], m->target, n, out, scale, gi > 0);
-			consumed += n;
-			t.hook_st = ST_OK;
-			model_backward(m, n, gi > 0, sync && o->overlap ? ddp_layer_done : NULL, &t);
-			if (!sync)
-				continue;
-			st = t.hook_st;
-			if (st == ST_OK && !o->overlap)
-				st = start_all_buckets(&t);
-			if (st == ST_OK) {
-				double tw = world_time();
-
-				st = c->ops->wait_all(c->ctx, d);
-				wait += world_time() - tw;
-			}
-			if (st != ST_OK)
-				goto out;
-			ops->to_host(bctx, &loss, m->grads + m->nparams + MODEL_SLOT_LOSS, 1);
-			if (!isfinite(loss)) {
-				st = diag_set(d, ST_RUNTIME,
-					      "loss is %f at step %ld (epoch %ld): training diverged; lower --lr",
-					      (double)loss, step + 1, epoch + 1);
-				goto out;
-			}
-			ops->sgd(bctx, m->params, m->grads, m->mom, m->nparams, &h);
-			step++;
-			if (step == 1)
-				res->first_loss = loss;
-			res->final_loss = loss;
-			loss_sum += loss;
-			loss_count++;
-			if ((o->log_every > 0 && step % o->log_every == 0) || step == total) {
-				double now = world_time();
-				double sps = (consumed - consumed_at_log) * w->size / (now - t_last_log);
-
-				report_step(r, epoch + 1, step, total, loss_sum / (double)loss_count, sps, now - t0);
-				t_last_log = now;
-				consumed_at_log = consumed;
-				loss_sum = 0.0;
-				loss_count = 0;
-			}
+			report_step(r, b.epoch + 1, step, total, loss_sum / (double)loss_count, sps,
+				    now - t0);
+			t_last_log = now;
+			consumed_at_log = consumed;
+			loss_sum = 0.0;
+			loss_count = 0;
 		}
 	}
 	st = ops->sync(bctx, d);
 	res->steps = step;
 	res->seconds = world_time() - t0;
-	res->wait_s = wait;
+	res->wait_s = t.wait;
 	res->samples = consumed * w->size;
 	res->nreplicas = 1;
-	res->rep[0].wait_s = wait;
-	res->rep[0].compute_s = res->seconds - wait;
+	res->rep[0].wait_s = t.wait;
+	res->rep[0].compute_s = res->seconds - t.wait;
 	res->rep[0].bytes_in = res->rep[0].bytes_out =
 		(double)step * (double)(m->nparams + MODEL_SLOTS) * sizeof(float);
 	res->rep[0].state_bytes = m->bytes;
 out:
-	free(hx);
-	free(hy);
-	sampler_free(&s);
+	loader_free(&L);
 	return st;
 }

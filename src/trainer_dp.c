@@ -19,11 +19,12 @@
  */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "sampler.h"
+#include "loader.h"
 #include "trainer.h"
 
 enum dp_job { JOB_FORWARD, JOB_BACKWARD, JOB_QUIT };
@@ -33,6 +34,7 @@ struct dp;
 struct dp_replica {
 	struct dp *dp;
 	int id;
+	struct backend own_be; /* replicas 1..G-1: an instance on device id */
 	struct model own;     /* replicas 1..G-1 */
 	struct model *m;      /* &own, or the caller's model for replica 0 */
 	pthread_t thread;
@@ -51,6 +53,9 @@ struct dp {
 	float *outputs;       /* replica 0: (batch, out) gathered outputs */
 	float *targets;       /* replica 0: (batch, out) */
 	float *dout;          /* replica 0: (batch, out) gradient of the loss wrt outputs */
+	float *scratch;       /* replica 0: (nparams) another replica's gradients, when the
+			       * replicas do not share host memory */
+	int timed_sync;       /* sync after each phase so host timers measure device work */
 };
 
 static double now_s(void)
@@ -59,6 +64,14 @@ static double now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Close a timed phase begun at t0: wait for the device when timing device work. */
+static void phase_end(struct dp *dp, struct backend *be, double *acc, double t0)
+{
+	if (dp->timed_sync)
+		be->ops->sync(be->ctx, NULL);
+	*acc += now_s() - t0;
 }
 
 /* The parallel part of a job, run by replica r's thread. */
@@ -74,17 +87,17 @@ static void run_job(struct dp_replica *r, enum dp_job job)
 	if (job == JOB_FORWARD) {
 		if (r->id > 0) {
 			t = now_s();
-			ops->copy(r->m->be->ctx, r->m->params, m0->params, m0->nparams);
-			r->st->seconds[DP_REPLICATE] += now_s() - t;
+			ops->copy_peer(r->m->be->ctx, r->m->params, m0->be->ctx, m0->params, m0->nparams);
+			phase_end(dp, r->m->be, &r->st->seconds[DP_REPLICATE], t);
 			r->st->bytes_in += (double)m0->nparams * sizeof(float);
 		}
 		t = now_s();
 		model_forward(r->m, r->n);
-		r->st->seconds[DP_FORWARD] += now_s() - t;
+		phase_end(dp, r->m->be, &r->st->seconds[DP_FORWARD], t);
 	} else if (job == JOB_BACKWARD) {
 		t = now_s();
 		model_backward(r->m, r->n, r->accumulate, NULL, NULL);
-		r->st->seconds[DP_BACKWARD] += now_s() - t;
+		phase_end(dp, r->m->be, &r->st->seconds[DP_BACKWARD], t);
 	}
 }
 
@@ -93,6 +106,7 @@ static void *worker_main(void *arg)
 	struct dp_replica *r = arg;
 	struct dp *dp = r->dp;
 
+	r->m->be->ops->bind(r->m->be->ctx, NULL); /* this thread drives replica r's device */
 	for (;;) {
 		enum dp_job job;
 
@@ -130,10 +144,12 @@ static void plan_chunks(struct dp *dp, int n)
 	}
 }
 
-/* One micro-batch: n rows in hx/hy; scale = 1 / micro-batches in this step. */
-static void dp_micro_batch(struct dp *dp, const float *hx, const float *hy, int n, float scale,
+/* One micro-batch b; scale = 1 / micro-batches in this step. */
+static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *b, float scale,
 			   int first_in_group)
 {
+	const float *hx = b->x, *hy = b->y;
+	const int n = b->n;
 	struct dp_replica *r0 = &dp->rep[0];
 	struct model *m0 = r0->m;
 	const struct backend_ops *ops = m0->be->ops;
@@ -152,16 +168,17 @@ static void dp_micro_batch(struct dp *dp, const float *hx, const float *hy, int 
 		t = now_s();
 		r->m->be->ops->to_device(r->m->be->ctx, r->m->act[0], hx + r->row0 * in,
 					 (size_t)r->n * in);
-		r->st->seconds[DP_SCATTER] += now_s() - t;
+		phase_end(dp, r->m->be, &r->st->seconds[DP_SCATTER], t);
 		r->st->bytes_in += (double)r->n * in * sizeof(float);
 		if (i > 0)
 			r0->st->bytes_out += (double)pbytes; /* replica 0's weights, replicated */
 	}
 	t = now_s();
 	ops->to_device(c0, dp->targets, hy, (size_t)n * out);
-	r0->st->seconds[DP_SCATTER] += now_s() - t;
+	phase_end(dp, m0->be, &r0->st->seconds[DP_SCATTER], t);
 	r0->st->bytes_in += (double)n * out * sizeof(float);
 
+	loader_prefetch(l); /* the next batch, while the devices work on this one */
 	dispatch(dp, JOB_FORWARD);
 
 	/* Gather the outputs onto replica 0. */
@@ -171,19 +188,20 @@ static void dp_micro_batch(struct dp *dp, const float *hx, const float *hy, int 
 
 		if (r->n == 0)
 			continue;
-		ops->copy(c0, dp->outputs + r->row0 * out, r->m->act[L], (size_t)r->n * out);
+		ops->copy_peer(c0, dp->outputs + r->row0 * out, r->m->be->ctx, r->m->act[L],
+			       (size_t)r->n * out);
 		if (i > 0) {
 			r->st->bytes_out += (double)r->n * out * sizeof(float);
 			r0->st->bytes_in += (double)r->n * out * sizeof(float);
 		}
 	}
-	r0->st->seconds[DP_GATHER] += now_s() - t;
+	phase_end(dp, m0->be, &r0->st->seconds[DP_GATHER], t);
 
 	/* The loss over the whole batch, on replica 0. */
 	t = now_s();
 	ops->mse(c0, dp->dout, m0->grads + m0->nparams + MODEL_SLOT_LOSS, dp->outputs, dp->targets,
 		 n, out, scale, !first_in_group);
-	r0->st->seconds[DP_LOSS] += now_s() - t;
+	phase_end(dp, m0->be, &r0->st->seconds[DP_LOSS], t);
 
 	/* Scatter the output gradient back with the same chunks. */
 	for (int i = 0; i < dp->g; i++) {
@@ -192,9 +210,9 @@ static void dp_micro_batch(struct dp *dp, const float *hx, const float *hy, int 
 		if (r->n == 0)
 			continue;
 		t = now_s();
-		r->m->be->ops->copy(r->m->be->ctx, r->m->dbuf[0], dp->dout + r->row0 * out,
-				    (size_t)r->n * out);
-		r->st->seconds[DP_SCATTER] += now_s() - t;
+		r->m->be->ops->copy_peer(r->m->be->ctx, r->m->dbuf[0], c0, dp->dout + r->row0 * out,
+					 (size_t)r->n * out);
+		phase_end(dp, r->m->be, &r->st->seconds[DP_SCATTER], t);
 		if (i > 0) {
 			r->st->bytes_in += (double)r->n * out * sizeof(float);
 			r0->st->bytes_out += (double)r->n * out * sizeof(float);
@@ -210,11 +228,16 @@ static void dp_micro_batch(struct dp *dp, const float *hx, const float *hy, int 
 
 		if (r->n == 0)
 			continue;
-		ops->add(c0, m0->grads, r->m->grads, m0->nparams);
+		if (dp->scratch != NULL) {
+			ops->copy_peer(c0, dp->scratch, r->m->be->ctx, r->m->grads, m0->nparams);
+			ops->add(c0, m0->grads, dp->scratch, m0->nparams);
+		} else {
+			ops->add(c0, m0->grads, r->m->grads, m0->nparams);
+		}
 		r->st->bytes_out += (double)pbytes;
 		r0->st->bytes_in += (double)pbytes;
 	}
-	r0->st->seconds[DP_REDUCE] += now_s() - t;
+	phase_end(dp, m0->be, &r0->st->seconds[DP_REDUCE], t);
 }
 
 static void dp_free(struct dp *dp)
@@ -234,25 +257,34 @@ static void dp_free(struct dp *dp)
 		pthread_barrier_destroy(&dp->go);
 		pthread_barrier_destroy(&dp->done);
 	}
-	for (int i = 1; i < dp->g; i++)
+	for (int i = 1; i < OPT_MAX_REPLICAS; i++) {
 		model_free(&dp->rep[i].own);
+		backend_free(&dp->rep[i].own_be);
+	}
 	if (be != NULL) {
+		be->ops->bind(be->ctx, NULL);
 		be->ops->free(be->ctx, dp->outputs);
 		be->ops->free(be->ctx, dp->targets);
 		be->ops->free(be->ctx, dp->dout);
+		be->ops->free(be->ctx, dp->scratch);
 	}
 }
 
+/* Replica 0 is m0 on the caller's backend; replica i gets a backend instance on device i
+ * (cfg->device + i) and a model for chunks of up to ceil(max_batch / g) rows. */
 static enum status dp_init(struct dp *dp, int g, struct model *m0, int max_batch,
-			   struct train_result *res, struct diag *d)
+			   const struct backend_config *cfg, struct train_result *res,
+			   struct diag *d)
 {
 	const struct backend_ops *ops = m0->be->ops;
 	const int out = m0->widths[m0->nlayers];
 	const size_t gathered = (size_t)max_batch * (size_t)out;
 	int chunk = (max_batch + g - 1) / g;
+	enum status st;
 
 	memset(dp, 0, sizeof *dp);
 	dp->rep[0].m = m0;
+	dp->timed_sync = !ops->host_memory;
 	for (int i = 0; i < g; i++) {
 		dp->rep[i].dp = dp;
 		dp->rep[i].id = i;
@@ -261,22 +293,29 @@ static enum status dp_init(struct dp *dp, int g, struct model *m0, int max_batch
 	dp->outputs = ops->alloc(m0->be->ctx, gathered);
 	dp->targets = ops->alloc(m0->be->ctx, gathered);
 	dp->dout = ops->alloc(m0->be->ctx, gathered);
-	if (dp->outputs == NULL || dp->targets == NULL || dp->dout == NULL) {
+	if (!ops->host_memory)
+		dp->scratch = ops->alloc(m0->be->ctx, m0->nparams);
+	if (!dp->outputs || !dp->targets || !dp->dout || (!ops->host_memory && !dp->scratch)) {
 		dp_free(dp);
-		return diag_set(d, ST_RUNTIME, "dp: out of memory for the gathered batch");
+		return diag_set(d, ST_RUNTIME, "dp: out of %s memory for the gathered batch", ops->name);
 	}
-	res->rep[0].state_bytes = m0->bytes + 3 * gathered * sizeof(float);
+	res->rep[0].state_bytes = m0->bytes + (3 * gathered + (dp->scratch ? m0->nparams : 0)) * sizeof(float);
 	for (int i = 1; i < g; i++) {
-		enum status st = model_init(&dp->rep[i].own, m0->be, m0->widths, m0->nlayers, chunk, 0, d);
+		struct backend_config c = *cfg;
 
+		c.device = cfg->device + i;
+		st = backend_init(&dp->rep[i].own_be, ops, &c, d);
+		if (st == ST_OK)
+			st = model_init(&dp->rep[i].own, &dp->rep[i].own_be, m0->widths, m0->nlayers,
+					chunk, 0, d);
 		if (st != ST_OK) {
-			dp->g = 0;
 			dp_free(dp);
 			return st;
 		}
 		dp->rep[i].m = &dp->rep[i].own;
 		res->rep[i].state_bytes = dp->rep[i].own.bytes;
 	}
+	ops->bind(m0->be->ctx, NULL); /* this thread drives replica 0 */
 	dp->g = g;
 	pthread_barrier_init(&dp->go, NULL, (unsigned)g);
 	pthread_barrier_init(&dp->done, NULL, (unsigned)g);
@@ -292,48 +331,52 @@ static enum status dp_init(struct dp *dp, int g, struct model *m0, int max_batch
 	return ST_OK;
 }
 
+/* Peak device memory each replica held, where the backend can tell. */
+static void dp_memory(struct dp *dp, struct train_result *res)
+{
+	for (int i = 0; i < dp->g; i++) {
+		struct backend *be = dp->rep[i].m->be;
+		size_t used = be->ops->mem_used(be->ctx);
+
+		if (used > 0)
+			res->rep[i].state_bytes = used;
+	}
+}
+
 enum status trainer_dp(const struct options *o, int replicas, struct model *m0,
-		       const struct dataset *ds, struct report *r, struct train_result *res,
-		       struct diag *d)
+		       const struct backend_config *cfg, const struct dataset *ds,
+		       struct report *r, struct train_result *res, struct diag *d)
 {
 	const struct backend_ops *ops = m0->be->ops;
 	void *c0 = m0->be->ctx;
-	const int in = m0->widths[0], out = m0->widths[m0->nlayers];
 	const long global = o->batch_size * replicas; /* samples per micro-batch */
 	struct sgd_hparams h = {(float)o->lr, (float)o->momentum, (float)o->weight_decay};
-	struct sampler s;
+	struct loader L;
+	struct batch b;
 	struct dp dp;
-	float *hx = NULL, *hy = NULL, loss = 0.0f;
-	long nmicro, steps_per_epoch, total, step = 0;
+	float loss = 0.0f;
+	long steps_per_epoch, total, step = 0;
 	double t0, t_last_log, consumed = 0.0, consumed_at_log = 0.0, loss_sum = 0.0;
 	long loss_count = 0;
 	enum status st;
 
 	memset(res, 0, sizeof *res);
 	res->nreplicas = replicas;
-	st = sampler_init(&s, ds->n, 1, 0, o->shuffle, 0, o->seed, d);
-	if (st != ST_OK)
-		return st;
-	nmicro = (long)(s.num_samples / (size_t)global);
-	if (!o->drop_last && s.num_samples % (size_t)global != 0)
-		nmicro++;
-	if (nmicro == 0) {
-		sampler_free(&s);
-		return diag_set(d, ST_USAGE, "--drop-last: %zu samples make no full batch of %ld (--batch-size x --replicas)",
-				s.num_samples, global);
-	}
-	st = dp_init(&dp, replicas, m0, (int)global, res, d);
+	/* One global order (world 1); batches of B*G; --drop-last drops the short one. */
+	st = loader_init(&L, ds, 1, 0, o->shuffle, 0, o->seed, global, o->drop_last, o->epochs,
+			 m0->be, d);
 	if (st != ST_OK) {
-		sampler_free(&s);
+		if (st == ST_USAGE)
+			snprintf(d->msg + strlen(d->msg), sizeof d->msg - strlen(d->msg),
+				 " (--batch-size x --replicas)");
 		return st;
 	}
-	hx = malloc((size_t)global * (size_t)in * sizeof *hx);
-	hy = malloc((size_t)global * (size_t)out * sizeof *hy);
-	if (hx == NULL || hy == NULL) {
-		st = diag_set(d, ST_RUNTIME, "trainer: out of memory for the batch");
-		goto out;
+	st = dp_init(&dp, replicas, m0, (int)global, cfg, res, d);
+	if (st != ST_OK) {
+		loader_free(&L);
+		return st;
 	}
-	steps_per_epoch = (nmicro + o->grad_accum - 1) / o->grad_accum;
+	steps_per_epoch = (L.nmicro + o->grad_accum - 1) / o->grad_accum;
 	total = steps_per_epoch * o->epochs;
 	if (o->max_steps > 0 && o->max_steps < total)
 		total = o->max_steps;
@@ -341,58 +384,51 @@ enum status trainer_dp(const struct options *o, int replicas, struct model *m0,
 		    replicas, global, (global + replicas - 1) / replicas, steps_per_epoch, total);
 
 	t0 = t_last_log = now_s();
-	for (long epoch = 0; epoch < o->epochs && step < total; epoch++) {
-		sampler_set_epoch(&s, (uint64_t)epoch);
-		res->epochs = epoch + 1;
-		for (long mb = 0; mb < nmicro && step < total; mb++) {
-			long gi = mb % o->grad_accum;
-			long group = nmicro - (mb - gi) < o->grad_accum ? nmicro - (mb - gi) : o->grad_accum;
-			size_t first = (size_t)mb * (size_t)global;
-			int n = (int)(s.num_samples - first < (size_t)global ? s.num_samples - first
-									  : (size_t)global);
-			double t;
+	while (step < total && loader_next(&L, &b)) {
+		long gi = b.mb % o->grad_accum;
+		long group = L.nmicro - (b.mb - gi) < o->grad_accum ? L.nmicro - (b.mb - gi)
+								     : o->grad_accum;
+		double t;
 
-			data_fill(ds, s.indices + first, (size_t)n, hx, hy);
-			dp_micro_batch(&dp, hx, hy, n, 1.0f / (float)group, gi == 0);
-			consumed += n;
-			if (gi != group - 1)
-				continue;
-			ops->to_host(c0, &loss, m0->grads + m0->nparams + MODEL_SLOT_LOSS, 1);
-			if (!isfinite(loss)) {
-				st = diag_set(d, ST_RUNTIME,
-					      "loss is %f at step %ld (epoch %ld): training diverged; lower --lr",
-					      (double)loss, step + 1, epoch + 1);
-				goto out;
-			}
-			t = now_s();
-			ops->sgd(c0, m0->params, m0->grads, m0->mom, m0->nparams, &h);
-			res->rep[0].seconds[DP_STEP] += now_s() - t;
-			step++;
-			if (step == 1)
-				res->first_loss = loss;
-			res->final_loss = loss;
-			loss_sum += loss;
-			loss_count++;
-			if ((o->log_every > 0 && step % o->log_every == 0) || step == total) {
-				double tn = now_s();
+		res->epochs = b.epoch + 1;
+		dp_micro_batch(&dp, &L, &b, 1.0f / (float)group, gi == 0);
+		consumed += b.n;
+		if (gi != group - 1)
+			continue;
+		t = now_s();
+		ops->sgd(c0, m0->params, m0->grads, m0->mom, m0->nparams, &h);
+		phase_end(&dp, m0->be, &res->rep[0].seconds[DP_STEP], t);
+		ops->to_host(c0, &loss, m0->grads + m0->nparams + MODEL_SLOT_LOSS, 1);
+		if (!isfinite(loss)) {
+			st = diag_set(d, ST_RUNTIME,
+				      "loss is %f at step %ld (epoch %ld): training diverged; lower --lr",
+				      (double)loss, step + 1, b.epoch + 1);
+			goto out;
+		}
+		step++;
+		if (step == 1)
+			res->first_loss = loss;
+		res->final_loss = loss;
+		loss_sum += loss;
+		loss_count++;
+		if ((o->log_every > 0 && step % o->log_every == 0) || step == total) {
+			double tn = now_s();
 
-				report_step(r, epoch + 1, step, total, loss_sum / (double)loss_count,
-					    (consumed - consumed_at_log) / (tn - t_last_log), tn - t0);
-				t_last_log = tn;
-				consumed_at_log = consumed;
-				loss_sum = 0.0;
-				loss_count = 0;
-			}
+			report_step(r, b.epoch + 1, step, total, loss_sum / (double)loss_count,
+				    (consumed - consumed_at_log) / (tn - t_last_log), tn - t0);
+			t_last_log = tn;
+			consumed_at_log = consumed;
+			loss_sum = 0.0;
+			loss_count = 0;
 		}
 	}
 	st = ops->sync(c0, d);
 	res->steps = step;
 	res->seconds = now_s() - t0;
 	res->samples = consumed;
+	dp_memory(&dp, res);
 out:
-	free(hx);
-	free(hy);
 	dp_free(&dp);
-	sampler_free(&s);
+	loader_free(&L);
 	return st;
 }

@@ -97,6 +97,30 @@ enum status world_check_config(struct world *w, const char *text, struct diag *d
 	return ST_OK;
 }
 
+int world_all(struct world *w, int mine)
+{
+	int in = mine != 0, out = 0;
+
+	if (MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_MIN, w->comm) != MPI_SUCCESS)
+		return 0;
+	return out;
+}
+
+enum status world_bcast(struct world *w, void *buf, size_t len, int root, struct diag *d)
+{
+	int rc = MPI_Bcast(buf, (int)len, MPI_BYTE, root, w->comm);
+
+	return rc == MPI_SUCCESS ? ST_OK : mpi_fail(d, rc, "MPI_Bcast");
+}
+
+enum status world_local_allgather(struct world *w, const void *mine, size_t len, void *all,
+				  struct diag *d)
+{
+	int rc = MPI_Allgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, w->local);
+
+	return rc == MPI_SUCCESS ? ST_OK : mpi_fail(d, rc, "MPI_Allgather(node)");
+}
+
 enum status world_gather(struct world *w, const void *mine, size_t len, void *all, struct diag *d)
 {
 	int rc = MPI_Gather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, 0, w->comm);

@@ -29,6 +29,13 @@ enum status world_agree(struct world *w, enum status mine, int *reporter);
 /* Every rank passes its configuration as "name=value" lines; rank 0's is broadcast and
  * the first line that differs is reported as ST_USAGE, naming this rank and the setting. */
 enum status world_check_config(struct world *w, const char *text, struct diag *d);
+/* 1 on every rank if mine is nonzero on every rank, else 0. */
+int world_all(struct world *w, int mine);
+/* Broadcast len bytes from root. */
+enum status world_bcast(struct world *w, void *buf, size_t len, int root, struct diag *d);
+/* Gather len bytes from every rank of this node into all (local_size * len bytes) on each. */
+enum status world_local_allgather(struct world *w, const void *mine, size_t len, void *all,
+				  struct diag *d);
 /* Gather len bytes from every rank into all (size * len bytes) on rank 0. */
 enum status world_gather(struct world *w, const void *mine, size_t len, void *all, struct diag *d);
 /* Wall-clock seconds (MPI_Wtime). */

@@ -70,8 +70,8 @@ for np in 1 2 3 4; do
 	expect 1 "--metrics: $TMPD/out/no/dir/m.jsonl" $np --max-steps=2 --metrics="$TMPD/out/no/dir/m.jsonl"
 	expect 2 "--replicas applies to --mode=dp only" $np --replicas=2 $SAVE
 	expect 2 "--replicas: 0 is out of range" $np --mode=dp --replicas=0 $SAVE
-	expect 1 "--device=cuda" $np --device=cuda $SAVE
-	expect 1 "--backend=nccl" $np --backend=nccl $SAVE
+	expect 1 "--device=cuda: " $np --device=cuda $SAVE
+	expect 2 "--backend=nccl needs GPUs (--device=cuda); use --backend=mpi on the CPU" $np --device=cpu --backend=nccl $SAVE
 done
 # --mode=dp is one process: refused under mpirun with several ranks, and its own
 # errors behave as in ddp mode.

@@ -6,8 +6,8 @@
 [ -f "$MANPAGE" ] || fail "no man page at $MANPAGE"
 
 # --help: "  --flag[=ARG]   text (default: X)"
-"$DDPTRAIN" --help | sed -n 's/^  --\([a-z-]*\).*/\1/p' | sort >"$TMPD/help-flags"
-"$DDPTRAIN" --help | sed -n 's/^  --\([a-z-]*\).*(default: \(.*\))$/\1 \2/p' | sort >"$TMPD/help-defaults"
+"$DDPTRAIN" --help | sed -n 's/^  --\([a-z0-9-]*\).*/\1/p' | sort >"$TMPD/help-flags"
+"$DDPTRAIN" --help | sed -n 's/^  --\([a-z0-9-]*\).*(default: \(.*\))$/\1 \2/p' | sort >"$TMPD/help-defaults"
 
 # man: ".TP" then ".B \-\-flag" or ".BI \-\-flag= ARG"; "Default: X." within the item.
 awk '

@@ -177,7 +177,9 @@ static void test_model_backward_matches_finite_differences(void **state)
 	const int n = 6;
 	const float eps = 1e-2f;
 
-	assert_int_equal(backend_init(&be, ops, &d), ST_OK);
+	struct backend_config cfg = {0, 0};
+
+	assert_int_equal(backend_init(&be, ops, &cfg, &d), ST_OK);
 	assert_int_equal(model_init(&m, &be, widths, 3, n, 0, &d), ST_OK);
 	assert_int_equal(m.nparams, 5 * 3 + 5 + 4 * 5 + 4 + 2 * 4 + 2);
 	model_init_host(&m, 11, m.params);

@@ -1,0 +1,472 @@
+/*
+ * backend_cuda.cu - the CUDA backend: cuBLAS for the matrix products, small
+ * kernels for the element-wise work, the loss and the SGD update, all on one
+ * stream per instance.
+ *
+ * Nothing in a step allocates or waits for the device; errors are recorded
+ * with the failing call and the library's message and reported by sync().
+ * TF32 is off unless asked for, so products match float32. The loss is
+ * reduced in a fixed order (two passes, no atomics), so a run is
+ * reproducible bit for bit.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "cuda_ctx.h"
+
+#define THREADS 256
+
+static int blocks_for(size_t n)
+{
+	size_t b = (n + THREADS - 1) / THREADS;
+
+	return (int)(b < 4096 ? (b ? b : 1) : 4096);
+}
+
+extern "C" int cuda_note(struct cuda_ctx *c, cudaError_t rc, const char *call, const char *file,
+			 int line)
+{
+	if (rc == cudaSuccess)
+		return 0;
+	diag_set(&c->err, ST_RUNTIME, "GPU %d: %s failed (%s:%d): %s", c->device, call, file, line,
+		 cudaGetErrorString(rc));
+	return 1;
+}
+
+static const char *cublas_msg(cublasStatus_t s)
+{
+	switch (s) {
+	case CUBLAS_STATUS_NOT_INITIALIZED: return "cuBLAS not initialized";
+	case CUBLAS_STATUS_ALLOC_FAILED: return "cuBLAS allocation failed";
+	case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
+	case CUBLAS_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+	case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
+	case CUBLAS_STATUS_INTERNAL_ERROR: return "internal error";
+	case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
+	default: return "error";
+	}
+}
+
+static void blas_note(struct cuda_ctx *c, cublasStatus_t s, const char *call)
+{
+	if (s != CUBLAS_STATUS_SUCCESS)
+		diag_set(&c->err, ST_RUNTIME, "GPU %d: %s failed: %s (%d)", c->device, call,
+			 cublas_msg(s), (int)s);
+}
+
+/* Every operation makes its device current: dp drives several GPUs from one thread. */
+static void use(struct cuda_ctx *c)
+{
+	CUDA_NOTE(c, cudaSetDevice(c->device));
+}
+
+/* ---- kernels --------------------------------------------------------------- */
+
+__global__ void k_bias_rows(float *y, const float *b, int n, int out)
+{
+	size_t total = (size_t)n * out;
+
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x)
+		y[i] += b[i % out];
+}
+
+__global__ void k_relu(float *y, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+}
+
+__global__ void k_relu_bwd(float *dy, const float *y, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+}
+
+/* db[k] (+)= sum over rows of dy[:, k]; one thread per column, rows in order. */
+__global__ void k_bias_grad(float *db, const float *dy, int n, int out, int accumulate)
+{
+	for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < out; k += gridDim.x * blockDim.x) {
+		float s = accumulate ? db[k] : 0.0f;
+
+		for (int i = 0; i < n; i++)
+			s += dy[(size_t)i * out + k];
+		db[k] = s;
+	}
+}
+
+/* Pass 1: dy = g (y - t) and one partial sum of squares per block. */
+__global__ void k_mse_pass1(float *dy, float *partials, const float *y, const float *t, size_t m,
+			    float g)
+{
+	__shared__ double sh[THREADS];
+	double s = 0.0;
+
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < m;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float e = y[i] - t[i];
+
+		s += (double)e * e;
+		dy[i] = g * e;
+	}
+	sh[threadIdx.x] = s;
+	__syncthreads();
+	for (int w = THREADS / 2; w > 0; w /= 2) {
+		if (threadIdx.x < w)
+			sh[threadIdx.x] += sh[threadIdx.x + w];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		partials[blockIdx.x] = (float)sh[0];
+}
+
+/* Pass 2 (one block): loss (+)= scale * sum(partials) / m. */
+__global__ void k_mse_pass2(float *loss, const float *partials, int nparts, double m, float scale,
+			    int accumulate)
+{
+	__shared__ double sh[THREADS];
+	double s = 0.0;
+
+	for (int i = threadIdx.x; i < nparts; i += blockDim.x)
+		s += partials[i];
+	sh[threadIdx.x] = s;
+	__syncthreads();
+	for (int w = THREADS / 2; w > 0; w /= 2) {
+		if (threadIdx.x < w)
+			sh[threadIdx.x] += sh[threadIdx.x + w];
+		__syncthreads();
+	}
+	if (threadIdx.x == 0)
+		*loss = (accumulate ? *loss : 0.0f) + (float)((double)scale * sh[0] / m);
+}
+
+__global__ void k_sgd(float *p, const float *g, float *mom, size_t n, float lr, float mu, float wd)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float d = g[i] + wd * p[i];
+
+		if (mom != NULL) {
+			mom[i] = mu * mom[i] + d;
+			d = mom[i];
+		}
+		p[i] -= lr * d;
+	}
+}
+
+__global__ void k_add(float *dst, const float *src, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		dst[i] += src[i];
+}
+
+#define LAUNCH_CHECK(c, what) CUDA_NOTE((c), cudaGetLastError())
+
+/* ---- operations ---------------------------------------------------------------- */
+
+extern "C" enum status cuda_init(void **out, const struct backend_config *cfg, struct diag *d)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)calloc(1, sizeof *c);
+	cublasStatus_t bs;
+	size_t ws = 32u << 20;
+
+	*out = NULL;
+	if (c == NULL)
+		return diag_set(d, ST_RUNTIME, "cuda: out of host memory");
+	c->device = cfg->device;
+	if (!CUDA_NOTE(c, cudaSetDevice(c->device)) &&
+	    !CUDA_NOTE(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) &&
+	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming)) &&
+	    !CUDA_NOTE(c, cudaMalloc(&c->blas_workspace, ws)) &&
+	    !CUDA_NOTE(c, cudaMalloc((void **)&c->partials, CUDA_PARTIALS * sizeof(float)))) {
+		bs = cublasCreate(&c->blas);
+		blas_note(c, bs, "cublasCreate");
+		if (bs == CUBLAS_STATUS_SUCCESS) {
+			blas_note(c, cublasSetStream(c->blas, c->stream), "cublasSetStream");
+			blas_note(c, cublasSetWorkspace(c->blas, c->blas_workspace, ws), "cublasSetWorkspace");
+			blas_note(c, cublasSetMathMode(c->blas, cfg->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+									  : CUBLAS_PEDANTIC_MATH),
+				  "cublasSetMathMode");
+		}
+	}
+	if (c->err.st != ST_OK) {
+		enum status st = diag_set(d, c->err.st, "%s", c->err.msg);
+
+		free(c); /* the process is about to exit; device resources go with it */
+		return st;
+	}
+	c->allocated = ws + CUDA_PARTIALS * sizeof(float);
+	*out = c;
+	return ST_OK;
+}
+
+extern "C" void cuda_fini(void *ctx)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	if (c == NULL)
+		return;
+	cudaSetDevice(c->device);
+	cudaStreamSynchronize(c->stream);
+	for (int i = 0; i < BACKEND_GRAPHS; i++)
+		if (c->exec[i] != NULL)
+			cudaGraphExecDestroy(c->exec[i]);
+	cublasDestroy(c->blas);
+	cudaFree(c->partials);
+	cudaFree(c->blas_workspace);
+	cudaEventDestroy(c->ev);
+	cudaStreamDestroy(c->stream);
+	free(c);
+}
+
+extern "C" enum status cuda_bind(void *ctx, struct diag *d)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	return ST_OK;
+}
+
+extern "C" float *cuda_alloc(void *ctx, size_t n)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+	void *p = NULL;
+	size_t bytes = (n ? n : 1) * sizeof(float);
+
+	use(c);
+	if (cudaMalloc(&p, bytes) != cudaSuccess)
+		return NULL;
+	if (cudaMemset(p, 0, bytes) != cudaSuccess) {
+		cudaFree(p);
+		return NULL;
+	}
+	c->allocated += bytes;
+	return (float *)p;
+}
+
+extern "C" void cuda_free(void *ctx, float *p)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	if (p == NULL)
+		return;
+	use(c);
+	cudaFree(p);
+}
+
+extern "C" float *cuda_host_alloc(void *ctx, size_t n)
+{
+	void *p = NULL;
+
+	if (cudaHostAlloc(&p, (n ? n : 1) * sizeof(float), cudaHostAllocPortable) != cudaSuccess)
+		return NULL;
+	return (float *)p;
+}
+
+extern "C" void cuda_host_free(void *ctx, float *p)
+{
+	if (p != NULL)
+		cudaFreeHost(p);
+}
+
+extern "C" void cuda_to_device(void *ctx, float *dst, const float *src, size_t n)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	CUDA_NOTE(c, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+}
+
+extern "C" void cuda_to_host(void *ctx, float *dst, const float *src, size_t n)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	CUDA_NOTE(c, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
+	CUDA_NOTE(c, cudaStreamSynchronize(c->stream));
+}
+
+extern "C" void cuda_copy(void *ctx, float *dst, const float *src, size_t n)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	CUDA_NOTE(c, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, c->stream));
+}
+
+/* dst on this instance's GPU = src on src_ctx's GPU, after src's queued work (event). */
+extern "C" void cuda_copy_peer(void *ctx, float *dst, void *src_ctx, const float *src, size_t n)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx, *s = (struct cuda_ctx *)src_ctx;
+
+	if (s != c) {
+		use(s);
+		CUDA_NOTE(c, cudaEventRecord(s->ev, s->stream));
+		use(c);
+		CUDA_NOTE(c, cudaStreamWaitEvent(c->stream, s->ev, 0));
+	}
+	use(c);
+	CUDA_NOTE(c, cudaMemcpyPeerAsync(dst, c->device, src, s->device, n * sizeof(float), c->stream));
+}
+
+extern "C" void cuda_add(void *ctx, float *dst, const float *src, size_t n)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	k_add<<<blocks_for(n), THREADS, 0, c->stream>>>(dst, src, n);
+	LAUNCH_CHECK(c, "k_add");
+}
+
+/* Row-major y (n, out) = x (n, in) w^T + b: in cuBLAS's column-major terms
+ * y^T (out, n) = op_T(w as (in, out)) x^T (in, n). */
+extern "C" void cuda_linear_forward(void *ctx, float *y, const float *x, const float *w,
+				    const float *b, int n, int in, int out)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+	const float one = 1.0f, zero = 0.0f;
+
+	use(c);
+	blas_note(c, cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x, in,
+				 &zero, y, out), "cublasSgemm(forward)");
+	k_bias_rows<<<blocks_for((size_t)n * out), THREADS, 0, c->stream>>>(y, b, n, out);
+	LAUNCH_CHECK(c, "k_bias_rows");
+}
+
+extern "C" void cuda_linear_backward(void *ctx, float *dx, float *dw, float *db, const float *dy,
+				     const float *x, const float *w, int n, int in, int out,
+				     int accumulate)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+	const float one = 1.0f, zero = 0.0f;
+
+	use(c);
+	/* dw (out, in) row-major = (in, out) column-major = x^T (in, n) dy (n, out) */
+	blas_note(c, cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy, out,
+				 accumulate ? &one : &zero, dw, in), "cublasSgemm(weight grad)");
+	k_bias_grad<<<(out + THREADS - 1) / THREADS, THREADS, 0, c->stream>>>(db, dy, n, out, accumulate);
+	LAUNCH_CHECK(c, "k_bias_grad");
+	/* dx (n, in) row-major = (in, n) column-major = w^T (in, out) dy^T (out, n) */
+	if (dx != NULL)
+		blas_note(c, cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, in, dy,
+					 out, &zero, dx, in), "cublasSgemm(input grad)");
+}
+
+extern "C" void cuda_relu_forward(void *ctx, float *y, size_t n)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	k_relu<<<blocks_for(n), THREADS, 0, c->stream>>>(y, n);
+	LAUNCH_CHECK(c, "k_relu");
+}
+
+extern "C" void cuda_relu_backward(void *ctx, float *dy, const float *y, size_t n)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	k_relu_bwd<<<blocks_for(n), THREADS, 0, c->stream>>>(dy, y, n);
+	LAUNCH_CHECK(c, "k_relu_bwd");
+}
+
+extern "C" void cuda_mse(void *ctx, float *dy, float *loss, const float *y, const float *t, int n,
+			 int width, float scale, int accumulate)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+	size_t m = (size_t)n * width;
+
+	use(c);
+	k_mse_pass1<<<CUDA_PARTIALS, THREADS, 0, c->stream>>>(dy, c->partials, y, t, m,
+							       2.0f * scale / (float)m);
+	LAUNCH_CHECK(c, "k_mse_pass1");
+	k_mse_pass2<<<1, THREADS, 0, c->stream>>>(loss, c->partials, CUDA_PARTIALS, (double)m, scale,
+						  accumulate);
+	LAUNCH_CHECK(c, "k_mse_pass2");
+}
+
+extern "C" void cuda_sgd(void *ctx, float *p, const float *g, float *m, size_t n,
+			 const struct sgd_hparams *h)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	k_sgd<<<blocks_for(n), THREADS, 0, c->stream>>>(p, g, h->momentum != 0.0f ? m : NULL, n,
+							h->lr, h->momentum, h->weight_decay);
+	LAUNCH_CHECK(c, "k_sgd");
+}
+
+extern "C" enum status cuda_sync(void *ctx, struct diag *d)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+	enum status st;
+
+	use(c);
+	CUDA_NOTE(c, cudaStreamSynchronize(c->stream));
+	st = c->err.st;
+	if (st != ST_OK && d != NULL)
+		diag_set(d, st, "%s", c->err.msg);
+	return st;
+}
+
+extern "C" size_t cuda_mem_used(void *ctx)
+{
+	return ((struct cuda_ctx *)ctx)->allocated;
+}
+
+extern "C" void *cuda_stream(void *ctx)
+{
+	return ((struct cuda_ctx *)ctx)->stream;
+}
+
+extern "C" enum status cuda_graph_begin(void *ctx, struct diag *d)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+	cudaError_t rc;
+
+	use(c);
+	rc = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
+	if (rc != cudaSuccess)
+		return diag_set(d, ST_RUNTIME, "cudaStreamBeginCapture: %s", cudaGetErrorString(rc));
+	return ST_OK;
+}
+
+extern "C" enum status cuda_graph_end(void *ctx, int slot, struct diag *d)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+	cudaGraph_t g = NULL;
+	cudaError_t rc;
+
+	use(c);
+	rc = cudaStreamEndCapture(c->stream, &g);
+	if (rc == cudaSuccess && c->err.st != ST_OK)
+		rc = cudaErrorStreamCaptureInvalidated; /* a call failed while capturing */
+	if (rc == cudaSuccess) {
+		if (c->exec[slot] != NULL)
+			cudaGraphExecDestroy(c->exec[slot]);
+		rc = cudaGraphInstantiate(&c->exec[slot], g, 0);
+	}
+	if (g != NULL)
+		cudaGraphDestroy(g);
+	if (rc != cudaSuccess) {
+		c->exec[slot] = NULL;
+		memset(&c->err, 0, sizeof c->err);
+		cudaGetLastError(); /* clear the sticky launch error of the failed capture */
+		return diag_set(d, ST_RUNTIME, "CUDA graph capture: %s", cudaGetErrorString(rc));
+	}
+	return ST_OK;
+}
+
+extern "C" enum status cuda_graph_launch(void *ctx, int slot, struct diag *d)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	if (c->exec[slot] == NULL)
+		return diag_set(d, ST_RUNTIME, "internal: no CUDA graph in slot %d", slot);
+	CUDA_NOTE(c, cudaGraphLaunch(c->exec[slot], c->stream));
+	return ST_OK;
+}

@@ -1,0 +1,204 @@
+/*
+ * comm_nccl.c - gradient all-reduce over NCCL, on a communication stream of
+ * its own: each bucket waits for an event recorded on the compute stream
+ * when its gradients are ready, and the compute stream waits for the last
+ * all-reduce before the optimizer step. No host synchronisation; the whole
+ * exchange can be captured into a CUDA graph.
+ *
+ * NCCL failures are looked for with ncclCommGetAsyncError wherever the host
+ * waits, and a wait longer than the timeout aborts the communicator, so a
+ * failed or missing peer ends the run with a message instead of a hang.
+ */
+#include <nccl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm.h"
+#include "cuda_ctx.h"
+#include "gpu.h"
+
+struct nccl_ctx {
+	ncclComm_t comm;
+	struct cuda_ctx *cu;          /* the compute backend (borrowed) */
+	cudaStream_t stream;          /* communication */
+	cudaEvent_t ready[COMM_MAX_INFLIGHT];
+	cudaEvent_t done;
+	int n;                        /* all-reduces since the last wait_all */
+	int timeout_s;
+};
+
+static enum status nccl_fail(struct diag *d, ncclResult_t r, const char *call)
+{
+	return diag_set(d, ST_RUNTIME, "%s failed: %s (%s)", call, ncclGetErrorString(r),
+			ncclGetLastError(NULL));
+}
+
+static enum status cuda_fail(struct diag *d, cudaError_t rc, const char *call)
+{
+	return diag_set(d, ST_RUNTIME, "%s failed: %s", call, cudaGetErrorString(rc));
+}
+
+/* Wait for the communication stream, watching NCCL's asynchronous errors and the clock. */
+static enum status wait_stream(struct nccl_ctx *c, cudaStream_t s, const char *what, struct diag *d)
+{
+	struct timespec t0, t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		cudaError_t q = cudaStreamQuery(s);
+		ncclResult_t async = ncclSuccess;
+
+		if (q == cudaSuccess)
+			return ST_OK;
+		if (q != cudaErrorNotReady)
+			return cuda_fail(d, q, what);
+		ncclCommGetAsyncError(c->comm, &async);
+		if (async != ncclSuccess && async != ncclInProgress) {
+			ncclCommAbort(c->comm);
+			c->comm = NULL;
+			return nccl_fail(d, async, what);
+		}
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if (c->timeout_s > 0 && t.tv_sec - t0.tv_sec > c->timeout_s) {
+			ncclCommAbort(c->comm);
+			c->comm = NULL;
+			return diag_set(d, ST_RUNTIME, "%s: no progress for %d s: a peer rank is gone or stalled",
+					what, c->timeout_s);
+		}
+	}
+}
+
+static enum status nccl_allreduce_start(void *ctx, float *buf, size_t n, struct diag *d)
+{
+	struct nccl_ctx *c = ctx;
+	ncclResult_t r;
+	cudaError_t rc;
+
+	if (c->n == COMM_MAX_INFLIGHT)
+		return diag_set(d, ST_RUNTIME, "internal: more than %d all-reduces in flight",
+				COMM_MAX_INFLIGHT);
+	rc = cudaEventRecord(c->ready[c->n], c->cu->stream);
+	if (rc == cudaSuccess)
+		rc = cudaStreamWaitEvent(c->stream, c->ready[c->n], 0);
+	if (rc != cudaSuccess)
+		return cuda_fail(d, rc, "cudaStreamWaitEvent(bucket ready)");
+	/* Gradients are pre-scaled by 1/world in the loss seed, so a sum is the mean. */
+	r = ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, c->stream);
+	if (r != ncclSuccess && r != ncclInProgress)
+		return nccl_fail(d, r, "ncclAllReduce");
+	c->n++;
+	return ST_OK;
+}
+
+static void nccl_progress(void *ctx)
+{
+}
+
+static enum status nccl_wait_all(void *ctx, struct diag *d)
+{
+	struct nccl_ctx *c = ctx;
+	ncclResult_t async = ncclSuccess;
+	cudaError_t rc;
+
+	c->n = 0;
+	rc = cudaEventRecord(c->done, c->stream);
+	if (rc == cudaSuccess)
+		rc = cudaStreamWaitEvent(c->cu->stream, c->done, 0);
+	if (rc != cudaSuccess)
+		return cuda_fail(d, rc, "cudaStreamWaitEvent(all-reduces done)");
+	if (ncclCommGetAsyncError(c->comm, &async) == ncclSuccess && async != ncclSuccess &&
+	    async != ncclInProgress)
+		return nccl_fail(d, async, "NCCL all-reduce");
+	return ST_OK;
+}
+
+static enum status nccl_bcast(void *ctx, float *buf, size_t n, int root, struct diag *d)
+{
+	struct nccl_ctx *c = ctx;
+	ncclResult_t r;
+
+	r = ncclBroadcast(buf, buf, n, ncclFloat, root, c->comm, c->stream);
+	if (r != ncclSuccess && r != ncclInProgress)
+		return nccl_fail(d, r, "ncclBroadcast");
+	return wait_stream(c, c->stream, "ncclBroadcast(weights)", d);
+}
+
+static void nccl_fini(void *ctx)
+{
+	struct nccl_ctx *c = ctx;
+
+	if (c == NULL)
+		return;
+	if (c->comm != NULL) {
+		cudaStreamSynchronize(c->stream);
+		ncclCommDestroy(c->comm);
+	}
+	for (int i = 0; i < COMM_MAX_INFLIGHT; i++)
+		if (c->ready[i] != NULL)
+			cudaEventDestroy(c->ready[i]);
+	if (c->done != NULL)
+		cudaEventDestroy(c->done);
+	if (c->stream != NULL)
+		cudaStreamDestroy(c->stream);
+	free(c);
+}
+
+static const struct comm_ops comm_nccl_ops = {
+	.name = "nccl",
+	.capturable = 1,
+	.allreduce_start = nccl_allreduce_start,
+	.progress = nccl_progress,
+	.wait_all = nccl_wait_all,
+	.bcast = nccl_bcast,
+	.fini = nccl_fini,
+};
+
+enum status nccl_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], struct diag *d)
+{
+	ncclUniqueId u;
+	ncclResult_t r = ncclGetUniqueId(&u);
+
+	if (r != ncclSuccess)
+		return nccl_fail(d, r, "ncclGetUniqueId");
+	memcpy(id, &u, sizeof u < GPU_NCCL_ID_BYTES ? sizeof u : GPU_NCCL_ID_BYTES);
+	return ST_OK;
+}
+
+enum status nccl_comm_init(struct comm *out, struct backend *be,
+			   const unsigned char id[GPU_NCCL_ID_BYTES], int rank, int size,
+			   int timeout_s, struct diag *d)
+{
+	struct nccl_ctx *c = calloc(1, sizeof *c);
+	ncclUniqueId u;
+	ncclResult_t r;
+	cudaError_t rc;
+
+	out->ops = NULL;
+	out->ctx = NULL;
+	if (c == NULL)
+		return diag_set(d, ST_RUNTIME, "nccl: out of memory");
+	c->cu = be->ctx;
+	c->timeout_s = timeout_s;
+	rc = cudaSetDevice(c->cu->device);
+	if (rc == cudaSuccess)
+		rc = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+	for (int i = 0; i < COMM_MAX_INFLIGHT && rc == cudaSuccess; i++)
+		rc = cudaEventCreateWithFlags(&c->ready[i], cudaEventDisableTiming);
+	if (rc == cudaSuccess)
+		rc = cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming);
+	if (rc != cudaSuccess) {
+		nccl_fini(c);
+		return cuda_fail(d, rc, "nccl: stream and event set-up");
+	}
+	memcpy(&u, id, sizeof u);
+	r = ncclCommInitRank(&c->comm, size, u, rank);
+	if (r != ncclSuccess) {
+		c->comm = NULL;
+		nccl_fini(c);
+		return nccl_fail(d, r, "ncclCommInitRank");
+	}
+	out->ops = &comm_nccl_ops;
+	out->ctx = c;
+	return ST_OK;
+}

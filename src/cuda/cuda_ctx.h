@@ -1,0 +1,39 @@
+/*
+ * cuda_ctx.h - the CUDA backend's context, shared by the files of the CUDA
+ * module (the backend and the NCCL communicator) and nothing else.
+ */
+#ifndef DDPT_CUDA_CTX_H
+#define DDPT_CUDA_CTX_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "backend.h"
+#include "status.h"
+
+#define CUDA_PARTIALS 256 /* blocks of the loss reduction's first pass */
+
+struct cuda_ctx {
+	int device;
+	cudaStream_t stream;          /* all compute, in order */
+	cublasHandle_t blas;
+	void *blas_workspace;         /* fixed, so cuBLAS never allocates (graph capture) */
+	float *partials;              /* (CUDA_PARTIALS) loss reduction scratch */
+	cudaEvent_t ev;               /* cross-stream ordering for copy_peer */
+	cudaGraphExec_t exec[BACKEND_GRAPHS];
+	size_t allocated;             /* bytes from alloc, never decreased: the peak held */
+	struct diag err;              /* first error since the last sync */
+};
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Record a failed CUDA call (first one wins); returns 1 if rc is an error. */
+int cuda_note(struct cuda_ctx *c, cudaError_t rc, const char *call, const char *file, int line);
+#ifdef __cplusplus
+}
+#endif
+
+#define CUDA_NOTE(c, call) cuda_note((c), (call), #call, __FILE__, __LINE__)
+
+#endif

@@ -1,0 +1,68 @@
+/*
+ * gpu.h - the GPU module boundary.
+ *
+ * Linking libcudart, libcublas and libnccl costs a CPU-only run about 75 ms
+ * of start-up and 200 MiB of memory, so the CUDA backend and the NCCL
+ * communicator live in a separate module (ddptrain-cuda.so) that ddptrain
+ * dlopens only when a GPU will be used. This header is all the two sides
+ * share: one table of entry points, found by name, checked by ABI number.
+ *
+ * Whether a GPU is visible is decided here without loading any CUDA
+ * library: from the driver's /proc entries and CUDA_VISIBLE_DEVICES.
+ */
+#ifndef DDPT_GPU_H
+#define DDPT_GPU_H
+
+#include <stddef.h>
+
+#include "backend.h"
+#include "comm.h"
+#include "status.h"
+
+#define GPU_MODULE_ABI 1
+#define GPU_MODULE_SYMBOL "ddptrain_gpu_module"
+#define GPU_MODULE_FILE "ddptrain-cuda.so"
+#define GPU_NCCL_ID_BYTES 128 /* sizeof(ncclUniqueId) */
+#define GPU_UUID_BYTES 16
+
+struct gpu_module {
+	int abi;            /* GPU_MODULE_ABI */
+	/* Devices the CUDA runtime can use (after CUDA_VISIBLE_DEVICES); a driver that is too
+	 * old or missing is an error with the runtime's message. info gets runtime and driver
+	 * versions. */
+	enum status (*probe)(int *count, char *info, size_t len, struct diag *d);
+	/* Device dev's UUID (to find ranks sharing a GPU) and name. */
+	enum status (*device_info)(int dev, unsigned char uuid[GPU_UUID_BYTES], char *name,
+				   size_t len, struct diag *d);
+	/* The CUDA backend (cuBLAS and kernels). */
+	const struct backend_ops *backend;
+	/* ncclGetUniqueId, for rank 0 to broadcast over MPI. */
+	enum status (*nccl_unique_id)(unsigned char id[GPU_NCCL_ID_BYTES], struct diag *d);
+	/* ncclCommInitRank with that id; the communicator all-reduces on its own stream,
+	 * ordered after be's compute stream by events. */
+	enum status (*nccl_comm_init)(struct comm *c, struct backend *be,
+				      const unsigned char id[GPU_NCCL_ID_BYTES], int rank, int size,
+				      int timeout_s, struct diag *d);
+};
+
+struct gpu {
+	void *handle;                 /* dlopen handle, or NULL */
+	const struct gpu_module *mod; /* entry points, or NULL */
+	char path[4096];              /* the module file that was loaded */
+};
+
+/* GPUs the driver shows (entries of proc_dir, normally /proc/driver/nvidia/gpus),
+ * restricted by cuda_visible_devices (the variable's value, or NULL if unset) as the
+ * CUDA runtime restricts them. Loads nothing. */
+int gpu_visible_count(const char *proc_dir, const char *cuda_visible_devices);
+
+/* dlopen the module: $DDPTRAIN_CUDA_MODULE, else ddptrain-cuda.so beside the executable
+ * (the build tree), else in the installed package library directory. */
+enum status gpu_load(struct gpu *g, struct diag *d);
+/* Safe to call twice. */
+void gpu_unload(struct gpu *g);
+
+/* The first two of n ranks that hold the same GPU UUID: returns 1 and sets *a < *b. */
+int gpu_find_duplicate(const unsigned char (*uuid)[GPU_UUID_BYTES], int n, int *a, int *b);
+
+#endif

@@ -1,0 +1,50 @@
+/*
+ * loader.h - the stream of micro-batches a trainer consumes, prepared one
+ * ahead into two host buffers from the backend's host_alloc (pinned memory
+ * on a GPU), so that filling batch k+1 overlaps the device working on batch
+ * k. The data a step sees is the same whatever the backend.
+ */
+#ifndef DDPT_LOADER_H
+#define DDPT_LOADER_H
+
+#include "backend.h"
+#include "data.h"
+#include "sampler.h"
+#include "status.h"
+
+struct batch {
+	long epoch;       /* 0-based */
+	long mb;          /* micro-batch index within the epoch */
+	int n;            /* rows */
+	const float *x;   /* (n, in) host */
+	const float *y;   /* (n, out) host */
+};
+
+struct loader {
+	const struct dataset *ds;
+	struct backend *be;  /* owns the host buffers (borrowed) */
+	struct sampler s;
+	long batch;          /* rows per micro-batch */
+	long nmicro;         /* micro-batches per epoch */
+	long epochs;
+	float *hx[2], *hy[2];
+	struct batch ready;  /* the prepared batch, if have_ready */
+	int have_ready;
+	int buf;             /* buffer the next prepared batch goes into */
+	long next_epoch, next_mb;
+};
+
+/* Batches of `batch` rows over this rank's DistributedSampler(world, rank) shard; with
+ * drop_short the last, short batch of each epoch is dropped. */
+enum status loader_init(struct loader *l, const struct dataset *ds, int world, int rank,
+			int shuffle, int sampler_drop_last, uint64_t seed, long batch,
+			int drop_short, long epochs, struct backend *be, struct diag *d);
+/* The next batch (prepared earlier or now); 0 when all epochs are done. Valid until the
+ * call after next of loader_next. */
+int loader_next(struct loader *l, struct batch *b);
+/* Prepare the batch after the one loader_next returned last, into the other buffer. */
+void loader_prefetch(struct loader *l);
+/* Safe to call twice. */
+void loader_free(struct loader *l);
+
+#endif
