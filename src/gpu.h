@@ -43,6 +43,10 @@ struct gpu_module {
 	enum status (*nccl_comm_init)(struct comm *c, struct backend *be,
 				      const unsigned char id[GPU_NCCL_ID_BYTES], int rank, int size,
 				      int timeout_s, struct diag *d);
+	/* Time cublasSgemm C (m, n) = A (m, k) B (k, n) on device dev, float32 (TF32 if tf32),
+	 * median of iters runs after a warm-up: the ceiling for the matrix products. */
+	enum status (*bench_sgemm)(int dev, int m, int n, int k, int tf32, int iters,
+				   double *tflops, struct diag *d);
 };
 
 struct gpu {

@@ -3,8 +3,10 @@
  * backend's operations and the GPU queries ddptrain needs before it picks
  * a device. See gpu.h for why this is a separate module.
  */
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_ctx.h"
@@ -105,6 +107,66 @@ static enum status device_info(int dev, unsigned char uuid[GPU_UUID_BYTES], char
 	return ST_OK;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static enum status bench_sgemm(int dev, int m, int n, int k, int tf32, int iters, double *tflops,
+			       struct diag *d)
+{
+	float *a = NULL, *b = NULL, *c = NULL, ms = 0.0f;
+	const float one = 1.0f, zero = 0.0f;
+	cublasHandle_t h = NULL;
+	cudaEvent_t e0 = NULL, e1 = NULL;
+	double *t = calloc((size_t)iters, sizeof *t);
+	enum status st = ST_OK;
+
+	*tflops = 0.0;
+	if (t == NULL || cudaSetDevice(dev) != cudaSuccess ||
+	    cudaMalloc((void **)&a, (size_t)m * k * sizeof(float)) != cudaSuccess ||
+	    cudaMalloc((void **)&b, (size_t)k * n * sizeof(float)) != cudaSuccess ||
+	    cudaMalloc((void **)&c, (size_t)m * n * sizeof(float)) != cudaSuccess ||
+	    cudaMemset(a, 0, (size_t)m * k * sizeof(float)) != cudaSuccess ||
+	    cudaMemset(b, 0, (size_t)k * n * sizeof(float)) != cudaSuccess ||
+	    cublasCreate(&h) != CUBLAS_STATUS_SUCCESS || cudaEventCreate(&e0) != cudaSuccess ||
+	    cudaEventCreate(&e1) != cudaSuccess) {
+		st = diag_set(d, ST_RUNTIME, "bench_sgemm: set-up failed: %s",
+			      cudaGetErrorString(cudaGetLastError()));
+		goto out;
+	}
+	cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH);
+	for (int i = -2; i < iters; i++) {
+		cudaEventRecord(e0, 0);
+		if (cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, m, b, k, &zero, c, m) !=
+		    CUBLAS_STATUS_SUCCESS) {
+			st = diag_set(d, ST_RUNTIME, "bench_sgemm: cublasSgemm failed");
+			goto out;
+		}
+		cudaEventRecord(e1, 0);
+		cudaEventSynchronize(e1);
+		cudaEventElapsedTime(&ms, e0, e1);
+		if (i >= 0)
+			t[i] = ms;
+	}
+	qsort(t, (size_t)iters, sizeof *t, cmp_double);
+	*tflops = 2.0 * m * n * (double)k / (t[iters / 2] * 1e-3) / 1e12;
+out:
+	if (e0)
+		cudaEventDestroy(e0);
+	if (e1)
+		cudaEventDestroy(e1);
+	if (h)
+		cublasDestroy(h);
+	cudaFree(a);
+	cudaFree(b);
+	cudaFree(c);
+	free(t);
+	return st;
+}
+
 static const struct gpu_module module = {
 	.abi = GPU_MODULE_ABI,
 	.probe = probe,
@@ -112,6 +174,7 @@ static const struct gpu_module module = {
 	.backend = &backend_cuda_ops,
 	.nccl_unique_id = nccl_unique_id,
 	.nccl_comm_init = nccl_comm_init,
+	.bench_sgemm = bench_sgemm,
 };
 
 __attribute__((visibility("default"))) const struct gpu_module *ddptrain_gpu_module(void)

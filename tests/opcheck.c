@@ -1,0 +1,165 @@
+/*
+ * opcheck - every CUDA backend operation against the CPU backend on the same
+ * random data, and a cuBLAS SGEMM timing (needs a GPU; scripts/gpu-check.sh).
+ *
+ *   opcheck [--tf32]              exit 0 if every operation's relative error
+ *                                 max|gpu - cpu| / max|cpu| is at most 1e-6
+ *                                 (TF32 off); 77 if no GPU can be used
+ *   opcheck --sgemm M N K         print the cuBLAS SGEMM rate in TFLOP/s
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "gpu.h"
+#include "rng.h"
+
+static struct backend cpu, gpu;
+static int failures;
+static double tol = 1e-6;
+
+/* A buffer on both backends holding the same random values. */
+struct pair {
+	float *h, *c, *g; /* host reference copy, CPU backend, GPU backend */
+	size_t n;
+};
+
+static void pair_init(struct pair *p, size_t n, uint64_t key)
+{
+	p->n = n;
+	p->h = malloc(n * sizeof(float));
+	for (size_t i = 0; i < n; i++)
+		p->h[i] = 2.0f * rng_u01(key, i) - 1.0f;
+	p->c = cpu.ops->alloc(cpu.ctx, n);
+	p->g = gpu.ops->alloc(gpu.ctx, n);
+	memcpy(p->c, p->h, n * sizeof(float));
+	gpu.ops->to_device(gpu.ctx, p->g, p->h, n);
+}
+
+static void pair_free(struct pair *p)
+{
+	free(p->h);
+	cpu.ops->free(cpu.ctx, p->c);
+	gpu.ops->free(gpu.ctx, p->g);
+}
+
+static void check(const char *what, const struct pair *p)
+{
+	float *back = malloc(p->n * sizeof(float));
+	double maxd = 0, maxc = 0, rel;
+
+	gpu.ops->to_host(gpu.ctx, back, p->g, p->n);
+	for (size_t i = 0; i < p->n; i++) {
+		double dd = fabs((double)back[i] - p->c[i]);
+
+		maxd = dd > maxd ? dd : maxd;
+		maxc = fabs(p->c[i]) > maxc ? fabs(p->c[i]) : maxc;
+	}
+	rel = maxc > 0 ? maxd / maxc : maxd;
+	printf("%-28s %10.3g %s\n", what, rel, rel <= tol ? "ok" : "FAIL");
+	failures += rel > tol;
+	free(back);
+}
+
+int main(int argc, char **argv)
+{
+	struct gpu mod;
+	struct diag d = {0};
+	struct backend_config cfg = {0, 0};
+	char info[128];
+	int count = 0;
+
+	if (gpu_load(&mod, &d) != ST_OK || mod.mod->probe(&count, info, sizeof info, &d) != ST_OK) {
+		printf("SKIP: %s\n", d.msg);
+		return 77;
+	}
+	if (argc == 5 && strcmp(argv[1], "--sgemm") == 0) {
+		double tf = 0;
+
+		if (mod.mod->bench_sgemm(0, atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), 0, 20, &tf, &d) != ST_OK) {
+			fprintf(stderr, "opcheck: %s\n", d.msg);
+			return 1;
+		}
+		printf("%.2f\n", tf);
+		return 0;
+	}
+	if (argc > 1 && strcmp(argv[1], "--tf32") == 0) {
+		cfg.tf32 = 1;
+		tol = 5e-3;
+	}
+	if (backend_init(&cpu, &backend_cpu_ops, &cfg, &d) != ST_OK ||
+	    backend_init(&gpu, mod.mod->backend, &cfg, &d) != ST_OK) {
+		fprintf(stderr, "opcheck: %s\n", d.msg);
+		return 1;
+	}
+	printf("# %s, %d GPU(s); relative error max|gpu-cpu|/max|cpu|, tolerance %g\n", info, count, tol);
+	{
+		enum { N = 37, IN = 96, OUT = 64 };
+		struct pair x, w, b, y, dy, dx, dw, db, t, loss, p, g, m, acts;
+		struct sgd_hparams h0 = {0.01f, 0.0f, 0.0f}, h1 = {0.01f, 0.9f, 0.001f};
+
+		pair_init(&x, N * IN, 1);
+		pair_init(&w, OUT * IN, 2);
+		pair_init(&b, OUT, 3);
+		pair_init(&y, N * OUT, 4);
+		pair_init(&dy, N * OUT, 5);
+		pair_init(&dx, N * IN, 6);
+		pair_init(&dw, OUT * IN, 7);
+		pair_init(&db, OUT, 8);
+		pair_init(&t, N * OUT, 9);
+		pair_init(&loss, 1, 10);
+		pair_init(&p, 5000, 11);
+		pair_init(&g, 5000, 12);
+		pair_init(&m, 5000, 13);
+		pair_init(&acts, N * OUT, 14);
+
+		cpu.ops->linear_forward(cpu.ctx, y.c, x.c, w.c, b.c, N, IN, OUT);
+		gpu.ops->linear_forward(gpu.ctx, y.g, x.g, w.g, b.g, N, IN, OUT);
+		check("linear_forward", &y);
+		for (int acc = 0; acc < 2; acc++) {
+			cpu.ops->linear_backward(cpu.ctx, dx.c, dw.c, db.c, dy.c, x.c, w.c, N, IN, OUT, acc);
+			gpu.ops->linear_backward(gpu.ctx, dx.g, dw.g, db.g, dy.g, x.g, w.g, N, IN, OUT, acc);
+			check(acc ? "linear_backward dx (acc)" : "linear_backward dx", &dx);
+			check(acc ? "linear_backward dw (acc)" : "linear_backward dw", &dw);
+			check(acc ? "linear_backward db (acc)" : "linear_backward db", &db);
+		}
+		cpu.ops->relu_forward(cpu.ctx, acts.c, acts.n);
+		gpu.ops->relu_forward(gpu.ctx, acts.g, acts.n);
+		check("relu_forward", &acts);
+		cpu.ops->relu_backward(cpu.ctx, dy.c, acts.c, dy.n);
+		gpu.ops->relu_backward(gpu.ctx, dy.g, acts.g, dy.n);
+		check("relu_backward", &dy);
+		for (int acc = 0; acc < 2; acc++) {
+			cpu.ops->mse(cpu.ctx, dy.c, loss.c, y.c, t.c, N, OUT, 0.5f, acc);
+			gpu.ops->mse(gpu.ctx, dy.g, loss.g, y.g, t.g, N, OUT, 0.5f, acc);
+			check(acc ? "mse loss (accumulate)" : "mse loss", &loss);
+			check("mse gradient", &dy);
+		}
+		cpu.ops->sgd(cpu.ctx, p.c, g.c, NULL, p.n, &h0);
+		gpu.ops->sgd(gpu.ctx, p.g, g.g, NULL, p.n, &h0);
+		check("sgd", &p);
+		cpu.ops->sgd(cpu.ctx, p.c, g.c, m.c, p.n, &h1);
+		gpu.ops->sgd(gpu.ctx, p.g, g.g, m.g, p.n, &h1);
+		check("sgd momentum+wd params", &p);
+		check("sgd momentum buffer", &m);
+		cpu.ops->add(cpu.ctx, g.c, m.c, g.n);
+		gpu.ops->add(gpu.ctx, g.g, m.g, g.n);
+		check("add", &g);
+		cpu.ops->copy(cpu.ctx, g.c, p.c, g.n);
+		gpu.ops->copy(gpu.ctx, g.g, p.g, g.n);
+		check("copy", &g);
+		cpu.ops->copy_peer(cpu.ctx, m.c, cpu.ctx, p.c, m.n);
+		gpu.ops->copy_peer(gpu.ctx, m.g, gpu.ctx, p.g, m.n);
+		check("copy_peer", &m);
+		if (gpu.ops->sync(gpu.ctx, &d) != ST_OK) {
+			fprintf(stderr, "opcheck: %s\n", d.msg);
+			return 1;
+		}
+		pair_free(&x);
+		pair_free(&w);
+	}
+	printf("# %s\n", failures ? "FAILED" : "all operations agree");
+	return failures ? 1 : 0;
+}
