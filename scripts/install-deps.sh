@@ -4,7 +4,7 @@
 set -eu
 
 PKGS="build-essential autoconf automake libtool pkg-config \
-openmpi-bin libopenmpi-dev libopenblas-dev libjansson-dev libcmocka-dev \
+openmpi-bin libopenmpi-dev libopenblas-dev libjansson-dev libssl-dev libcmocka-dev \
 groff-base mandoc python3 iproute2 util-linux"
 
 if [ "$(id -u)" -ne 0 ]; then

@@ -50,12 +50,16 @@ static void prepare(struct loader *l)
 	if (epoch < 0 || mb >= l->nmicro) {
 		epoch++;
 		mb = 0;
-		if (epoch >= l->epochs) {
-			l->have_ready = 0;
-			l->next_epoch = epoch;
-			return;
-		}
+		l->fresh_epoch = 1;
+	}
+	if (epoch >= l->epochs) {
+		l->have_ready = 0;
+		l->next_epoch = epoch;
+		return;
+	}
+	if (l->fresh_epoch) {
 		sampler_set_epoch(&l->s, (uint64_t)epoch);
+		l->fresh_epoch = 0;
 	}
 	first = (size_t)mb * (size_t)l->batch;
 	n = (int)(l->s.num_samples - first < (size_t)l->batch ? l->s.num_samples - first
@@ -83,6 +87,18 @@ void loader_prefetch(struct loader *l)
 {
 	if (!l->have_ready && l->next_epoch < l->epochs)
 		prepare(l);
+}
+
+void loader_seek(struct loader *l, long epoch, long mb)
+{
+	if (mb >= l->nmicro) {
+		epoch++;
+		mb = 0;
+	}
+	l->next_epoch = epoch;
+	l->next_mb = mb;
+	l->fresh_epoch = 1;
+	l->have_ready = 0;
 }
 
 void loader_free(struct loader *l)

@@ -32,6 +32,7 @@ struct loader {
 	int have_ready;
 	int buf;             /* buffer the next prepared batch goes into */
 	long next_epoch, next_mb;
+	int fresh_epoch;     /* the sampler has not been set for next_epoch yet */
 };
 
 /* Batches of `batch` rows over this rank's DistributedSampler(world, rank) shard; with
@@ -39,6 +40,8 @@ struct loader {
 enum status loader_init(struct loader *l, const struct dataset *ds, int world, int rank,
 			int shuffle, int sampler_drop_last, uint64_t seed, long batch,
 			int drop_short, long epochs, struct backend *be, struct diag *d);
+/* Begin at micro-batch mb of epoch (a resumed run); before the first loader_next. */
+void loader_seek(struct loader *l, long epoch, long mb);
 /* The next batch (prepared earlier or now); 0 when all epochs are done. Valid until the
  * call after next of loader_next. */
 int loader_next(struct loader *l, struct batch *b);

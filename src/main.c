@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "backend.h"    /* backend_cpu_ops, backend_init, backend_free */
+#include "checkpoint.h" /* checkpoint_save, checkpoint_load, checkpoint_config_diff */
 #include "comm.h"       /* comm_free */
 #include "comm_mpi.h"   /* comm_mpi_init, comm_mpi_path_name */
 #include "config.h"     /* PACKAGE_VERSION */
@@ -21,6 +22,7 @@
 #include "placement.h"  /* placement_decide: CPU or GPU, MPI or NCCL */
 #include "report.h"     /* report_init, report_note, report_finish, report_free */
 #include "safetensors.h" /* st_open, st_find, st_read_f32, st_save */
+#include "signals.h"    /* signals_install */
 #include "status.h"     /* enum status, struct diag, status_exit_code */
 #include "trainer.h"    /* trainer_ddp */
 #include "world.h"      /* world_init, world_agree, world_check_config, world_free */
@@ -36,6 +38,9 @@ struct app {
 	struct model m;
 	struct report r;
 	struct train_result res;
+	struct train_ctl ctl;
+	float *ckpt_params, *ckpt_mom; /* rank 0: host copies for checkpoints */
+	int reported;       /* the current failure was printed already */
 	struct diag d;
 };
 
@@ -45,7 +50,7 @@ static enum status agree(struct app *a, enum status st)
 	int reporter = 0;
 	enum status all = world_agree(&a->w, st, &reporter);
 
-	if (all != ST_OK && all != ST_STOP && reporter) {
+	if (all != ST_OK && all != ST_STOP && all != ST_INTERRUPTED && reporter && !a->reported) {
 		const char *msg = a->d.st != ST_OK ? a->d.msg : "failed";
 
 		if (a->w.rank == 0)
@@ -54,6 +59,8 @@ static enum status agree(struct app *a, enum status st)
 			fprintf(stderr, "ddptrain: rank %d: %s\n", a->w.rank, msg);
 		fflush(stderr);
 	}
+	if (all != ST_OK)
+		a->reported = 1; /* the same failure, passed up, is not printed again */
 	return all;
 }
 
@@ -76,15 +83,89 @@ static void config_text(const struct app *a, char *buf, size_t len)
 
 	options_format_widths(o, widths, sizeof widths);
 	snprintf(buf, len,
-		 "--layers=%s\n--batch-size=%ld\n--epochs=%ld\n--max-steps=%ld\n--lr=%.17g\n"
-		 "--momentum=%.17g\n--weight-decay=%.17g\n--grad-accum=%ld\n--seed=%llu\n"
+		 "--layers=%s\n--batch-size=%ld\n--epochs=%ld\n--max-steps=%ld\n--lr=%.9g\n"
+		 "--momentum=%.9g\n--weight-decay=%.9g\n--grad-accum=%ld\n--seed=%llu\n"
 		 "data=%s %zu x (%d, %d)\n--shuffle=%d\n--drop-last=%d\n--mode=%s\n--device=%s\n"
-		 "--backend=%s\n--bucket-mb=%.17g\n--no-overlap=%d\n--replicas=%d\n--tf32=%d\n",
+		 "--backend=%s\n--bucket-mb=%.9g\n--no-overlap=%d\n--replicas=%d\n--tf32=%d\n",
 		 widths, o->batch_size, o->epochs, o->max_steps, o->lr, o->momentum,
 		 o->weight_decay, o->grad_accum, (unsigned long long)o->seed,
 		 a->ds.synthetic ? "synthetic" : "npy", a->ds.n, a->ds.in, a->ds.out, o->shuffle,
 		 o->drop_last, options_mode_names[o->mode], options_device_names[o->device],
 		 options_comm_names[o->comm], o->bucket_mb, !o->overlap, o->replicas, o->tf32);
+}
+
+/* The settings a checkpoint must share with the run that resumes it. */
+static void resume_text(const struct app *a, char *buf, size_t len)
+{
+	const struct options *o = &a->o;
+	char widths[1024];
+
+	options_format_widths(o, widths, sizeof widths);
+	snprintf(buf, len,
+		 "--layers=%s\n--batch-size=%ld\n--lr=%.9g\n--momentum=%.9g\n--weight-decay=%.9g\n"
+		 "--grad-accum=%ld\n--seed=%llu\ndata=%s %zu x (%d, %d)\n--shuffle=%d\n--drop-last=%d\n"
+		 "--mode=%s\n",
+		 widths, o->batch_size, o->lr, o->momentum, o->weight_decay, o->grad_accum,
+		 (unsigned long long)o->seed, a->ds.synthetic ? "synthetic" : "npy", a->ds.n, a->ds.in,
+		 a->ds.out, o->shuffle, o->drop_last, options_mode_names[o->mode]);
+}
+
+static int replicas(const struct app *a);
+
+/* train_ctl.checkpoint: rank 0 writes, every rank learns the outcome. */
+static enum status write_checkpoint(void *arg, long step, long epoch, long next_mb, struct diag *d)
+{
+	struct app *a = arg;
+	struct ckpt_pos pos = {step, epoch, next_mb, replicas(a)};
+	enum status st = ST_OK;
+	char text[2048];
+
+	if (a->w.rank == 0) {
+		resume_text(a, text, sizeof text);
+		a->be.ops->to_host(a->be.ctx, a->ckpt_params, a->m.params, a->m.nparams);
+		if (a->m.mom != NULL)
+			a->be.ops->to_host(a->be.ctx, a->ckpt_mom, a->m.mom, a->m.nparams);
+		st = checkpoint_save(a->o.checkpoint, (int)a->o.keep_checkpoints, &a->m, a->ckpt_params,
+				     a->m.mom ? a->ckpt_mom : NULL, &pos, text, d);
+	}
+	return agree(a, st);
+}
+
+/* --resume: rank 0 reads and checks the checkpoint; every rank gets the position and
+ * (through the weight broadcast that follows) the weights and momentum. */
+static enum status resume(struct app *a)
+{
+	struct ckpt_pos pos = {0};
+	char want[2048];
+	enum status st = ST_OK;
+
+	if (a->w.rank == 0) {
+		resume_text(a, want, sizeof want);
+		st = checkpoint_load(a->o.resume, &a->m, want, a->ckpt_params, a->ckpt_mom, &pos, &a->d);
+		if (st == ST_OK && pos.world != replicas(a) && pos.next_mb != 0)
+			st = diag_set(&a->d, ST_USAGE,
+				      "--resume: %s was written by %d replicas in the middle of epoch %ld (next micro-batch %ld); resume it with %d, or from a checkpoint taken at an epoch boundary",
+				      a->o.resume, pos.world, pos.epoch + 1, pos.next_mb, pos.world);
+		if (st == ST_OK) {
+			a->be.ops->to_device(a->be.ctx, a->m.params, a->ckpt_params, a->m.nparams);
+			if (a->m.mom != NULL)
+				a->be.ops->to_device(a->be.ctx, a->m.mom, a->ckpt_mom, a->m.nparams);
+			st = a->be.ops->sync(a->be.ctx, &a->d);
+		}
+	}
+	st = agree(a, st);
+	if (st == ST_OK)
+		st = agree(a, world_bcast(&a->w, &pos, sizeof pos, 0, &a->d));
+	if (st == ST_OK && a->m.mom != NULL)
+		st = agree(a, a->c.ops->bcast(a->c.ctx, a->m.mom, a->m.nparams, 0, &a->d));
+	a->ctl.start_step = pos.step;
+	a->ctl.start_epoch = pos.epoch;
+	a->ctl.start_mb = pos.next_mb;
+	if (st == ST_OK)
+		report_note(&a->r, "resumed from %s: step %ld, epoch %ld, micro-batch %ld (written by %d replica%s)",
+			    a->o.resume, pos.step, pos.epoch + 1, pos.next_mb, pos.world,
+			    pos.world == 1 ? "" : "s");
+	return st;
 }
 
 /* Rank 0's starting weights: --init, or nn.Linear's init from --seed. */
@@ -207,7 +288,18 @@ static enum status setup(struct app *a)
 	if (st != ST_OK)
 		return st;
 	st = report_init(&a->r, a->w.rank == 0, o->quiet, o->metrics, &a->d);
-	if (st == ST_OK && a->w.rank == 0) {
+	if (st == ST_OK && a->w.rank == 0 && (o->checkpoint || o->resume)) {
+		a->ckpt_params = calloc(a->m.nparams, sizeof *a->ckpt_params);
+		a->ckpt_mom = calloc(a->m.nparams, sizeof *a->ckpt_mom);
+		if (a->ckpt_params == NULL || a->ckpt_mom == NULL)
+			st = diag_set(&a->d, ST_RUNTIME, "out of memory for checkpoint buffers");
+	}
+	if (o->checkpoint != NULL) {
+		a->ctl.checkpoint = write_checkpoint;
+		a->ctl.arg = a;
+		a->ctl.every = o->checkpoint_every;
+	}
+	if (st == ST_OK && a->w.rank == 0 && o->resume == NULL) {
 		host = malloc(a->m.nparams * sizeof *host);
 		st = host ? initial_weights(a, host) : diag_set(&a->d, ST_RUNTIME, "out of memory");
 		if (st == ST_OK) {
@@ -219,8 +311,15 @@ static enum status setup(struct app *a)
 	st = agree(a, st);
 	if (st != ST_OK)
 		return st;
+	if (o->resume != NULL)
+		st = resume(a);
+	if (st != ST_OK)
+		return st;
 	/* Every replica starts from rank 0's weights. */
-	return agree(a, a->c.ops->bcast(a->c.ctx, a->m.params, a->m.nparams, 0, &a->d));
+	world_watch_begin(&a->w, "the weight broadcast");
+	st = a->c.ops->bcast(a->c.ctx, a->m.params, a->m.nparams, 0, &a->d);
+	world_watch_end(&a->w);
+	return agree(a, st);
 }
 
 /* Replicas of this run: MPI ranks (ddp) or worker threads (dp). */
@@ -299,9 +398,10 @@ static enum status run(struct app *a)
 
 	print_header(a);
 	if (a->o.mode == MODE_DP)
-		st = trainer_dp(&a->o, a->pl.replicas, &a->m, &a->cfg, &a->ds, &a->r, &a->res, &a->d);
+		st = trainer_dp(&a->o, a->pl.replicas, &a->m, &a->cfg, &a->ds, &a->ctl, &a->r, &a->res,
+				&a->d);
 	else
-		st = trainer_ddp(&a->o, &a->w, &a->m, &a->c, &a->ds, &a->r, &a->res, &a->d);
+		st = trainer_ddp(&a->o, &a->w, &a->m, &a->c, &a->ds, &a->ctl, &a->r, &a->res, &a->d);
 	st = agree(a, st);
 	if (st != ST_OK)
 		return st;
@@ -350,11 +450,17 @@ int main(int argc, char **argv)
 	}
 	if (st == ST_OK)
 		st = agree(&a, check_runnable(&a, &a.d));
+	if (st == ST_OK) {
+		signals_install();
+		st = agree(&a, world_watchdog_start(&a.w, a.o.timeout, &a.d));
+	}
 	if (st == ST_OK)
 		st = setup(&a);
 	if (st == ST_OK)
 		st = run(&a);
 
+	free(a.ckpt_params);
+	free(a.ckpt_mom);
 	report_free(&a.r);
 	model_free(&a.m);
 	comm_free(&a.c);

@@ -6,7 +6,8 @@
  * layer order, as ToyModel().state_dict() lists them, so a gradient bucket
  * (a run of consecutive layers) is one contiguous slice and the optimizer is
  * one flat loop. The gradient buffer has MODEL_SLOTS extra floats after the
- * last bias, all-reduced with the last bucket: slot 0 carries the loss.
+ * last bias, all-reduced with the last bucket: the loss and the stop flag ride
+ * along with the gradients, so neither costs a collective of its own.
  *
  * This module knows nothing of ranks or communication: the trainer passes a
  * hook that backward calls after each layer's gradients are complete.
@@ -21,8 +22,9 @@
 #include "options.h"
 #include "status.h"
 
-#define MODEL_SLOTS 1      /* extra gradient floats after the parameters */
-#define MODEL_SLOT_LOSS 0
+#define MODEL_SLOTS 2      /* extra gradient floats after the parameters */
+#define MODEL_SLOT_LOSS 0  /* the step's loss over ranks and micro-batches */
+#define MODEL_SLOT_STOP 1  /* nonzero if some rank was asked to stop (a signal) */
 
 struct model {
 	int nlayers;

@@ -28,6 +28,7 @@ enum opt_key {
 	K_SEED, K_SAMPLES, K_INPUTS, K_TARGETS, K_SHUFFLE, K_NO_SHUFFLE,
 	K_DROP_LAST, K_INIT, K_SAVE, K_MODE, K_DEVICE, K_BACKEND, K_BUCKET,
 	K_NO_OVERLAP, K_LOG_EVERY, K_QUIET, K_METRICS, K_REPLICAS, K_TF32,
+	K_CHECKPOINT, K_CKPT_EVERY, K_KEEP, K_RESUME, K_TIMEOUT,
 };
 
 struct opt_def {
@@ -56,6 +57,11 @@ static const struct opt_def opt_table[] = {
 	{"drop-last", K_DROP_LAST, NULL, "off", "drop the tail that does not divide evenly over the ranks"},
 	{"init", K_INIT, "FILE", NULL, "start from these safetensors weights instead of random init"},
 	{"save", K_SAVE, "FILE", NULL, "write the final weights as safetensors (rank 0, atomically)"},
+	{"checkpoint", K_CHECKPOINT, "FILE", NULL, "write a checkpoint here (at the end, every --checkpoint-every steps, on a stop signal)"},
+	{"checkpoint-every", K_CKPT_EVERY, "N", "0", "optimizer steps between checkpoints (0 = only at the end and on a stop)"},
+	{"keep-checkpoints", K_KEEP, "K", "0", "also keep the last K checkpoints as FILE.step-NNNNNNNN (0 = none)"},
+	{"resume", K_RESUME, "FILE", NULL, "continue from this checkpoint: weights, momentum, step and data position"},
+	{"timeout", K_TIMEOUT, "SECONDS", "600", "give up when a collective waits this long for another rank (0 = never)"},
 	{"mode", K_MODE, "ddp|dp", "ddp", "ddp: one process per replica; dp: threads in one process"},
 	{"replicas", K_REPLICAS, "G", "auto", "--mode=dp worker threads, one replica each (auto: one per GPU, else 2)"},
 	{"device", K_DEVICE, "auto|cpu|cuda", "auto", "where the model runs (auto: a GPU if one is visible, else the CPU)"},
@@ -91,6 +97,7 @@ static void set_defaults(struct options *o)
 	o->bucket_mb = 25.0;
 	o->overlap = 1;
 	o->log_every = 250;
+	o->timeout = 600.0;
 }
 
 static const struct opt_def *find_def(int key)
@@ -232,6 +239,11 @@ static enum status apply(struct options *o, int key, const char *arg, struct dia
 		o->replicas = (int)l;
 		return st;
 	case K_TF32: o->tf32 = 1; return ST_OK;
+	case K_CHECKPOINT: o->checkpoint = arg; return ST_OK;
+	case K_CKPT_EVERY: return parse_long(f, arg, 0, LONG_MAX, &o->checkpoint_every, d);
+	case K_KEEP: return parse_long(f, arg, 0, 1000000, &o->keep_checkpoints, d);
+	case K_RESUME: o->resume = arg; return ST_OK;
+	case K_TIMEOUT: return parse_double(f, arg, 0, 0, 1e9, &o->timeout, d);
 	case K_QUIET: o->quiet = 1; return ST_OK;
 	case K_METRICS: o->metrics = arg; return ST_OK;
 	case K_HELP: o->help = 1; return ST_OK;
@@ -256,6 +268,15 @@ static enum status check_combinations(const struct options *o, struct diag *d)
 		return diag_set(d, ST_USAGE, "--init: empty file name");
 	if (o->metrics != NULL && o->metrics[0] == '\0')
 		return diag_set(d, ST_USAGE, "--metrics: empty file name");
+	if (o->checkpoint != NULL && o->checkpoint[0] == '\0')
+		return diag_set(d, ST_USAGE, "--checkpoint: empty file name");
+	if (o->resume != NULL && o->resume[0] == '\0')
+		return diag_set(d, ST_USAGE, "--resume: empty file name");
+	if (o->resume != NULL && o->init != NULL)
+		return diag_set(d, ST_USAGE, "--resume and --init both set the starting weights: give one");
+	if (o->checkpoint == NULL && (o->checkpoint_every > 0 || o->keep_checkpoints > 0))
+		return diag_set(d, ST_USAGE, "%s needs --checkpoint=FILE",
+				o->checkpoint_every > 0 ? "--checkpoint-every" : "--keep-checkpoints");
 	if (o->replicas != 0 && o->mode != MODE_DP)
 		return diag_set(d, ST_USAGE, "--replicas applies to --mode=dp only (in ddp mode each MPI rank is one replica: mpirun -np G)");
 	return ST_OK;

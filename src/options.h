@@ -44,6 +44,11 @@ struct options {
 	const char *metrics;            /* JSON Lines path or NULL */
 	int replicas;                   /* --mode=dp worker threads; 0 = auto */
 	int tf32;                       /* cuBLAS may use TF32 */
+	const char *checkpoint;         /* checkpoint path or NULL */
+	long checkpoint_every;          /* optimizer steps between checkpoints; 0 = end and stop only */
+	long keep_checkpoints;          /* numbered checkpoints to keep; 0 = only the latest */
+	const char *resume;             /* checkpoint to resume from, or NULL */
+	double timeout;                 /* seconds a blocking collective may take; 0 = forever */
 	int help, version;              /* asked for --help / --version */
 };
 

@@ -40,6 +40,8 @@ int status_exit_code(enum status st)
 		return 2;
 	case ST_RUNTIME:
 		return 1;
+	case ST_INTERRUPTED:
+		return EXIT_INTERRUPTED;
 	}
 	return 1;
 }

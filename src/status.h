@@ -19,6 +19,7 @@ enum status {
 	ST_USAGE,   /* bad flag or value, inconsistent configuration: exit 2 */
 	ST_RUNTIME, /* missing or malformed file, I/O, non-finite loss: exit 1 */
 	ST_STOP,    /* nothing wrong, but stop now (--help, --version): exit 0 */
+	ST_INTERRUPTED, /* stopped by a signal after a checkpoint, to be resumed: exit 3 */
 };
 
 struct diag {
@@ -34,7 +35,9 @@ enum status diag_set(struct diag *d, enum status st, const char *fmt, ...)
 enum status diag_errno(struct diag *d, int errnum, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* Exit code for a status: 0, 1 or 2. */
+#define EXIT_INTERRUPTED 3 /* documented in ddptrain(1): requeue and --resume */
+
+/* Exit code for a status: 0, 1, 2 or EXIT_INTERRUPTED. */
 int status_exit_code(enum status st);
 
 #ifdef __cplusplus

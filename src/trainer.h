@@ -18,6 +18,7 @@
 
 #include "comm.h"
 #include "data.h"
+#include "loader.h"
 #include "model.h"
 #include "options.h"
 #include "report.h"
@@ -37,12 +38,36 @@ struct train_result {
 /* dp: G replicas on worker threads; the replica-0 model m0 holds the weights to train
  * (and is the one saved); replica i is created here on an instance of m0's backend on
  * device cfg->device + i. */
+/* What the caller asks of a training loop beyond the options: where to start (a resumed
+ * run), and how to write a checkpoint. */
+struct train_ctl {
+	long start_step, start_epoch, start_mb; /* position to begin at (0, 0, 0 when fresh) */
+	long every;                             /* checkpoint every N steps; 0 = none periodic */
+	/* Write a checkpoint after `step` steps, the next micro-batch being next_mb of epoch
+	 * (collective in ddp mode: every rank calls it); NULL when there is no --checkpoint. */
+	enum status (*checkpoint)(void *arg, long step, long epoch, long next_mb, struct diag *d);
+	void *arg;
+};
+
 enum status trainer_dp(const struct options *o, int replicas, struct model *m0,
 		       const struct backend_config *cfg, const struct dataset *ds,
-		       struct report *r, struct train_result *res, struct diag *d);
+		       const struct train_ctl *ctl, struct report *r, struct train_result *res,
+		       struct diag *d);
 
 enum status trainer_ddp(const struct options *o, struct world *w, struct model *m,
-			struct comm *c, const struct dataset *ds, struct report *r,
-			struct train_result *res, struct diag *d);
+			struct comm *c, const struct dataset *ds, const struct train_ctl *ctl,
+			struct report *r, struct train_result *res, struct diag *d);
+
+/* The step number training ends at: the resumed position plus the steps left in its epoch
+ * and the epochs after it, capped by max_steps (0: no cap). */
+long trainer_total_steps(const struct train_ctl *ctl, long nmicro, long grad_accum, long epochs,
+			 long max_steps);
+
+/* After a step's optimizer update: write the checkpoint that is due (every ctl->every
+ * steps, at the last step, or when stopping) and say whether to stop. Shared by both
+ * loops; returns ST_INTERRUPTED when stop is set. */
+enum status trainer_after_step(const struct train_ctl *ctl, long step, long total,
+			       const struct batch *b, long nmicro, int stop, struct report *r,
+			       struct diag *d);
 
 #endif

@@ -12,15 +12,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "loader.h"
+#include "signals.h"
 #include "trainer.h"
 
 struct ddp {
 	const struct options *o;
+	struct world *w;
 	struct model *m;
 	struct comm *c;
 	struct sgd_hparams h;
 	double wait;                /* host time blocked in wait_all */
+	float *stop_host;           /* (1) pinned: 1 if this rank was asked to stop */
 	const float *graph_x[2];    /* the host batch buffer each captured step reads */
 	int graph_off;              /* no (more) graphs: unsupported, or a capture failed */
 	struct bucket buckets[OPT_MAX_LAYERS];
@@ -72,6 +74,8 @@ static enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulat
 	model_forward(m, b->n);
 	ops->mse(bctx, m->dbuf[0], m->grads + m->nparams + MODEL_SLOT_LOSS, m->act[m->nlayers],
 		 m->target, b->n, out, scale, accumulate);
+	if (sync) /* before backward starts the bucket that carries it */
+		ops->to_device(bctx, m->grads + m->nparams + MODEL_SLOT_STOP, t->stop_host, 1);
 	t->hook_st = ST_OK;
 	model_backward(m, b->n, accumulate, sync && t->o->overlap ? ddp_layer_done : NULL, t);
 	if (!sync)
@@ -82,7 +86,9 @@ static enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulat
 	if (st != ST_OK)
 		return st;
 	tw = world_time();
+	world_watch_begin(t->w, "the gradient all-reduce");
 	st = t->c->ops->wait_all(t->c->ctx, t->d);
+	world_watch_end(t->w);
 	t->wait += world_time() - tw;
 	if (st == ST_OK)
 		ops->sgd(bctx, m->params, m->grads, m->mom, m->nparams, &t->h);
@@ -124,19 +130,19 @@ static enum status ddp_graph_step(struct ddp *t, const struct batch *b, float sc
 }
 
 enum status trainer_ddp(const struct options *o, struct world *w, struct model *m,
-			struct comm *c, const struct dataset *ds, struct report *r,
-			struct train_result *res, struct diag *d)
+			struct comm *c, const struct dataset *ds, const struct train_ctl *ctl,
+			struct report *r, struct train_result *res, struct diag *d)
 {
 	const struct backend_ops *ops = m->be->ops;
 	void *bctx = m->be->ctx;
 	const size_t cap = (size_t)(o->bucket_mb * 1048576.0 / sizeof(float));
 	const size_t first_cap = cap < 262144 ? cap : 262144; /* PyTorch: first bucket 1 MiB */
 	struct sgd_hparams h = {(float)o->lr, (float)o->momentum, (float)o->weight_decay};
-	struct ddp t = {.o = o, .m = m, .c = c, .d = d, .h = h};
+	struct ddp t = {.o = o, .w = w, .m = m, .c = c, .d = d, .h = h};
 	struct loader L;
 	struct batch b;
-	float loss = 0.0f;
-	long steps_per_epoch, total, step = 0;
+	float slots[MODEL_SLOTS] = {0}, loss;
+	long steps_per_epoch, total, step = ctl->start_step;
 	double t0, t_last_log, consumed = 0.0, consumed_at_log = 0.0;
 	double loss_sum = 0.0; /* since the last progress line */
 	long loss_count = 0;
@@ -148,6 +154,13 @@ enum status trainer_ddp(const struct options *o, struct world *w, struct model *
 			 0, o->epochs, m->be, d);
 	if (st != ST_OK)
 		return st;
+	loader_seek(&L, ctl->start_epoch, ctl->start_mb);
+	t.stop_host = ops->host_alloc(bctx, 1);
+	if (t.stop_host == NULL) {
+		loader_free(&L);
+		return diag_set(d, ST_RUNTIME, "trainer: out of host memory");
+	}
+	t.stop_host[0] = 0.0f;
 	t.nbuckets = model_plan_buckets(m, cap ? cap : 1, first_cap ? first_cap : 1, t.buckets);
 	for (int l = 0; l < m->nlayers; l++)
 		t.closes[l] = -1;
@@ -155,9 +168,7 @@ enum status trainer_ddp(const struct options *o, struct world *w, struct model *
 		t.closes[t.buckets[k].lo] = k;
 
 	steps_per_epoch = (L.nmicro + o->grad_accum - 1) / o->grad_accum;
-	total = steps_per_epoch * o->epochs;
-	if (o->max_steps > 0 && o->max_steps < total)
-		total = o->max_steps;
+	total = trainer_total_steps(ctl, L.nmicro, o->grad_accum, o->epochs, o->max_steps);
 	report_note(r, "buckets: %d (cap %.3g MiB), %ld steps per epoch, %ld steps in all",
 		    t.nbuckets, o->bucket_mb, steps_per_epoch, total);
 
@@ -174,6 +185,8 @@ enum status trainer_ddp(const struct options *o, struct world *w, struct model *
 		float scale = 1.0f / ((float)w->size * (float)group);
 
 		res->epochs = b.epoch + 1;
+		w->step = step + 1;
+		t.stop_host[0] = signals_pending() ? 1.0f : 0.0f;
 		st = ST_OK;
 		if (graphs && b.n == o->batch_size)
 			st = ddp_graph_step(&t, &b, scale, step, &done);
@@ -185,8 +198,12 @@ enum status trainer_ddp(const struct options *o, struct world *w, struct model *
 		consumed += b.n;
 		if (!sync)
 			continue;
-		/* The step's one host synchronisation: its loss, for the finiteness check. */
-		ops->to_host(bctx, &loss, m->grads + m->nparams + MODEL_SLOT_LOSS, 1);
+		/* The step's one host synchronisation: its loss, for the finiteness check, and
+		 * whether any rank was asked to stop. */
+		world_watch_begin(w, "the gradient all-reduce");
+		ops->to_host(bctx, slots, m->grads + m->nparams, MODEL_SLOTS);
+		world_watch_end(w);
+		loss = slots[MODEL_SLOT_LOSS];
 		if (!isfinite(loss)) {
 			st = diag_set(d, ST_RUNTIME,
 				      "loss is %f at step %ld (epoch %ld): training diverged; lower --lr",
@@ -210,8 +227,13 @@ enum status trainer_ddp(const struct options *o, struct world *w, struct model *
 			loss_sum = 0.0;
 			loss_count = 0;
 		}
+		st = trainer_after_step(ctl, step, total, &b, L.nmicro, slots[MODEL_SLOT_STOP] != 0.0f,
+					r, d);
+		if (st != ST_OK)
+			break;
 	}
-	st = ops->sync(bctx, d);
+	if (st == ST_OK)
+		st = ops->sync(bctx, d);
 	res->steps = step;
 	res->seconds = world_time() - t0;
 	res->wait_s = t.wait;
@@ -223,6 +245,7 @@ enum status trainer_ddp(const struct options *o, struct world *w, struct model *
 		(double)step * (double)(m->nparams + MODEL_SLOTS) * sizeof(float);
 	res->rep[0].state_bytes = m->bytes;
 out:
+	ops->host_free(bctx, t.stop_host);
 	loader_free(&L);
 	return st;
 }

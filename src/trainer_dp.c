@@ -24,7 +24,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "loader.h"
+#include "signals.h"
 #include "trainer.h"
 
 enum dp_job { JOB_FORWARD, JOB_BACKWARD, JOB_QUIT };
@@ -345,7 +345,8 @@ static void dp_memory(struct dp *dp, struct train_result *res)
 
 enum status trainer_dp(const struct options *o, int replicas, struct model *m0,
 		       const struct backend_config *cfg, const struct dataset *ds,
-		       struct report *r, struct train_result *res, struct diag *d)
+		       const struct train_ctl *ctl, struct report *r, struct train_result *res,
+		       struct diag *d)
 {
 	const struct backend_ops *ops = m0->be->ops;
 	void *c0 = m0->be->ctx;
@@ -355,7 +356,7 @@ enum status trainer_dp(const struct options *o, int replicas, struct model *m0,
 	struct batch b;
 	struct dp dp;
 	float loss = 0.0f;
-	long steps_per_epoch, total, step = 0;
+	long steps_per_epoch, total, step = ctl->start_step;
 	double t0, t_last_log, consumed = 0.0, consumed_at_log = 0.0, loss_sum = 0.0;
 	long loss_count = 0;
 	enum status st;
@@ -371,15 +372,14 @@ enum status trainer_dp(const struct options *o, int replicas, struct model *m0,
 				 " (--batch-size x --replicas)");
 		return st;
 	}
+	loader_seek(&L, ctl->start_epoch, ctl->start_mb);
 	st = dp_init(&dp, replicas, m0, (int)global, cfg, res, d);
 	if (st != ST_OK) {
 		loader_free(&L);
 		return st;
 	}
 	steps_per_epoch = (L.nmicro + o->grad_accum - 1) / o->grad_accum;
-	total = steps_per_epoch * o->epochs;
-	if (o->max_steps > 0 && o->max_steps < total)
-		total = o->max_steps;
+	total = trainer_total_steps(ctl, L.nmicro, o->grad_accum, o->epochs, o->max_steps);
 	report_note(r, "dp: %d replicas on worker threads, %ld samples per step split in chunks of %ld, %ld steps per epoch, %ld steps in all",
 		    replicas, global, (global + replicas - 1) / replicas, steps_per_epoch, total);
 
@@ -421,8 +421,12 @@ enum status trainer_dp(const struct options *o, int replicas, struct model *m0,
 			loss_sum = 0.0;
 			loss_count = 0;
 		}
+		st = trainer_after_step(ctl, step, total, &b, L.nmicro, signals_pending() != 0, r, d);
+		if (st != ST_OK)
+			break;
 	}
-	st = ops->sync(c0, d);
+	if (st == ST_OK)
+		st = ops->sync(c0, d);
 	res->steps = step;
 	res->seconds = now_s() - t0;
 	res->samples = consumed;

@@ -1,10 +1,147 @@
 /* world.c - MPI start-up, node-local ranks, status agreement and configuration check. */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "signals.h"
 #include "world.h"
 
 #define CONFIG_TEXT_MAX 4096
+
+/* The watchdog: the main thread marks blocking collectives; this thread sleeps until
+ * the marked one is overdue, and then ends the process. Nothing is polled in the step. */
+struct world_watch {
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	double timeout;
+	int busy;             /* inside a marked collective */
+	unsigned long gen;    /* which one */
+	struct timespec since;
+	const char *what;
+	long step;
+	int rank, quit;
+};
+
+static void *watchdog_main(void *arg)
+{
+	struct world_watch *x = arg;
+
+	pthread_mutex_lock(&x->mu);
+	while (!x->quit) {
+		struct timespec deadline;
+		unsigned long gen;
+
+		if (!x->busy) {
+			pthread_cond_wait(&x->cv, &x->mu);
+			continue;
+		}
+		gen = x->gen;
+		/* Wake at the deadline, and twice a second to see whether a stop signal came
+		 * while the collective hangs (mpirun tearing the job down after a rank died). */
+		clock_gettime(CLOCK_MONOTONIC, &deadline);
+		deadline.tv_nsec += 500000000L;
+		if (deadline.tv_nsec >= 1000000000L) {
+			deadline.tv_sec++;
+			deadline.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&x->cv, &x->mu, &deadline);
+		if (x->busy && x->gen == gen && !x->quit) {
+			struct timespec now;
+			double waited;
+
+			clock_gettime(CLOCK_MONOTONIC, &now);
+			waited = (double)(now.tv_sec - x->since.tv_sec) +
+				 1e-9 * (double)(now.tv_nsec - x->since.tv_nsec);
+			if (waited >= x->timeout) {
+				fprintf(stderr, "ddptrain: rank %d: step %ld: %s did not complete within --timeout=%g s: another rank stalled or died; giving up\n",
+					x->rank, x->step, x->what, x->timeout);
+				fflush(stderr);
+				_exit(1); /* MPI_Abort is not ours to call from this thread; mpirun ends the job */
+			}
+			if (signals_pending() && waited >= 2.0) {
+				fprintf(stderr, "ddptrain: rank %d: step %ld: asked to stop, but %s has waited %.0f s for another rank: stopping without a checkpoint\n",
+					x->rank, x->step, x->what, waited);
+				fflush(stderr);
+				_exit(1);
+			}
+		}
+	}
+	pthread_mutex_unlock(&x->mu);
+	return NULL;
+}
+
+enum status world_watchdog_start(struct world *w, double timeout_s, struct diag *d)
+{
+	struct world_watch *x;
+	pthread_condattr_t ca;
+
+	if (timeout_s <= 0 || w->watch != NULL)
+		return ST_OK;
+	x = calloc(1, sizeof *x);
+	if (x == NULL)
+		return diag_set(d, ST_RUNTIME, "watchdog: out of memory");
+	x->timeout = timeout_s;
+	x->rank = w->rank;
+	pthread_mutex_init(&x->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&x->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	if (pthread_create(&x->thread, NULL, watchdog_main, x) != 0) {
+		free(x);
+		return diag_set(d, ST_RUNTIME, "watchdog: cannot start its thread");
+	}
+	w->watch = x;
+	return ST_OK;
+}
+
+void world_watch_begin(struct world *w, const char *what)
+{
+	struct world_watch *x = w->watch;
+
+	if (x == NULL)
+		return;
+	pthread_mutex_lock(&x->mu);
+	x->busy = 1;
+	x->gen++;
+	x->what = what;
+	x->step = w->step;
+	clock_gettime(CLOCK_MONOTONIC, &x->since);
+	pthread_cond_signal(&x->cv);
+	pthread_mutex_unlock(&x->mu);
+}
+
+void world_watch_end(struct world *w)
+{
+	struct world_watch *x = w->watch;
+
+	if (x == NULL)
+		return;
+	pthread_mutex_lock(&x->mu);
+	x->busy = 0;
+	pthread_mutex_unlock(&x->mu);
+}
+
+static void watchdog_stop(struct world *w)
+{
+	struct world_watch *x = w->watch;
+
+	if (x == NULL)
+		return;
+	pthread_mutex_lock(&x->mu);
+	x->quit = 1;
+	pthread_cond_signal(&x->cv);
+	pthread_mutex_unlock(&x->mu);
+	pthread_join(x->thread, NULL);
+	pthread_mutex_destroy(&x->mu);
+	pthread_cond_destroy(&x->cv);
+	free(x);
+	w->watch = NULL;
+}
 
 static enum status mpi_fail(struct diag *d, int rc, const char *call)
 {
@@ -48,19 +185,25 @@ static int severity(enum status st)
 	switch (st) {
 	case ST_OK: return 0;
 	case ST_STOP: return 1;
-	case ST_RUNTIME: return 2;
-	case ST_USAGE: return 3;
+	case ST_INTERRUPTED: return 2;
+	case ST_RUNTIME: return 3;
+	case ST_USAGE: return 4;
 	}
-	return 2;
+	return 3;
 }
 
 enum status world_agree(struct world *w, enum status mine, int *reporter)
 {
 	/* MINLOC over (-severity, rank): the most severe status, lowest rank on ties. */
 	struct { int value, rank; } in = {-severity(mine), w->rank}, out;
-	static const enum status by_severity[] = {ST_OK, ST_STOP, ST_RUNTIME, ST_USAGE};
+	static const enum status by_severity[] = {ST_OK, ST_STOP, ST_INTERRUPTED, ST_RUNTIME, ST_USAGE};
 
-	if (MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, w->comm) != MPI_SUCCESS) {
+	int rc;
+
+	world_watch_begin(w, "the ranks' agreement on the outcome");
+	rc = MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, w->comm);
+	world_watch_end(w);
+	if (rc != MPI_SUCCESS) {
 		*reporter = mine != ST_OK;
 		return mine != ST_OK ? mine : ST_RUNTIME;
 	}
@@ -78,7 +221,9 @@ enum status world_check_config(struct world *w, const char *text, struct diag *d
 		return diag_set(d, ST_RUNTIME, "internal: configuration text too long");
 	if (w->rank == 0)
 		strcpy(root, text);
+	world_watch_begin(w, "the configuration check");
 	rc = MPI_Bcast(root, sizeof root, MPI_CHAR, 0, w->comm);
+	world_watch_end(w);
 	if (rc != MPI_SUCCESS)
 		return mpi_fail(d, rc, "MPI_Bcast(configuration)");
 	/* Compare line by line; the lines are in the same order on every rank. */
@@ -99,17 +244,21 @@ enum status world_check_config(struct world *w, const char *text, struct diag *d
 
 int world_all(struct world *w, int mine)
 {
-	int in = mine != 0, out = 0;
+	int in = mine != 0, out = 0, rc;
 
-	if (MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_MIN, w->comm) != MPI_SUCCESS)
-		return 0;
-	return out;
+	world_watch_begin(w, "the device agreement");
+	rc = MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_MIN, w->comm);
+	world_watch_end(w);
+	return rc == MPI_SUCCESS ? out : 0;
 }
 
 enum status world_bcast(struct world *w, void *buf, size_t len, int root, struct diag *d)
 {
-	int rc = MPI_Bcast(buf, (int)len, MPI_BYTE, root, w->comm);
+	int rc;
 
+	world_watch_begin(w, "a broadcast from rank 0");
+	rc = MPI_Bcast(buf, (int)len, MPI_BYTE, root, w->comm);
+	world_watch_end(w);
 	return rc == MPI_SUCCESS ? ST_OK : mpi_fail(d, rc, "MPI_Bcast");
 }
 
@@ -123,8 +272,11 @@ enum status world_local_allgather(struct world *w, const void *mine, size_t len,
 
 enum status world_gather(struct world *w, const void *mine, size_t len, void *all, struct diag *d)
 {
-	int rc = MPI_Gather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, 0, w->comm);
+	int rc;
 
+	world_watch_begin(w, "the statistics gather");
+	rc = MPI_Gather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, 0, w->comm);
+	world_watch_end(w);
 	return rc == MPI_SUCCESS ? ST_OK : mpi_fail(d, rc, "MPI_Gather(statistics)");
 }
 
@@ -135,6 +287,7 @@ double world_time(void)
 
 void world_free(struct world *w)
 {
+	watchdog_stop(w);
 	if (w->local != MPI_COMM_NULL)
 		MPI_Comm_free(&w->local);
 	w->local = MPI_COMM_NULL;

@@ -11,6 +11,7 @@
 #define DDPT_WORLD_H
 
 #include <mpi.h>
+#include <pthread.h>
 
 #include "status.h"
 
@@ -20,6 +21,8 @@ struct world {
 	MPI_Comm comm;              /* MPI_COMM_WORLD */
 	MPI_Comm local;             /* this node's ranks */
 	int inited;                 /* we called MPI_Init_thread, so we finalize */
+	long step;                  /* the optimizer step in progress (for the watchdog) */
+	struct world_watch *watch;  /* the watchdog's state (world.c), or NULL */
 };
 
 enum status world_init(struct world *w, int *argc, char ***argv, struct diag *d);
@@ -33,9 +36,23 @@ enum status world_check_config(struct world *w, const char *text, struct diag *d
 int world_all(struct world *w, int mine);
 /* Broadcast len bytes from root. */
 enum status world_bcast(struct world *w, void *buf, size_t len, int root, struct diag *d);
+/* Start the watchdog thread: a blocking collective that lasts longer than timeout_s
+ * (0: never) ends this process with a message naming the step and the collective; Open MPI
+ * then ends the job. */
+enum status world_watchdog_start(struct world *w, double timeout_s, struct diag *d);
+/* Mark the start and end of a blocking collective (what: e.g. "gradient all-reduce"). */
+void world_watch_begin(struct world *w, const char *what);
+void world_watch_end(struct world *w);
 /* Gather len bytes from every rank of this node into all (local_size * len bytes) on each. */
 enum status world_local_allgather(struct world *w, const void *mine, size_t len, void *all,
 				  struct diag *d);
+/* Start the watchdog thread: a blocking collective that lasts longer than timeout_s
+ * (0: never) ends this process with a message naming the step and the collective; Open MPI
+ * then ends the job. */
+enum status world_watchdog_start(struct world *w, double timeout_s, struct diag *d);
+/* Mark the start and end of a blocking collective (what: e.g. "gradient all-reduce"). */
+void world_watch_begin(struct world *w, const char *what);
+void world_watch_end(struct world *w);
 /* Gather len bytes from every rank into all (size * len bytes) on rank 0. */
 enum status world_gather(struct world *w, const void *mine, size_t len, void *all, struct diag *d);
 /* Wall-clock seconds (MPI_Wtime). */
