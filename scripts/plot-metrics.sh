@@ -114,6 +114,8 @@ plot $(join "${loss_plots[@]}")
 set ylabel 'samples/s (all replicas)'
 set format y '%.1s%c'
 set yrange [0:*]
+# headroom above the highest curve for the key
+set offsets 0, 0, graph 0.35, 0
 plot $(join "${rate_plots[@]}")
 unset multiplot
 EOF
