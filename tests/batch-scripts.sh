@@ -97,8 +97,8 @@ mkdir -p "$R"
 # (env, not a shell function, so that $! of a background run is the script's pid).
 slurm_env=(env SLURM_JOB_ID=4242 SLURM_NNODES=2 SLURM_JOB_NUM_NODES=2 SLURM_NTASKS_PER_NODE=4 SLURM_NTASKS=8
 	SLURM_SUBMIT_DIR="$R" DDPTRAIN=/opt/ddptrain/bin/ddptrain DDPTRAIN_ARGS="--layers=10,64,5 --epochs=9")
-out=$("${slurm_env[@]}" DRY_RUN=1 "$SBATCH" --lr=0.01) || fail "sbatch dry run exited $?"
-has "$out" srun --mpi=pmix --nodes=2 --ntasks=8 --ntasks-per-node=4 /opt/ddptrain/bin/ddptrain \
+out=$("${slurm_env[@]}" DRY_RUN=1 SLURM_CPUS_PER_TASK=8 "$SBATCH" --lr=0.01) || fail "sbatch dry run exited $?"
+has "$out" srun --mpi=pmix --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=8 /opt/ddptrain/bin/ddptrain \
 	--layers=10,64,5 --epochs=9 --checkpoint="$R/ddptrain-4242/checkpoint.safetensors" --checkpoint-every=1000 \
 	--save="$R/ddptrain-4242/model.safetensors" --metrics="$R/ddptrain-4242/metrics.0.jsonl" --lr=0.01
 lacks "$out" --resume
