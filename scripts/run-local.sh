@@ -1,0 +1,124 @@
+#!/bin/bash
+# run-local.sh - ddptrain on one workstation: one rank per GPU, else one per core.
+#
+#   scripts/run-local.sh [-n N] [DDPTRAIN OPTION]...
+#   DRY_RUN=1 scripts/run-local.sh ...     print the command, run nothing
+#
+# Ranks: -n N if given; else one per GPU that `nvidia-smi -L` lists; else one per
+# CPU core. Every other argument goes to ddptrain, after the checkpoint options.
+# Ctrl-C (or SIGTERM, SIGUSR1, SIGHUP) asks ddptrain to write its checkpoint and stop
+# (exit 3); the same command again resumes from it. A second Ctrl-C stops at once.
+set -euo pipefail
+
+# ---- Settings. Each can also come from the environment. ----
+# The binary: default, the build tree's next to this script, else ddptrain on PATH.
+DDPTRAIN=${DDPTRAIN:-}
+# The launcher and extra options for it, separated by spaces.
+MPIRUN=${MPIRUN:-mpirun}
+MPIRUN_ARGS=${MPIRUN_ARGS:-}
+# Checkpoint: written every CHECKPOINT_EVERY steps and on a graceful stop; --resume
+# is added when it exists. CHECKPOINT= (empty) runs without checkpoints.
+CHECKPOINT=${CHECKPOINT-ddptrain.checkpoint.safetensors}
+CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-1000}
+# 1: print the command that would run, run nothing.
+DRY_RUN=${DRY_RUN:-0}
+
+me=run-local.sh
+usage() {
+	sed -n '2,10s/^# \{0,1\}//p' "$0"
+	exit "${1:-0}"
+}
+
+# Print a command as the shell reads it back: words of safe characters bare, others in '...'.
+print_cmd() {
+	local w out=
+	for w in "$@"; do
+		case $w in
+		'' | *[!A-Za-z0-9_@%+=:,./-]*) w="'$(printf '%s' "$w" | sed "s/'/'\\\\''/g")'" ;;
+		esac
+		out+="${out:+ }$w"
+	done
+	printf '%s\n' "$out"
+}
+
+np=
+args=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	-n | --np) [ $# -ge 2 ] || usage 2; np=$2; shift 2 ;;
+	-n=* | --np=*) np=${1#*=}; shift ;;
+	-h | --help) usage 0 ;;
+	*) args+=("$1"); shift ;;
+	esac
+done
+
+if [ -z "$np" ]; then
+	gpus=0
+	if command -v nvidia-smi >/dev/null 2>&1; then
+		gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+	fi
+	if [ "$gpus" -gt 0 ]; then np=$gpus; else np=$(nproc); fi
+fi
+case $np in '' | *[!0-9]* | 0) echo "$me: -n: '$np' is not a positive integer" >&2; exit 2 ;; esac
+
+if [ -z "$DDPTRAIN" ]; then
+	here=$(cd "$(dirname "$0")/.." && pwd)
+	if [ -x "$here/src/ddptrain" ]; then DDPTRAIN=$here/src/ddptrain; else DDPTRAIN=ddptrain; fi
+fi
+
+train=()
+if [ -n "$CHECKPOINT" ]; then
+	train+=(--checkpoint="$CHECKPOINT" --checkpoint-every="$CHECKPOINT_EVERY")
+	[ ! -f "$CHECKPOINT" ] || train+=(--resume="$CHECKPOINT")
+fi
+read -r -a extra <<<"$MPIRUN_ARGS"
+cmd=("$MPIRUN" -np "$np")
+# More ranks than cores: Open MPI wants to be told.
+[ "$np" -le "$(nproc)" ] || cmd+=(--oversubscribe)
+cmd+=(${extra[@]+"${extra[@]}"} "$DDPTRAIN" ${train[@]+"${train[@]}"} ${args[@]+"${args[@]}"})
+
+if [ "$DRY_RUN" = 1 ]; then
+	print_cmd "${cmd[@]}"
+	exit 0
+fi
+
+# Open MPI refuses root unless told.
+if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+[ -z "$CHECKPOINT" ] || [ ! -f "$CHECKPOINT" ] || echo "$me: resuming from $CHECKPOINT" >&2
+
+# mpirun runs in its own session, so Ctrl-C reaches this script only: mpirun
+# answers SIGINT and SIGTERM by killing the ranks, SIGUSR1 it passes on to them.
+pid=
+early=
+stops=0
+# shellcheck disable=SC2317 # called by the traps
+stop() {
+	if [ -z "$pid" ]; then
+		early=$1
+		return 0
+	fi
+	stops=$((stops + 1))
+	if [ "$stops" -eq 1 ]; then
+		echo "$me: SIG$1: asking ddptrain to write its checkpoint and stop (again to stop at once)" >&2
+		kill -USR1 "$pid" 2>/dev/null || true
+	else
+		kill -TERM "$pid" 2>/dev/null || true
+	fi
+}
+trap 'stop INT' INT
+trap 'stop TERM' TERM
+trap 'stop USR1' USR1
+trap 'stop HUP' HUP
+setsid "${cmd[@]}" &
+pid=$!
+[ -z "$early" ] || stop "$early"
+# A trapped signal interrupts wait; wait again until mpirun has really exited.
+while :; do
+	rc=0
+	wait "$pid" || rc=$?
+	kill -0 "$pid" 2>/dev/null || break
+done
+if [ "$rc" -eq 3 ]; then
+	echo "$me: stopped; checkpoint in $CHECKPOINT: run the same command again to resume" >&2
+fi
+exit "$rc"

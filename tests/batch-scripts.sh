@@ -1,0 +1,253 @@
+#!/bin/bash
+# The cluster scripts (Slurm, PBS, run-local) parse, print under DRY_RUN=1 the
+# launch command the scheduler's allocation calls for (with --resume only when
+# the checkpoint exists), and, run for real against stand-in launchers and
+# scheduler commands, pass the stop signal to the ranks and requeue on exit 3.
+. "$(dirname "$0")/setup.sh"
+
+S=$TOP_SRCDIR/scripts
+SBATCH=$S/slurm/ddptrain.sbatch
+PBS=$S/pbs/ddptrain.pbs
+LOCAL=$S/run-local.sh
+
+for f in "$SBATCH" "$PBS" "$LOCAL"; do
+	bash -n "$f" || fail "bash -n $f"
+done
+
+# Scheduler directives count only above the first command line.
+directives_on_top() {
+	awk -v want="$2" '
+		/^[ \t]*$/ || /^#/ { if (index($0, want) == 1) n++; next }
+		{ exit }
+		END { print n + 0 }' "$1"
+}
+[ "$(directives_on_top "$SBATCH" "#SBATCH")" -eq "$(grep -c '^#SBATCH' "$SBATCH")" ] ||
+	fail "an #SBATCH line comes after the first command"
+[ "$(directives_on_top "$PBS" "#PBS")" -eq "$(grep -c '^#PBS' "$PBS")" ] ||
+	fail "a #PBS line comes after the first command"
+for d in '--ntasks-per-node=' '--gres=gpu:' '--signal=B:USR1@' '--requeue'; do
+	grep -q "^#SBATCH $d" "$SBATCH" || fail "ddptrain.sbatch lacks #SBATCH $d"
+done
+for d in '-r y' '-l walltime=' '-l select='; do
+	grep -q "^#PBS $d" "$PBS" || fail "ddptrain.pbs lacks #PBS $d"
+done
+
+# Stand-ins for the launchers and the scheduler's commands: each logs its
+# command line to $FAKE_LOG. A launcher exits FAKE_RC at once, or with
+# FAKE_RC=wait says "ready" and waits: SIGUSR1 makes it exit 3 (ddptrain's
+# graceful stop), SIGINT and SIGTERM are logged as what must not reach it.
+B=$TMPD/bin
+mkdir -p "$B"
+cat >"$B/launcher" <<'EOF'
+#!/bin/bash
+echo "$(basename "$0") $*" >>"$FAKE_LOG"
+read -r -a st </proc/$$/stat
+echo "pgid ${st[4]}" >>"$FAKE_LOG"
+trap 'echo "got USR1" >>"$FAKE_LOG"; exit 3' USR1
+trap 'echo "got INT" >>"$FAKE_LOG"; exit 130' INT
+trap 'echo "got TERM" >>"$FAKE_LOG"; exit 143' TERM
+if [ "${FAKE_RC:-0}" != wait ]; then exit "${FAKE_RC:-0}"; fi
+echo ready >>"$FAKE_LOG"
+for _ in $(seq 300); do sleep 0.1; done
+echo "not stopped" >>"$FAKE_LOG"
+exit 1
+EOF
+cat >"$B/sched" <<'EOF'
+#!/bin/bash
+echo "$(basename "$0") $*" >>"$FAKE_LOG"
+exit "${FAKE_SCHED_RC:-0}"
+EOF
+cat >"$B/gpus" <<'EOF'
+#!/bin/sh
+# nvidia-smi -L with FAKE_GPUS GPUs; none: fail as nvidia-smi does without a driver.
+[ "${FAKE_GPUS:-0}" -gt 0 ] || { echo "NVIDIA-SMI has failed" >&2; exit 9; }
+for i in $(seq 0 $((FAKE_GPUS - 1))); do echo "GPU $i: NVIDIA H100 (UUID: GPU-$i)"; done
+EOF
+chmod +x "$B/launcher" "$B/sched" "$B/gpus"
+for n in srun mpirun; do ln -s launcher "$B/$n"; done
+for n in scontrol qrerun qsub qstat; do ln -s sched "$B/$n"; done
+ln -s gpus "$B/nvidia-smi"
+export PATH=$B:$PATH FAKE_LOG=$TMPD/log
+
+# has OUT WORD...: every WORD is in OUT
+has() {
+	local out=$1 w
+	shift
+	for w in "$@"; do
+		case " $out " in *" $w "*) ;; *) fail "'$w' not in: $out" ;; esac
+	done
+}
+lacks() {
+	case " $1 " in *"$2"*) fail "'$2' in: $1" ;; esac
+}
+# wait_for TEXT: until the fake log holds TEXT (5 s at most)
+wait_for() {
+	for _ in $(seq 50); do
+		grep -q "$1" "$FAKE_LOG" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	fail "no '$1' in the log: $(cat "$FAKE_LOG" 2>/dev/null)"
+}
+checks=0
+
+# ---- Slurm ----
+R=$TMPD/slurm
+mkdir -p "$R"
+# What Slurm sets for sbatch --nodes=2 --ntasks-per-node=4, as env arguments
+# (env, not a shell function, so that $! of a background run is the script's pid).
+slurm_env=(env SLURM_JOB_ID=4242 SLURM_NNODES=2 SLURM_JOB_NUM_NODES=2 SLURM_NTASKS_PER_NODE=4 SLURM_NTASKS=8
+	SLURM_SUBMIT_DIR="$R" DDPTRAIN=/opt/ddptrain/bin/ddptrain DDPTRAIN_ARGS="--layers=10,64,5 --epochs=9")
+out=$("${slurm_env[@]}" DRY_RUN=1 SLURM_CPUS_PER_TASK=8 "$SBATCH" --lr=0.01) || fail "sbatch dry run exited $?"
+has "$out" srun --mpi=pmix --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=8 /opt/ddptrain/bin/ddptrain \
+	--layers=10,64,5 --epochs=9 --checkpoint="$R/ddptrain-4242/checkpoint.safetensors" --checkpoint-every=1000 \
+	--save="$R/ddptrain-4242/model.safetensors" --metrics="$R/ddptrain-4242/metrics.0.jsonl" --lr=0.01
+lacks "$out" --resume
+[ "${out##* }" = --lr=0.01 ] || fail "the script's arguments do not come last: $out"
+[ ! -e "$R/ddptrain-4242" ] || fail "a dry run made the run directory"
+echo "slurm dry run: $out"
+checks=$((checks + 1))
+
+mkdir -p "$R/ddptrain-4242"
+: >"$R/ddptrain-4242/checkpoint.safetensors"
+out=$("${slurm_env[@]}" DRY_RUN=1 SLURM_RESTART_COUNT=1 LAUNCHER=mpirun MPIRUN_ARGS="--mca btl self,tcp" "$SBATCH") ||
+	fail "sbatch dry run (mpirun) exited $?"
+has "$out" mpirun -np 8 --map-by ppr:4:node --bind-to none --mca btl self,tcp /opt/ddptrain/bin/ddptrain \
+	--resume="$R/ddptrain-4242/checkpoint.safetensors" --metrics="$R/ddptrain-4242/metrics.1.jsonl"
+lacks "$out" srun
+echo "slurm dry run, resuming: $out"
+checks=$((checks + 1))
+
+"${slurm_env[@]}" DRY_RUN=1 LAUNCHER=aprun "$SBATCH" >/dev/null 2>"$TMPD/err" && fail "LAUNCHER=aprun accepted"
+grep -q "LAUNCHER='aprun' is not one of srun|mpirun" "$TMPD/err" || fail "LAUNCHER message: $(cat "$TMPD/err")"
+
+# The warning signal reaches the ranks as SIGUSR1 and exit 3 requeues the job.
+: >"$FAKE_LOG"
+"${slurm_env[@]}" FAKE_RC=wait "$SBATCH" >"$TMPD/out" 2>&1 &
+pid=$!
+wait_for ready
+kill -USR1 "$pid"
+rc=0
+wait "$pid" || rc=$?
+[ "$rc" -eq 0 ] || fail "sbatch script exited $rc after a graceful stop: $(cat "$TMPD/out")"
+grep -qx "got USR1" "$FAKE_LOG" || fail "the launcher never got SIGUSR1: $(cat "$FAKE_LOG")"
+grep -qx "scontrol requeue 4242" "$FAKE_LOG" || fail "no scontrol requeue: $(cat "$FAKE_LOG")"
+grep -q "^srun .*--resume=$R/ddptrain-4242/checkpoint.safetensors" "$FAKE_LOG" || fail "no --resume: $(cat "$FAKE_LOG")"
+echo "slurm: SIGUSR1 -> launcher SIGUSR1 -> exit 3 -> $(grep scontrol "$FAKE_LOG")"
+checks=$((checks + 1))
+# Slurm's own SIGTERM is passed on as SIGUSR1 too (mpirun kills the ranks on SIGTERM).
+: >"$FAKE_LOG"
+"${slurm_env[@]}" FAKE_RC=wait LAUNCHER=mpirun "$SBATCH" >"$TMPD/out" 2>&1 &
+pid=$!
+wait_for ready
+kill -TERM "$pid"
+wait "$pid" || fail "sbatch script exited $? after SIGTERM: $(cat "$TMPD/out")"
+grep -qx "got USR1" "$FAKE_LOG" || fail "SIGTERM was not passed on as SIGUSR1: $(cat "$FAKE_LOG")"
+checks=$((checks + 1))
+# No requeue after a normal end, a failure, or MAX_RESTARTS restarts; a refused requeue keeps exit 3.
+for c in "0 0 0" "1 1 0" "3 3 20" "3 3 0 refused"; do
+	read -r frc want restarts refused <<<"$c"
+	: >"$FAKE_LOG"
+	rc=0
+	"${slurm_env[@]}" FAKE_RC="$frc" SLURM_RESTART_COUNT="$restarts" FAKE_SCHED_RC="${refused:+1}" \
+		"$SBATCH" >"$TMPD/out" 2>&1 || rc=$?
+	[ "$rc" -eq "$want" ] || fail "launcher exit $frc, $restarts restarts: script exited $rc, want $want"
+	if [ "$frc" = 3 ] && [ "$restarts" = 0 ]; then
+		grep -q "scontrol requeue" "$FAKE_LOG" || fail "no requeue attempt: $(cat "$FAKE_LOG")"
+		grep -q "requeue refused: resubmit with RUN_DIR=" "$TMPD/out" || fail "refusal: $(cat "$TMPD/out")"
+	else
+		grep -q "scontrol" "$FAKE_LOG" && fail "requeued after launcher exit $frc, $restarts restarts"
+	fi
+	checks=$((checks + 1))
+done
+
+# ---- PBS ----
+R=$TMPD/pbs
+mkdir -p "$R"
+printf 'n01\nn01\nn01\nn02\nn02\nn02\n' >"$R/nodes"
+pbs_env=(env PBS_JOBID=777.pbs-server PBS_NODEFILE="$R/nodes" PBS_O_WORKDIR="$R"
+	DDPTRAIN=/opt/ddptrain/bin/ddptrain DDPTRAIN_ARGS="--epochs=9")
+out=$("${pbs_env[@]}" DRY_RUN=1 WALLTIME=01:00:00 "$PBS" --lr=0.01 2>"$TMPD/err") || fail "pbs dry run exited $?"
+has "$out" mpirun -np 6 --hostfile "$R/nodes" --map-by ppr:3:node /opt/ddptrain/bin/ddptrain --epochs=9 \
+	--checkpoint="$R/ddptrain-777/checkpoint.safetensors" --save="$R/ddptrain-777/model.safetensors" \
+	--metrics="$R/ddptrain-777/metrics.0.jsonl" --lr=0.01
+lacks "$out" --resume
+grep -q "SIGUSR1 after 3480 s" "$TMPD/err" || fail "pbs stop timer: $(cat "$TMPD/err")"
+echo "pbs dry run: $out"
+checks=$((checks + 1))
+mkdir -p "$R/ddptrain-777"
+: >"$R/ddptrain-777/checkpoint.safetensors"
+out=$("${pbs_env[@]}" DRY_RUN=1 GPUS_PER_NODE=2 "$PBS" 2>/dev/null) || fail "pbs dry run exited $?"
+has "$out" -np 4 --map-by ppr:2:node --resume="$R/ddptrain-777/checkpoint.safetensors"
+echo "pbs dry run, resuming: $out"
+checks=$((checks + 1))
+"${pbs_env[@]}" DRY_RUN=1 PBS_NODEFILE= "$PBS" >/dev/null 2>&1 && fail "pbs script ran without a node file"
+"${pbs_env[@]}" DRY_RUN=1 WALLTIME=1:xx "$PBS" >/dev/null 2>&1 && fail "pbs script took WALLTIME=1:xx"
+
+# Its own timer stops ddptrain STOP_BEFORE s before the walltime; exit 3 reruns the job.
+: >"$FAKE_LOG"
+t0=$SECONDS
+"${pbs_env[@]}" FAKE_RC=wait WALLTIME=00:00:03 STOP_BEFORE=2 "$PBS" >"$TMPD/out" 2>&1 ||
+	fail "pbs script exited $? after its timer: $(cat "$TMPD/out")"
+grep -qx "got USR1" "$FAKE_LOG" || fail "the timer did not stop mpirun: $(cat "$FAKE_LOG")"
+grep -qx "qrerun 777.pbs-server" "$FAKE_LOG" || fail "no qrerun: $(cat "$FAKE_LOG")"
+[ "$(cat "$R/ddptrain-777/starts")" = 1 ] || fail "start count: $(cat "$R/ddptrain-777/starts")"
+echo "pbs: timer after $((SECONDS - t0)) s -> mpirun SIGUSR1 -> exit 3 -> $(grep qrerun "$FAKE_LOG")"
+checks=$((checks + 1))
+# qrerun refused: RESUBMIT submits the script again with the same RUN_DIR.
+: >"$FAKE_LOG"
+"${pbs_env[@]}" FAKE_RC=3 FAKE_SCHED_RC=0 RESUBMIT="$PBS" bash -c '
+	qrerun() { echo "qrerun $*" >>"$FAKE_LOG"; return 1; }
+	export -f qrerun
+	exec "$0"' "$PBS" >"$TMPD/out" 2>&1 || fail "pbs resubmit exited $?: $(cat "$TMPD/out")"
+grep -q "^qsub -V -v RUN_DIR=$R/ddptrain-777,CHECKPOINT=$R/ddptrain-777/checkpoint.safetensors $PBS\$" "$FAKE_LOG" ||
+	fail "no resubmission: $(cat "$FAKE_LOG")"
+checks=$((checks + 1))
+
+# ---- run-local ----
+cd "$TMPD" || fail "cd $TMPD"
+ncpu=$(nproc)
+out=$(FAKE_GPUS=3 DRY_RUN=1 "$LOCAL" --epochs=2 "--save=my model.st") || fail "run-local dry run exited $?"
+has "$out" mpirun -np 3 --checkpoint=ddptrain.checkpoint.safetensors --epochs=2 "'--save=my model.st'"
+lacks "$out" --resume
+echo "run-local dry run, 3 GPUs: $out"
+out=$(FAKE_GPUS=0 DRY_RUN=1 "$LOCAL") || fail "run-local dry run exited $?"
+has "$out" -np "$ncpu"
+lacks "$out" --oversubscribe
+: >ddptrain.checkpoint.safetensors
+out=$(FAKE_GPUS=2 DRY_RUN=1 "$LOCAL" -n $((ncpu + 1)) --quiet) || fail "run-local dry run exited $?"
+has "$out" -np $((ncpu + 1)) --oversubscribe --resume=ddptrain.checkpoint.safetensors --quiet
+echo "run-local dry run, -n $((ncpu + 1)), resuming: $out"
+out=$(CHECKPOINT='' DRY_RUN=1 "$LOCAL" -n 2) || fail "run-local dry run exited $?"
+lacks "$out" --checkpoint
+"$LOCAL" -n 0 >/dev/null 2>&1 && fail "run-local took -n 0"
+checks=$((checks + 4))
+
+# Ctrl-C reaches the script only; it asks for a graceful stop with SIGUSR1.
+: >"$FAKE_LOG"
+# Job control: the script gets its own process group, as in a terminal, and
+# SIGINT is not ignored as it is for a background job without it.
+set -m
+FAKE_RC=wait "$LOCAL" -n 2 >"$TMPD/out" 2>&1 &
+pid=$!
+set +m
+wait_for ready
+kill -INT -- "-$pid"
+rc=0
+wait "$pid" || rc=$?
+[ "$rc" -eq 3 ] || fail "run-local exited $rc after Ctrl-C, want 3: $(cat "$TMPD/out")"
+grep -qx "got USR1" "$FAKE_LOG" || fail "mpirun did not get SIGUSR1: $(cat "$FAKE_LOG")"
+# (A background job ignores SIGINT, so its absence here proves little: mpirun
+# must be outside the script's process group, which the terminal signals.)
+grep -q "got INT" "$FAKE_LOG" && fail "Ctrl-C reached mpirun"
+grep -qx "pgid $pid" "$FAKE_LOG" && fail "mpirun is in the script's process group"
+grep -q "run the same command again to resume" "$TMPD/out" || fail "no resume hint: $(cat "$TMPD/out")"
+echo "run-local: Ctrl-C -> mpirun SIGUSR1 -> exit 3"
+checks=$((checks + 1))
+
+# And it really trains (without checkpoint options, which this ddptrain may not have yet).
+export PATH=${PATH#"$B:"}
+CHECKPOINT='' DDPTRAIN=$DDPTRAIN timeout -k 5 120 "$LOCAL" -n 2 --samples=200 --epochs=1 \
+	--save="$TMPD/local.st" --quiet || fail "run-local training exited $?"
+[ -s "$TMPD/local.st" ] || fail "run-local training saved nothing"
+checks=$((checks + 1))
+echo "batch-scripts: $checks checks passed"

@@ -1,0 +1,82 @@
+#!/bin/bash
+# completion/ddptrain.bash, sourced into bash: long flags from ddptrain --help
+# (all of them, and only them), the values of --mode, --device and --backend,
+# .npy names for --inputs/--targets and .safetensors names for the weight
+# files, in both the --flag=value and the --flag value spellings.
+. "$(dirname "$0")/setup.sh"
+
+COMPLETION=$TOP_SRCDIR/completion/ddptrain.bash
+# shellcheck source=../completion/ddptrain.bash
+. "$COMPLETION"
+[ "$(complete -p ddptrain)" = "complete -F _ddptrain ddptrain" ] || fail "not registered: $(complete -p ddptrain)"
+
+# comp WORD...: complete the last word of "ddptrain WORD..." as bash would call
+# the function (with '=' a word break, "--mode=d" is the words --mode = d);
+# prints the replies sorted, on one line.
+BIN=$DDPTRAIN
+comp() {
+	COMP_WORDS=("$BIN" "$@")
+	COMP_CWORD=$#
+	COMP_LINE="${COMP_WORDS[*]}"
+	COMP_POINT=${#COMP_LINE}
+	COMPREPLY=()
+	_ddptrain ddptrain "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD - 1]}"
+	if [ ${#COMPREPLY[@]} -gt 0 ]; then printf '%s\n' "${COMPREPLY[@]}" | sort | paste -sd ' ' -; else echo; fi
+}
+checks=0
+# expect WANT WORD...
+expect() {
+	local want=$1 got
+	shift
+	got=$(comp "$@")
+	[ "$got" = "$want" ] || fail "ddptrain $*<TAB>: got '$got', want '$want'"
+	echo "ddptrain $*<TAB> -> $got"
+	checks=$((checks + 1))
+}
+
+cd "$TMPD" || fail "cd $TMPD"
+mkdir -p data runs
+: >x.npy
+: >y.npy
+: >notes.txt
+: >model.safetensors
+: >ckpt.safetensors
+: >data/train.npy
+
+expect "--mode= --momentum=" --mo
+expect "--mode=" --mod
+expect "--quiet" --qu
+expect "--samples= --save= --seed= --shuffle" --s
+expect "ddp dp" --mode =
+expect "ddp" --mode = dd
+expect "auto cpu cuda" --device =
+expect "nccl" --backend = n
+expect "ddp dp" --mode ""
+expect "auto mpi nccl" --backend ""
+expect "data runs x.npy y.npy" --inputs =
+expect "x.npy" --targets = x
+expect "data/train.npy" --inputs = data/
+expect "ckpt.safetensors data model.safetensors runs" --init =
+expect "model.safetensors" --save = mo
+expect "ckpt.safetensors" --resume = c
+expect "ckpt.safetensors" --checkpoint = c
+expect "ckpt.safetensors" --init c
+expect "data runs x.npy y.npy" --inputs ""
+expect "" --lr =
+expect "" --epochs ""
+
+# '=' not a word break: the whole "--mode=d" is the word, and so is the reply.
+expect "--mode=ddp --mode=dp" --mode=d
+expect "--inputs=x.npy" --inputs=x
+
+# Every flag of --help, and no other.
+want=$("$DDPTRAIN" --help | sed -n 's/^  \(--[a-z0-9-]*\)\(=\)\{0,1\}.*/\1\2/p' | sort | paste -sd ' ' -)
+[ -n "$want" ] || fail "no flags in --help"
+got=$(comp --)
+[ "$got" = "$want" ] || fail "ddptrain --<TAB>: got '$got', want --help's '$want'"
+echo "ddptrain --<TAB> -> $(echo "$got" | wc -w) flags, those of --help"
+
+# No ddptrain there: no flags, no noise.
+BIN=$TMPD/no-such-ddptrain
+[ -z "$(comp --m 2>&1)" ] || fail "a missing binary gave: $(comp --m 2>&1)"
+echo "completion: $((checks + 2)) cases ok"
