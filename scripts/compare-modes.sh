@@ -66,8 +66,8 @@ function field(line, key,   i, n, parts, kv) {
 }
 FNR == 1 { file++ }
 /^# summary:/ { sps[file] = field($0, "samples_per_s"); ms[file] = field($0, "ms_per_step") }
-# ddp rank rows: "#  rank compute ar_wait step ar_KiB state_MiB rss_MiB"
-(file <= 2) && /^# +[0-9]+ / && NF == 8 {
+# ddp rank rows: "#  rank compute ar_wait step ar_KiB state_MiB rss_MiB ar_%"
+(file <= 2) && /^# +[0-9]+ / && NF == 9 {
 	if ($7 > st[file]) st[file] = $7; if ($8 > rss[file]) rss[file] = $8
 	if ($2 == 0) { wait[file] = $4; stepms[file] = $5 }
 }

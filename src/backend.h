@@ -58,9 +58,10 @@ struct backend_ops {
 	void (*copy_peer)(void *ctx, float *dst, void *src_ctx, const float *src, size_t n);
 	/* dst += src, both device memory of this backend. */
 	void (*add)(void *ctx, float *dst, const float *src, size_t n);
-	/* y (n, out) = x (n, in) @ w^T + b; w is (out, in) row-major, b (out). */
+	/* y (n, out) = x (n, in) @ w^T + b, then max(y, 0) if relu; w is (out, in) row-major,
+	 * b (out). The bias and the ReLU are one pass over y. */
 	void (*linear_forward)(void *ctx, float *y, const float *x, const float *w, const float *b,
-			       int n, int in, int out);
+			       int n, int in, int out, int relu);
 	/* From dy (n, out): dw (out, in) and db (out) are set (accumulate = 0) or added to
 	 * (accumulate = 1); dx (n, in) = dy @ w is set unless dx is NULL. */
 	void (*linear_backward)(void *ctx, float *dx, float *dw, float *db, const float *dy,

@@ -4,6 +4,7 @@
  * the ranks (or dp threads), one core each.
  */
 #include <cblas.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,19 +60,28 @@ static void *cpu_stream(void *ctx)
 	return NULL;
 }
 
-static void cpu_add(void *ctx, float *dst, const float *src, size_t n)
+static void cpu_add(void *ctx, float *restrict dst, const float *restrict src, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		dst[i] += src[i];
 }
 
 static void cpu_linear_forward(void *ctx, float *y, const float *x, const float *w,
-			       const float *b, int n, int in, int out)
+			       const float *b, int n, int in, int out, int relu)
 {
-	for (int i = 0; i < n; i++)
-		memcpy(y + (size_t)i * out, b, (size_t)out * sizeof(float));
-	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 1.0f,
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 0.0f,
 		    y, out);
+	for (int i = 0; i < n; i++) {
+		float *restrict r = y + (size_t)i * out;
+		const float *restrict bb = b;
+
+		if (relu)
+			for (int k = 0; k < out; k++)
+				r[k] = fmaxf(r[k] + bb[k], 0.0f);
+		else
+			for (int k = 0; k < out; k++)
+				r[k] += bb[k];
+	}
 }
 
 static void cpu_linear_backward(void *ctx, float *dx, float *dw, float *db, const float *dy,
@@ -84,10 +94,11 @@ static void cpu_linear_backward(void *ctx, float *dx, float *dw, float *db, cons
 	if (!accumulate)
 		memset(db, 0, (size_t)out * sizeof(float));
 	for (int i = 0; i < n; i++) {
-		const float *r = dy + (size_t)i * out;
+		const float *restrict r = dy + (size_t)i * out;
+		float *restrict s = db;
 
 		for (int k = 0; k < out; k++)
-			db[k] += r[k];
+			s[k] += r[k];
 	}
 	/* dx (n, in) = dy (n, out) @ w (out, in) */
 	if (dx != NULL)
@@ -95,20 +106,20 @@ static void cpu_linear_backward(void *ctx, float *dx, float *dw, float *db, cons
 			    in, 0.0f, dx, in);
 }
 
-static void cpu_relu_forward(void *ctx, float *y, size_t n)
+static void cpu_relu_forward(void *ctx, float *restrict y, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
-		y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+		y[i] = fmaxf(y[i], 0.0f);
 }
 
-static void cpu_relu_backward(void *ctx, float *dy, const float *y, size_t n)
+static void cpu_relu_backward(void *ctx, float *restrict dy, const float *restrict y, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
 		dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
 }
 
-static void cpu_mse(void *ctx, float *dy, float *loss, const float *y, const float *t, int n,
-		    int width, float scale, int accumulate)
+static void cpu_mse(void *ctx, float *restrict dy, float *loss, const float *restrict y,
+		    const float *restrict t, int n, int width, float scale, int accumulate)
 {
 	size_t m = (size_t)n * (size_t)width;
 	float g = 2.0f * scale / (float)m;
@@ -123,8 +134,8 @@ static void cpu_mse(void *ctx, float *dy, float *loss, const float *y, const flo
 	*loss = (accumulate ? *loss : 0.0f) + (float)((double)scale * sum / (double)m);
 }
 
-static void cpu_sgd(void *ctx, float *p, const float *g, float *m, size_t n,
-		    const struct sgd_hparams *h)
+static void cpu_sgd(void *ctx, float *restrict p, const float *restrict g, float *restrict m,
+		    size_t n, const struct sgd_hparams *h)
 {
 	const float lr = h->lr, mu = h->momentum, wd = h->weight_decay;
 

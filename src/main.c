@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "backend.h"    /* backend_cpu_ops, backend_init, backend_free */
 #include "checkpoint.h" /* checkpoint_save, checkpoint_load, checkpoint_config_diff */
@@ -328,6 +329,43 @@ static int replicas(const struct app *a)
 	return a->o.mode == MODE_DP ? a->pl.replicas : a->w.size;
 }
 
+/* One "#" line per rank (nccl-tests style): where it runs and on what. Collective. */
+static void print_ranks(struct app *a)
+{
+	struct rank_line {
+		int pid, local;
+		char host[64], device[160];
+	} mine = {0}, *all = NULL;
+	struct diag ignore = {0};
+
+	mine.pid = (int)getpid();
+	mine.local = a->w.local_rank;
+	gethostname(mine.host, sizeof mine.host - 1);
+	if (a->pl.device == DEVICE_CUDA)
+		snprintf(mine.device, sizeof mine.device, "GPU %d of %d (%s)", a->pl.gpu,
+			 a->pl.gpu_count, a->pl.gpu_name);
+	else
+		snprintf(mine.device, sizeof mine.device, "cpu");
+	if (a->o.mode == MODE_DP) {
+		for (int i = 0; i < a->pl.replicas; i++)
+			if (a->pl.device == DEVICE_CUDA)
+				report_note(&a->r, "  replica %2d: thread %d, GPU %d", i, i, a->pl.gpu + i);
+			else
+				report_note(&a->r, "  replica %2d: thread %d, cpu", i, i);
+		return;
+	}
+	if (a->w.rank == 0)
+		all = calloc((size_t)a->w.size, sizeof *all);
+	if (world_gather(&a->w, &mine, sizeof mine, all, &ignore) == ST_OK && all != NULL)
+		for (int r = 0; r < a->w.size; r++)
+			report_note(&a->r, "  rank %3d: pid %7d on %s, node-local rank %d, device %s, backend %s%s%s",
+				    r, all[r].pid, all[r].host, all[r].local, all[r].device, a->c.ops->name,
+				    a->pl.comm == COMM_MPI && a->pl.device == DEVICE_CUDA ? ", " : "",
+				    a->pl.comm == COMM_MPI && a->pl.device == DEVICE_CUDA ?
+					    comm_mpi_path_name(&a->c) : "");
+	free(all);
+}
+
 static void print_header(struct app *a)
 {
 	const int dp = a->o.mode == MODE_DP;
@@ -344,10 +382,8 @@ static void print_header(struct app *a)
 	if (a->pl.notice[0] != '\0')
 		report_note(&a->r, "%s", a->pl.notice);
 	if (a->pl.device == DEVICE_CUDA)
-		report_note(&a->r, "rank 0: GPU %d of %d (%s), %s, TF32 %s%s%s", a->pl.gpu,
-			    a->pl.gpu_count, a->pl.gpu_name, a->pl.info, a->o.tf32 ? "on" : "off",
-			    a->pl.comm == COMM_MPI && !dp ? ", MPI path: " : "",
-			    a->pl.comm == COMM_MPI && !dp ? comm_mpi_path_name(&a->c) : "");
+		report_note(&a->r, "%s, TF32 %s", a->pl.info, a->o.tf32 ? "on" : "off");
+	print_ranks(a);
 	report_note(&a->r, "model %s (%zu parameters), data %s (%zu samples), batch %ld per %s x %d %ss x %ld accum = %ld per step",
 		    widths, a->m.nparams, a->ds.synthetic ? "synthetic" : a->o.inputs, a->ds.n,
 		    a->o.batch_size, dp ? "replica" : "rank", replicas(a), dp ? "replica" : "rank",

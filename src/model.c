@@ -89,9 +89,7 @@ void model_forward(struct model *m, int n)
 		int in = m->widths[l], out = m->widths[l + 1];
 
 		ops->linear_forward(c, m->act[l + 1], m->act[l], m->params + m->w_off[l],
-				    m->params + m->b_off[l], n, in, out);
-		if (l + 1 < m->nlayers)
-			ops->relu_forward(c, m->act[l + 1], (size_t)n * (size_t)out);
+				    m->params + m->b_off[l], n, in, out, l + 1 < m->nlayers);
 	}
 }
 

@@ -9,6 +9,24 @@
 
 #include "report.h"
 
+/* Does rank 0's output reach a terminal? Open MPI gives each rank a pseudo-terminal of its
+ * own, whatever mpirun writes to, so under mpirun look at the launcher's standard output
+ * (mpirun is the parent of the ranks it starts on its own host); elsewhere at ours. */
+static int output_is_terminal(void)
+{
+	char link[64], target[256];
+	ssize_t n;
+
+	if (getenv("OMPI_COMM_WORLD_SIZE") == NULL)
+		return isatty(STDOUT_FILENO);
+	snprintf(link, sizeof link, "/proc/%d/fd/1", (int)getppid());
+	n = readlink(link, target, sizeof target - 1);
+	if (n <= 0)
+		return 0;
+	target[n] = '\0';
+	return strncmp(target, "/dev/pts/", 9) == 0 || strncmp(target, "/dev/tty", 8) == 0;
+}
+
 enum status report_init(struct report *r, int root, int quiet, const char *metrics_path,
 			struct diag *d)
 {
@@ -18,6 +36,7 @@ enum status report_init(struct report *r, int root, int quiet, const char *metri
 	r->root = root;
 	r->quiet = quiet;
 	r->out = stdout;
+	r->tty = root && output_is_terminal();
 	if (!root || metrics_path == NULL)
 		return ST_OK;
 	r->metrics_path = strdup(metrics_path);
@@ -45,6 +64,10 @@ void report_note(struct report *r, const char *fmt, ...)
 
 	if (!r->root || r->quiet)
 		return;
+	if (r->line_open) {
+		fputc('\n', r->out);
+		r->line_open = 0;
+	}
 	fputs("# ", r->out);
 	va_start(ap, fmt);
 	vfprintf(r->out, fmt, ap);
@@ -61,23 +84,33 @@ static void metrics_line(struct report *r, json_t *obj)
 	json_decref(obj);
 }
 
-void report_step(struct report *r, long epoch, long step, long total, double loss,
-		 double samples_per_s, double elapsed)
+void report_step(struct report *r, long epoch, long epochs, long step, long total, double loss,
+		 double samples_per_s, double elapsed, long steps_here)
 {
+	double eta = steps_here > 0 ? elapsed / (double)steps_here * (double)(total - step) : 0.0;
+
 	if (!r->root)
 		return;
-	if (!r->quiet) {
+	if (!r->quiet && r->tty) {
+		/* One line, redrawn in place; \033[K clears what a longer line left. */
+		fprintf(r->out, "\r epoch %ld/%ld  step %ld/%ld  loss %.6f  %.0f samples/s  %.1f s  ETA %.1f s\033[K",
+			epoch, epochs, step, total, loss, samples_per_s, elapsed, eta);
+		r->line_open = step != total;
+		if (!r->line_open)
+			fputc('\n', r->out);
+		fflush(r->out);
+	} else if (!r->quiet) {
 		if (!r->header_done) {
-			fprintf(r->out, "#%7s %12s %12s %14s %12s\n", "epoch", "step", "loss", "samples/s",
-				"elapsed_s");
+			fprintf(r->out, "#%7s %13s %12s %14s %12s %10s\n", "epoch", "step", "loss",
+				"samples/s", "elapsed_s", "eta_s");
 			r->header_done = 1;
 		}
-		fprintf(r->out, " %7ld %5ld/%-6ld %12.6f %14.0f %12.3f\n", epoch, step, total, loss,
-			samples_per_s, elapsed);
+		fprintf(r->out, " %7ld %6ld/%-6ld %12.6f %14.0f %12.3f %10.1f\n", epoch, step, total, loss,
+			samples_per_s, elapsed, eta);
 	}
-	metrics_line(r, json_pack("{s:s, s:I, s:I, s:f, s:f, s:f}", "type", "step", "step",
+	metrics_line(r, json_pack("{s:s, s:I, s:I, s:f, s:f, s:f, s:f}", "type", "step", "step",
 				  (json_int_t)step, "epoch", (json_int_t)epoch, "loss", loss,
-				  "samples_per_s", samples_per_s, "elapsed_s", elapsed));
+				  "samples_per_s", samples_per_s, "elapsed_s", elapsed, "eta_s", eta));
 }
 
 const char *const dp_phase_names[DP_NPHASES] = {
@@ -107,14 +140,17 @@ static void report_ddp_ranks(struct report *r, const struct replica_stats *rep, 
 {
 	double per = steps > 0 ? 1.0 / (double)steps : 0.0;
 
-	fprintf(r->out, "# ddp per rank: ms per step, KiB all-reduced per step, state MiB, peak RSS MiB\n");
-	fprintf(r->out, "#%7s %9s %9s %9s %10s %9s %9s\n", "rank", "compute", "ar_wait", "step",
-		"ar_KiB", "state_MiB", "rss_MiB");
-	for (int i = 0; i < n; i++)
-		fprintf(r->out, "#%7d %9.4f %9.4f %9.4f %10.1f %9.3f %9.1f\n", i,
-			1e3 * rep[i].compute_s * per, 1e3 * rep[i].wait_s * per,
-			1e3 * (rep[i].compute_s + rep[i].wait_s) * per, rep[i].bytes_out * per / 1024.0,
-			(double)rep[i].state_bytes / 1048576.0, rss_mib[i]);
+	fprintf(r->out, "# ddp per rank: ms per step, KiB all-reduced per step, state MiB, peak RSS MiB, all-reduce share of the step\n");
+	fprintf(r->out, "#%7s %9s %9s %9s %10s %9s %9s %7s\n", "rank", "compute", "ar_wait", "step",
+		"ar_KiB", "state_MiB", "rss_MiB", "ar_%");
+	for (int i = 0; i < n; i++) {
+		double step = rep[i].compute_s + rep[i].wait_s;
+
+		fprintf(r->out, "#%7d %9.4f %9.4f %9.4f %10.1f %9.3f %9.1f %7.1f\n", i,
+			1e3 * rep[i].compute_s * per, 1e3 * rep[i].wait_s * per, 1e3 * step * per,
+			rep[i].bytes_out * per / 1024.0, (double)rep[i].state_bytes / 1048576.0,
+			rss_mib[i], step > 0 ? 100.0 * rep[i].wait_s / step : 0.0);
+	}
 }
 
 double report_peak_rss_mib(void)
@@ -162,6 +198,10 @@ enum status report_finish(struct report *r, const struct report_summary *s, int 
 
 	if (!r->root)
 		return ST_OK;
+	if (r->line_open) {
+		fputc('\n', r->out);
+		r->line_open = 0;
+	}
 	if (success && !r->quiet) {
 		if (strcmp(s->mode, "dp") == 0)
 			report_dp_replicas(r, s->rep, s->replicas, s->steps);
@@ -171,8 +211,9 @@ enum status report_finish(struct report *r, const struct report_summary *s, int 
 			s->epochs, s->seconds, s->samples_per_s);
 		fprintf(r->out, "# loss: first %.6f, final %.6f\n", s->first_loss, s->final_loss);
 		if (strcmp(s->mode, "ddp") == 0)
-			fprintf(r->out, "# all-reduce wait: %.1f%% of step time on rank 0\n",
+			fprintf(r->out, "# all-reduce wait: %.1f%% of the step on rank 0 (per rank: ar_%% above)\n",
 				100.0 * s->comm_wait_share);
+
 		fprintf(r->out, "# summary: mode=%s replicas=%d steps=%ld seconds=%.6f samples_per_s=%.1f ms_per_step=%.6f state_mib=%.3f\n",
 			s->mode, s->replicas, s->steps, s->seconds, s->samples_per_s,
 			s->steps > 0 ? 1e3 * s->seconds / (double)s->steps : 0.0, s->state_mib);

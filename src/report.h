@@ -37,6 +37,8 @@ struct report {
 	char *metrics_path; /* final name */
 	char *metrics_tmp;  /* name while the run lasts */
 	int header_done;
+	int tty;            /* stdout is a terminal: one progress line, redrawn in place */
+	int line_open;      /* a redrawn line awaits its newline */
 };
 
 /* Open the metrics file if asked; root is 1 on the rank that reports. */
@@ -44,9 +46,10 @@ enum status report_init(struct report *r, int root, int quiet, const char *metri
 			struct diag *d);
 /* A '#' line (printf-style) on the terminal, unless quiet. */
 void report_note(struct report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* One logged optimizer step. */
-void report_step(struct report *r, long epoch, long step, long total, double loss,
-		 double samples_per_s, double elapsed);
+/* One logged optimizer step: epoch of epochs, step of total, the loss (mean since the last
+ * line), samples/s, elapsed seconds and the steps this run has taken (for the ETA). */
+void report_step(struct report *r, long epoch, long epochs, long step, long total, double loss,
+		 double samples_per_s, double elapsed, long steps_here);
 
 struct report_summary {
 	long steps;

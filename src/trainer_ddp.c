@@ -220,8 +220,8 @@ enum status trainer_ddp(const struct options *o, struct world *w, struct model *
 			double now = world_time();
 			double sps = (consumed - consumed_at_log) * w->size / (now - t_last_log);
 
-			report_step(r, b.epoch + 1, step, total, loss_sum / (double)loss_count, sps,
-				    now - t0);
+			report_step(r, b.epoch + 1, o->epochs, step, total, loss_sum / (double)loss_count,
+				    sps, now - t0, step - ctl->start_step);
 			t_last_log = now;
 			consumed_at_log = consumed;
 			loss_sum = 0.0;

@@ -414,8 +414,9 @@ enum status trainer_dp(const struct options *o, int replicas, struct model *m0,
 		if ((o->log_every > 0 && step % o->log_every == 0) || step == total) {
 			double tn = now_s();
 
-			report_step(r, b.epoch + 1, step, total, loss_sum / (double)loss_count,
-				    (consumed - consumed_at_log) / (tn - t_last_log), tn - t0);
+			report_step(r, b.epoch + 1, o->epochs, step, total, loss_sum / (double)loss_count,
+				    (consumed - consumed_at_log) / (tn - t_last_log), tn - t0,
+				    step - ctl->start_step);
 			t_last_log = tn;
 			consumed_at_log = consumed;
 			loss_sum = 0.0;

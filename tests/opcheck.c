@@ -115,8 +115,11 @@ int main(int argc, char **argv)
 		pair_init(&m, 5000, 13);
 		pair_init(&acts, N * OUT, 14);
 
-		cpu.ops->linear_forward(cpu.ctx, y.c, x.c, w.c, b.c, N, IN, OUT);
-		gpu.ops->linear_forward(gpu.ctx, y.g, x.g, w.g, b.g, N, IN, OUT);
+		cpu.ops->linear_forward(cpu.ctx, acts.c, x.c, w.c, b.c, N, IN, OUT, 1);
+		gpu.ops->linear_forward(gpu.ctx, acts.g, x.g, w.g, b.g, N, IN, OUT, 1);
+		check("linear_forward + relu", &acts);
+		cpu.ops->linear_forward(cpu.ctx, y.c, x.c, w.c, b.c, N, IN, OUT, 0);
+		gpu.ops->linear_forward(gpu.ctx, y.g, x.g, w.g, b.g, N, IN, OUT, 0);
 		check("linear_forward", &y);
 		for (int acc = 0; acc < 2; acc++) {
 			cpu.ops->linear_backward(cpu.ctx, dx.c, dw.c, db.c, dy.c, x.c, w.c, N, IN, OUT, acc);

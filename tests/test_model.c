@@ -31,7 +31,7 @@ static void test_linear_forward_matches_naive_loops(void **state)
 	fill(x, N * IN, 1);
 	fill(w, OUT * IN, 2);
 	fill(b, OUT, 3);
-	ops->linear_forward(NULL, y, x, w, b, N, IN, OUT);
+	ops->linear_forward(NULL, y, x, w, b, N, IN, OUT, 0);
 	for (int i = 0; i < N; i++)
 		for (int o = 0; o < OUT; o++) {
 			double s = b[o];
@@ -42,6 +42,24 @@ static void test_linear_forward_matches_naive_loops(void **state)
 		}
 }
 
+static void test_linear_forward_fuses_relu(void **state)
+{
+	enum { N = 5, IN = 4, OUT = 6 };
+	float x[N * IN], w[OUT * IN], b[OUT], y[N * OUT], yr[N * OUT];
+	int negatives = 0;
+
+	fill(x, N * IN, 21);
+	fill(w, OUT * IN, 22);
+	fill(b, OUT, 23);
+	ops->linear_forward(NULL, y, x, w, b, N, IN, OUT, 0);
+	ops->linear_forward(NULL, yr, x, w, b, N, IN, OUT, 1);
+	for (int i = 0; i < N * OUT; i++) {
+		assert_true(yr[i] == (y[i] > 0.0f ? y[i] : 0.0f));
+		negatives += y[i] < 0.0f;
+	}
+	assert_true(negatives > 0); /* the case is not vacuous */
+}
+
 /* f(x, w, b) = sum(r * linear(x)); its gradients are exactly what linear_backward gives for dy = r. */
 static double probe(const float *x, const float *w, const float *b, const float *r, int n, int in,
 		    int out)
@@ -49,7 +67,7 @@ static double probe(const float *x, const float *w, const float *b, const float 
 	float y[64];
 	double s = 0;
 
-	ops->linear_forward(NULL, y, x, w, b, n, in, out);
+	ops->linear_forward(NULL, y, x, w, b, n, in, out, 0);
 	for (int i = 0; i < n * out; i++)
 		s += (double)r[i] * y[i];
 	return s;
@@ -283,6 +301,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_linear_forward_matches_naive_loops),
+		cmocka_unit_test(test_linear_forward_fuses_relu),
 		cmocka_unit_test(test_linear_backward_matches_finite_differences),
 		cmocka_unit_test(test_linear_backward_accumulates_weight_and_bias_gradients),
 		cmocka_unit_test(test_relu_forward_and_backward),

@@ -62,13 +62,17 @@ static void use(struct cuda_ctx *c)
 
 /* ---- kernels --------------------------------------------------------------- */
 
-__global__ void k_bias_rows(float *y, const float *b, int n, int out)
+/* y += b row by row, then max(y, 0) if relu: one pass. */
+__global__ void k_bias_rows(float *y, const float *b, int n, int out, int relu)
 {
 	size_t total = (size_t)n * out;
 
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
-	     i += (size_t)gridDim.x * blockDim.x)
-		y[i] += b[i % out];
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float v = y[i] + b[i % out];
+
+		y[i] = relu ? fmaxf(v, 0.0f) : v;
+	}
 }
 
 __global__ void k_relu(float *y, size_t n)
@@ -324,7 +328,7 @@ extern "C" void cuda_add(void *ctx, float *dst, const float *src, size_t n)
 /* Row-major y (n, out) = x (n, in) w^T + b: in cuBLAS's column-major terms
  * y^T (out, n) = op_T(w as (in, out)) x^T (in, n). */
 extern "C" void cuda_linear_forward(void *ctx, float *y, const float *x, const float *w,
-				    const float *b, int n, int in, int out)
+				    const float *b, int n, int in, int out, int relu)
 {
 	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
 	const float one = 1.0f, zero = 0.0f;
@@ -332,7 +336,7 @@ extern "C" void cuda_linear_forward(void *ctx, float *y, const float *x, const f
 	use(c);
 	blas_note(c, cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x, in,
 				 &zero, y, out), "cublasSgemm(forward)");
-	k_bias_rows<<<blocks_for((size_t)n * out), THREADS, 0, c->stream>>>(y, b, n, out);
+	k_bias_rows<<<blocks_for((size_t)n * out), THREADS, 0, c->stream>>>(y, b, n, out, relu);
 	LAUNCH_CHECK(c, "k_bias_rows");
 }
 

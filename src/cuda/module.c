@@ -26,7 +26,7 @@ void cuda_copy(void *ctx, float *dst, const float *src, size_t n);
 void cuda_copy_peer(void *ctx, float *dst, void *src_ctx, const float *src, size_t n);
 void cuda_add(void *ctx, float *dst, const float *src, size_t n);
 void cuda_linear_forward(void *ctx, float *y, const float *x, const float *w, const float *b,
-			 int n, int in, int out);
+			 int n, int in, int out, int relu);
 void cuda_linear_backward(void *ctx, float *dx, float *dw, float *db, const float *dy,
 			  const float *x, const float *w, int n, int in, int out, int accumulate);
 void cuda_relu_forward(void *ctx, float *y, size_t n);
