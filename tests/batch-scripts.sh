@@ -251,3 +251,24 @@ CHECKPOINT='' DDPTRAIN=$DDPTRAIN timeout -k 5 120 "$LOCAL" -n 2 --samples=200 --
 [ -s "$TMPD/local.st" ] || fail "run-local training saved nothing"
 checks=$((checks + 1))
 echo "batch-scripts: $checks checks passed"
+
+# run-local.sh for real: stopped by SIGTERM it exits 3 with a checkpoint, and the same
+# command again resumes to the weights of an uninterrupted run.
+cd "$TMPD"
+L="--samples=20000 --epochs=2000 --max-steps=300000 --batch-size=20 --quiet"
+export MPIRUN_ARGS=--oversubscribe CHECKPOINT_EVERY=100000
+CHECKPOINT=$TMPD/straight-ck.st DDPTRAIN=$DDPTRAIN "$TOP_SRCDIR/scripts/run-local.sh" -n 2 $L --save=straight.st ||
+	fail "run-local.sh straight run"
+# (SIGTERM: a background job of a script starts with SIGINT ignored, which bash cannot trap.)
+CHECKPOINT=$TMPD/ck.st DDPTRAIN=$DDPTRAIN "$TOP_SRCDIR/scripts/run-local.sh" -n 2 $L --save=resumed.st \
+	>rl.out 2>&1 &
+rl=$!
+sleep 1.5
+kill -TERM "$rl"
+rc=0; wait "$rl" || rc=$?
+[ $rc -eq 3 ] && [ -f ck.st ] || fail "run-local.sh after SIGTERM: exit $rc: $(cat rl.out)"
+CHECKPOINT=$TMPD/ck.st DDPTRAIN=$DDPTRAIN "$TOP_SRCDIR/scripts/run-local.sh" -n 2 $L --save=resumed.st >rl2.out 2>&1 ||
+	fail "run-local.sh resume: $(cat rl2.out)"
+grep -q "resuming from $TMPD/ck.st" rl2.out || fail "run-local.sh did not resume: $(cat rl2.out)"
+"$STCOMPARE" --exact resumed.st straight.st || fail "stop with SIGTERM and resume through run-local.sh changed the weights"
+echo "run-local.sh: SIGTERM -> exit 3 with a checkpoint -> resumed to bit-identical weights"
