@@ -18,8 +18,10 @@
 struct comm_ops {
 	const char *name;
 	int capturable; /* its collectives can be recorded into a device graph (NCCL) */
-	/* Start summing buf[0..n) over all ranks, in place. */
-	enum status (*allreduce_start)(void *ctx, float *buf, size_t n, struct diag *d);
+	/* Start summing buf[0..n) over all ranks, in place. last: nothing is left to overlap
+	 * with (backward is done), so the communicator may complete it at once by whatever
+	 * path is fastest. */
+	enum status (*allreduce_start)(void *ctx, float *buf, size_t n, int last, struct diag *d);
 	/* Let outstanding all-reduces advance; never blocks. */
 	void (*progress)(void *ctx);
 	/* Complete every outstanding all-reduce. */

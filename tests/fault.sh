@@ -15,6 +15,10 @@ mpirun_bg() {
 }
 # ranks MARKER: the pids of ddptrain processes whose command line holds MARKER
 ranks() { pgrep -f -- "^$DDPTRAIN .*$1" | sort -n; }
+started() { # wait (up to 30 s) until the background run prints its header: training begins
+	for _ in $(seq 1 300); do grep -q "^# buckets:" "$TMPD/bg.out" 2>/dev/null && return 0; sleep 0.1; done
+	fail "the background run did not start: $(cat "$TMPD/bg.err")"
+}
 wait_for() { # FILE SECONDS: wait until FILE exists
 	for _ in $(seq 1 $((10 * $2))); do [ -e "$1" ] && return 0; sleep 0.1; done
 	return 1
@@ -74,10 +78,11 @@ ls keep.st.step-* >list
 
 # 5. SIGTERM to one rank: every rank finishes the same step, the checkpoint is written,
 #    exit 3; resuming completes to the weights of the uninterrupted run.
-L="--samples=20000 --epochs=2000 --max-steps=400000 --batch-size=20 --momentum=0.9 --quiet"
-run_mpi 2 $L --save=long.st || fail "long straight run"
+L="--samples=20000 --epochs=2000 --max-steps=400000 --batch-size=20 --momentum=0.9 --log-every=0"
+run_mpi 2 $L --save=long.st >/dev/null || fail "long straight run"
 mpirun_bg 2 $L --checkpoint=sig.st
-sleep 1
+started
+sleep 0.5
 victim=$(ranks "--checkpoint=sig.st" | head -1)
 [ -n "$victim" ] || fail "no rank to signal"
 kill -TERM "$victim"
@@ -92,7 +97,8 @@ echo "SIGTERM to one rank: exit 3, checkpoint, resume bit-identical: ok"
 # SIGUSR1 (Slurm's --signal) to mpirun, which forwards it to every rank.
 rm -f usr.st
 mpirun_bg 2 $L --checkpoint=usr.st
-sleep 1
+started
+sleep 0.5
 kill -USR1 "$(pgrep -f -- "^mpirun .*--checkpoint=usr.st")"
 rc=0; wait $bg || rc=$?
 [ $rc -eq 3 ] && [ -f usr.st ] || fail "SIGUSR1 to mpirun: exit $rc: $(cat "$TMPD/bg.err")"
@@ -107,13 +113,14 @@ rc=0; wait $bg || rc=$?
 el=$((SECONDS - t0))
 [ $rc -ne 0 ] || fail "kill -9 of a rank: mpirun exited 0"
 [ $el -le 10 ] || fail "kill -9: the job took $el s to end"
-run_mpi 2 $L --resume=k9.st --save=k9resumed.st || fail "resume after kill -9"
+run_mpi 2 $L --resume=k9.st --save=k9resumed.st >/dev/null || fail "resume after kill -9"
 same k9resumed.st long.st "resume after kill -9"
 echo "kill -9 of one rank: job ended in $el s (exit $rc); resume bit-identical: ok"
 
 # 7. A stalled rank (SIGSTOP): the others give up after --timeout with the step and the collective.
 mpirun_bg 2 $L --timeout=2 --checkpoint=stall.st
-sleep 1
+started
+sleep 0.5
 t0=$SECONDS
 kill -STOP "$(ranks "--checkpoint=stall.st" | tail -1)"
 rc=0; wait $bg || rc=$?

@@ -69,7 +69,7 @@ static enum status wait_stream(struct nccl_ctx *c, cudaStream_t s, const char *w
 	}
 }
 
-static enum status nccl_allreduce_start(void *ctx, float *buf, size_t n, struct diag *d)
+static enum status nccl_allreduce_start(void *ctx, float *buf, size_t n, int last, struct diag *d)
 {
 	struct nccl_ctx *c = ctx;
 	ncclResult_t r;
