@@ -233,6 +233,50 @@ static enum status save_weights(struct app *a, const float *host)
 	return st_save(a->o.save, "--save", e, (size_t)(2 * m->nlayers), meta, 2, &a->d);
 }
 
+/* Memory this process may use: MemAvailable shared by the ranks of this node. */
+static double available_bytes(const struct app *a)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	double kib = 0;
+
+	while (f != NULL && fgets(line, sizeof line, f) != NULL)
+		if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1)
+			break;
+	if (f != NULL)
+		fclose(f);
+	return kib * 1024.0 / (a->w.local_size > 0 ? a->w.local_size : 1);
+}
+
+/* Refuse up front what cannot fit, rather than being killed by the kernel mid-run. */
+static enum status check_memory(struct app *a)
+{
+	const struct options *o = &a->o;
+	int reps = a->o.mode == MODE_DP ? a->pl.replicas : 1;
+	double need, avail;
+	char widths[1024];
+
+	if (a->pl.device != DEVICE_CPU)
+		return ST_OK; /* device memory: cudaMalloc says so, with the sizes, at set-up */
+	/* Every replica's model (dp: all in this process) plus the host copies ddptrain keeps:
+	 * two batch buffers, the checkpoint and initial-weight copies. */
+	need = (double)model_bytes_needed(o->widths, o->nlayers, (int)o->batch_size, o->momentum != 0) * reps;
+	{
+		struct model lay;
+
+		model_layout(&lay, o->widths, o->nlayers);
+		need += 3.0 * (double)lay.nparams * sizeof(float);
+	}
+	avail = available_bytes(a);
+	if (avail <= 0 || need <= avail)
+		return ST_OK;
+	options_format_widths(o, widths, sizeof widths);
+	return diag_set(&a->d, ST_RUNTIME,
+			"--layers=%s --batch-size=%ld: needs %.2f GiB per %s, but only %.2f GiB are available (MemAvailable over %d rank%s on this node)",
+			widths, o->batch_size, need / 1073741824.0, o->mode == MODE_DP ? "process" : "rank",
+			avail / 1073741824.0, a->w.local_size, a->w.local_size == 1 ? "" : "s");
+}
+
 /* The gradient communicator: NCCL (rank 0's unique id broadcast over MPI) or MPI. */
 static enum status comm_init(struct app *a)
 {
@@ -274,6 +318,9 @@ static enum status setup(struct app *a)
 		return st;
 
 	st = agree(a, placement_decide(&a->pl, o, &a->w, &a->d));
+	if (st != ST_OK)
+		return st;
+	st = agree(a, check_memory(a));
 	if (st != ST_OK)
 		return st;
 	a->cfg.device = a->pl.gpu;

@@ -22,6 +22,22 @@ void model_layout(struct model *m, const int *widths, int nlayers)
 	m->nparams = off;
 }
 
+size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int with_momentum)
+{
+	struct model m;
+	size_t floats, maxw = 0;
+
+	model_layout(&m, widths, nlayers);
+	for (int l = 0; l <= nlayers; l++)
+		maxw = (size_t)widths[l] > maxw ? (size_t)widths[l] : maxw;
+	/* params, grads (+ slots), momentum; activations, targets, two gradient buffers */
+	floats = m.nparams * (2 + (with_momentum != 0)) + MODEL_SLOTS +
+		 (size_t)max_batch * ((size_t)widths[nlayers] + 2 * maxw);
+	for (int l = 0; l <= nlayers; l++)
+		floats += (size_t)max_batch * (size_t)widths[l];
+	return floats * sizeof(float);
+}
+
 enum status model_init(struct model *m, struct backend *be, const int *widths, int nlayers,
 		       int max_batch, int with_momentum, struct diag *d)
 {
@@ -34,10 +50,7 @@ enum status model_init(struct model *m, struct backend *be, const int *widths, i
 	m->max_batch = max_batch;
 	for (int l = 0; l <= nlayers; l++)
 		maxw = widths[l] > maxw ? widths[l] : maxw;
-	m->bytes = sizeof(float) * (m->nparams * (2 + (with_momentum != 0)) + MODEL_SLOTS +
-				    (size_t)max_batch * ((size_t)widths[nlayers] + 2 * (size_t)maxw));
-	for (int l = 0; l <= nlayers; l++)
-		m->bytes += sizeof(float) * (size_t)max_batch * (size_t)widths[l];
+	m->bytes = model_bytes_needed(widths, nlayers, max_batch, with_momentum);
 	m->params = ops->alloc(be->ctx, m->nparams);
 	m->grads = ops->alloc(be->ctx, m->nparams + MODEL_SLOTS);
 	if (with_momentum)

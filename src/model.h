@@ -43,6 +43,8 @@ struct model {
 	size_t bytes;                 /* backend memory held by all of the above */
 };
 
+/* Bytes model_init allocates for these widths and batch (no allocation). */
+size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int with_momentum);
 /* Offsets and parameter count for these widths (no allocation). */
 void model_layout(struct model *m, const int *widths, int nlayers);
 /* Lay out and allocate on be for micro-batches of up to max_batch rows. */
