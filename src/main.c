@@ -76,24 +76,6 @@ static enum status check_runnable(struct app *a, struct diag *d)
 	return ST_OK;
 }
 
-/* "--flag=value" lines of every setting that must be equal on all ranks. */
-static void config_text(const struct app *a, char *buf, size_t len)
-{
-	const struct options *o = &a->o;
-	char widths[1024];
-
-	options_format_widths(o, widths, sizeof widths);
-	snprintf(buf, len,
-		 "--layers=%s\n--batch-size=%ld\n--epochs=%ld\n--max-steps=%ld\n--lr=%.9g\n"
-		 "--momentum=%.9g\n--weight-decay=%.9g\n--grad-accum=%ld\n--seed=%llu\n"
-		 "data=%s %zu x (%d, %d)\n--shuffle=%d\n--drop-last=%d\n--mode=%s\n--device=%s\n"
-		 "--backend=%s\n--bucket-mb=%.9g\n--no-overlap=%d\n--replicas=%d\n--tf32=%d\n",
-		 widths, o->batch_size, o->epochs, o->max_steps, o->lr, o->momentum,
-		 o->weight_decay, o->grad_accum, (unsigned long long)o->seed,
-		 a->ds.synthetic ? "synthetic" : "npy", a->ds.n, a->ds.in, a->ds.out, o->shuffle,
-		 o->drop_last, options_mode_names[o->mode], options_device_names[o->device],
-		 options_comm_names[o->comm], o->bucket_mb, !o->overlap, o->replicas, o->tf32);
-}
 
 /* The settings a checkpoint must share with the run that resumes it. */
 static void resume_text(const struct app *a, char *buf, size_t len)
@@ -112,6 +94,23 @@ static void resume_text(const struct app *a, char *buf, size_t len)
 }
 
 static int replicas(const struct app *a);
+
+/* "--flag=value" lines of every setting that must be equal on all ranks: those a
+ * checkpoint must share, and those that shape the run. */
+static void config_text(const struct app *a, char *buf, size_t len)
+{
+	const struct options *o = &a->o;
+	size_t used;
+
+	resume_text(a, buf, len);
+	used = strlen(buf);
+	snprintf(buf + used, len - used,
+		 "--epochs=%ld\n--max-steps=%ld\n--device=%s\n--backend=%s\n--bucket-mb=%.9g\n"
+		 "--no-overlap=%d\n--replicas=%d\n--tf32=%d\n--checkpoint-every=%ld\n--resume=%d\n",
+		 o->epochs, o->max_steps, options_device_names[o->device], options_comm_names[o->comm],
+		 o->bucket_mb, !o->overlap, o->replicas, o->tf32, o->checkpoint_every,
+		 o->resume != NULL);
+}
 
 /* train_ctl.checkpoint: rank 0 writes, every rank learns the outcome. */
 static enum status write_checkpoint(void *arg, long step, long epoch, long next_mb, struct diag *d)

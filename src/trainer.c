@@ -1,26 +1,58 @@
 /* trainer.c - what both training loops do after an optimizer step: checkpoints and stops. */
+#include <math.h>
+#include <time.h>
+
 #include "trainer.h"
 
-enum status trainer_after_step(const struct train_ctl *ctl, long step, long total,
-			       const struct batch *b, long nmicro, int stop, struct report *r,
-			       struct diag *d)
+double trainer_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+enum status trainer_after_step(const struct train_ctl *ctl, const struct options *o,
+			       struct step_clock *clk, struct train_result *res, long *step,
+			       long total, const struct batch *b, long nmicro, float loss,
+			       double consumed, int stop, struct report *r, struct diag *d)
 {
 	long epoch = b->epoch, next = b->mb + 1;
 	enum status st;
 
+	if (!isfinite(loss))
+		return diag_set(d, ST_RUNTIME, "loss is %f at step %ld (epoch %ld): training diverged; lower --lr",
+				(double)loss, *step + 1, b->epoch + 1);
+	++*step;
+	if (*step == ctl->start_step + 1)
+		res->first_loss = loss;
+	res->final_loss = loss;
+	clk->loss_sum += loss;
+	clk->loss_count++;
+	if ((o->log_every > 0 && *step % o->log_every == 0) || *step == total) {
+		double now = trainer_now();
+
+		report_step(r, b->epoch + 1, o->epochs, *step, total, clk->loss_sum / (double)clk->loss_count,
+			    (consumed - clk->consumed_at_last) / (now - clk->t_last), now - clk->t0,
+			    *step - ctl->start_step);
+		clk->t_last = now;
+		clk->consumed_at_last = consumed;
+		clk->loss_sum = 0.0;
+		clk->loss_count = 0;
+	}
 	if (next >= nmicro) {
 		epoch++;
 		next = 0;
 	}
 	if (ctl->checkpoint != NULL &&
-	    ((ctl->every > 0 && step % ctl->every == 0) || step == total || stop)) {
-		st = ctl->checkpoint(ctl->arg, step, epoch, next, d);
+	    ((ctl->every > 0 && *step % ctl->every == 0) || *step == total || stop)) {
+		st = ctl->checkpoint(ctl->arg, *step, epoch, next, d);
 		if (st != ST_OK)
 			return st;
 	}
 	if (!stop)
 		return ST_OK;
-	report_note(r, "stopped by a signal after step %ld of %ld%s", step, total,
+	report_note(r, "stopped by a signal after step %ld of %ld%s", *step, total,
 		    ctl->checkpoint ? ": checkpoint written, continue with --resume"
 				    : " (no --checkpoint: nothing was saved)");
 	return ST_INTERRUPTED;

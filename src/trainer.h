@@ -63,11 +63,25 @@ enum status trainer_ddp(const struct options *o, struct world *w, struct model *
 long trainer_total_steps(const struct train_ctl *ctl, long nmicro, long grad_accum, long epochs,
 			 long max_steps);
 
-/* After a step's optimizer update: write the checkpoint that is due (every ctl->every
- * steps, at the last step, or when stopping) and say whether to stop. Shared by both
- * loops; returns ST_INTERRUPTED when stop is set. */
-enum status trainer_after_step(const struct train_ctl *ctl, long step, long total,
-			       const struct batch *b, long nmicro, int stop, struct report *r,
-			       struct diag *d);
+/* The progress bookkeeping both loops share. */
+struct step_clock {
+	double t0, t_last;        /* start of the loop, of the current progress interval */
+	double consumed_at_last;  /* samples (all replicas) at the last progress line */
+	double loss_sum;          /* losses since the last progress line */
+	long loss_count;
+};
+
+/* Monotonic seconds. */
+double trainer_now(void);
+
+/* After an optimizer step whose loss (mean over replicas and micro-batches) is `loss`:
+ * refuse a non-finite loss, count the step (*step), keep first and final losses, print
+ * progress when due, write the checkpoint that is due (every ctl->every steps, at the
+ * last step, or when stopping) and say whether to stop. consumed: samples so far, all
+ * replicas. Returns ST_INTERRUPTED when stop is set. */
+enum status trainer_after_step(const struct train_ctl *ctl, const struct options *o,
+			       struct step_clock *clk, struct train_result *res, long *step,
+			       long total, const struct batch *b, long nmicro, float loss,
+			       double consumed, int stop, struct report *r, struct diag *d);
 
 #endif

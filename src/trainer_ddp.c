@@ -149,11 +149,10 @@ enum status trainer_ddp(const struct options *o, struct world *w, struct model *
 	struct ddp t = {.o = o, .w = w, .m = m, .c = c, .d = d, .h = h};
 	struct loader L;
 	struct batch b;
-	float slots[MODEL_SLOTS] = {0}, loss;
+	float slots[MODEL_SLOTS] = {0};
+	struct step_clock clk = {0};
 	long steps_per_epoch, total, step = ctl->start_step;
-	double t0, t_last_log, consumed = 0.0, consumed_at_log = 0.0;
-	double loss_sum = 0.0; /* since the last progress line */
-	long loss_count = 0;
+	double consumed = 0.0;
 	int graphs;
 	enum status st;
 
@@ -184,7 +183,7 @@ enum status trainer_ddp(const struct options *o, struct world *w, struct model *
 	 * collectives can be recorded (NCCL), for whole, single-micro-batch steps. */
 	graphs = ops->graph_begin != NULL && c->ops->capturable && o->grad_accum == 1;
 	t.graph_off = !graphs;
-	t0 = t_last_log = world_time();
+	clk.t0 = clk.t_last = trainer_now();
 	while (step < total && loader_next(&L, &b)) {
 		long gi = b.mb % o->grad_accum;
 		long group = L.nmicro - (b.mb - gi) < o->grad_accum ? L.nmicro - (b.mb - gi)
@@ -201,7 +200,7 @@ enum status trainer_ddp(const struct options *o, struct world *w, struct model *
 		if (st == ST_OK && !done)
 			st = ddp_micro(&t, &b, gi > 0, sync, scale);
 		if (st != ST_OK)
-			goto out;
+			break;
 		loader_prefetch(&L); /* the next batch, while the device works on this one */
 		consumed += b.n;
 		if (!sync)
@@ -211,39 +210,16 @@ enum status trainer_ddp(const struct options *o, struct world *w, struct model *
 		world_watch_begin(w, "the gradient all-reduce");
 		ops->to_host(bctx, slots, m->grads + m->nparams, MODEL_SLOTS);
 		world_watch_end(w);
-		loss = slots[MODEL_SLOT_LOSS];
-		if (!isfinite(loss)) {
-			st = diag_set(d, ST_RUNTIME,
-				      "loss is %f at step %ld (epoch %ld): training diverged; lower --lr",
-				      (double)loss, step + 1, b.epoch + 1);
-			goto out;
-		}
-		step++;
-		if (step == 1)
-			res->first_loss = loss;
-		res->final_loss = loss;
-		loss_sum += loss;
-		loss_count++;
-		if ((o->log_every > 0 && step % o->log_every == 0) || step == total) {
-			double now = world_time();
-			double sps = (consumed - consumed_at_log) * w->size / (now - t_last_log);
-
-			report_step(r, b.epoch + 1, o->epochs, step, total, loss_sum / (double)loss_count,
-				    sps, now - t0, step - ctl->start_step);
-			t_last_log = now;
-			consumed_at_log = consumed;
-			loss_sum = 0.0;
-			loss_count = 0;
-		}
-		st = trainer_after_step(ctl, step, total, &b, L.nmicro, slots[MODEL_SLOT_STOP] != 0.0f,
-					r, d);
+		st = trainer_after_step(ctl, o, &clk, res, &step, total, &b, L.nmicro,
+					slots[MODEL_SLOT_LOSS], consumed * w->size,
+					slots[MODEL_SLOT_STOP] != 0.0f, r, d);
 		if (st != ST_OK)
 			break;
 	}
 	if (st == ST_OK)
 		st = ops->sync(bctx, d);
 	res->steps = step;
-	res->seconds = world_time() - t0;
+	res->seconds = trainer_now() - clk.t0;
 	res->wait_s = t.wait;
 	res->samples = consumed * w->size;
 	res->nreplicas = 1;
@@ -252,7 +228,6 @@ enum status trainer_ddp(const struct options *o, struct world *w, struct model *
 	res->rep[0].bytes_in = res->rep[0].bytes_out =
 		(double)step * (double)(m->nparams + MODEL_SLOTS) * sizeof(float);
 	res->rep[0].state_bytes = m->bytes;
-out:
 	ops->host_free(bctx, t.stop_host);
 	loader_free(&L);
 	return st;

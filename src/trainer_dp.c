@@ -58,20 +58,12 @@ struct dp {
 	int timed_sync;       /* sync after each phase so host timers measure device work */
 };
 
-static double now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Close a timed phase begun at t0: wait for the device when timing device work. */
 static void phase_end(struct dp *dp, struct backend *be, double *acc, double t0)
 {
 	if (dp->timed_sync)
 		be->ops->sync(be->ctx, NULL);
-	*acc += now_s() - t0;
+	*acc += trainer_now() - t0;
 }
 
 /* The parallel part of a job, run by replica r's thread. */
@@ -86,16 +78,16 @@ static void run_job(struct dp_replica *r, enum dp_job job)
 		return;
 	if (job == JOB_FORWARD) {
 		if (r->id > 0) {
-			t = now_s();
+			t = trainer_now();
 			ops->copy_peer(r->m->be->ctx, r->m->params, m0->be->ctx, m0->params, m0->nparams);
 			phase_end(dp, r->m->be, &r->st->seconds[DP_REPLICATE], t);
 			r->st->bytes_in += (double)m0->nparams * sizeof(float);
 		}
-		t = now_s();
+		t = trainer_now();
 		model_forward(r->m, r->n);
 		phase_end(dp, r->m->be, &r->st->seconds[DP_FORWARD], t);
 	} else if (job == JOB_BACKWARD) {
-		t = now_s();
+		t = trainer_now();
 		model_backward(r->m, r->n, r->accumulate, NULL, NULL);
 		phase_end(dp, r->m->be, &r->st->seconds[DP_BACKWARD], t);
 	}
@@ -165,7 +157,7 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 
 		if (r->n == 0)
 			continue;
-		t = now_s();
+		t = trainer_now();
 		r->m->be->ops->to_device(r->m->be->ctx, r->m->act[0], hx + r->row0 * in,
 					 (size_t)r->n * in);
 		phase_end(dp, r->m->be, &r->st->seconds[DP_SCATTER], t);
@@ -173,7 +165,7 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 		if (i > 0)
 			r0->st->bytes_out += (double)pbytes; /* replica 0's weights, replicated */
 	}
-	t = now_s();
+	t = trainer_now();
 	ops->to_device(c0, dp->targets, hy, (size_t)n * out);
 	phase_end(dp, m0->be, &r0->st->seconds[DP_SCATTER], t);
 	r0->st->bytes_in += (double)n * out * sizeof(float);
@@ -182,7 +174,7 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 	dispatch(dp, JOB_FORWARD);
 
 	/* Gather the outputs onto replica 0. */
-	t = now_s();
+	t = trainer_now();
 	for (int i = 0; i < dp->g; i++) {
 		struct dp_replica *r = &dp->rep[i];
 
@@ -198,7 +190,7 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 	phase_end(dp, m0->be, &r0->st->seconds[DP_GATHER], t);
 
 	/* The loss over the whole batch, on replica 0. */
-	t = now_s();
+	t = trainer_now();
 	ops->mse(c0, dp->dout, m0->grads + m0->nparams + MODEL_SLOT_LOSS, dp->outputs, dp->targets,
 		 n, out, scale, !first_in_group);
 	phase_end(dp, m0->be, &r0->st->seconds[DP_LOSS], t);
@@ -209,7 +201,7 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 
 		if (r->n == 0)
 			continue;
-		t = now_s();
+		t = trainer_now();
 		r->m->be->ops->copy_peer(r->m->be->ctx, r->m->dbuf[0], c0, dp->dout + r->row0 * out,
 					 (size_t)r->n * out);
 		phase_end(dp, r->m->be, &r->st->seconds[DP_SCATTER], t);
@@ -222,7 +214,7 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 	dispatch(dp, JOB_BACKWARD);
 
 	/* Sum the replicas' gradients onto replica 0 (serially, as reduce_add does). */
-	t = now_s();
+	t = trainer_now();
 	for (int i = 1; i < dp->g; i++) {
 		struct dp_replica *r = &dp->rep[i];
 
@@ -357,8 +349,8 @@ enum status trainer_dp(const struct options *o, int replicas, struct model *m0,
 	struct dp dp;
 	float loss = 0.0f;
 	long steps_per_epoch, total, step = ctl->start_step;
-	double t0, t_last_log, consumed = 0.0, consumed_at_log = 0.0, loss_sum = 0.0;
-	long loss_count = 0;
+	struct step_clock clk = {0};
+	double consumed = 0.0;
 	enum status st;
 
 	memset(res, 0, sizeof *res);
@@ -383,7 +375,7 @@ enum status trainer_dp(const struct options *o, int replicas, struct model *m0,
 	report_note(r, "dp: %d replicas on worker threads, %ld samples per step split in chunks of %ld, %ld steps per epoch, %ld steps in all",
 		    replicas, global, (global + replicas - 1) / replicas, steps_per_epoch, total);
 
-	t0 = t_last_log = now_s();
+	clk.t0 = clk.t_last = trainer_now();
 	while (step < total && loader_next(&L, &b)) {
 		long gi = b.mb % o->grad_accum;
 		long group = L.nmicro - (b.mb - gi) < o->grad_accum ? L.nmicro - (b.mb - gi)
@@ -395,44 +387,21 @@ enum status trainer_dp(const struct options *o, int replicas, struct model *m0,
 		consumed += b.n;
 		if (gi != group - 1)
 			continue;
-		t = now_s();
+		t = trainer_now();
 		ops->sgd(c0, m0->params, m0->grads, m0->mom, m0->nparams, &h);
 		phase_end(&dp, m0->be, &res->rep[0].seconds[DP_STEP], t);
 		ops->to_host(c0, &loss, m0->grads + m0->nparams + MODEL_SLOT_LOSS, 1);
-		if (!isfinite(loss)) {
-			st = diag_set(d, ST_RUNTIME,
-				      "loss is %f at step %ld (epoch %ld): training diverged; lower --lr",
-				      (double)loss, step + 1, b.epoch + 1);
-			goto out;
-		}
-		step++;
-		if (step == 1)
-			res->first_loss = loss;
-		res->final_loss = loss;
-		loss_sum += loss;
-		loss_count++;
-		if ((o->log_every > 0 && step % o->log_every == 0) || step == total) {
-			double tn = now_s();
-
-			report_step(r, b.epoch + 1, o->epochs, step, total, loss_sum / (double)loss_count,
-				    (consumed - consumed_at_log) / (tn - t_last_log), tn - t0,
-				    step - ctl->start_step);
-			t_last_log = tn;
-			consumed_at_log = consumed;
-			loss_sum = 0.0;
-			loss_count = 0;
-		}
-		st = trainer_after_step(ctl, step, total, &b, L.nmicro, signals_pending() != 0, r, d);
+		st = trainer_after_step(ctl, o, &clk, res, &step, total, &b, L.nmicro, loss, consumed,
+					signals_pending() != 0, r, d);
 		if (st != ST_OK)
 			break;
 	}
 	if (st == ST_OK)
 		st = ops->sync(c0, d);
 	res->steps = step;
-	res->seconds = now_s() - t0;
+	res->seconds = trainer_now() - clk.t0;
 	res->samples = consumed;
 	dp_memory(&dp, res);
-out:
 	dp_free(&dp);
 	loader_free(&L);
 	return st;
