@@ -10,6 +10,8 @@
 #ifndef DDPT_STATUS_H
 #define DDPT_STATUS_H
 
+#include <stddef.h>
+
 enum status {
 	ST_OK = 0,
 	ST_USAGE,   /* bad flag or value, inconsistent configuration: exit 2 */
@@ -29,6 +31,10 @@ enum status diag_set(struct diag *d, enum status st, const char *fmt, ...)
 /* Record an errno failure: "<what>: <strerror(errnum)>". */
 enum status diag_errno(struct diag *d, int errnum, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* Copy text taken from a file into dst (n bytes, truncating) with control characters
+ * replaced by '?', so it cannot break a one-line message; returns dst. */
+const char *diag_quote(char *dst, size_t n, const char *src);
 
 /* Exit code for a status: 0, 1 or 2. */
 int status_exit_code(enum status st);
