@@ -158,6 +158,74 @@ static void test_npy_rejects_truncated_header_and_bad_magic(void **state)
 	assert_non_null(strstr(d.msg, "bad magic"));
 }
 
+static void test_npy_rejects_trailing_data(void **state)
+{
+	const float v[7] = {0};
+	struct npy a;
+	struct diag d = {0};
+
+	write_npy(path, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", v, sizeof v);
+	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "4 bytes of trailing data after the 2 x 3 array"));
+}
+
+static void test_npy_rejects_a_shape_whose_size_overflows(void **state)
+{
+	struct npy a;
+	struct diag d = {0};
+
+	/* 2^40 x 2^24 float32 is 2^66 bytes: wraps to 0 in 64 bits. */
+	write_npy(path, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 16777216), }",
+		  NULL, 0);
+	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "is too large"));
+}
+
+static void test_npy_rejects_other_format_versions(void **state)
+{
+	unsigned char buf[16] = "\x93NUMPY\x01\x01\x02\x00{}";
+	struct npy a;
+	struct diag d = {0};
+
+	assert_int_equal(npy_parse(&a, buf, 12, "x", &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "unsupported .npy format version 1.1"));
+	memset(&d, 0, sizeof d);
+	buf[6] = 4;
+	buf[7] = 0;
+	assert_int_equal(npy_parse(&a, buf, 12, "x", &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "version 4.0"));
+}
+
+static void test_npy_rejects_header_length_past_the_end(void **state)
+{
+	const unsigned char buf[16] = "\x93NUMPY\x02\x00\xff\xff\xff\xff{}";
+	struct npy a;
+	struct diag d = {0};
+
+	assert_int_equal(npy_parse(&a, buf, 14, "x", &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "header length 4294967295 runs past the end of the file (14 bytes)"));
+}
+
+/* The header is not NUL-terminated: a number running to its last byte must not
+ * be read past it (strtoull would). The buffer is exactly the file, so ASan and
+ * valgrind see any overread. */
+static void test_npy_parse_stops_at_the_end_of_the_header(void **state)
+{
+	const char *dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 000000000";
+	size_t hl = strlen(dict), len = 10 + hl;
+	unsigned char *buf = malloc(len);
+	struct npy a;
+	struct diag d = {0};
+
+	memcpy(buf, "\x93NUMPY\x01\x00", 8);
+	buf[8] = (unsigned char)hl;
+	buf[9] = 0;
+	memcpy(buf + 10, dict, hl);
+	assert_int_equal(npy_parse(&a, buf, len, "x", &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "malformed .npy header (shape)"));
+	free(buf);
+}
+
 static void test_npy_missing_file_names_flag_and_path(void **state)
 {
 	struct npy a;
@@ -175,6 +243,15 @@ static void test_npy_header_parser_rejects_garbage(void **state)
 		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, x)}",
 		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1), 'extra': 1}",
 		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1",
+		"{'descr': '<f4', 'descr': '<f8', 'fortran_order': False, 'shape': (1, 1)}",
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1), 'shape': (1, 1)}",
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1)} x",
+		"{'descr': '<f4' 'fortran_order': False, 'shape': (1, 1)}",
+		"{'descr': '<f4', 'fortran_order': Falsey, 'shape': (1, 1)}",
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (1 1)}",
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, -1)}",
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, nan)}",
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 1, 1, 1, 1, 1, 1, 1)}",
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		struct diag d = {0};
@@ -196,6 +273,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_npy_rejects_fortran_order, make_path, remove_path),
 		cmocka_unit_test_setup_teardown(test_npy_rejects_truncated_data, make_path, remove_path),
 		cmocka_unit_test_setup_teardown(test_npy_rejects_truncated_header_and_bad_magic, make_path, remove_path),
+		cmocka_unit_test_setup_teardown(test_npy_rejects_trailing_data, make_path, remove_path),
+		cmocka_unit_test_setup_teardown(test_npy_rejects_a_shape_whose_size_overflows, make_path, remove_path),
+		cmocka_unit_test(test_npy_rejects_other_format_versions),
+		cmocka_unit_test(test_npy_rejects_header_length_past_the_end),
+		cmocka_unit_test(test_npy_parse_stops_at_the_end_of_the_header),
 		cmocka_unit_test(test_npy_missing_file_names_flag_and_path),
 		cmocka_unit_test(test_npy_header_parser_rejects_garbage),
 	};
