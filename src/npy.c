@@ -79,7 +79,9 @@ enum status npy_parse_header(const char *h, size_t len, int *itemsize, size_t *r
 		char key[32], val[32];
 
 		p = skip_ws(p, end);
-		if (p < end && *p == '}')
+		if (p >= end)
+			return diag_set(d, ST_RUNTIME, "%s: malformed .npy header (no closing '}')", what);
+		if (*p == '}')
 			break;
 		p = scan_str(p, end, key, sizeof key);
 		if (p == NULL)

@@ -115,9 +115,12 @@ enum status st_parse(struct st_file *f, const unsigned char *buf, size_t len, co
 		return diag_set(d, ST_RUNTIME, "%s: too short to be a safetensors file (%zu bytes)", what, len);
 	for (int b = 7; b >= 0; b--)
 		hlen = hlen << 8 | buf[b];
-	if (hlen < 2 || hlen > ST_MAX_HEADER || hlen > len - 8)
-		return diag_set(d, ST_RUNTIME, "%s: bad safetensors header length %llu (file is %zu bytes)",
+	if (hlen > len - 8)
+		return diag_set(d, ST_RUNTIME, "%s: bad safetensors header length %llu: runs past the end of the file (%zu bytes)",
 				what, (unsigned long long)hlen, len);
+	if (hlen < 2 || hlen > ST_MAX_HEADER)
+		return diag_set(d, ST_RUNTIME, "%s: bad safetensors header length %llu (the format allows 2 to %u)",
+				what, (unsigned long long)hlen, ST_MAX_HEADER);
 	root = json_loadb((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
 #if JANSSON_VERSION_HEX >= 0x020b00
 	if (root == NULL && json_error_code(&jerr) == json_error_duplicate_key)
