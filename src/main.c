@@ -17,6 +17,7 @@
 #include "data.h"       /* data_init_synthetic, data_init_npy, data_free */
 #include "model.h"      /* model_init, model_init_host, model_tensor_name, model_free */
 #include "options.h"    /* options_parse, options_print_help */
+#include "outfile.h"    /* outfile_check */
 #include "report.h"     /* report_init, report_note, report_finish, report_free */
 #include "safetensors.h" /* st_open, st_find, st_read_f32, st_save */
 #include "status.h"     /* enum status, struct diag, status_exit_code */
@@ -153,6 +154,23 @@ static enum status save_weights(struct app *a, const float *host)
 	return st_save(a->o.save, "--save", e, (size_t)(2 * m->nlayers), meta, 2, &a->d);
 }
 
+/* Before any work, rank 0 checks that --save and --metrics can be written
+ * (directory takes a file, target a regular file, room for the weights). */
+static enum status check_outputs(struct app *a)
+{
+	const struct options *o = &a->o;
+	size_t weight_bytes = 0;
+	enum status st = ST_OK;
+
+	for (int l = 0; l < o->nlayers; l++)
+		weight_bytes += 4 * ((size_t)o->widths[l] + 1) * (size_t)o->widths[l + 1];
+	if (a->w.rank == 0 && o->save != NULL)
+		st = outfile_check(o->save, "--save", weight_bytes, &a->d);
+	if (a->w.rank == 0 && o->metrics != NULL && st == ST_OK)
+		st = outfile_check(o->metrics, "--metrics", 0, &a->d);
+	return agree(a, st);
+}
+
 static enum status setup(struct app *a)
 {
 	struct options *o = &a->o;
@@ -160,6 +178,9 @@ static enum status setup(struct app *a)
 	float *host = NULL;
 	enum status st;
 
+	st = check_outputs(a);
+	if (st != ST_OK)
+		return st;
 	if (o->inputs != NULL)
 		st = data_init_npy(&a->ds, o->inputs, o->targets, o->widths[0], o->widths[o->nlayers], &a->d);
 	else
