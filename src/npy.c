@@ -44,7 +44,8 @@ static const char *scan_dim(const char *p, const char *end, unsigned long long *
 	return p;
 }
 
-/* Read a quoted Python string ('...' or "...") into buf. */
+/* Read a quoted Python string ('...' or "...") into buf. A NUL byte is refused:
+ * it would end the C string early, so "<f4\0junk" would pass as '<f4'. */
 static const char *scan_str(const char *p, const char *end, char *buf, size_t len)
 {
 	char q;
@@ -54,7 +55,7 @@ static const char *scan_str(const char *p, const char *end, char *buf, size_t le
 		return NULL;
 	q = *p++;
 	while (p < end && *p != q) {
-		if (n + 1 >= len)
+		if (n + 1 >= len || *p == '\0')
 			return NULL;
 		buf[n++] = *p++;
 	}

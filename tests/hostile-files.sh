@@ -59,6 +59,7 @@ npy_cases=(
 	npy-dtype-big-endian.npy "dtype '>f4' is not supported"
 	npy-dtype-object.npy "dtype '|O' is not supported"
 	npy-dtype-control-char.npy "dtype '<f?4' is not supported"
+	npy-dtype-nul.npy "malformed .npy header (descr)"
 	npy-fortran.npy "Fortran-order arrays are not supported"
 	npy-1d.npy "array has 1 dimensions, need 2 (rows, columns)"
 	npy-duplicate-key.npy "duplicate key 'shape' in .npy header"

@@ -319,13 +319,17 @@ static void test_npy_header_parser_rejects_garbage(void **state)
 		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, nan)}",
 		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 1, 1, 1, 1, 1, 1, 1)}",
 	};
-	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-		struct diag d = {0};
-		size_t r, c;
-		int isz;
+	static const char nul[] = "{'descr': '<f4\0junk', 'fortran_order': False, 'shape': (1, 1)}";
+	struct diag d = {0};
+	size_t r, c;
+	int isz;
 
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		memset(&d, 0, sizeof d);
 		assert_int_equal(npy_parse_header(bad[i], strlen(bad[i]), &isz, &r, &c, "x", &d), ST_RUNTIME);
 	}
+	memset(&d, 0, sizeof d);
+	assert_int_equal(npy_parse_header(nul, sizeof nul - 1, &isz, &r, &c, "x", &d), ST_RUNTIME);
 }
 
 int main(void)

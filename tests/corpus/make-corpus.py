@@ -73,6 +73,7 @@ write("npy-dtype-int.npy", npy_header(npy_dict(descr="<i4")) + good[128:])
 write("npy-dtype-big-endian.npy", npy_header(npy_dict(descr=">f4")) + good[128:])
 write("npy-dtype-object.npy", npy_header(npy_dict(descr="|O")) + good[128:])
 write("npy-dtype-control-char.npy", npy_header(npy_dict(descr="<f\n4")) + good[128:])
+write("npy-dtype-nul.npy", npy_header(npy_dict(descr="<f4\0junk")) + good[128:])
 write("npy-fortran.npy", npy_header(npy_dict(order="True")) + good[128:])
 write("npy-1d.npy", npy_header(npy_dict(shape="(400,)")) + good[128:])
 write("npy-duplicate-key.npy",
