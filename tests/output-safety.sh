@@ -8,7 +8,8 @@
 
 RO=$TMPD/ro FULL=$TMPD/full
 mkdir -p "$RO" "$FULL"
-trap 'umount "$RO" "$FULL" 2>/dev/null; rm -rf "$TMPD"' EXIT
+# Unmount what was mounted, make the read-only directory writable again, then remove all.
+trap 'umount "$RO" "$FULL" 2>/dev/null || true; chmod -R u+w "$TMPD" 2>/dev/null || true; rm -rf "$TMPD"' EXIT
 
 checks=0
 # expect SUBSTRING WHEN NP ARGS...: exit 1 on every rank, SUBSTRING in the only message;
@@ -71,7 +72,7 @@ if [ "$(id -u)" -eq 0 ]; then
 		mount -o remount,ro "$RO" || fail "remount read-only"
 		ro_ok=1
 	else
-		echo "output-safety: cannot mount a tmpfs here; read-only directory case skipped"
+		echo "output-safety: cannot mount a tmpfs here (needs CAP_SYS_ADMIN); read-only directory cases skipped"
 	fi
 	ro_err="Read-only file system"
 else
@@ -107,6 +108,6 @@ if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=68k tmpfs "$FULL" 2>/dev/null;
 		[ "$(ls "$FULL")" = w.st ] || fail "left behind on the full device: $(ls "$FULL")"
 	done
 else
-	echo "output-safety: cannot mount a tmpfs here (needs root); full file system cases skipped"
+	echo "output-safety: cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN); full file system cases skipped"
 fi
 echo "output-safety: $checks cases, each refused with exit 1 on every rank and the previous files intact"
