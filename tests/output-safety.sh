@@ -21,7 +21,7 @@ expect() {
 	local t0=$SECONDS
 	RCDIR=$TMPD timeout -k 5 60 mpirun --oversubscribe -np "$np" \
 		bash -c '"$0" "$@"; echo $? >"$RCDIR/rc.$OMPI_COMM_WORLD_RANK"' "$DDPTRAIN" "$@" \
-		>"$TMPD/stdout" 2>"$TMPD/stderr" || fail "mpirun itself failed ($?) for: $*"
+		>"$TMPD/stdout" 2>"$TMPD/stderr" || fail "mpirun itself failed ($?) for: $*: $(tail -n 5 "$TMPD/stderr")"
 	[ $((SECONDS - t0)) -le 20 ] || fail "took $((SECONDS - t0))s: $*"
 	for r in $(seq 0 $((np - 1))); do
 		[ "$(cat "$TMPD/rc.$r" 2>/dev/null)" = 1 ] ||
