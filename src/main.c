@@ -21,6 +21,7 @@
 #include "model.h"      /* model_init, model_init_host, model_tensor_name, model_free */
 #include "options.h"    /* options_parse, options_print_help */
 #include "placement.h"  /* placement_decide: CPU or GPU, MPI or NCCL */
+#include "outfile.h"    /* outfile_check */
 #include "report.h"     /* report_init, report_note, report_finish, report_free */
 #include "safetensors.h" /* st_open, st_find, st_read_f32, st_save */
 #include "signals.h"    /* signals_install */
@@ -292,8 +293,28 @@ static enum status comm_init(struct app *a)
 		st = agree(a, world_bcast(&a->w, id, sizeof id, 0, &a->d));
 	if (st == ST_OK)
 		st = agree(a, a->pl.module.mod->nccl_comm_init(&a->c, &a->be, id, a->w.rank, a->w.size,
-							       600, &a->d));
+							       (int)a->o.timeout, &a->d));
 	return st;
+}
+
+/* Before any work, rank 0 checks that --save, --checkpoint and --metrics can be written
+ * (directory takes a file, target a regular file, room for the weights). */
+static enum status check_outputs(struct app *a)
+{
+	const struct options *o = &a->o;
+	size_t weight_bytes = 0;
+	enum status st = ST_OK;
+
+	for (int l = 0; l < o->nlayers; l++)
+		weight_bytes += 4 * ((size_t)o->widths[l] + 1) * (size_t)o->widths[l + 1];
+	if (a->w.rank == 0 && o->save != NULL)
+		st = outfile_check(o->save, "--save", weight_bytes, &a->d);
+	if (a->w.rank == 0 && o->checkpoint != NULL && st == ST_OK)
+		st = outfile_check(o->checkpoint, "--checkpoint",
+				   weight_bytes * (o->momentum != 0.0 ? 2 : 1), &a->d);
+	if (a->w.rank == 0 && o->metrics != NULL && st == ST_OK)
+		st = outfile_check(o->metrics, "--metrics", 0, &a->d);
+	return agree(a, st);
 }
 
 static enum status setup(struct app *a)
@@ -303,6 +324,9 @@ static enum status setup(struct app *a)
 	float *host = NULL;
 	enum status st;
 
+	st = check_outputs(a);
+	if (st != ST_OK)
+		return st;
 	if (o->inputs != NULL)
 		st = data_init_npy(&a->ds, o->inputs, o->targets, o->widths[0], o->widths[o->nlayers], &a->d);
 	else

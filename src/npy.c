@@ -3,6 +3,9 @@
  *
  * The header is a Python dict literal, not JSON, so it gets a small scanner
  * of its own that accepts exactly the keys NumPy writes and nothing else.
+ * The file is untrusted: the scanner never reads past the header's length
+ * (the header is not NUL-terminated), and every size taken from the file is
+ * checked against the file's real length before it is used.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -24,7 +27,25 @@ static const char *skip_ws(const char *p, const char *end)
 	return p;
 }
 
-/* Read a quoted Python string ('...' or "...") into buf. */
+#define NPY_MAX_DIM (1ull << 40)
+
+/* Read a decimal dimension without reading past end; values over NPY_MAX_DIM
+ * saturate above it instead of wrapping. NULL if p is not at a digit. */
+static const char *scan_dim(const char *p, const char *end, unsigned long long *v)
+{
+	unsigned long long x = 0;
+
+	if (p >= end || !isdigit((unsigned char)*p))
+		return NULL;
+	for (; p < end && isdigit((unsigned char)*p); p++)
+		if (x <= NPY_MAX_DIM)
+			x = x * 10 + (unsigned)(*p - '0');
+	*v = x;
+	return p;
+}
+
+/* Read a quoted Python string ('...' or "...") into buf. A NUL byte is refused:
+ * it would end the C string early, so "<f4\0junk" would pass as '<f4'. */
 static const char *scan_str(const char *p, const char *end, char *buf, size_t len)
 {
 	char q;
@@ -34,7 +55,7 @@ static const char *scan_str(const char *p, const char *end, char *buf, size_t le
 		return NULL;
 	q = *p++;
 	while (p < end && *p != q) {
-		if (n + 1 >= len)
+		if (n + 1 >= len || *p == '\0')
 			return NULL;
 		buf[n++] = *p++;
 	}
@@ -59,7 +80,9 @@ enum status npy_parse_header(const char *h, size_t len, int *itemsize, size_t *r
 		char key[32], val[32];
 
 		p = skip_ws(p, end);
-		if (p < end && *p == '}')
+		if (p >= end)
+			return diag_set(d, ST_RUNTIME, "%s: malformed .npy header (no closing '}')", what);
+		if (*p == '}')
 			break;
 		p = scan_str(p, end, key, sizeof key);
 		if (p == NULL)
@@ -69,6 +92,8 @@ enum status npy_parse_header(const char *h, size_t len, int *itemsize, size_t *r
 			return diag_set(d, ST_RUNTIME, "%s: malformed .npy header (no ':')", what);
 		p = skip_ws(p, end);
 		if (strcmp(key, "descr") == 0) {
+			if (have_descr++)
+				return diag_set(d, ST_RUNTIME, "%s: duplicate key 'descr' in .npy header", what);
 			p = scan_str(p, end, val, sizeof val);
 			if (p == NULL)
 				return diag_set(d, ST_RUNTIME, "%s: malformed .npy header (descr)", what);
@@ -78,9 +103,12 @@ enum status npy_parse_header(const char *h, size_t len, int *itemsize, size_t *r
 				*itemsize = 8;
 			else
 				return diag_set(d, ST_RUNTIME,
-						"%s: dtype '%s' is not supported (need '<f4' or '<f8')", what, val);
-			have_descr = 1;
+						"%s: dtype '%s' is not supported (need '<f4' or '<f8')", what,
+						diag_quote(val, sizeof val, val));
 		} else if (strcmp(key, "fortran_order") == 0) {
+			if (have_order++)
+				return diag_set(d, ST_RUNTIME, "%s: duplicate key 'fortran_order' in .npy header",
+						what);
 			if ((size_t)(end - p) >= 5 && strncmp(p, "False", 5) == 0) {
 				p += 5;
 			} else if ((size_t)(end - p) >= 4 && strncmp(p, "True", 4) == 0) {
@@ -89,12 +117,12 @@ enum status npy_parse_header(const char *h, size_t len, int *itemsize, size_t *r
 			} else {
 				return diag_set(d, ST_RUNTIME, "%s: malformed .npy header (fortran_order)", what);
 			}
-			have_order = 1;
 		} else if (strcmp(key, "shape") == 0) {
+			if (have_shape++)
+				return diag_set(d, ST_RUNTIME, "%s: duplicate key 'shape' in .npy header", what);
 			if (p >= end || *p++ != '(')
 				return diag_set(d, ST_RUNTIME, "%s: malformed .npy header (shape)", what);
 			for (;;) {
-				char *e;
 				unsigned long long v;
 
 				p = skip_ws(p, end);
@@ -102,25 +130,38 @@ enum status npy_parse_header(const char *h, size_t len, int *itemsize, size_t *r
 					p++;
 					break;
 				}
-				if (p >= end || !isdigit((unsigned char)*p) || ndim >= 8)
+				if (ndim >= 8)
 					return diag_set(d, ST_RUNTIME, "%s: malformed .npy header (shape)", what);
-				errno = 0;
-				v = strtoull(p, &e, 10);
-				if (errno == ERANGE || e > end || v > (1ull << 40))
+				p = scan_dim(p, end, &v);
+				if (p == NULL)
+					return diag_set(d, ST_RUNTIME, "%s: malformed .npy header (shape)", what);
+				if (v > NPY_MAX_DIM)
 					return diag_set(d, ST_RUNTIME, "%s: .npy dimension too large", what);
 				dims[ndim++] = (size_t)v;
-				p = skip_ws(e, end);
-				if (p < end && *p == ',')
+				p = skip_ws(p, end);
+				if (p < end && *p == ',') {
 					p++;
+				} else if (p < end && *p == ')') {
+					p++;
+					break;
+				} else {
+					return diag_set(d, ST_RUNTIME, "%s: malformed .npy header (shape)", what);
+				}
 			}
-			have_shape = 1;
 		} else {
-			return diag_set(d, ST_RUNTIME, "%s: unexpected key '%s' in .npy header", what, key);
+			return diag_set(d, ST_RUNTIME, "%s: unexpected key '%s' in .npy header", what,
+					diag_quote(key, sizeof key, key));
 		}
+		/* Each value ends the dict or is followed by a comma. */
 		p = skip_ws(p, end);
 		if (p < end && *p == ',')
 			p++;
+		else if (p >= end || *p != '}')
+			return diag_set(d, ST_RUNTIME, "%s: malformed .npy header (no ',' after '%s')", what, key);
 	}
+	/* NumPy pads the dict with spaces and a newline; anything else is not a .npy header. */
+	if (skip_ws(p + 1, end) != end)
+		return diag_set(d, ST_RUNTIME, "%s: malformed .npy header (text after the dict)", what);
 	if (!have_descr || !have_order || !have_shape)
 		return diag_set(d, ST_RUNTIME, "%s: .npy header lacks %s", what,
 				!have_descr ? "descr" : !have_order ? "fortran_order" : "shape");
@@ -132,12 +173,59 @@ enum status npy_parse_header(const char *h, size_t len, int *itemsize, size_t *r
 	return ST_OK;
 }
 
+enum status npy_parse(struct npy *a, const unsigned char *buf, size_t len, const char *what,
+		      struct diag *d)
+{
+	size_t hlen, hstart, avail, need;
+	enum status st;
+
+	a->data = NULL;
+	if (len < 10)
+		return diag_set(d, ST_RUNTIME, "%s: too short to be a .npy file (%zu bytes)", what, len);
+	if (memcmp(buf, "\x93NUMPY", 6) != 0)
+		return diag_set(d, ST_RUNTIME, "%s: not a .npy file (bad magic)", what);
+	if (buf[6] == 1 && buf[7] == 0) {
+		hlen = (size_t)buf[8] | (size_t)buf[9] << 8;
+		hstart = 10;
+	} else if ((buf[6] == 2 || buf[6] == 3) && buf[7] == 0) {
+		if (len < 12)
+			return diag_set(d, ST_RUNTIME, "%s: truncated .npy header (%zu bytes)", what, len);
+		hlen = (size_t)buf[8] | (size_t)buf[9] << 8 | (size_t)buf[10] << 16 | (size_t)buf[11] << 24;
+		hstart = 12;
+	} else {
+		return diag_set(d, ST_RUNTIME, "%s: unsupported .npy format version %d.%d", what, buf[6],
+				buf[7]);
+	}
+	if (hlen > len - hstart)
+		return diag_set(d, ST_RUNTIME,
+				"%s: truncated .npy header: header length %zu runs past the end of the file (%zu bytes)",
+				what, hlen, len);
+	st = npy_parse_header((const char *)buf + hstart, hlen, &a->itemsize, &a->rows, &a->cols, what, d);
+	if (st != ST_OK)
+		return st;
+	/* Each dimension is at most 2^40, so the product can still wrap: check before multiplying. */
+	if (a->cols != 0 && a->rows > SIZE_MAX / (size_t)a->itemsize / a->cols)
+		return diag_set(d, ST_RUNTIME, "%s: shape %zu x %zu is too large", what, a->rows, a->cols);
+	need = a->rows * a->cols * (size_t)a->itemsize;
+	avail = len - hstart - hlen;
+	if (avail < need)
+		return diag_set(d, ST_RUNTIME, "%s: truncated: header says %zu x %zu but the file holds %zu of %zu data bytes",
+				what, a->rows, a->cols, avail, need);
+	/* NumPy ignores bytes after the array; a file that holds more than its header
+	 * describes was not written by np.save, so it is refused rather than guessed at. */
+	if (avail > need)
+		return diag_set(d, ST_RUNTIME, "%s: %zu bytes of trailing data after the %zu x %zu array",
+				what, avail - need, a->rows, a->cols);
+	if (a->rows == 0 || a->cols == 0)
+		return diag_set(d, ST_RUNTIME, "%s: empty array (%zu x %zu)", what, a->rows, a->cols);
+	a->data = buf + hstart + hlen;
+	return ST_OK;
+}
+
 enum status npy_open(struct npy *a, const char *path, const char *flag, struct diag *d)
 {
 	char what[600];
 	struct stat sb;
-	const unsigned char *m;
-	size_t hlen, hstart, need;
 	enum status st;
 	int fd;
 
@@ -154,59 +242,22 @@ enum status npy_open(struct npy *a, const char *path, const char *flag, struct d
 		close(fd);
 		return diag_set(d, ST_RUNTIME, "%s: not a regular file", what);
 	}
-	a->map_len = (size_t)sb.st_size;
-	if (a->map_len < 10) {
+	/* Checked before mmap, which refuses a length of 0. */
+	if ((size_t)sb.st_size < 10) {
 		close(fd);
 		return diag_set(d, ST_RUNTIME, "%s: too short to be a .npy file (%zu bytes)", what,
-				a->map_len);
+				(size_t)sb.st_size);
 	}
+	a->map_len = (size_t)sb.st_size;
 	a->map = mmap(NULL, a->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
 	close(fd);
 	if (a->map == MAP_FAILED) {
 		a->map = NULL;
 		return diag_errno(d, errno, "%s: mmap", what);
 	}
-	m = a->map;
-	if (memcmp(m, "\x93NUMPY", 6) != 0) {
-		st = diag_set(d, ST_RUNTIME, "%s: not a .npy file (bad magic)", what);
-		goto out_unmap;
-	}
-	if (m[6] == 1) {
-		hlen = (size_t)m[8] | (size_t)m[9] << 8;
-		hstart = 10;
-	} else if (m[6] == 2 || m[6] == 3) {
-		if (a->map_len < 12) {
-			st = diag_set(d, ST_RUNTIME, "%s: truncated .npy header", what);
-			goto out_unmap;
-		}
-		hlen = (size_t)m[8] | (size_t)m[9] << 8 | (size_t)m[10] << 16 | (size_t)m[11] << 24;
-		hstart = 12;
-	} else {
-		st = diag_set(d, ST_RUNTIME, "%s: unsupported .npy format version %d.%d", what, m[6], m[7]);
-		goto out_unmap;
-	}
-	if (hlen > a->map_len - hstart) {
-		st = diag_set(d, ST_RUNTIME, "%s: truncated .npy header", what);
-		goto out_unmap;
-	}
-	st = npy_parse_header((const char *)m + hstart, hlen, &a->itemsize, &a->rows, &a->cols, what, d);
+	st = npy_parse(a, a->map, a->map_len, what, d);
 	if (st != ST_OK)
-		goto out_unmap;
-	need = a->rows * a->cols * (size_t)a->itemsize;
-	if (a->map_len - hstart - hlen < need) {
-		st = diag_set(d, ST_RUNTIME, "%s: truncated: header says %zu x %zu but the file holds %zu of %zu data bytes",
-			      what, a->rows, a->cols, a->map_len - hstart - hlen, need);
-		goto out_unmap;
-	}
-	if (a->rows == 0 || a->cols == 0) {
-		st = diag_set(d, ST_RUNTIME, "%s: empty array (%zu x %zu)", what, a->rows, a->cols);
-		goto out_unmap;
-	}
-	a->data = m + hstart + hlen;
-	return ST_OK;
-
-out_unmap:
-	npy_close(a);
+		npy_close(a);
 	return st;
 }
 

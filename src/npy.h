@@ -4,6 +4,12 @@
  * Accepts format versions 1.0, 2.0 and 3.0, 2-D arrays in C order with dtype
  * '<f4' or '<f8' (converted to float32 row by row). The file is mapped, not
  * read, so each rank only touches the rows it trains on.
+ *
+ * The file must be exactly what np.save writes: magic, header, and the
+ * rows x cols elements, nothing after them. NumPy's own reader ignores
+ * trailing bytes; this one refuses them, since a file longer than its header
+ * says was not written by np.save and its data cannot be trusted to mean
+ * what the header claims.
  */
 #ifndef DDPT_NPY_H
 #define DDPT_NPY_H
@@ -20,6 +26,10 @@ struct npy {
 	int itemsize;        /* 4 ('<f4') or 8 ('<f8') */
 };
 
+/* Validate an in-memory .npy image of len bytes (used by npy_open and the fuzz target):
+ * fills rows, cols and itemsize; a->data points into buf. Never reads outside buf. */
+enum status npy_parse(struct npy *a, const unsigned char *buf, size_t len, const char *what,
+		      struct diag *d);
 /* Map path and check its header. ST_RUNTIME naming `flag` and the file on failure. */
 enum status npy_open(struct npy *a, const char *path, const char *flag, struct diag *d);
 /* Copy row r into out (cols floats), converting from float64 if needed. */

@@ -231,6 +231,8 @@ enum status report_finish(struct report *r, const struct report_summary *s, int 
 					  metrics_per_replica(s)));
 		if (fflush(r->metrics) != 0 || fsync(fileno(r->metrics)) != 0)
 			st = diag_errno(d, errno, "--metrics: %s: write", r->metrics_path);
+		else if (ferror(r->metrics)) /* an earlier buffered write failed; its errno is gone */
+			st = diag_set(d, ST_RUNTIME, "--metrics: %s: write failed", r->metrics_path);
 	}
 	if (fclose(r->metrics) != 0 && st == ST_OK && success)
 		st = diag_errno(d, errno, "--metrics: %s: close", r->metrics_path);

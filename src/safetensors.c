@@ -1,4 +1,10 @@
-/* safetensors.c - validated reading and atomic writing of safetensors files. */
+/*
+ * safetensors.c - validated reading and atomic writing of safetensors files.
+ *
+ * Files read are untrusted: the header length, every shape and every offset
+ * is checked against the real file length before use, shapes are multiplied
+ * with overflow checks, and nothing is allocated from a size the file claims.
+ */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -40,10 +46,16 @@ static enum status parse_entry(struct st_tensor *t, const char *name, json_t *v,
 	json_t *dt = json_object_get(v, "dtype"), *shape = json_object_get(v, "shape");
 	json_t *off = json_object_get(v, "data_offsets");
 	size_t esize, count = 1, i;
+	char q[32];
 	json_t *x;
 
 	if (strlen(name) >= sizeof t->name)
-		return diag_set(d, ST_RUNTIME, "%s: tensor name too long", what);
+		return diag_set(d, ST_RUNTIME, "%s: tensor name '%s...' is too long (%zu bytes, at most %zu)",
+				what, diag_quote(q, sizeof q, name), strlen(name), sizeof t->name - 1);
+	for (const char *c = name; *c != '\0'; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			return diag_set(d, ST_RUNTIME, "%s: tensor name '%s' contains a control character",
+					what, diag_quote(q, sizeof q, name));
 	strcpy(t->name, name);
 	if (!json_is_object(v) || !json_is_string(dt) || !json_is_array(shape) || !json_is_array(off) ||
 	    json_array_size(off) != 2)
@@ -51,7 +63,7 @@ static enum status parse_entry(struct st_tensor *t, const char *name, json_t *v,
 	esize = dtype_size(json_string_value(dt));
 	if (esize == 0 || strlen(json_string_value(dt)) >= sizeof t->dtype)
 		return diag_set(d, ST_RUNTIME, "%s: tensor '%s' has unknown dtype '%s'", what, name,
-				json_string_value(dt));
+				diag_quote(q, sizeof q, json_string_value(dt)));
 	strcpy(t->dtype, json_string_value(dt));
 	if (json_array_size(shape) > ST_MAX_DIMS)
 		return diag_set(d, ST_RUNTIME, "%s: tensor '%s' has too many dimensions", what, name);
@@ -63,7 +75,8 @@ static enum status parse_entry(struct st_tensor *t, const char *name, json_t *v,
 			return diag_set(d, ST_RUNTIME, "%s: tensor '%s' has a bad shape", what, name);
 		t->shape[i] = s;
 		if (s != 0 && count > ((size_t)1 << 42) / (size_t)s)
-			return diag_set(d, ST_RUNTIME, "%s: tensor '%s' is too large", what, name);
+			return diag_set(d, ST_RUNTIME, "%s: tensor '%s' is too large (shape product over 2^42)",
+					what, name);
 		count *= (size_t)s;
 	}
 	for (i = 0; i < 2; i++) {
@@ -73,7 +86,10 @@ static enum status parse_entry(struct st_tensor *t, const char *name, json_t *v,
 	}
 	t->begin = (size_t)json_integer_value(json_array_get(off, 0));
 	t->end = (size_t)json_integer_value(json_array_get(off, 1));
-	if (t->begin > t->end || t->end > data_len)
+	if (t->begin > t->end)
+		return diag_set(d, ST_RUNTIME, "%s: tensor '%s' has data_offsets [%zu, %zu] that run backwards",
+				what, name, t->begin, t->end);
+	if (t->end > data_len)
 		return diag_set(d, ST_RUNTIME, "%s: tensor '%s' lies outside the file (offsets %zu..%zu, data %zu bytes)",
 				what, name, t->begin, t->end, data_len);
 	if (t->end - t->begin != count * esize)
@@ -89,6 +105,7 @@ enum status st_parse(struct st_file *f, const unsigned char *buf, size_t len, co
 	json_error_t jerr;
 	json_t *root, *v;
 	const char *key;
+	char q[72];
 	enum status st = ST_OK;
 	size_t i = 0, pos = 0;
 
@@ -98,13 +115,21 @@ enum status st_parse(struct st_file *f, const unsigned char *buf, size_t len, co
 		return diag_set(d, ST_RUNTIME, "%s: too short to be a safetensors file (%zu bytes)", what, len);
 	for (int b = 7; b >= 0; b--)
 		hlen = hlen << 8 | buf[b];
-	if (hlen < 2 || hlen > ST_MAX_HEADER || hlen > len - 8)
-		return diag_set(d, ST_RUNTIME, "%s: bad safetensors header length %llu (file is %zu bytes)",
+	if (hlen > len - 8)
+		return diag_set(d, ST_RUNTIME, "%s: bad safetensors header length %llu: runs past the end of the file (%zu bytes)",
 				what, (unsigned long long)hlen, len);
+	if (hlen < 2 || hlen > ST_MAX_HEADER)
+		return diag_set(d, ST_RUNTIME, "%s: bad safetensors header length %llu (the format allows 2 to %u)",
+				what, (unsigned long long)hlen, ST_MAX_HEADER);
 	root = json_loadb((const char *)buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+#if JANSSON_VERSION_HEX >= 0x020b00
+	if (root == NULL && json_error_code(&jerr) == json_error_duplicate_key)
+		return diag_set(d, ST_RUNTIME, "%s: safetensors header names a tensor twice: %s", what,
+				diag_quote(jerr.text, sizeof jerr.text, jerr.text));
+#endif
 	if (root == NULL)
 		return diag_set(d, ST_RUNTIME, "%s: safetensors header is not valid JSON: %s (column %d)",
-				what, jerr.text, jerr.column);
+				what, diag_quote(jerr.text, sizeof jerr.text, jerr.text), jerr.column);
 	if (!json_is_object(root)) {
 		st = diag_set(d, ST_RUNTIME, "%s: safetensors header is not a JSON object", what);
 		goto out_root;
@@ -118,9 +143,20 @@ enum status st_parse(struct st_file *f, const unsigned char *buf, size_t len, co
 	}
 	json_object_foreach(root, key, v) {
 		if (strcmp(key, "__metadata__") == 0) {
+			const char *mk;
+			json_t *mv;
+
 			if (!json_is_object(v)) {
 				st = diag_set(d, ST_RUNTIME, "%s: __metadata__ is not an object", what);
 				goto out_t;
+			}
+			/* The format allows only string to string; a number here (NaN, 1e999) is refused. */
+			json_object_foreach(v, mk, mv) {
+				if (!json_is_string(mv)) {
+					st = diag_set(d, ST_RUNTIME, "%s: __metadata__ value '%s' is not a string",
+						      what, diag_quote(q, sizeof q, mk));
+					goto out_t;
+				}
 			}
 			continue;
 		}
@@ -149,8 +185,8 @@ enum status st_parse(struct st_file *f, const unsigned char *buf, size_t len, co
 			pos = s[i].end;
 		}
 		if (st == ST_OK && pos != f->data_len)
-			st = diag_set(d, ST_RUNTIME, "%s: data region is %zu bytes but the tensors cover %zu",
-				      what, f->data_len, pos);
+			st = diag_set(d, ST_RUNTIME, "%s: data region is %zu bytes but the tensors cover %zu (%zu bytes of trailing data)",
+				      what, f->data_len, pos, f->data_len - pos);
 		free(s);
 		if (st != ST_OK)
 			goto out_t;

@@ -30,6 +30,18 @@ enum status diag_errno(struct diag *d, int errnum, const char *fmt, ...)
 	return diag_set(d, ST_RUNTIME, "%s: %s", what, strerror(errnum));
 }
 
+const char *diag_quote(char *dst, size_t n, const char *src)
+{
+	size_t i = 0;
+
+	if (n == 0)
+		return dst;
+	for (; src[i] != '\0' && i + 1 < n; i++)
+		dst[i] = (unsigned char)src[i] < 0x20 || src[i] == 0x7f ? '?' : src[i];
+	dst[i] = '\0';
+	return dst;
+}
+
 int status_exit_code(enum status st)
 {
 	switch (st) {

@@ -13,6 +13,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#include <stddef.h>
 
 enum status {
 	ST_OK = 0,
@@ -36,6 +37,10 @@ enum status diag_errno(struct diag *d, int errnum, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 #define EXIT_INTERRUPTED 3 /* documented in ddptrain(1): requeue and --resume */
+
+/* Copy text taken from a file into dst (n bytes, truncating) with control characters
+ * replaced by '?', so it cannot break a one-line message; returns dst. */
+const char *diag_quote(char *dst, size_t n, const char *src);
 
 /* Exit code for a status: 0, 1, 2 or EXIT_INTERRUPTED. */
 int status_exit_code(enum status st);

@@ -66,7 +66,7 @@ for np in 1 2 3 4; do
 	expect 1 "--init: $D/bad.st: bad safetensors header length" $np --init="$D/bad.st" $SAVE
 	expect 1 "tensor 'net1.weight' has the wrong shape" $np --init="$D/wrongshape.st" $SAVE
 	expect 1 "training diverged" $np --lr=1e6 --momentum=0.9 $SAVE
-	expect 1 "--layers=200000,200000 --batch-size=20: needs 745.14 GiB per rank, but only" $np --layers=200000,200000 $SAVE
+	expect 1 "--layers=200000,200000 --batch-size=20: needs 745.14 GiB per rank, but only" $np --layers=200000,200000
 	expect 1 "--save: $TMPD/out/no/dir/w.st" $np --max-steps=2 --save="$TMPD/out/no/dir/w.st"
 	expect 1 "--metrics: $TMPD/out/no/dir/m.jsonl" $np --max-steps=2 --metrics="$TMPD/out/no/dir/m.jsonl"
 	expect 2 "--replicas applies to --mode=dp only" $np --replicas=2 $SAVE

@@ -33,9 +33,9 @@ static float *load(const struct st_file *f, const struct st_tensor *t, size_t *c
 
 int main(int argc, char **argv)
 {
-	struct st_file fa, fb;
+	struct st_file fa = {0}, fb = {0};
 	struct diag d = {0};
-	int exact = 0, argi = 1;
+	int exact = 0, argi = 1, rc = 0;
 	double tol = 1e-5, worst = 0.0;
 	const char *worst_name = "";
 
@@ -51,13 +51,15 @@ int main(int argc, char **argv)
 		tol = atof(argv[argi + 2]);
 	if (st_open(&fa, argv[argi], "A", &d) != ST_OK || st_open(&fb, argv[argi + 1], "B", &d) != ST_OK) {
 		fprintf(stderr, "stcompare: %s\n", d.msg);
-		return 2;
+		rc = 2;
+		goto out_close;
 	}
 	if (fa.n != fb.n) {
 		fprintf(stderr, "stcompare: %zu tensors against %zu\n", fa.n, fb.n);
-		return 2;
+		rc = 2;
+		goto out_close;
 	}
-	for (size_t i = 0; i < fa.n; i++) {
+	for (size_t i = 0; i < fa.n && rc == 0; i++) {
 		const struct st_tensor *tb = st_find(&fb, fa.t[i].name);
 		size_t na, nb;
 		float *a, *b;
@@ -65,36 +67,42 @@ int main(int argc, char **argv)
 
 		if (tb == NULL) {
 			fprintf(stderr, "stcompare: %s missing from B\n", fa.t[i].name);
-			return 2;
+			rc = 2;
+			break;
 		}
 		a = load(&fa, &fa.t[i], &na);
 		b = load(&fb, tb, &nb);
 		if (na != nb) {
 			fprintf(stderr, "stcompare: %s has %zu elements against %zu\n", fa.t[i].name, na, nb);
-			return 2;
-		}
-		if (exact && memcmp(a, b, na * sizeof *a) != 0) {
+			rc = 2;
+		} else if (exact && memcmp(a, b, na * sizeof *a) != 0) {
 			printf("stcompare: %s differs\n", fa.t[i].name);
-			return 1;
+			rc = 1;
 		}
-		for (size_t k = 0; k < na; k++) {
+		for (size_t k = 0; k < na && rc == 0; k++) {
 			double diff = fabs((double)a[k] - (double)b[k]);
 
 			maxdiff = diff > maxdiff ? diff : maxdiff;
 			maxb = fabs((double)b[k]) > maxb ? fabs((double)b[k]) : maxb;
 		}
 		rel = maxb > 0 ? maxdiff / maxb : maxdiff;
-		if (rel >= worst) {
+		if (rc == 0 && rel >= worst) {
 			worst = rel;
 			worst_name = fa.t[i].name;
 		}
 		free(a);
 		free(b);
 	}
+	if (rc != 0)
+		goto out_close;
 	if (exact) {
 		printf("stcompare: bit-identical (%zu tensors)\n", fa.n);
-		return 0;
+	} else {
+		printf("stcompare: max relative error %.3g (%s), tolerance %.3g\n", worst, worst_name, tol);
+		rc = worst <= tol ? 0 : 1;
 	}
-	printf("stcompare: max relative error %.3g (%s), tolerance %.3g\n", worst, worst_name, tol);
-	return worst <= tol ? 0 : 1;
+out_close:
+	st_close(&fa);
+	st_close(&fb);
+	return rc;
 }

@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -158,6 +159,139 @@ static void test_npy_rejects_truncated_header_and_bad_magic(void **state)
 	assert_non_null(strstr(d.msg, "bad magic"));
 }
 
+static void test_npy_rejects_trailing_data(void **state)
+{
+	const float v[7] = {0};
+	struct npy a;
+	struct diag d = {0};
+
+	write_npy(path, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", v, sizeof v);
+	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "4 bytes of trailing data after the 2 x 3 array"));
+}
+
+static void test_npy_rejects_a_shape_whose_size_overflows(void **state)
+{
+	const float none[1] = {0};
+	struct npy a;
+	struct diag d = {0};
+
+	/* 2^40 x 2^24 float32 is 2^66 bytes: wraps to 0 in 64 bits. */
+	write_npy(path, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 16777216), }",
+		  none, 0);
+	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "is too large"));
+}
+
+static void test_npy_rejects_other_format_versions(void **state)
+{
+	unsigned char buf[16] = "\x93NUMPY\x01\x01\x02\x00{}";
+	struct npy a;
+	struct diag d = {0};
+
+	assert_int_equal(npy_parse(&a, buf, 12, "x", &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "unsupported .npy format version 1.1"));
+	memset(&d, 0, sizeof d);
+	buf[6] = 4;
+	buf[7] = 0;
+	assert_int_equal(npy_parse(&a, buf, 12, "x", &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "version 4.0"));
+}
+
+static void test_npy_rejects_header_length_past_the_end(void **state)
+{
+	const unsigned char buf[16] = "\x93NUMPY\x02\x00\xff\xff\xff\xff{}";
+	struct npy a;
+	struct diag d = {0};
+
+	assert_int_equal(npy_parse(&a, buf, 14, "x", &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "header length 4294967295 runs past the end of the file (14 bytes)"));
+}
+
+/* The header is not NUL-terminated: a number running to its last byte must not
+ * be read past it (strtoull would). The buffer is exactly the file, so ASan and
+ * valgrind see any overread. */
+static void test_npy_parse_stops_at_the_end_of_the_header(void **state)
+{
+	const char *dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (1, 000000000";
+	size_t hl = strlen(dict), len = 10 + hl;
+	unsigned char *buf = malloc(len);
+	struct npy a;
+	struct diag d = {0};
+
+	memcpy(buf, "\x93NUMPY\x01\x00", 8);
+	buf[8] = (unsigned char)hl;
+	buf[9] = 0;
+	memcpy(buf + 10, dict, hl);
+	assert_int_equal(npy_parse(&a, buf, len, "x", &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "malformed .npy header (shape)"));
+	free(buf);
+}
+
+/* Read a whole file into a buffer of exactly its size (so ASan sees any overread). */
+static unsigned char *slurp(const char *file, size_t *len)
+{
+	FILE *f = fopen(file, "rb");
+	unsigned char *buf;
+	long n;
+
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	rewind(f);
+	buf = malloc(n > 0 ? (size_t)n : 1);
+	assert_non_null(buf);
+	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	*len = (size_t)n;
+	return buf;
+}
+
+/* Every npy-* file of tests/corpus is refused by the parser itself with a one-line
+ * message, and the good ones are accepted: under --enable-sanitizers this runs the
+ * whole corpus through ASan and UBSan without an mpirun per file. */
+static void test_npy_parse_refuses_every_hostile_corpus_file(void **state)
+{
+	const char *top = getenv("TOP_SRCDIR");
+	char dir[512], file[1024];
+	struct dirent *e;
+	int bad = 0, good = 0;
+	DIR *dp;
+
+	if (top == NULL)
+		skip();
+	snprintf(dir, sizeof dir, "%s/tests/corpus", top);
+	dp = opendir(dir);
+	assert_non_null(dp);
+	while ((e = readdir(dp)) != NULL) {
+		size_t n = strlen(e->d_name), len;
+		struct diag d = {0};
+		unsigned char *buf;
+		struct npy a;
+		enum status st;
+
+		if (n < 4 || strcmp(e->d_name + n - 4, ".npy") != 0)
+			continue;
+		snprintf(file, sizeof file, "%s/%s", dir, e->d_name);
+		buf = slurp(file, &len);
+		memset(&a, 0, sizeof a);
+		st = npy_parse(&a, buf, len, e->d_name, &d);
+		if (strncmp(e->d_name, "good", 4) == 0) {
+			if (st != ST_OK)
+				fail_msg("%s refused: %s", e->d_name, d.msg);
+			good++;
+		} else {
+			if (st != ST_RUNTIME || strchr(d.msg, '\n') != NULL)
+				fail_msg("%s: status %d, message '%s'", e->d_name, st, d.msg);
+			bad++;
+		}
+		free(buf);
+	}
+	closedir(dp);
+	assert_int_equal(good, 2);
+	assert_true(bad >= 20);
+}
+
 static void test_npy_missing_file_names_flag_and_path(void **state)
 {
 	struct npy a;
@@ -175,14 +309,27 @@ static void test_npy_header_parser_rejects_garbage(void **state)
 		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, x)}",
 		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1), 'extra': 1}",
 		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1",
+		"{'descr': '<f4', 'descr': '<f8', 'fortran_order': False, 'shape': (1, 1)}",
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1), 'shape': (1, 1)}",
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1)} x",
+		"{'descr': '<f4' 'fortran_order': False, 'shape': (1, 1)}",
+		"{'descr': '<f4', 'fortran_order': Falsey, 'shape': (1, 1)}",
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (1 1)}",
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, -1)}",
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, nan)}",
+		"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 1, 1, 1, 1, 1, 1, 1)}",
 	};
-	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-		struct diag d = {0};
-		size_t r, c;
-		int isz;
+	static const char nul[] = "{'descr': '<f4\0junk', 'fortran_order': False, 'shape': (1, 1)}";
+	struct diag d = {0};
+	size_t r, c;
+	int isz;
 
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		memset(&d, 0, sizeof d);
 		assert_int_equal(npy_parse_header(bad[i], strlen(bad[i]), &isz, &r, &c, "x", &d), ST_RUNTIME);
 	}
+	memset(&d, 0, sizeof d);
+	assert_int_equal(npy_parse_header(nul, sizeof nul - 1, &isz, &r, &c, "x", &d), ST_RUNTIME);
 }
 
 int main(void)
@@ -196,6 +343,12 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_npy_rejects_fortran_order, make_path, remove_path),
 		cmocka_unit_test_setup_teardown(test_npy_rejects_truncated_data, make_path, remove_path),
 		cmocka_unit_test_setup_teardown(test_npy_rejects_truncated_header_and_bad_magic, make_path, remove_path),
+		cmocka_unit_test_setup_teardown(test_npy_rejects_trailing_data, make_path, remove_path),
+		cmocka_unit_test_setup_teardown(test_npy_rejects_a_shape_whose_size_overflows, make_path, remove_path),
+		cmocka_unit_test(test_npy_rejects_other_format_versions),
+		cmocka_unit_test(test_npy_rejects_header_length_past_the_end),
+		cmocka_unit_test(test_npy_parse_stops_at_the_end_of_the_header),
+		cmocka_unit_test(test_npy_parse_refuses_every_hostile_corpus_file),
 		cmocka_unit_test(test_npy_missing_file_names_flag_and_path),
 		cmocka_unit_test(test_npy_header_parser_rejects_garbage),
 	};

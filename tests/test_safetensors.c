@@ -154,13 +154,18 @@ static void test_st_rejects_malformed_headers(void **state)
 		{"{\"x\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8, "shape needs"},
 		{"{\"x\":{\"dtype\":\"Q7\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "unknown dtype"},
 		{"{\"x\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8, "bad shape"},
-		{"{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, "outside the file"},
+		{"{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8, "run backwards"},
 		{"{\"x\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "malformed"},
 		{"{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8, "overlaps"},
 		{"{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "gap"},
-		{"{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8, "cover"},
+		{"{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8, "4 bytes of trailing data"},
+		{"{\"x\":{\"dtype\":\"F32\",\"shape\":[1099511627776,1099511627776],\"data_offsets\":[0,0]}}", 0, "too large"},
+		{"{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[2,6]}}", 8, "overlaps"},
+		{"{\"__metadata__\":{\"lr\":0.1}}", 0, "__metadata__ value 'lr' is not a string"},
+		{"{\"__metadata__\":{\"lr\":NaN}}", 0, "not valid JSON"},
+		{"{\"a\\nb\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "tensor name 'a?b' contains a control character"},
 		{"{\"__metadata__\":[1]}", 0, "__metadata__"},
-		{"{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "JSON"},
+		{"{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "names a tensor twice"},
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		struct diag d;
@@ -182,6 +187,86 @@ static void test_st_rejects_bad_header_length(void **state)
 	memset(&d, 0, sizeof d);
 	assert_int_equal(st_parse(&f, buf, 5, "x", &d), ST_RUNTIME);
 	assert_non_null(strstr(d.msg, "too short"));
+}
+
+/* Read a whole file into a buffer of exactly its size (so ASan sees any overread). */
+static unsigned char *slurp(const char *file, size_t *len)
+{
+	FILE *f = fopen(file, "rb");
+	unsigned char *buf;
+	long n;
+
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	rewind(f);
+	buf = malloc(n > 0 ? (size_t)n : 1);
+	assert_non_null(buf);
+	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	*len = (size_t)n;
+	return buf;
+}
+
+/* Every st-* file of tests/corpus is refused by st_parse with a one-line message,
+ * except the few that are well-formed files refused later, by --init's checks
+ * against the model (names, shapes, dtypes, values); every tensor of a file that
+ * parses is read. Under --enable-sanitizers this runs the corpus through ASan. */
+static void test_st_parse_refuses_every_hostile_corpus_file(void **state)
+{
+	static const char *const well_formed[] = {
+		"good.safetensors", "st-dtype-int.safetensors", "st-missing-name.safetensors",
+		"st-wrong-shape.safetensors", "st-nan-weights.safetensors",
+	};
+	const char *top = getenv("TOP_SRCDIR");
+	char cdir[512], file[1024];
+	struct dirent *e;
+	int bad = 0, good = 0;
+	DIR *dp;
+
+	if (top == NULL)
+		skip();
+	snprintf(cdir, sizeof cdir, "%s/tests/corpus", top);
+	dp = opendir(cdir);
+	assert_non_null(dp);
+	while ((e = readdir(dp)) != NULL) {
+		size_t n = strlen(e->d_name), len, k;
+		struct diag d = {0};
+		unsigned char *buf;
+		struct st_file f;
+		enum status st;
+		int wf = 0;
+
+		if (n < 12 || strcmp(e->d_name + n - 12, ".safetensors") != 0)
+			continue;
+		for (k = 0; k < sizeof well_formed / sizeof well_formed[0]; k++)
+			wf |= strcmp(e->d_name, well_formed[k]) == 0;
+		snprintf(file, sizeof file, "%s/%s", cdir, e->d_name);
+		buf = slurp(file, &len);
+		memset(&f, 0, sizeof f);
+		st = st_parse(&f, buf, len, e->d_name, &d);
+		if (wf) {
+			if (st != ST_OK)
+				fail_msg("%s refused: %s", e->d_name, d.msg);
+			for (k = 0; k < f.n; k++) {
+				size_t count = (f.t[k].end - f.t[k].begin) / 4;
+				float *out = malloc(count * sizeof *out + 1);
+
+				st_read_f32(&f, &f.t[k], out, count, e->d_name, &d);
+				free(out);
+			}
+			free(f.t);
+			good++;
+		} else {
+			if (st != ST_RUNTIME || strchr(d.msg, '\n') != NULL)
+				fail_msg("%s: status %d, message '%s'", e->d_name, st, d.msg);
+			bad++;
+		}
+		free(buf);
+	}
+	closedir(dp);
+	assert_int_equal(good, 5);
+	assert_true(bad >= 20);
 }
 
 static void test_st_reads_f64_by_converting(void **state)
@@ -213,6 +298,7 @@ int main(void)
 		cmocka_unit_test(test_st_rejects_malformed_headers),
 		cmocka_unit_test(test_st_rejects_bad_header_length),
 		cmocka_unit_test(test_st_reads_f64_by_converting),
+		cmocka_unit_test(test_st_parse_refuses_every_hostile_corpus_file),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

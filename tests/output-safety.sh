@@ -1,0 +1,113 @@
+#!/bin/bash
+# Outputs that cannot be written: --save and --metrics into a missing directory,
+# onto something that is not a regular file, into a read-only directory, onto a
+# full file system. Each fails with one clear line and exit 1 on every rank,
+# before training where that can be known (nothing printed on stdout), and the
+# previous file of that name survives byte for byte, with no temporary left.
+. "$(dirname "$0")/setup.sh"
+
+RO=$TMPD/ro FULL=$TMPD/full
+mkdir -p "$RO" "$FULL"
+# Unmount what was mounted, make the read-only directory writable again, then remove all.
+trap 'umount "$RO" "$FULL" 2>/dev/null || true; chmod -R u+w "$TMPD" 2>/dev/null || true; rm -rf "$TMPD"' EXIT
+
+checks=0
+# expect SUBSTRING WHEN NP ARGS...: exit 1 on every rank, SUBSTRING in the only message;
+# WHEN is "early" (refused before training: nothing on stdout) or "late".
+expect() {
+	local want=$1 when=$2 np=$3
+	shift 3
+	rm -f "$TMPD"/rc.*
+	local t0=$SECONDS
+	RCDIR=$TMPD timeout -k 5 60 mpirun --oversubscribe -np "$np" \
+		bash -c '"$0" "$@"; echo $? >"$RCDIR/rc.$OMPI_COMM_WORLD_RANK"' "$DDPTRAIN" "$@" \
+		>"$TMPD/stdout" 2>"$TMPD/stderr" || fail "mpirun itself failed ($?) for: $*: $(tail -n 5 "$TMPD/stderr")"
+	[ $((SECONDS - t0)) -le 20 ] || fail "took $((SECONDS - t0))s: $*"
+	for r in $(seq 0 $((np - 1))); do
+		[ "$(cat "$TMPD/rc.$r" 2>/dev/null)" = 1 ] ||
+			fail "rank $r exited '$(cat "$TMPD/rc.$r" 2>/dev/null)', want 1: $* ($(cat "$TMPD/stderr"))"
+	done
+	[ "$(wc -l <"$TMPD/stderr")" -eq 1 ] || fail "want one line on stderr: $*: $(cat "$TMPD/stderr")"
+	grep -qF -- "$want" "$TMPD/stderr" || fail "message lacks '$want': $(cat "$TMPD/stderr")"
+	if [ "$when" = early ]; then
+		[ ! -s "$TMPD/stdout" ] || fail "trained before refusing: $*: $(head -3 "$TMPD/stdout")"
+	fi
+	checks=$((checks + 1))
+}
+
+# keep FILE...: each must still equal its .orig copy, and no temporary file is left beside it.
+keep() {
+	for f in "$@"; do
+		cmp -s "$f" "$f.orig" || fail "$f was changed by a failed run"
+		! ls "$f".tmp.* >/dev/null 2>&1 || fail "temporary file left: $(ls "$f".tmp.*)"
+	done
+}
+
+# Good previous outputs, to be kept by every failing run below.
+G=$TMPD/good
+mkdir -p "$G"
+run_mpi 1 --max-steps=3 --quiet --save="$G/w.st" --metrics="$G/m.jsonl" || fail "making the good outputs"
+cp "$G/w.st" "$G/w.st.orig"
+cp "$G/m.jsonl" "$G/m.jsonl.orig"
+
+mkfifo "$TMPD/fifo"
+for np in 1 2; do
+	expect "--save: $TMPD/no/dir/w.st: cannot create a file beside it: No such file or directory" early $np \
+		--save="$TMPD/no/dir/w.st" --metrics="$G/m.jsonl"
+	expect "--metrics: $TMPD/no/dir/m.jsonl: cannot create a file beside it: No such file or directory" early $np \
+		--save="$G/w.st" --metrics="$TMPD/no/dir/m.jsonl"
+	expect "--save: $TMPD/fifo: exists and is not a regular file" early $np --save="$TMPD/fifo"
+	expect "--metrics: $G: exists and is not a regular file" early $np --metrics="$G"
+	# A run that fails for another reason keeps the previous outputs too.
+	expect "training diverged" late $np --lr=1e6 --momentum=0.9 --save="$G/w.st" --metrics="$G/m.jsonl"
+	keep "$G/w.st" "$G/m.jsonl"
+done
+[ -p "$TMPD/fifo" ] || fail "the fifo was replaced"
+
+# A directory that takes no new file. Root writes through permission bits, so as
+# root use a read-only mount; otherwise a directory without write permission.
+if [ "$(id -u)" -eq 0 ]; then
+	if mount -t tmpfs -o size=64k tmpfs "$RO" 2>/dev/null; then
+		cp "$G/w.st" "$G/m.jsonl" "$RO/" && cp "$G/w.st" "$RO/w.st.orig" && cp "$G/m.jsonl" "$RO/m.jsonl.orig"
+		mount -o remount,ro "$RO" || fail "remount read-only"
+		ro_ok=1
+	else
+		echo "output-safety: cannot mount a tmpfs here (needs CAP_SYS_ADMIN); read-only directory cases skipped"
+	fi
+	ro_err="Read-only file system"
+else
+	cp "$G/w.st" "$G/m.jsonl" "$RO/" && cp "$G/w.st" "$RO/w.st.orig" && cp "$G/m.jsonl" "$RO/m.jsonl.orig"
+	chmod 555 "$RO"
+	ro_ok=1 ro_err="Permission denied"
+fi
+if [ "${ro_ok:-0}" = 1 ]; then
+	for np in 1 2; do
+		expect "--save: $RO/w.st: cannot create a file beside it: $ro_err" early $np --save="$RO/w.st"
+		expect "--metrics: $RO/m.jsonl: cannot create a file beside it: $ro_err" early $np --metrics="$RO/m.jsonl"
+	done
+	keep "$RO/w.st" "$RO/m.jsonl"
+fi
+
+# A full file system: a 68 KiB tmpfs (root only) holding a 4 KiB previous --save.
+if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=68k tmpfs "$FULL" 2>/dev/null; then
+	# Layers 1,5461,1 hold 16384 parameters: 64 KiB of data plus the header.
+	run_mpi 1 --layers=1,8,1 --max-steps=1 --quiet --save="$FULL/w.st" || fail "small save on the tmpfs"
+	cp "$FULL/w.st" "$TMPD/full-w.st.orig"
+	big="--layers=1,5461,1 --samples=64 --max-steps=2"
+	for np in 1 2; do
+		# Known at start-up: 10,2000,5 needs 125 KiB.
+		expect "--save: $FULL/w.st: needs 128020 bytes but its file system has 65536 free" early $np \
+			--layers=10,2000,5 --save="$FULL/w.st"
+		# Only the header does not fit: found while writing, after training.
+		expect "--save: $FULL/w.st: write: No space left on device" late $np $big --quiet --save="$FULL/w.st"
+		cmp -s "$FULL/w.st" "$TMPD/full-w.st.orig" || fail "previous --save changed by a failed save"
+		[ "$(ls "$FULL")" = w.st ] || fail "left behind on the full device: $(ls "$FULL")"
+		# Metrics outgrow the device during training: one line per step.
+		expect "--metrics: $FULL/m.jsonl: write: No space left on device" late $np \
+			--log-every=1 --quiet --metrics="$FULL/m.jsonl"
+		[ "$(ls "$FULL")" = w.st ] || fail "left behind on the full device: $(ls "$FULL")"
+	done
+else
+	echo "output-safety: cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN); full file system cases skipped"
+fi
+echo "output-safety: $checks cases, each refused with exit 1 on every rank and the previous files intact"
