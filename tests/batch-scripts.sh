@@ -255,15 +255,15 @@ echo "batch-scripts: $checks checks passed"
 # run-local.sh for real: stopped by SIGTERM it exits 3 with a checkpoint, and the same
 # command again resumes to the weights of an uninterrupted run.
 cd "$TMPD"
-L="--samples=20000 --epochs=2000 --max-steps=300000 --batch-size=20 --quiet"
+L="--samples=20000 --epochs=2000 --max-steps=300000 --batch-size=20 --log-every=0"
 export MPIRUN_ARGS=--oversubscribe CHECKPOINT_EVERY=100000
-CHECKPOINT=$TMPD/straight-ck.st DDPTRAIN=$DDPTRAIN "$TOP_SRCDIR/scripts/run-local.sh" -n 2 $L --save=straight.st ||
-	fail "run-local.sh straight run"
+CHECKPOINT=$TMPD/straight-ck.st DDPTRAIN=$DDPTRAIN "$TOP_SRCDIR/scripts/run-local.sh" -n 2 $L --save=straight.st \
+	>/dev/null || fail "run-local.sh straight run"
 # (SIGTERM: a background job of a script starts with SIGINT ignored, which bash cannot trap.)
 CHECKPOINT=$TMPD/ck.st DDPTRAIN=$DDPTRAIN "$TOP_SRCDIR/scripts/run-local.sh" -n 2 $L --save=resumed.st \
 	>rl.out 2>&1 &
 rl=$!
-sleep 1.5
+for _ in $(seq 1 300); do grep -q "^# buckets:" rl.out && break; sleep 0.1; done # training has begun
 kill -TERM "$rl"
 rc=0; wait "$rl" || rc=$?
 [ $rc -eq 3 ] && [ -f ck.st ] || fail "run-local.sh after SIGTERM: exit $rc: $(cat rl.out)"
