@@ -1,5 +1,6 @@
 /* world.c - MPI start-up, node-local ranks, status agreement and configuration check. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,63 +12,68 @@
 
 #define CONFIG_TEXT_MAX 4096
 
-/* The watchdog: the main thread marks blocking collectives; this thread sleeps until
- * the marked one is overdue, and then ends the process. Nothing is polled in the step. */
+/* The watchdog: the main thread marks the start and end of each blocking collective with
+ * two atomic stores (no lock, no system call, nothing that wakes a thread); this thread
+ * looks twice a second, and ends the process when the same collective has been in
+ * progress for longer than the timeout. Nothing is polled in the step. */
 struct world_watch {
 	pthread_t thread;
-	pthread_mutex_t mu;
+	pthread_mutex_t mu;   /* only for quit and the tick's timed wait */
 	pthread_cond_t cv;
 	double timeout;
-	int busy;             /* inside a marked collective */
-	unsigned long gen;    /* which one */
-	struct timespec since;
-	const char *what;
-	long step;
+	atomic_ulong gen;     /* odd: inside a marked collective; each mark adds 1 */
+	atomic_long step;
+	const char *_Atomic what;
 	int rank, quit;
 };
+
+static double mono_now(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 static void *watchdog_main(void *arg)
 {
 	struct world_watch *x = arg;
+	unsigned long seen = 0;
+	double since = 0.0;
 
 	pthread_mutex_lock(&x->mu);
 	while (!x->quit) {
-		struct timespec deadline;
+		struct timespec tick;
 		unsigned long gen;
+		double now;
 
-		if (!x->busy) {
-			pthread_cond_wait(&x->cv, &x->mu);
+		clock_gettime(CLOCK_MONOTONIC, &tick);
+		tick.tv_nsec += 500000000L;
+		if (tick.tv_nsec >= 1000000000L) {
+			tick.tv_sec++;
+			tick.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&x->cv, &x->mu, &tick);
+		if (x->quit)
+			break;
+		gen = atomic_load(&x->gen);
+		now = mono_now();
+		if (!(gen & 1) || gen != seen) { /* idle, or a new collective since the last look */
+			seen = gen;
+			since = now;
 			continue;
 		}
-		gen = x->gen;
-		/* Wake at the deadline, and twice a second to see whether a stop signal came
-		 * while the collective hangs (mpirun tearing the job down after a rank died). */
-		clock_gettime(CLOCK_MONOTONIC, &deadline);
-		deadline.tv_nsec += 500000000L;
-		if (deadline.tv_nsec >= 1000000000L) {
-			deadline.tv_sec++;
-			deadline.tv_nsec -= 1000000000L;
+		if (now - since >= x->timeout) {
+			fprintf(stderr, "ddptrain: rank %d: step %ld: %s did not complete within --timeout=%g s: another rank stalled or died; giving up\n",
+				x->rank, atomic_load(&x->step), atomic_load(&x->what), x->timeout);
+			fflush(stderr);
+			_exit(1); /* MPI_Abort is not ours to call from this thread; mpirun ends the job */
 		}
-		pthread_cond_timedwait(&x->cv, &x->mu, &deadline);
-		if (x->busy && x->gen == gen && !x->quit) {
-			struct timespec now;
-			double waited;
-
-			clock_gettime(CLOCK_MONOTONIC, &now);
-			waited = (double)(now.tv_sec - x->since.tv_sec) +
-				 1e-9 * (double)(now.tv_nsec - x->since.tv_nsec);
-			if (waited >= x->timeout) {
-				fprintf(stderr, "ddptrain: rank %d: step %ld: %s did not complete within --timeout=%g s: another rank stalled or died; giving up\n",
-					x->rank, x->step, x->what, x->timeout);
-				fflush(stderr);
-				_exit(1); /* MPI_Abort is not ours to call from this thread; mpirun ends the job */
-			}
-			if (signals_pending() && waited >= 2.0) {
-				fprintf(stderr, "ddptrain: rank %d: step %ld: asked to stop, but %s has waited %.0f s for another rank: stopping without a checkpoint\n",
-					x->rank, x->step, x->what, waited);
-				fflush(stderr);
-				_exit(1);
-			}
+		if (signals_pending() && now - since >= 2.0) {
+			fprintf(stderr, "ddptrain: rank %d: step %ld: asked to stop, but %s has waited %.0f s for another rank: stopping without a checkpoint\n",
+				x->rank, atomic_load(&x->step), atomic_load(&x->what), now - since);
+			fflush(stderr);
+			_exit(1);
 		}
 	}
 	pthread_mutex_unlock(&x->mu);
@@ -86,6 +92,9 @@ enum status world_watchdog_start(struct world *w, double timeout_s, struct diag 
 		return diag_set(d, ST_RUNTIME, "watchdog: out of memory");
 	x->timeout = timeout_s;
 	x->rank = w->rank;
+	atomic_init(&x->gen, 0);
+	atomic_init(&x->step, 0);
+	atomic_init(&x->what, "");
 	pthread_mutex_init(&x->mu, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -105,14 +114,9 @@ void world_watch_begin(struct world *w, const char *what)
 
 	if (x == NULL)
 		return;
-	pthread_mutex_lock(&x->mu);
-	x->busy = 1;
-	x->gen++;
-	x->what = what;
-	x->step = w->step;
-	clock_gettime(CLOCK_MONOTONIC, &x->since);
-	pthread_cond_signal(&x->cv);
-	pthread_mutex_unlock(&x->mu);
+	atomic_store_explicit(&x->what, what, memory_order_relaxed);
+	atomic_store_explicit(&x->step, w->step, memory_order_relaxed);
+	atomic_fetch_add_explicit(&x->gen, 1, memory_order_release); /* now odd */
 }
 
 void world_watch_end(struct world *w)
@@ -121,9 +125,7 @@ void world_watch_end(struct world *w)
 
 	if (x == NULL)
 		return;
-	pthread_mutex_lock(&x->mu);
-	x->busy = 0;
-	pthread_mutex_unlock(&x->mu);
+	atomic_fetch_add_explicit(&x->gen, 1, memory_order_release); /* now even */
 }
 
 static void watchdog_stop(struct world *w)
