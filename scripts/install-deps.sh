@@ -5,7 +5,7 @@ set -eu
 
 PKGS="build-essential autoconf automake libtool pkg-config \
 openmpi-bin libopenmpi-dev libopenblas-dev libjansson-dev libssl-dev libcmocka-dev \
-groff-base mandoc python3 iproute2 util-linux gnuplot-nox valgrind"
+groff-base mandoc python3 iproute2 util-linux gnuplot-nox valgrind time"
 
 if [ "$(id -u)" -ne 0 ]; then
 	exec sudo "$0" "$@"
