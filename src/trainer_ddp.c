@@ -40,11 +40,14 @@ static void ddp_layer_done(void *arg, int layer)
 
 	if (t->hook_st != ST_OK)
 		return;
-	if (b >= 0 && layer == 0) { /* the last bucket may complete here: watch it */
+	if (b >= 0 && layer == 0) { /* the last bucket may complete here: watch and time it */
+		double tw = world_time();
+
 		world_watch_begin(t->w, "the gradient all-reduce");
 		t->hook_st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
 							t->buckets[b].len, 1, t->d);
 		world_watch_end(t->w);
+		t->wait += world_time() - tw;
 	} else if (b >= 0) {
 		t->hook_st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
 							t->buckets[b].len, 0, t->d);
@@ -56,12 +59,14 @@ static void ddp_layer_done(void *arg, int layer)
 static enum status start_all_buckets(struct ddp *t)
 {
 	enum status st = ST_OK;
+	double tw = world_time();
 
 	world_watch_begin(t->w, "the gradient all-reduce");
 	for (int b = 0; b < t->nbuckets && st == ST_OK; b++)
 		st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
 						t->buckets[b].len, 1, t->d);
 	world_watch_end(t->w);
+	t->wait += world_time() - tw;
 	return st;
 }
 
