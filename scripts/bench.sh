@@ -256,7 +256,7 @@ vals() {
 		rss) cat "$f".rss.* 2>/dev/null | awk 'NF { k = $1 > k ? $1 : k } END { if (k) printf "%.3f\n", k / 1024 }' ;;
 		rank_*)
 			awk -v col="${key#rank_}" '
-				/^# +[0-9]+ / && NF == 8 { c += $3; w += $4; s += $5; n++ }
+				/^# +[0-9]+ / && NF == 9 { c += $3; w += $4; s += $5; n++ }
 				END { if (n) printf "%.6f\n", (col == "compute" ? c : col == "wait" ? w : s) / n }' "$f" ;;
 		*) awk -v key="$key" '/^# summary:/ {
 				for (i = 3; i <= NF; i++) { split($i, kv, "="); if (kv[1] == key) print kv[2] } }' "$f" ;;
