@@ -57,7 +57,7 @@ run ddpG ddp "$G"
 run dp1 dp 1
 run dpG dp "$G"
 
-head -n 2 "$tmp/ddpG" | sed 's/^# ddptrain [^:]*: /# compare-modes: ddp run: /'
+grep -E '^# (ddptrain|model) ' "$tmp/ddpG" | sed 's/^# ddptrain [^:]*: /# compare-modes: ddp run: /'
 awk -v G="$G" '
 function field(line, key,   i, n, parts, kv) {
 	n = split(line, parts, " ")
