@@ -38,3 +38,24 @@ skip() {
 	echo "SKIP: $*"
 	exit 77
 }
+
+# expect_fail CODE SUBSTRING NP ARGS...: run ddptrain on NP ranks, each through a shell that
+# records its exit code, so mpirun itself succeeds; every rank must exit CODE within 20 s
+# and standard error must be one line holding SUBSTRING. Leaves $TMPD/stdout, $TMPD/stderr.
+expect_fail() {
+	local code=$1 want=$2 np=$3 t0=$SECONDS el
+	shift 3
+	rm -f "$TMPD"/rc.*
+	RCDIR=$TMPD timeout -k 5 60 mpirun --oversubscribe -np "$np" \
+		bash -c '"$0" "$@"; echo $? >"$RCDIR/rc.$OMPI_COMM_WORLD_RANK"' "$DDPTRAIN" "$@" \
+		>"$TMPD/stdout" 2>"$TMPD/stderr" || fail "mpirun itself failed ($?) for: $*: $(tail -n 5 "$TMPD/stderr")"
+	el=$((SECONDS - t0))
+	[ "$el" -le 20 ] || fail "took ${el}s: $*"
+	for r in $(seq 0 $((np - 1))); do
+		[ -f "$TMPD/rc.$r" ] || fail "rank $r left no exit code: $*"
+		[ "$(cat "$TMPD/rc.$r")" = "$code" ] ||
+			fail "rank $r exited $(cat "$TMPD/rc.$r"), want $code: $* ($(cat "$TMPD/stderr"))"
+	done
+	[ "$(wc -l <"$TMPD/stderr")" -eq 1 ] || fail "want one line on stderr: $*: $(cat "$TMPD/stderr")"
+	grep -qF -- "$want" "$TMPD/stderr" || fail "message lacks '$want': $(cat "$TMPD/stderr")"
+}
