@@ -208,6 +208,28 @@ static enum status initial_weights(struct app *a, float *host)
 	for (size_t i = 0; i < m->nparams && st == ST_OK; i++)
 		if (!isfinite(host[i]))
 			st = diag_set(&a->d, ST_RUNTIME, "%s: weights contain a non-finite value", what);
+	/* Strict, as PyTorch's load_state_dict: a tensor the model has no place for means the
+	 * file is for another model. A checkpoint's momentum buffers are not weights. */
+	for (size_t i = 0; i < f.n && st == ST_OK; i++) {
+		const char *name = f.t[i].name;
+		int k = -1;
+
+		if (strncmp(name, "momentum_buffer.", 16) == 0)
+			continue;
+		for (int t = 0; t < 2 * m->nlayers && k < 0; t++) {
+			char want[32];
+
+			model_tensor_name(t, want, sizeof want);
+			if (strcmp(name, want) == 0)
+				k = t;
+		}
+		if (k < 0) {
+			char q[160];
+
+			st = diag_set(&a->d, ST_RUNTIME, "%s: unexpected tensor '%s': --layers has net1 to net%d (weight and bias each)",
+				      what, diag_quote(q, sizeof q, name), m->nlayers);
+		}
+	}
 	st_close(&f);
 	return st;
 }

@@ -17,6 +17,7 @@ mkdir -p "$D" "$TMPD/out"
 "$MKNPY" "$D/fortran.npy" 40 10 f4 1 1 fortran
 printf 'not a safetensors file at all' >"$D/bad.st"
 run_mpi 1 --max-steps=1 --layers=10,8,5 --quiet --save="$D/wrongshape.st" || fail "making wrongshape.st"
+run_mpi 1 --max-steps=1 --layers=10,10,5,5 --quiet --save="$D/extra.st" || fail "making extra.st"
 SAVE="--save=$TMPD/out/w.st --metrics=$TMPD/out/m.jsonl"
 
 checks=0
@@ -48,6 +49,7 @@ for np in 1 2 3 4; do
 	expect 1 "--init: $D/none.st: No such file" $np --init="$D/none.st" $SAVE
 	expect 1 "--init: $D/bad.st: bad safetensors header length" $np --init="$D/bad.st" $SAVE
 	expect 1 "tensor 'net1.weight' has the wrong shape" $np --init="$D/wrongshape.st" $SAVE
+	expect 1 "--init: $D/extra.st: unexpected tensor 'net3.weight': --layers has net1 to net2" $np --init="$D/extra.st" $SAVE
 	expect 1 "training diverged" $np --lr=1e6 --momentum=0.9 $SAVE
 	expect 1 "--layers=200000,200000 --batch-size=20: needs 745.14 GiB per rank, but only" $np --layers=200000,200000
 	expect 1 "--save: $TMPD/out/no/dir/w.st" $np --max-steps=2 --save="$TMPD/out/no/dir/w.st"
