@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "npy.h"
+#include "slurp.h"
 
 /* Write a .npy file: version 1 or 2 header `dict`, then `nbytes` of data. */
 static void write_npy(const char *path, int version, const char *dict, const void *data,
@@ -226,25 +227,6 @@ static void test_npy_parse_stops_at_the_end_of_the_header(void **state)
 	assert_int_equal(npy_parse(&a, buf, len, "x", &d), ST_RUNTIME);
 	assert_non_null(strstr(d.msg, "malformed .npy header (shape)"));
 	free(buf);
-}
-
-/* Read a whole file into a buffer of exactly its size (so ASan sees any overread). */
-static unsigned char *slurp(const char *file, size_t *len)
-{
-	FILE *f = fopen(file, "rb");
-	unsigned char *buf;
-	long n;
-
-	assert_non_null(f);
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	buf = malloc(n > 0 ? (size_t)n : 1);
-	assert_non_null(buf);
-	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	*len = (size_t)n;
-	return buf;
 }
 
 /* Every npy-* file of tests/corpus is refused by the parser itself with a one-line

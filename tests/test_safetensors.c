@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "safetensors.h"
+#include "slurp.h"
 
 static char dir[64], path[128];
 
@@ -187,25 +188,6 @@ static void test_st_rejects_bad_header_length(void **state)
 	memset(&d, 0, sizeof d);
 	assert_int_equal(st_parse(&f, buf, 5, "x", &d), ST_RUNTIME);
 	assert_non_null(strstr(d.msg, "too short"));
-}
-
-/* Read a whole file into a buffer of exactly its size (so ASan sees any overread). */
-static unsigned char *slurp(const char *file, size_t *len)
-{
-	FILE *f = fopen(file, "rb");
-	unsigned char *buf;
-	long n;
-
-	assert_non_null(f);
-	fseek(f, 0, SEEK_END);
-	n = ftell(f);
-	rewind(f);
-	buf = malloc(n > 0 ? (size_t)n : 1);
-	assert_non_null(buf);
-	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-	fclose(f);
-	*len = (size_t)n;
-	return buf;
 }
 
 /* Every st-* file of tests/corpus is refused by st_parse with a one-line message,
