@@ -88,8 +88,6 @@ struct backend_ops {
 	enum status (*graph_begin)(void *ctx, struct diag *d);
 	enum status (*graph_end)(void *ctx, int slot, struct diag *d);
 	enum status (*graph_launch)(void *ctx, int slot, struct diag *d);
-	/* The compute stream (cudaStream_t) for a communicator in the same module, or NULL. */
-	void *(*stream)(void *ctx);
 };
 
 #define BACKEND_GRAPHS 4

@@ -55,11 +55,6 @@ static size_t cpu_mem_used(void *ctx)
 	return 0;
 }
 
-static void *cpu_stream(void *ctx)
-{
-	return NULL;
-}
-
 static void cpu_add(void *ctx, float *restrict dst, const float *restrict src, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
@@ -180,5 +175,4 @@ const struct backend_ops backend_cpu_ops = {
 	.sgd = cpu_sgd,
 	.sync = cpu_sync,
 	.mem_used = cpu_mem_used,
-	.stream = cpu_stream,
 };

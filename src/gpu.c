@@ -107,13 +107,6 @@ enum status gpu_load(struct gpu *g, struct diag *d)
 	return diag_set(d, ST_RUNTIME, "cannot load the CUDA module: %s", why);
 }
 
-void gpu_unload(struct gpu *g)
-{
-	/* The module stays mapped: CUDA and NCCL keep threads and atexit handlers in it. */
-	g->handle = NULL;
-	g->mod = NULL;
-}
-
 int gpu_find_duplicate(const unsigned char (*uuid)[GPU_UUID_BYTES], int n, int *a, int *b)
 {
 	for (int i = 0; i < n; i++)

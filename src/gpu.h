@@ -61,10 +61,9 @@ struct gpu {
 int gpu_visible_count(const char *proc_dir, const char *cuda_visible_devices);
 
 /* dlopen the module: $DDPTRAIN_CUDA_MODULE, else ddptrain-cuda.so beside the executable
- * (the build tree), else in the installed package library directory. */
+ * (the build tree), else in the installed package library directory. It is never
+ * unloaded: CUDA and NCCL keep threads and exit handlers in it. */
 enum status gpu_load(struct gpu *g, struct diag *d);
-/* Safe to call twice. */
-void gpu_unload(struct gpu *g);
 
 /* The first two of n ranks that hold the same GPU UUID: returns 1 and sets *a < *b. */
 int gpu_find_duplicate(const unsigned char (*uuid)[GPU_UUID_BYTES], int n, int *a, int *b);

@@ -101,12 +101,27 @@ __global__ void k_bias_grad(float *db, const float *dy, int n, int out, int accu
 	}
 }
 
+/* The sum of every thread's s over the block (THREADS threads), in a fixed order, so the
+ * result is the same bit for bit on every run; valid in thread 0. */
+__device__ double block_sum(double s)
+{
+	__shared__ double sh[THREADS];
+
+	sh[threadIdx.x] = s;
+	__syncthreads();
+	for (int w = THREADS / 2; w > 0; w /= 2) {
+		if (threadIdx.x < w)
+			sh[threadIdx.x] += sh[threadIdx.x + w];
+		__syncthreads();
+	}
+	return sh[0];
+}
+
 /* Pass 1: dy = g (y - t) and one partial sum of squares per block. */
 __global__ void k_mse_pass1(float *dy, float *partials, const float *y, const float *t, size_t m,
 			    float g)
 {
-	__shared__ double sh[THREADS];
-	double s = 0.0;
+	double s = 0.0, sum;
 
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < m;
 	     i += (size_t)gridDim.x * blockDim.x) {
@@ -115,35 +130,22 @@ __global__ void k_mse_pass1(float *dy, float *partials, const float *y, const fl
 		s += (double)e * e;
 		dy[i] = g * e;
 	}
-	sh[threadIdx.x] = s;
-	__syncthreads();
-	for (int w = THREADS / 2; w > 0; w /= 2) {
-		if (threadIdx.x < w)
-			sh[threadIdx.x] += sh[threadIdx.x + w];
-		__syncthreads();
-	}
+	sum = block_sum(s);
 	if (threadIdx.x == 0)
-		partials[blockIdx.x] = (float)sh[0];
+		partials[blockIdx.x] = (float)sum;
 }
 
 /* Pass 2 (one block): loss (+)= scale * sum(partials) / m. */
 __global__ void k_mse_pass2(float *loss, const float *partials, int nparts, double m, float scale,
 			    int accumulate)
 {
-	__shared__ double sh[THREADS];
-	double s = 0.0;
+	double s = 0.0, sum;
 
 	for (int i = threadIdx.x; i < nparts; i += blockDim.x)
 		s += partials[i];
-	sh[threadIdx.x] = s;
-	__syncthreads();
-	for (int w = THREADS / 2; w > 0; w /= 2) {
-		if (threadIdx.x < w)
-			sh[threadIdx.x] += sh[threadIdx.x + w];
-		__syncthreads();
-	}
+	sum = block_sum(s);
 	if (threadIdx.x == 0)
-		*loss = (accumulate ? *loss : 0.0f) + (float)((double)scale * sh[0] / m);
+		*loss = (accumulate ? *loss : 0.0f) + (float)((double)scale * sum / m);
 }
 
 __global__ void k_sgd(float *p, const float *g, float *mom, size_t n, float lr, float mu, float wd)
@@ -419,11 +421,6 @@ extern "C" enum status cuda_sync(void *ctx, struct diag *d)
 extern "C" size_t cuda_mem_used(void *ctx)
 {
 	return ((struct cuda_ctx *)ctx)->allocated;
-}
-
-extern "C" void *cuda_stream(void *ctx)
-{
-	return ((struct cuda_ctx *)ctx)->stream;
 }
 
 extern "C" enum status cuda_graph_begin(void *ctx, struct diag *d)

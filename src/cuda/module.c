@@ -36,7 +36,6 @@ void cuda_mse(void *ctx, float *dy, float *loss, const float *y, const float *t,
 void cuda_sgd(void *ctx, float *p, const float *g, float *m, size_t n, const struct sgd_hparams *h);
 enum status cuda_sync(void *ctx, struct diag *d);
 size_t cuda_mem_used(void *ctx);
-void *cuda_stream(void *ctx);
 enum status cuda_graph_begin(void *ctx, struct diag *d);
 enum status cuda_graph_end(void *ctx, int slot, struct diag *d);
 enum status cuda_graph_launch(void *ctx, int slot, struct diag *d);
@@ -72,7 +71,6 @@ static const struct backend_ops backend_cuda_ops = {
 	.graph_begin = cuda_graph_begin,
 	.graph_end = cuda_graph_end,
 	.graph_launch = cuda_graph_launch,
-	.stream = cuda_stream,
 };
 
 static enum status probe(int *count, char *info, size_t len, struct diag *d)
