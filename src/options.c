@@ -2,9 +2,13 @@
  * options.c - the option table, getopt_long parsing, value checks and --help.
  *
  * Every flag appears exactly once, in opt_table: its spelling, argument,
- * default and help text. getopt_long's table and the --help text are both
- * generated from it, and tests/test-manpage.sh checks that man/ddptrain.1
- * lists the same flags with the same defaults.
+ * default and help text. getopt_long's table, the defaults in effect and the
+ * --help text are all generated from it; tests/test_options checks that each
+ * default --help shows is the one in effect, and tests/manpage.sh that
+ * man/ddptrain.1 lists the same flags with the same defaults.
+ *
+ * Long flags may be abbreviated to a unique prefix (getopt_long's rule, kept
+ * and documented); a prefix of several flags is refused, naming them.
  */
 #include <errno.h>
 #include <getopt.h>
