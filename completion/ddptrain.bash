@@ -40,9 +40,22 @@ _ddptrain_parse() {
 	done <<<"$_ddptrain_help_text"
 }
 
-# Complete the value $2 of flag $1; every reply gets prefix $3.
+# The flag that $1 names: itself, or the one flag it is a prefix of (ddptrain takes
+# unique abbreviations, as getopt_long does); empty when none or several.
+_ddptrain_resolve() {
+	local f found='' n=0
+	for f in "${_ddptrain_flag_list[@]}"; do
+		f=${f%=}
+		[ "$f" = "$1" ] && { echo "$f"; return; }
+		case $f in "$1"*) found=$f; n=$((n + 1)) ;; esac
+	done
+	if [ "$n" -eq 1 ]; then echo "$found"; fi
+}
+
+# Complete the value $2 of flag $1 (or of the flag it abbreviates); every reply gets prefix $3.
 _ddptrain_value() {
-	local flag=$1 value=$2 prefix=$3 entry pattern='' words='' w
+	local flag value=$2 prefix=$3 entry pattern='' words='' w
+	flag=$(_ddptrain_resolve "$1")
 	case $flag in
 	--inputs | --targets) pattern='*.npy' ;;
 	--init | --save | --resume | --checkpoint) pattern='*.safetensors' ;;
@@ -91,12 +104,10 @@ _ddptrain() {
 		fi
 	else
 		# "--mode d": the value of a flag that takes one.
-		for f in "${_ddptrain_flag_list[@]}"; do
-			if [ "$f" = "$prev=" ]; then
-				_ddptrain_value "$prev" "$cur" ""
-				break
-			fi
-		done
+		f=$(_ddptrain_resolve "$prev")
+		case " ${_ddptrain_flag_list[*]} " in
+		*" $f= "*) [ -z "$f" ] || _ddptrain_value "$f" "$cur" "" ;;
+		esac
 	fi
 	return 0
 }

@@ -3,9 +3,12 @@
 # Idempotent and non-interactive; run as root (or it re-runs itself with sudo).
 set -eu
 
+# Every command the tests and scripts call is either in Debian's Essential set or
+# comes with one of these (tests/commands.sh checks that): procps gives pgrep,
+# mount gives mount/umount, man-db gives man, git is what .ci/run clones with.
 PKGS="build-essential autoconf automake libtool pkg-config \
 openmpi-bin libopenmpi-dev libopenblas-dev libjansson-dev libssl-dev libcmocka-dev \
-groff-base mandoc python3 iproute2 util-linux gnuplot-nox valgrind time"
+groff-base mandoc man-db python3 iproute2 util-linux mount procps git gnuplot-nox valgrind time"
 
 if [ "$(id -u)" -ne 0 ]; then
 	exec sudo "$0" "$@"

@@ -61,6 +61,14 @@ static enum status agree(struct app *a, enum status st)
 			fprintf(stderr, "ddptrain: rank %d: %s\n", a->w.rank, msg);
 		fflush(stderr);
 	}
+	if (all == ST_STOP && reporter && !a->reported) {
+		/* --help or --version, answered once, by the lowest rank that asked */
+		if (a->o.help)
+			options_print_help(stdout);
+		else
+			options_print_version(stdout);
+		fflush(stdout);
+	}
 	if (all != ST_OK)
 		a->reported = 1; /* the same failure, passed up, is not printed again */
 	return all;
@@ -563,19 +571,32 @@ int main(int argc, char **argv)
 	enum status st;
 
 	memset(&a, 0, sizeof a);
-	st = world_init(&a.w, &argc, &argv, &a.d);
-	if (st != ST_OK) {
-		fprintf(stderr, "ddptrain: %s\n", a.d.msg);
+	/* The command line alone decides --help, --version (ST_STOP) and usage errors. */
+	st = options_parse(&a.o, argc, argv, &a.d);
+	if (st == ST_OK && (a.o.help || a.o.version))
+		st = ST_STOP;
+	if (st != ST_OK && world_launch_size() == 1) {
+		/* Alone: answer without starting MPI, which would spawn orted first (and wait
+		 * for a name lookup where localhost is missing from /etc/hosts). */
+		if (st == ST_STOP && a.o.help)
+			options_print_help(stdout);
+		else if (st == ST_STOP)
+			options_print_version(stdout);
+		else
+			fprintf(stderr, "ddptrain: %s\n", a.d.msg);
 		return status_exit_code(st);
 	}
-	st = agree(&a, options_parse(&a.o, argc, argv, &a.d));
-	if (st == ST_OK && (a.o.help || a.o.version)) {
-		if (a.w.rank == 0 && a.o.help)
-			options_print_help(stdout);
-		else if (a.w.rank == 0)
-			printf("ddptrain %s\n", PACKAGE_VERSION);
-		st = ST_STOP;
+	{
+		struct diag d = {0};
+		enum status wst = world_init(&a.w, &argc, &argv, &d);
+
+		if (wst != ST_OK) {
+			fprintf(stderr, "ddptrain: %s\n", d.msg);
+			return status_exit_code(wst);
+		}
 	}
+	/* With other ranks, all agree: one rank's --version or bad flag stops every rank. */
+	st = agree(&a, st);
 	if (st == ST_OK)
 		st = agree(&a, check_runnable(&a, &a.d));
 	if (st == ST_OK) {

@@ -2,9 +2,13 @@
  * options.c - the option table, getopt_long parsing, value checks and --help.
  *
  * Every flag appears exactly once, in opt_table: its spelling, argument,
- * default and help text. getopt_long's table and the --help text are both
- * generated from it, and tests/test-manpage.sh checks that man/ddptrain.1
- * lists the same flags with the same defaults.
+ * default and help text. getopt_long's table, the defaults in effect and the
+ * --help text are all generated from it; tests/test_options checks that each
+ * default --help shows is the one in effect, and tests/manpage.sh that
+ * man/ddptrain.1 lists the same flags with the same defaults.
+ *
+ * Long flags may be abbreviated to a unique prefix (getopt_long's rule, kept
+ * and documented); a prefix of several flags is refused, naming them.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -76,29 +80,6 @@ static const struct opt_def opt_table[] = {
 	{"version", K_VERSION, NULL, NULL, "show the version and exit"},
 };
 #define N_OPTS (sizeof opt_table / sizeof opt_table[0])
-
-static void set_defaults(struct options *o)
-{
-	memset(o, 0, sizeof *o);
-	o->nlayers = 2;
-	o->widths[0] = 10;
-	o->widths[1] = 10;
-	o->widths[2] = 5;
-	o->batch_size = 20;
-	o->epochs = 50;
-	o->max_steps = 0;
-	o->lr = 0.001;
-	o->grad_accum = 1;
-	o->samples = 4000;
-	o->shuffle = 1;
-	o->mode = MODE_DDP;
-	o->device = DEVICE_AUTO;
-	o->comm = COMM_AUTO;
-	o->bucket_mb = 25.0;
-	o->overlap = 1;
-	o->log_every = 250;
-	o->timeout = 600.0;
-}
 
 static const struct opt_def *find_def(int key)
 {
@@ -252,6 +233,28 @@ static enum status apply(struct options *o, int key, const char *arg, struct dia
 	return diag_set(d, ST_USAGE, "internal: unhandled option key %d", key);
 }
 
+/* The defaults are the table's: each value default is parsed as if given on the command
+ * line, so --help shows exactly what is in effect (tests/test_options checks the round
+ * trip). A switch whose default is "on" starts on. Only --no-overlap's opposite has no
+ * flag of its own. */
+static void set_defaults(struct options *o)
+{
+	struct diag d = {0};
+
+	memset(o, 0, sizeof *o);
+	o->overlap = 1; /* --no-overlap turns it off; there is no --overlap */
+	for (size_t i = 0; i < N_OPTS; i++) {
+		const struct opt_def *od = &opt_table[i];
+
+		if (od->def == NULL)
+			continue;
+		if (od->arg != NULL)
+			(void)apply(o, od->key, od->def, &d);
+		else if (strcmp(od->def, "on") == 0)
+			(void)apply(o, od->key, NULL, &d);
+	}
+}
+
 /* Checks that need more than one flag. */
 static enum status check_combinations(const struct options *o, struct diag *d)
 {
@@ -282,6 +285,33 @@ static enum status check_combinations(const struct options *o, struct diag *d)
 	return ST_OK;
 }
 
+/* getopt_long said no to bad: an unknown short option, a switch given a value, a prefix
+ * that abbreviates several long options, or an unknown long option. */
+static enum status refuse(const char *bad, struct diag *d)
+{
+	const struct opt_def *od = find_def(optopt);
+	char cand[512];
+	size_t len, used = 0;
+	int n = 0;
+
+	if (bad[0] != '-' || bad[1] != '-')
+		return diag_set(d, ST_USAGE, "unknown option '-%c' (see ddptrain --help)", optopt);
+	if (optopt != 0 && od != NULL)
+		return diag_set(d, ST_USAGE, "--%s takes no value (see ddptrain --help)", od->name);
+	len = strcspn(bad + 2, "=");
+	for (size_t i = 0; i < N_OPTS; i++) {
+		if (strncmp(opt_table[i].name, bad + 2, len) != 0 || used >= sizeof cand)
+			continue;
+		used += (size_t)snprintf(cand + used, sizeof cand - used, "%s--%s", n ? ", " : "",
+					 opt_table[i].name);
+		n++;
+	}
+	if (n > 1)
+		return diag_set(d, ST_USAGE, "option '--%.*s' is ambiguous: it abbreviates %s (spell it out)",
+				(int)len, bad + 2, cand);
+	return diag_set(d, ST_USAGE, "unknown option '%s' (see ddptrain --help)", bad);
+}
+
 enum status options_parse(struct options *o, int argc, char **argv, struct diag *d)
 {
 	struct option lopts[N_OPTS + 1];
@@ -306,12 +336,8 @@ enum status options_parse(struct options *o, int argc, char **argv, struct diag 
 		c = getopt_long(argc, argv, ":hV", lopts, &idx);
 		if (c == -1)
 			break;
-		if (c == '?') {
-			const char *bad = argv[prev];
-			if (optopt != 0 && !(bad[0] == '-' && bad[1] == '-'))
-				return diag_set(d, ST_USAGE, "unknown option '-%c' (see ddptrain --help)", optopt);
-			return diag_set(d, ST_USAGE, "unknown option '%s' (see ddptrain --help)", bad);
-		}
+		if (c == '?')
+			return refuse(argv[prev], d);
 		if (c == ':')
 			return diag_set(d, ST_USAGE, "%s needs a value (see ddptrain --help)", argv[prev]);
 		st = apply(o, c, optarg, d);
@@ -339,8 +365,16 @@ void options_print_help(FILE *f)
 			fprintf(f, " (default: %s)", od->def);
 		fputc('\n', f);
 	}
-	fprintf(f, "\nExit status: 0 success, 1 runtime failure, 2 usage error.\n"
+	fprintf(f, "\nA long option may be abbreviated to a unique prefix (--epoch=5 is --epochs=5);\n"
+		   "scripts should spell options out, as a new option can make a prefix ambiguous.\n"
+		   "\nExit status: 0 success, 1 runtime failure, 2 usage error, 3 stopped by a signal\n"
+		   "after writing the checkpoint (run again with --resume to continue).\n"
 		   "See ddptrain(1) for details.\n");
+}
+
+void options_print_version(FILE *f)
+{
+	fprintf(f, "ddptrain %s\n", PACKAGE_VERSION);
 }
 
 void options_format_widths(const struct options *o, char *buf, size_t len)

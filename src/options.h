@@ -58,6 +58,8 @@ enum status options_parse(struct options *o, int argc, char **argv, struct diag 
 
 /* Print the --help text (generated from the option table) to f. */
 void options_print_help(FILE *f);
+/* Print the --version text to f. */
+void options_print_version(FILE *f);
 
 /* Print "--layers=10,10,5" style text for the widths into buf. */
 void options_format_widths(const struct options *o, char *buf, size_t len);

@@ -1,5 +1,6 @@
 /* world.c - MPI start-up, node-local ranks, status agreement and configuration check. */
 #include <errno.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -180,6 +181,29 @@ enum status world_init(struct world *w, int *argc, char ***argv, struct diag *d)
 	MPI_Comm_rank(w->local, &w->local_rank);
 	MPI_Comm_size(w->local, &w->local_size);
 	return ST_OK;
+}
+
+int world_launch_size(void)
+{
+	/* Open MPI's mpirun, MPICH's hydra (and PMI-2), Slurm's srun */
+	static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
+	/* launchers whose size variable may be missing: PMIx, PMI-1, hydra */
+	static const char *const rank_vars[] = {"PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS"};
+
+	for (size_t i = 0; i < sizeof size_vars / sizeof size_vars[0]; i++) {
+		const char *v = getenv(size_vars[i]);
+		char *end;
+		long n;
+
+		if (v == NULL)
+			continue;
+		n = strtol(v, &end, 10);
+		return *v != '\0' && *end == '\0' && n >= 1 && n <= INT_MAX ? (int)n : 0;
+	}
+	for (size_t i = 0; i < sizeof rank_vars / sizeof rank_vars[0]; i++)
+		if (getenv(rank_vars[i]) != NULL)
+			return 0;
+	return 1;
 }
 
 static int severity(enum status st)

@@ -25,6 +25,9 @@ struct world {
 	struct world_watch *watch;  /* the watchdog's state (world.c), or NULL */
 };
 
+/* Ranks in this job as the launcher's environment says, without starting MPI: 1 when no
+ * launcher is seen (a singleton) or it started one rank, 0 when it does not say. */
+int world_launch_size(void);
 enum status world_init(struct world *w, int *argc, char ***argv, struct diag *d);
 /* Every rank calls this with its own status. Returns the agreed (most severe) status;
  * *reporter is set to 1 on exactly one rank that saw it, the one that should print. */

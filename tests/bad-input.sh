@@ -1,7 +1,7 @@
 #!/bin/bash
 # Every bad input gets one clear line naming the flag or file, the right exit code
-# (2 usage, 1 runtime) on every rank, promptly, at 1 to 4 ranks, and no output
-# file is left behind.
+# (2 usage, 1 runtime) on every rank, promptly, alone and at 1 to 4 ranks, and no
+# output file is left behind.
 . "$(dirname "$0")/setup.sh"
 
 D=$TMPD/data
@@ -28,15 +28,22 @@ expect() {
 	checks=$((checks + 1))
 }
 
-for np in 1 2 3 4; do
-	# usage errors: exit 2
+# Usage errors the command line alone decides: alone (answered before MPI starts) and on
+# 3 ranks (every rank takes part in the decision). Runtime errors: on 1 and 2 ranks, and a
+# few on 3 and 4 (a file every rank reads, one only rank 0 reads, a failure mid-training).
+for np in alone 3; do
 	expect 2 "unknown option '--bogus'" $np --bogus $SAVE
+	expect 2 "option '--che' is ambiguous: it abbreviates --checkpoint, --checkpoint-every" $np --che=x $SAVE
 	expect 2 "--batch-size: 'abc' is not an integer" $np --batch-size=abc $SAVE
 	expect 2 "--lr: -1 is out of range" $np --lr=-1 $SAVE
 	expect 2 "--layers: '10' needs at least two widths" $np --layers=10 $SAVE
 	expect 2 "--epochs needs a value" $np $SAVE --epochs
 	expect 2 "--inputs given without --targets" $np --inputs="$D/x.npy" $SAVE
 	expect 2 "--mode: 'fsdp' is not one of ddp|dp" $np --mode=fsdp $SAVE
+	expect 2 "--replicas applies to --mode=dp only" $np --replicas=2 $SAVE
+	expect 2 "--replicas: 0 is out of range" $np --mode=dp --replicas=0 $SAVE
+done
+for np in 1 2; do
 	# runtime errors: exit 1
 	expect 1 "--inputs: $D/missing.npy: No such file or directory" $np --inputs="$D/missing.npy" --targets="$D/y.npy" $SAVE
 	expect 1 "--inputs: $D/magic.npy: not a .npy file" $np --inputs="$D/magic.npy" --targets="$D/y.npy" $SAVE
@@ -54,10 +61,14 @@ for np in 1 2 3 4; do
 	expect 1 "--layers=200000,200000 --batch-size=20: needs 745.14 GiB per rank, but only" $np --layers=200000,200000
 	expect 1 "--save: $TMPD/out/no/dir/w.st" $np --max-steps=2 --save="$TMPD/out/no/dir/w.st"
 	expect 1 "--metrics: $TMPD/out/no/dir/m.jsonl" $np --max-steps=2 --metrics="$TMPD/out/no/dir/m.jsonl"
-	expect 2 "--replicas applies to --mode=dp only" $np --replicas=2 $SAVE
-	expect 2 "--replicas: 0 is out of range" $np --mode=dp --replicas=0 $SAVE
 	expect 1 "--device=cuda: " $np --device=cuda $SAVE
+	# a usage error found after MPI starts (where the run is placed)
 	expect 2 "--backend=nccl needs GPUs (--device=cuda); use --backend=mpi on the CPU" $np --device=cpu --backend=nccl $SAVE
+done
+for np in 3 4; do
+	expect 1 "--inputs: $D/missing.npy: No such file or directory" $np --inputs="$D/missing.npy" --targets="$D/y.npy" $SAVE
+	expect 1 "--init: $D/bad.st: bad safetensors header length" $np --init="$D/bad.st" $SAVE
+	expect 1 "training diverged" $np --lr=1e6 --momentum=0.9 $SAVE
 done
 # --mode=dp is one process: refused under mpirun with several ranks, and its own
 # errors behave as in ddp mode.

@@ -2,7 +2,8 @@
 # completion/ddptrain.bash, sourced into bash: long flags from ddptrain --help
 # (all of them, and only them), the values of --mode, --device and --backend,
 # .npy names for --inputs/--targets and .safetensors names for the weight
-# files, in both the --flag=value and the --flag value spellings.
+# files, in both the --flag=value and the --flag value spellings, also after a
+# flag abbreviated as ddptrain allows.
 . "$(dirname "$0")/setup.sh"
 
 COMPLETION=$TOP_SRCDIR/completion/ddptrain.bash
@@ -64,6 +65,14 @@ expect "ckpt.safetensors" --init c
 expect "data runs x.npy y.npy" --inputs ""
 expect "" --lr =
 expect "" --epochs ""
+
+# Abbreviated flags (ddptrain takes a unique prefix): their values complete too;
+# an ambiguous prefix completes no value.
+expect "ddp dp" --mod =
+expect "mpi" --back = m
+expect "x.npy" --targ x
+expect "" --no =
+expect "--mod=ddp --mod=dp" --mod=d
 
 # '=' not a word break: the whole "--mode=d" is the word, and so is the reply.
 expect "--mode=ddp --mode=dp" --mode=d

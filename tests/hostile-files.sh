@@ -1,8 +1,9 @@
 #!/bin/bash
 # Hostile input files: every file in tests/corpus/ (made by make-corpus.py) is
 # broken in one way, and ddptrain must refuse each with its one-line message
-# naming the flag and the file, exit 1 on every rank, at 1 and 2 ranks, promptly,
-# and leave no output file behind. The good files beside them must train.
+# naming the flag and the file, exit 1 on every rank, alone and (a quarter of
+# them) at 2 ranks, promptly, and leave no output file behind. The good files
+# beside them must train.
 . "$(dirname "$0")/setup.sh"
 
 C=$TOP_SRCDIR/tests/corpus
@@ -93,13 +94,17 @@ listed=$(printf '%s\n' "${npy_cases[@]}" "${st_cases[@]}" | grep -E '\.(npy|safe
 present=$(cd "$C" && ls *.npy *.safetensors | grep -v '^good' | sort)
 [ "$listed" = "$present" ] || fail "corpus and case list differ: $(diff <(echo "$listed") <(echo "$present") | grep '^[<>]')"
 
-for np in 1 2; do
-	for ((i = 0; i < ${#npy_cases[@]}; i += 2)); do
-		f=$C/${npy_cases[i]}
+# Every file alone (one process, no mpirun); every fourth also on 2 ranks, where the
+# ranks must agree on the failure (every rank reads --inputs, only rank 0 --init).
+for ((i = 0; i < ${#npy_cases[@]}; i += 2)); do
+	f=$C/${npy_cases[i]}
+	for np in alone $([ $((i % 8)) -eq 0 ] && echo 2); do
 		expect "--inputs: $f: ${npy_cases[i + 1]}" $np --inputs="$f" --targets="$C/good-y.npy" $SAVE
 	done
-	for ((i = 0; i < ${#st_cases[@]}; i += 2)); do
-		f=$C/${st_cases[i]}
+done
+for ((i = 0; i < ${#st_cases[@]}; i += 2)); do
+	f=$C/${st_cases[i]}
+	for np in alone $([ $((i % 8)) -eq 0 ] && echo 2); do
 		expect "--init: $f: ${st_cases[i + 1]}" $np --init="$f" $SAVE
 	done
 done

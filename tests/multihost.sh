@@ -6,7 +6,9 @@
 # most 1e-5), and the node-local rank count must be per host: rank 0's header
 # says "4 ranks (2 on this node)" there, "(4 on this node)" on one host, and
 # with 3 + 1 ranks "(3 on this node)" when rank 0 is on the host with 3.
-# Skips where network namespaces cannot be made (not root, no ip or unshare).
+# Skips where network namespaces cannot be made or entered (not root, no ip or
+# unshare, a chroot or container whose / is not a mount point), with the reason.
+# Every path out, failures included, removes what it made.
 . "$(dirname "$0")/setup.sh"
 
 [ "$(id -u)" -eq 0 ] || skip "network namespaces need root"
@@ -14,21 +16,42 @@ command -v ip >/dev/null 2>&1 || skip "no ip command (apt-get install iproute2)"
 command -v unshare >/dev/null 2>&1 || skip "no unshare command (apt-get install util-linux)"
 unshare --uts true 2>/dev/null || skip "unshare --uts fails here (no CAP_SYS_ADMIN?)"
 
-# ---- Two hosts on a private bridge ----
-# Claim an id: creating the bridge is atomic, so a second run of this test at
-# the same time takes the next id. Names and addresses all carry it.
+# ---- Clean-up, on every path out ----
+# ip netns add bind-mounts /run/netns onto itself the first time: that mount goes
+# too when it was not there before and no namespace is left in it.
 ID=
-NS1='' NS2='' BR=''
+NS1='' NS2='' BR='' PROBE=''
+mountpoint -q /run/netns 2>/dev/null && netns_mounted_before=1 || netns_mounted_before=0
 cleanup() {
-	[ -n "$ID" ] || return 0
-	ip netns del "$NS1" 2>/dev/null || true
-	ip netns del "$NS2" 2>/dev/null || true
-	ip link del "$BR" 2>/dev/null || true
-	ID=
+	[ -z "$PROBE" ] || ip netns del "$PROBE" 2>/dev/null || true
+	if [ -n "$ID" ]; then
+		ip netns del "$NS1" 2>/dev/null || true
+		ip netns del "$NS2" 2>/dev/null || true
+		ip link del "$BR" 2>/dev/null || true
+	fi
+	if [ "$netns_mounted_before" = 0 ] && mountpoint -q /run/netns 2>/dev/null &&
+		[ -z "$(ls -A /run/netns 2>/dev/null)" ]; then
+		umount /run/netns 2>/dev/null || umount -l /run/netns 2>/dev/null || true
+	fi
+	PROBE='' ID=''
 }
 trap 'cleanup; rm -rf "$TMPD"' EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+# ---- Probe: a namespace can be made and entered ----
+# (ip netns exec first remounts / as a slave: in a chroot whose / is not a mount
+# point that fails with "mount --make-rslave /" failed: Invalid argument.)
+PROBE=ddpt$$p
+err=$(ip netns add "$PROBE" 2>&1) || skip "ip netns add fails here: $err"
+err=$(ip netns exec "$PROBE" true 2>&1) ||
+	skip "ip netns exec fails here (a chroot or container whose / is not a mount point?): $(echo "$err" | head -n 1)"
+ip netns del "$PROBE" 2>/dev/null || true
+PROBE=
+
+# ---- Two hosts on a private bridge ----
+# Claim an id: creating the bridge is atomic, so a second run of this test at
+# the same time takes the next id. Names and addresses all carry it.
 
 first=$(($$ % 200 + 20))
 for try in $(seq 0 19); do

@@ -4,6 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "options.h"
@@ -194,6 +196,77 @@ static void test_options_format_widths_round_trips(void **state)
 	assert_string_equal(buf, "1024,512,3");
 }
 
+/* Long flags may be abbreviated to a unique prefix (getopt_long's rule, documented in
+ * --help and the man page); a prefix of several flags is refused, naming them. */
+static void test_options_unique_prefix_means_the_flag(void **state)
+{
+	struct options o;
+	struct diag d;
+
+	assert_int_equal(parse(&o, &d, "--epoch=5", "--batch", "7", "--no-s", NULL), ST_OK);
+	assert_int_equal(o.epochs, 5);
+	assert_int_equal(o.batch_size, 7);
+	assert_int_equal(o.shuffle, 0);
+	assert_int_equal(parse(&o, &d, "--che=x", NULL), ST_USAGE);
+	assert_string_equal(d.msg, "option '--che' is ambiguous: it abbreviates --checkpoint, --checkpoint-every (spell it out)");
+	assert_int_equal(parse(&o, &d, "--no", NULL), ST_USAGE);
+	assert_non_null(strstr(d.msg, "'--no' is ambiguous: it abbreviates --no-shuffle, --no-overlap"));
+	/* an exact name wins over the longer flags it is a prefix of */
+	assert_int_equal(parse(&o, &d, "--checkpoint=c.st", NULL), ST_OK);
+	assert_string_equal(o.checkpoint, "c.st");
+}
+
+static void test_options_switch_given_a_value_is_refused(void **state)
+{
+	struct options o;
+	struct diag d;
+
+	assert_int_equal(parse(&o, &d, "--quiet=1", NULL), ST_USAGE);
+	assert_string_equal(d.msg, "--quiet takes no value (see ddptrain --help)");
+}
+
+/* Every "(default: X)" of --help is what is in effect: giving --flag=X changes nothing,
+ * a switch shown "on" is on, one shown "off" changes something when given. */
+static void test_options_help_shows_the_defaults_in_effect(void **state)
+{
+	struct options def, o;
+	struct diag d;
+	char *text = NULL, *line, *save = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+	int checked = 0;
+
+	assert_non_null(f);
+	options_print_help(f);
+	fclose(f);
+	assert_non_null(strstr(text, "3 stopped by a signal"));
+	assert_int_equal(parse(&def, &d, NULL), ST_OK);
+	for (line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+		char flag[64], arg[160], *dv = strstr(line, "(default: ");
+		int n = 0;
+
+		if (dv == NULL || sscanf(line, " --%63[a-z0-9-]%n", flag, &n) != 1)
+			continue;
+		dv += strlen("(default: ");
+		dv[strcspn(dv, ")")] = '\0';
+		if (line[n] == '=') {
+			snprintf(arg, sizeof arg, "--%s=%s", flag, dv);
+			assert_int_equal(parse(&o, &d, arg, NULL), ST_OK);
+			assert_memory_equal(&o, &def, sizeof o);
+		} else {
+			snprintf(arg, sizeof arg, "--%s", flag);
+			assert_int_equal(parse(&o, &d, arg, NULL), ST_OK);
+			if (strcmp(dv, "on") == 0)
+				assert_memory_equal(&o, &def, sizeof o);
+			else
+				assert_memory_not_equal(&o, &def, sizeof o);
+		}
+		checked++;
+	}
+	assert_true(checked >= 20);
+	free(text);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -209,6 +282,9 @@ int main(void)
 		cmocka_unit_test(test_options_stray_argument_is_an_error),
 		cmocka_unit_test(test_options_help_and_version_are_flags),
 		cmocka_unit_test(test_options_format_widths_round_trips),
+		cmocka_unit_test(test_options_unique_prefix_means_the_flag),
+		cmocka_unit_test(test_options_switch_given_a_value_is_refused),
+		cmocka_unit_test(test_options_help_shows_the_defaults_in_effect),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
