@@ -16,6 +16,7 @@
 
 #include "comm.h"
 #include "cuda_ctx.h"
+#include "cuda_module.h" /* nccl_unique_id, nccl_comm_init as module.c sees them */
 #include "gpu.h"
 
 struct nccl_ctx {
