@@ -1,16 +1,8 @@
 /* trainer.c - what both training loops do after an optimizer step: checkpoints and stops. */
 #include <math.h>
-#include <time.h>
 
+#include "clock.h"
 #include "trainer.h"
-
-double trainer_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 enum status trainer_after_step(const struct train_ctl *ctl, const struct train_config *tc,
 			       struct step_clock *clk, struct train_result *res, long *step,
@@ -30,7 +22,7 @@ enum status trainer_after_step(const struct train_ctl *ctl, const struct train_c
 	clk->loss_sum += loss;
 	clk->loss_count++;
 	if ((tc->log_every > 0 && *step % tc->log_every == 0) || *step == total) {
-		double now = trainer_now();
+		double now = clock_now();
 
 		report_step(r, b->epoch + 1, tc->epochs, *step, total, clk->loss_sum / (double)clk->loss_count,
 			    (consumed - clk->consumed_at_last) / (now - clk->t_last), now - clk->t0,

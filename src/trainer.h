@@ -92,9 +92,6 @@ struct step_clock {
 	long loss_count;
 };
 
-/* Monotonic seconds. */
-double trainer_now(void);
-
 /* After an optimizer step whose loss (mean over replicas and micro-batches) is `loss`:
  * refuse a non-finite loss, count the step (*step), keep first and final losses, print
  * progress when due, write the checkpoint that is due (every ctl->every steps, at the

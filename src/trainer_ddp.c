@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "signals.h"
 #include "trainer.h"
 
@@ -41,13 +42,13 @@ static void ddp_layer_done(void *arg, int layer)
 	if (t->hook_st != ST_OK)
 		return;
 	if (b >= 0 && layer == 0) { /* the last bucket may complete here: watch and time it */
-		double tw = world_time();
+		double tw = clock_now();
 
 		world_watch_begin(t->w, "the gradient all-reduce");
 		t->hook_st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
 							t->buckets[b].len, 1, t->d);
 		world_watch_end(t->w);
-		t->wait += world_time() - tw;
+		t->wait += clock_now() - tw;
 	} else if (b >= 0) {
 		t->hook_st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
 							t->buckets[b].len, 0, t->d);
@@ -59,14 +60,14 @@ static void ddp_layer_done(void *arg, int layer)
 static enum status start_all_buckets(struct ddp *t)
 {
 	enum status st = ST_OK;
-	double tw = world_time();
+	double tw = clock_now();
 
 	world_watch_begin(t->w, "the gradient all-reduce");
 	for (int b = 0; b < t->nbuckets && st == ST_OK; b++)
 		st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
 						t->buckets[b].len, 1, t->d);
 	world_watch_end(t->w);
-	t->wait += world_time() - tw;
+	t->wait += clock_now() - tw;
 	return st;
 }
 
@@ -98,11 +99,11 @@ static enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulat
 		st = start_all_buckets(t);
 	if (st != ST_OK)
 		return st;
-	tw = world_time();
+	tw = clock_now();
 	world_watch_begin(t->w, "the gradient all-reduce");
 	st = t->c->ops->wait_all(t->c->ctx, t->d);
 	world_watch_end(t->w);
-	t->wait += world_time() - tw;
+	t->wait += clock_now() - tw;
 	if (st == ST_OK)
 		optimizer_step(t->opt);
 	return st;
@@ -188,7 +189,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	 * collectives can be recorded (NCCL), for whole, single-micro-batch steps. */
 	graphs = ops->graph_begin != NULL && c->ops->capturable && tc->grad_accum == 1;
 	t.graph_off = !graphs;
-	clk.t0 = clk.t_last = trainer_now();
+	clk.t0 = clk.t_last = clock_now();
 	while (step < total && loader_next(&L, &b)) {
 		long gi = b.mb % tc->grad_accum;
 		long group = L.nmicro - (b.mb - gi) < tc->grad_accum ? L.nmicro - (b.mb - gi)
@@ -224,7 +225,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	if (st == ST_OK)
 		st = ops->sync(bctx, d);
 	res->steps = step;
-	res->seconds = trainer_now() - clk.t0;
+	res->seconds = clock_now() - clk.t0;
 	res->wait_s = t.wait;
 	res->samples = consumed * w->size;
 	res->nreplicas = 1;

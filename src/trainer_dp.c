@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "signals.h"
 #include "trainer.h"
 
@@ -64,7 +65,7 @@ static void phase_end(struct dp *dp, struct backend *be, double *acc, double t0)
 {
 	if (dp->timed_sync)
 		be->ops->sync(be->ctx, NULL);
-	*acc += trainer_now() - t0;
+	*acc += clock_now() - t0;
 }
 
 /* The parallel part of a job, run by replica r's thread. */
@@ -79,16 +80,16 @@ static void run_job(struct dp_replica *r, enum dp_job job)
 		return;
 	if (job == JOB_FORWARD) {
 		if (r->id > 0) {
-			t = trainer_now();
+			t = clock_now();
 			ops->copy_peer(r->m->be->ctx, r->m->params, m0->be->ctx, m0->params, m0->nparams);
 			phase_end(dp, r->m->be, &r->st->seconds[DP_REPLICATE], t);
 			r->st->bytes_in += (double)m0->nparams * sizeof(float);
 		}
-		t = trainer_now();
+		t = clock_now();
 		model_forward(r->m, r->n);
 		phase_end(dp, r->m->be, &r->st->seconds[DP_FORWARD], t);
 	} else if (job == JOB_BACKWARD) {
-		t = trainer_now();
+		t = clock_now();
 		model_backward(r->m, r->n, r->accumulate, NULL, NULL);
 		phase_end(dp, r->m->be, &r->st->seconds[DP_BACKWARD], t);
 	}
@@ -158,7 +159,7 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 
 		if (r->n == 0)
 			continue;
-		t = trainer_now();
+		t = clock_now();
 		r->m->be->ops->to_device(r->m->be->ctx, r->m->act[0], hx + r->row0 * in,
 					 (size_t)r->n * in);
 		phase_end(dp, r->m->be, &r->st->seconds[DP_SCATTER], t);
@@ -166,7 +167,7 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 		if (i > 0)
 			r0->st->bytes_out += (double)pbytes; /* replica 0's weights, replicated */
 	}
-	t = trainer_now();
+	t = clock_now();
 	ops->to_device(c0, dp->targets, hy, (size_t)n * loss_target_width(&dp->tc->loss, out));
 	phase_end(dp, m0->be, &r0->st->seconds[DP_SCATTER], t);
 	r0->st->bytes_in += (double)n * out * sizeof(float);
@@ -175,7 +176,7 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 	dispatch(dp, JOB_FORWARD);
 
 	/* Gather the outputs onto replica 0. */
-	t = trainer_now();
+	t = clock_now();
 	for (int i = 0; i < dp->g; i++) {
 		struct dp_replica *r = &dp->rep[i];
 
@@ -191,7 +192,7 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 	phase_end(dp, m0->be, &r0->st->seconds[DP_GATHER], t);
 
 	/* The loss over the whole batch, on replica 0. */
-	t = trainer_now();
+	t = clock_now();
 	loss_apply(&dp->tc->loss, m0->be, dp->dout, m0->grads + m0->nparams + MODEL_SLOT_LOSS,
 		   dp->outputs, dp->targets, n, out, scale, !first_in_group);
 	phase_end(dp, m0->be, &r0->st->seconds[DP_LOSS], t);
@@ -202,7 +203,7 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 
 		if (r->n == 0)
 			continue;
-		t = trainer_now();
+		t = clock_now();
 		r->m->be->ops->copy_peer(r->m->be->ctx, r->m->dbuf[0], c0, dp->dout + r->row0 * out,
 					 (size_t)r->n * out);
 		phase_end(dp, r->m->be, &r->st->seconds[DP_SCATTER], t);
@@ -215,7 +216,7 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 	dispatch(dp, JOB_BACKWARD);
 
 	/* Sum the replicas' gradients onto replica 0 (serially, as reduce_add does). */
-	t = trainer_now();
+	t = clock_now();
 	for (int i = 1; i < dp->g; i++) {
 		struct dp_replica *r = &dp->rep[i];
 
@@ -376,7 +377,7 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 	report_note(r, "dp: %d replicas on worker threads, %ld samples per step split in chunks of %ld, %ld steps per epoch, %ld steps in all",
 		    replicas, global, (global + replicas - 1) / replicas, steps_per_epoch, total);
 
-	clk.t0 = clk.t_last = trainer_now();
+	clk.t0 = clk.t_last = clock_now();
 	while (step < total && loader_next(&L, &b)) {
 		long gi = b.mb % tc->grad_accum;
 		long group = L.nmicro - (b.mb - gi) < tc->grad_accum ? L.nmicro - (b.mb - gi)
@@ -388,7 +389,7 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 		consumed += b.n;
 		if (gi != group - 1)
 			continue;
-		t = trainer_now();
+		t = clock_now();
 		optimizer_step(opt);
 		phase_end(&dp, m0->be, &res->rep[0].seconds[DP_STEP], t);
 		ops->to_host(c0, &loss, m0->grads + m0->nparams + MODEL_SLOT_LOSS, 1);
@@ -400,7 +401,7 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 	if (st == ST_OK)
 		st = ops->sync(c0, d);
 	res->steps = step;
-	res->seconds = trainer_now() - clk.t0;
+	res->seconds = clock_now() - clk.t0;
 	res->samples = consumed;
 	dp_memory(&dp, res);
 	dp_free(&dp);
