@@ -18,6 +18,8 @@
 extern "C" {
 #endif
 
+/* module.c: the entry point gpu.c finds by dlsym(GPU_MODULE_SYMBOL). */
+const struct gpu_module *ddptrain_gpu_module(void);
 /* backend_cuda.cu */
 enum status cuda_init(void **out, const struct backend_config *cfg, struct diag *d);
 void cuda_fini(void *ctx);
