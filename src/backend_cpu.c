@@ -129,16 +129,36 @@ static void cpu_mse(void *ctx, float *restrict dy, float *loss, const float *res
 	*loss = (accumulate ? *loss : 0.0f) + (float)((double)scale * sum / (double)m);
 }
 
-static void cpu_axpbz(void *ctx, float *y, float a, float c, const float *restrict x, float b,
+/* Each case with its own restrict-qualified pointers, so every loop vectorizes. */
+static void axpbz_noz(float *restrict y, float a, float c, const float *restrict x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] = a * y[i] + c * x[i];
+}
+
+static void axpbz_self(float *restrict y, float a, float c, const float *restrict x, float b,
+		       size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] = a * y[i] + c * (x[i] + b * y[i]);
+}
+
+static void axpbz_other(float *restrict y, float a, float c, const float *restrict x, float b,
+			const float *restrict z, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] = a * y[i] + c * (x[i] + b * z[i]);
+}
+
+static void cpu_axpbz(void *ctx, float *y, float a, float c, const float *x, float b,
 		      const float *z, size_t n)
 {
-	if (z == NULL) {
-		for (size_t i = 0; i < n; i++)
-			y[i] = a * y[i] + c * x[i];
-	} else {
-		for (size_t i = 0; i < n; i++)
-			y[i] = a * y[i] + c * (x[i] + b * z[i]);
-	}
+	if (z == NULL)
+		axpbz_noz(y, a, c, x, n);
+	else if (z == y)
+		axpbz_self(y, a, c, x, b, n);
+	else
+		axpbz_other(y, a, c, x, b, z, n);
 }
 
 static enum status cpu_sync(void *ctx, struct diag *d)

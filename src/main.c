@@ -208,11 +208,12 @@ static void run_settings(struct app *a)
 static enum status check_outputs(struct app *a)
 {
 	const struct options *o = &a->o;
-	size_t weight_bytes = 0;
+	size_t weight_bytes;
+	struct model lay;
 	enum status st = ST_OK;
 
-	for (int l = 0; l < o->nlayers; l++)
-		weight_bytes += 4 * ((size_t)o->widths[l] + 1) * (size_t)o->widths[l + 1];
+	model_layout(&lay, o->widths, o->nlayers);
+	weight_bytes = lay.nparams * sizeof(float);
 	if (a->w.rank == 0 && o->save != NULL)
 		st = outfile_check(o->save, "--save", weight_bytes, &a->d);
 	if (a->w.rank == 0 && o->checkpoint != NULL && st == ST_OK)

@@ -10,6 +10,10 @@
  * state arenas and, where the existing kernels do not suffice, a kernel in
  * each backend. This module is not the learning-rate schedule or the
  * gradient clipping: those belong to the caller of optimizer_step.
+ *
+ * The step is one flat pass over the whole parameter arena. Stepping only
+ * some tensors (frozen layers) would walk model_state_dict(m, 0, 1, ...) and
+ * step each trainable tensor's [off, off + len) slice of every arena instead.
  */
 #ifndef DDPT_OPTIMIZER_H
 #define DDPT_OPTIMIZER_H
