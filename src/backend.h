@@ -2,8 +2,9 @@
  * backend.h - the compute interface the model is written against.
  *
  * A backend owns the memory its pointers refer to (host memory for the CPU
- * backend, device memory for CUDA) and runs the few operations an MLP with
- * MSE loss and SGD needs. The model and the trainers only ever call through
+ * backend, device memory for CUDA) and runs the kernels an MLP, its loss
+ * (loss.h) and its optimizer (optimizer.h) are built from: the layers, the
+ * activations, the losses and element-wise updates. It knows no optimizer. The model and the trainers only ever call through
  * struct backend_ops, so they do not know which backend they drive.
  *
  * Compute operations cannot fail on the CPU and fail asynchronously on a
@@ -20,10 +21,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-struct sgd_hparams {
-	float lr, momentum, weight_decay;
-};
 
 /* What a backend instance is created for. */
 struct backend_config {
@@ -74,10 +71,10 @@ struct backend_ops {
 	 * accumulate is set, and dy = scale * 2 (y - t) / (n * width). loss is device memory. */
 	void (*mse)(void *ctx, float *dy, float *loss, const float *y, const float *t, int n,
 		    int width, float scale, int accumulate);
-	/* torch.optim.SGD on n parameters: g' = g + wd p; m = momentum m + g' (if momentum
-	 * is nonzero, with m starting at zero); p -= lr * (m or g'). */
-	void (*sgd)(void *ctx, float *p, const float *g, float *m, size_t n,
-		    const struct sgd_hparams *h);
+	/* y = a y + c (x + b z) element-wise over n floats, as (x + b z) rounded first; z may
+	 * be NULL (then y = a y + c x) and may be y itself. The optimizers' fused update. */
+	void (*axpbz)(void *ctx, float *y, float a, float c, const float *x, float b,
+		      const float *z, size_t n);
 	/* Wait for queued work; report the first error since the last sync. */
 	enum status (*sync)(void *ctx, struct diag *d);
 	/* Device memory in use by this instance, in bytes (0 if unknown). */

@@ -1,4 +1,5 @@
-/* checkpoint.c - writing, verifying and reading training checkpoints. */
+/* checkpoint.c - the model's state dict in safetensors files: --init, --save and
+ * training checkpoints (writing, verifying, reading). */
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
@@ -11,7 +12,11 @@
 #include <unistd.h>
 
 #include "checkpoint.h"
-#include "safetensors.h"
+#include "config.h"      /* PACKAGE_VERSION */
+#include "optimizer.h"   /* optimizer_is_state_tensor */
+#include "safetensors.h" /* st_open, st_find, st_read_f32, st_save */
+
+#define MAX_TENSORS (MODEL_MAX_ARENAS * 2 * MODEL_MAX_LAYERS)
 
 #define SHA_HEX 65
 
@@ -32,28 +37,96 @@ static int sha256_hex(const void *const *buf, const size_t *len, int n, char out
 	return ok;
 }
 
-static void tensor_entries(const struct model *m, const float *params, const float *mom,
-			   struct st_entry *e, char (*names)[64], int *n)
+/* Safetensors entries for state dict tensors t[0..n), whose arenas lie in host arena
+ * after arena from arena `first` on. */
+static void tensor_entries(const struct model *m, const struct model_tensor *t, int n, int first,
+			   const float *host, struct st_entry *e)
 {
-	int k = 0;
+	for (int k = 0; k < n; k++) {
+		e[k].name = t[k].name;
+		e[k].ndim = t[k].ndim;
+		e[k].shape[0] = t[k].shape[0];
+		e[k].shape[1] = t[k].shape[1];
+		e[k].data = host + (size_t)(t[k].arena - first) * m->nparams + t[k].off;
+	}
+}
 
-	for (int pass = 0; pass < (mom ? 2 : 1); pass++) {
-		const float *base = pass ? mom : params;
+/* "[out, in]" or "[out]". */
+static const char *shape_text(const struct model_tensor *t, char *buf, size_t len)
+{
+	if (t->ndim == 2)
+		snprintf(buf, len, "[%d, %d]", t->shape[0], t->shape[1]);
+	else
+		snprintf(buf, len, "[%d]", t->shape[0]);
+	return buf;
+}
 
-		for (int t = 0; t < 2 * m->nlayers; t++, k++) {
-			int l = t / 2;
-			char plain[32];
+/* The tensor's name up to its first '.' ("net3" of "net3.bias"). */
+static int module_len(const char *name)
+{
+	return (int)strcspn(name, ".");
+}
 
-			model_tensor_name(t, plain, sizeof plain);
-			snprintf(names[k], sizeof names[k], "%s%s", pass ? "momentum_buffer." : "", plain);
-			e[k].name = names[k];
-			e[k].ndim = t % 2 ? 1 : 2;
-			e[k].shape[0] = m->widths[l + 1];
-			e[k].shape[1] = m->widths[l];
-			e[k].data = base + (t % 2 ? m->b_off[l] : m->w_off[l]);
+enum status checkpoint_read_weights(const char *path, const struct model *m, float *host,
+				    struct diag *d)
+{
+	struct model_tensor t[2 * MODEL_MAX_LAYERS];
+	struct st_file f;
+	enum status st;
+	char what[600], shape[64];
+	int n = model_state_dict(m, 0, 1, t);
+
+	st = st_open(&f, path, "--init", d);
+	if (st != ST_OK)
+		return st;
+	snprintf(what, sizeof what, "--init: %s", path);
+	for (int k = 0; k < n && st == ST_OK; k++) {
+		const struct st_tensor *x = st_find(&f, t[k].name);
+
+		if (x == NULL)
+			st = diag_set(d, ST_RUNTIME, "%s: no tensor '%s' (expected for --layers)", what, t[k].name);
+		else if (x->ndim != t[k].ndim || x->shape[0] != t[k].shape[0] ||
+			 (t[k].ndim == 2 && x->shape[1] != t[k].shape[1]))
+			st = diag_set(d, ST_RUNTIME, "%s: tensor '%s' has the wrong shape; --layers needs %s",
+				      what, t[k].name, shape_text(&t[k], shape, sizeof shape));
+		else
+			st = st_read_f32(&f, x, host + t[k].off, t[k].len, what, d);
+	}
+	for (size_t i = 0; i < m->nparams && st == ST_OK; i++)
+		if (!isfinite(host[i]))
+			st = diag_set(d, ST_RUNTIME, "%s: weights contain a non-finite value", what);
+	/* Strict, as PyTorch's load_state_dict: a tensor the model has no place for means the
+	 * file is for another model. A checkpoint's optimizer state is not weights. */
+	for (size_t i = 0; i < f.n && st == ST_OK; i++) {
+		const char *name = f.t[i].name;
+		int k = 0;
+
+		if (optimizer_is_state_tensor(name))
+			continue;
+		while (k < n && strcmp(name, t[k].name) != 0)
+			k++;
+		if (k == n) {
+			char q[160];
+
+			st = diag_set(d, ST_RUNTIME, "%s: unexpected tensor '%s': --layers has %.*s to %.*s (weight and bias each)",
+				      what, diag_quote(q, sizeof q, name), module_len(t[0].name), t[0].name,
+				      module_len(t[n - 1].name), t[n - 1].name);
 		}
 	}
-	*n = k;
+	st_close(&f);
+	return st;
+}
+
+enum status checkpoint_write_weights(const char *path, const struct model *m, const float *host,
+				     struct diag *d)
+{
+	struct model_tensor t[2 * MODEL_MAX_LAYERS];
+	struct st_entry e[2 * MODEL_MAX_LAYERS];
+	const char *meta[] = {"format", "pt", "producer", "ddptrain " PACKAGE_VERSION};
+	int n = model_state_dict(m, 0, 1, t);
+
+	tensor_entries(m, t, n, 0, host, e);
+	return st_save(path, "--save", e, (size_t)n, meta, 2, d);
 }
 
 /* Keep the newest `keep` of path.step-*: link the new one, remove the oldest. */
@@ -122,26 +195,27 @@ out:
 }
 
 enum status checkpoint_save(const char *path, int keep, const struct model *m,
-			    const float *params, const float *mom, const struct ckpt_pos *pos,
-			    const char *config, struct diag *d)
+			    const float *host, const struct ckpt_pos *pos, const char *config,
+			    struct diag *d)
 {
-	struct st_entry e[4 * OPT_MAX_LAYERS];
-	char names[4 * OPT_MAX_LAYERS][64], sha[SHA_HEX] = "";
+	struct model_tensor t[MAX_TENSORS];
+	struct st_entry e[MAX_TENSORS];
+	char sha[SHA_HEX] = "";
 	char ver[16], step[32], epoch[32], mb[32], world[16];
-	const void *bufs[4 * OPT_MAX_LAYERS];
-	size_t lens[4 * OPT_MAX_LAYERS];
+	const void *bufs[MAX_TENSORS];
+	size_t lens[MAX_TENSORS];
 	const char *meta[20];
-	int n, nm = 0;
+	int n = model_state_dict(m, 0, m->narenas, t), nm = 0;
 	enum status st;
 
-	for (size_t i = 0; i < m->nparams; i++)
-		if (!isfinite(params[i]) || (mom != NULL && !isfinite(mom[i])))
+	for (size_t i = 0; i < m->nparams * (size_t)m->narenas; i++)
+		if (!isfinite(host[i]))
 			return diag_set(d, ST_RUNTIME, "--checkpoint: %s: not written at step %ld: the weights are not finite (the previous checkpoint is kept)",
 					path, pos->step);
-	tensor_entries(m, params, mom, e, names, &n);
+	tensor_entries(m, t, n, 0, host, e);
 	for (int k = 0; k < n; k++) {
 		bufs[k] = e[k].data;
-		lens[k] = (size_t)e[k].shape[0] * (e[k].ndim == 2 ? (size_t)e[k].shape[1] : 1) * sizeof(float);
+		lens[k] = t[k].len * sizeof(float);
 	}
 	if (!sha256_hex(bufs, lens, n, sha))
 		return diag_set(d, ST_RUNTIME, "--checkpoint: SHA-256 failed");
@@ -157,7 +231,7 @@ enum status checkpoint_save(const char *path, int keep, const struct model *m,
 	META("epoch", epoch);
 	META("next_micro_batch", mb);
 	META("world_size", world);
-	META("momentum", mom ? "yes" : "no");
+	META("momentum", m->narenas > 1 ? "yes" : "no"); /* format 1: optimizer state follows */
 	META("config", config);
 	META("sha256", sha);
 #undef META
@@ -188,8 +262,11 @@ static int parse_long_meta(json_t *md, const char *key, long *out)
 }
 
 enum status checkpoint_load(const char *path, const struct model *m, const char *want,
-			    float *params, float *mom, struct ckpt_pos *pos, struct diag *d)
+			    float *host, struct ckpt_pos *pos, struct diag *d)
 {
+	struct model_tensor t[MAX_TENSORS];
+	int n = model_state_dict(m, 0, m->narenas, t);
+	char shape[64];
 	char hl[256], wl[256];
 	struct st_file f;
 	json_t *root = NULL, *md;
@@ -238,31 +315,21 @@ enum status checkpoint_load(const char *path, const struct model *m, const char 
 		st = diag_set(d, ST_USAGE, "--resume: %s was written with %s; this run has %s", path, hl, wl);
 		goto out;
 	}
-	for (int pass = 0; pass < 2 && st == ST_OK; pass++) {
-		float *base = pass ? mom : params;
+	for (int k = 0; k < n && st == ST_OK; k++) {
+		float *dst = host + (size_t)t[k].arena * m->nparams + t[k].off;
+		const struct st_tensor *x;
 
-		if (base == NULL)
-			continue;
-		if (pass && strcmp(has_mom, "yes") != 0) {
-			memset(mom, 0, m->nparams * sizeof *mom);
+		if (t[k].arena > 0 && strcmp(has_mom, "yes") != 0) {
+			memset(dst, 0, t[k].len * sizeof *dst); /* a run without optimizer state */
 			continue;
 		}
-		for (int t = 0; t < 2 * m->nlayers && st == ST_OK; t++) {
-			int l = t / 2, out = m->widths[l + 1], in = m->widths[l];
-			const struct st_tensor *x;
-			char name[64], plain[32];
-
-			model_tensor_name(t, plain, sizeof plain);
-			snprintf(name, sizeof name, "%s%s", pass ? "momentum_buffer." : "", plain);
-			x = st_find(&f, name);
-			if (x == NULL || x->ndim != (t % 2 ? 1 : 2) || x->shape[0] != out ||
-			    (t % 2 == 0 && x->shape[1] != in))
-				st = diag_set(d, ST_USAGE, "%s: tensor '%s' is missing or not [%d%s%.0d] as --layers needs",
-					      what, name, out, t % 2 ? "" : ", ", t % 2 ? 0 : in);
-			else
-				st = st_read_f32(&f, x, base + (t % 2 ? m->b_off[l] : m->w_off[l]),
-						 (size_t)out * (t % 2 ? 1 : (size_t)in), what, d);
-		}
+		x = st_find(&f, t[k].name);
+		if (x == NULL || x->ndim != t[k].ndim || x->shape[0] != t[k].shape[0] ||
+		    (t[k].ndim == 2 && x->shape[1] != t[k].shape[1]))
+			st = diag_set(d, ST_USAGE, "%s: tensor '%s' is missing or not %s as --layers needs",
+				      what, t[k].name, shape_text(&t[k], shape, sizeof shape));
+		else
+			st = st_read_f32(&f, x, dst, t[k].len, what, d);
 	}
 out:
 	json_decref(root);

@@ -1,7 +1,8 @@
 /*
- * checkpoint.h - training state that survives a crash: a safetensors file
- * with the weights (the names --save uses, so a checkpoint also works as
- * --init), the momentum buffers, and metadata: format version, the position
+ * checkpoint.h - the model's state dict in safetensors files: the weights
+ * (--init, --save) and training state that survives a crash: the weights (the
+ * names --save uses, so a checkpoint also works as --init), the optimizer's
+ * state arenas, and metadata: format version, the position
  * (step, epoch, next micro-batch), the world size, the configuration that
  * must match on resume, and a SHA-256 of the tensor data.
  *
@@ -25,18 +26,29 @@ struct ckpt_pos {
 	int world;    /* replicas (ranks, or dp threads) that wrote it */
 };
 
-/* Write path: params and (if mom is not NULL) momentum, host copies of nparams floats
- * laid out as m's; config is the "--flag=value" lines that must match on resume.
- * keep > 0 also keeps path.step-NNNNNNNN for the last keep checkpoints. */
+/* Write path: m's whole state dict (every arena) from host, the arenas one after another
+ * (model_state_to_host(m, 0, m->narenas, host)); config is the "--flag=value" lines that
+ * must match on resume. keep > 0 also keeps path.step-NNNNNNNN for the last keep
+ * checkpoints. */
 enum status checkpoint_save(const char *path, int keep, const struct model *m,
-			    const float *params, const float *mom, const struct ckpt_pos *pos,
-			    const char *config, struct diag *d);
+			    const float *host, const struct ckpt_pos *pos, const char *config,
+			    struct diag *d);
 
 /* Read and verify path (format, checksum, the configuration `want` -- a difference is
- * ST_USAGE naming it -- and shapes for m). Fills params, mom (zeros if the file has none;
- * may be NULL) and pos. */
+ * ST_USAGE naming it -- and shapes for m). Fills host (m->narenas arenas of nparams floats,
+ * optimizer state zeroed if the file has none) and pos. */
 enum status checkpoint_load(const char *path, const struct model *m, const char *want,
-			    float *params, float *mom, struct ckpt_pos *pos, struct diag *d);
+			    float *host, struct ckpt_pos *pos, struct diag *d);
+
+/* --init: m's weights (arena 0) from a safetensors file into host (nparams floats), as
+ * strict as PyTorch's load_state_dict: every tensor present with its shape, finite, and
+ * no tensor the model has no place for (optimizer state excepted). */
+enum status checkpoint_read_weights(const char *path, const struct model *m, float *host,
+				    struct diag *d);
+
+/* --save: m's weights (arena 0, from host) as a safetensors file, atomically. */
+enum status checkpoint_write_weights(const char *path, const struct model *m, const float *host,
+				     struct diag *d);
 
 /* The first line of `want` that `have` lacks or sets differently, as "--flag=value" for
  * both; returns 0 when they agree. */

@@ -30,15 +30,6 @@ struct comm_mpi {
 	int nreq;
 };
 
-static enum status mpi_fail(struct diag *d, int rc, const char *call)
-{
-	char msg[MPI_MAX_ERROR_STRING];
-	int len = 0;
-
-	MPI_Error_string(rc, msg, &len);
-	return diag_set(d, ST_RUNTIME, "%s failed: %s", call, msg);
-}
-
 int comm_mpi_cuda_aware(void)
 {
 #if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
@@ -78,7 +69,7 @@ static enum status mpi_allreduce_start(void *ctx, float *buf, size_t n, int last
 		 * is nothing left to overlap. Earlier buckets stay in flight meanwhile. */
 		rc = MPI_Allreduce(MPI_IN_PLACE, target, (int)n, MPI_FLOAT, MPI_SUM, c->comm);
 		if (rc != MPI_SUCCESS)
-			return mpi_fail(d, rc, "MPI_Allreduce");
+			return world_mpi_error(d, rc, "MPI_Allreduce");
 		if (c->path == PATH_STAGED) /* wait_all copies it back with the others */
 			c->req[c->nreq++] = MPI_REQUEST_NULL;
 		return ST_OK;
@@ -86,7 +77,7 @@ static enum status mpi_allreduce_start(void *ctx, float *buf, size_t n, int last
 	rc = MPI_Iallreduce(MPI_IN_PLACE, target, (int)n, MPI_FLOAT, MPI_SUM, c->comm,
 			    &c->req[c->nreq]);
 	if (rc != MPI_SUCCESS)
-		return mpi_fail(d, rc, "MPI_Iallreduce");
+		return world_mpi_error(d, rc, "MPI_Iallreduce");
 	c->nreq++;
 	return ST_OK;
 }
@@ -113,7 +104,7 @@ static enum status mpi_wait_all(void *ctx, struct diag *d)
 					      c->len[i]);
 	c->nreq = 0;
 	if (rc != MPI_SUCCESS)
-		return mpi_fail(d, rc, "MPI_Waitall(gradient all-reduce)");
+		return world_mpi_error(d, rc, "MPI_Waitall(gradient all-reduce)");
 	return ST_OK;
 }
 
@@ -135,7 +126,7 @@ static enum status mpi_bcast(void *ctx, float *buf, size_t n, int root, struct d
 		int rc = MPI_Bcast(host + off, (int)len, MPI_FLOAT, root, c->comm);
 
 		if (rc != MPI_SUCCESS)
-			st = mpi_fail(d, rc, "MPI_Bcast(weights)");
+			st = world_mpi_error(d, rc, "MPI_Bcast(weights)");
 	}
 	if (host != buf) {
 		if (st == ST_OK) {

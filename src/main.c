@@ -6,28 +6,31 @@
  * enters the next collective, so all exit together with the same code and
  * the message is printed once, by the lowest rank that saw the problem.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "backend.h"    /* backend_cpu_ops, backend_init, backend_free */
-#include "checkpoint.h" /* checkpoint_save, checkpoint_load, checkpoint_config_diff */
+#include "checkpoint.h" /* checkpoint_save/load, checkpoint_read/write_weights */
 #include "comm.h"       /* comm_free */
-#include "comm_mpi.h"   /* comm_mpi_init, comm_mpi_path_name */
+#include "comm_mpi.h"   /* comm_mpi_path_name */
+#include "comm_open.h"  /* comm_open */
 #include "config.h"     /* PACKAGE_VERSION */
 #include "data.h"       /* data_init_synthetic, data_init_npy, data_free */
-#include "model.h"      /* model_init, model_init_host, model_tensor_name, model_free */
-#include "options.h"    /* options_parse, options_print_help */
-#include "placement.h"  /* placement_decide: CPU or GPU, MPI or NCCL */
+#include "loss.h"       /* struct loss, loss_name */
+#include "model.h"      /* model_init, model_init_host, model_state_to_host/device, model_free */
+#include "optimizer.h"  /* optimizer_init, optimizer_state_arenas, optimizer_describe */
+#include "options.h"    /* options_parse, options_print_help, options_format_settings */
+#include "placement.h"  /* placement_decide, placement_check_memory */
 #include "outfile.h"    /* outfile_check */
-#include "report.h"     /* report_init, report_note, report_finish, report_free */
-#include "safetensors.h" /* st_open, st_find, st_read_f32, st_save */
+#include "report.h"     /* report_init, report_note, report_ranks, report_finish, report_free */
 #include "signals.h"    /* signals_install */
 #include "status.h"     /* enum status, struct diag, status_exit_code */
-#include "trainer.h"    /* trainer_ddp */
+#include "trainer.h"    /* trainer_ddp, trainer_dp, struct train_config */
 #include "world.h"      /* world_init, world_agree, world_check_config, world_free */
+
+_Static_assert(OPT_MAX_LAYERS == MODEL_MAX_LAYERS, "--layers and the model agree on the depth");
+_Static_assert(OPT_MAX_REPLICAS == TRAIN_MAX_REPLICAS, "--replicas and the trainer agree");
 
 struct app {
 	struct world w;
@@ -38,10 +41,13 @@ struct app {
 	struct backend be;
 	struct comm c;
 	struct model m;
+	struct optimizer_hparams hp;
+	struct optimizer opt;
+	struct train_config tc;
 	struct report r;
 	struct train_result res;
 	struct train_ctl ctl;
-	float *ckpt_params, *ckpt_mom; /* rank 0: host copies for checkpoints */
+	float *ckpt_host;   /* rank 0: the whole state dict, for checkpoints (narenas x nparams) */
 	int reported;       /* the current failure was printed already */
 	struct diag d;
 };
@@ -89,17 +95,9 @@ static enum status check_runnable(struct app *a, struct diag *d)
 /* The settings a checkpoint must share with the run that resumes it. */
 static void resume_text(const struct app *a, char *buf, size_t len)
 {
-	const struct options *o = &a->o;
-	char widths[1024];
-
-	options_format_widths(o, widths, sizeof widths);
-	snprintf(buf, len,
-		 "--layers=%s\n--batch-size=%ld\n--lr=%.9g\n--momentum=%.9g\n--weight-decay=%.9g\n"
-		 "--grad-accum=%ld\n--seed=%llu\ndata=%s %zu x (%d, %d)\n--shuffle=%d\n--drop-last=%d\n"
-		 "--mode=%s\n",
-		 widths, o->batch_size, o->lr, o->momentum, o->weight_decay, o->grad_accum,
-		 (unsigned long long)o->seed, a->ds.synthetic ? "synthetic" : "npy", a->ds.n, a->ds.in,
-		 a->ds.out, o->shuffle, o->drop_last, options_mode_names[o->mode]);
+	snprintf(buf, len, "data=%s %zu x (%d, %d)\n", a->ds.synthetic ? "synthetic" : "npy",
+		 a->ds.n, a->ds.in, a->ds.out);
+	options_format_settings(&a->o, OPT_SCOPE_RESUME, buf, len);
 }
 
 static int replicas(const struct app *a);
@@ -108,17 +106,8 @@ static int replicas(const struct app *a);
  * checkpoint must share, and those that shape the run. */
 static void config_text(const struct app *a, char *buf, size_t len)
 {
-	const struct options *o = &a->o;
-	size_t used;
-
 	resume_text(a, buf, len);
-	used = strlen(buf);
-	snprintf(buf + used, len - used,
-		 "--epochs=%ld\n--max-steps=%ld\n--device=%s\n--backend=%s\n--bucket-mb=%.9g\n"
-		 "--no-overlap=%d\n--replicas=%d\n--tf32=%d\n--checkpoint-every=%ld\n--resume=%d\n",
-		 o->epochs, o->max_steps, options_device_names[o->device], options_comm_names[o->comm],
-		 o->bucket_mb, !o->overlap, o->replicas, o->tf32, o->checkpoint_every,
-		 o->resume != NULL);
+	options_format_settings(&a->o, OPT_SCOPE_RUN, buf, len);
 }
 
 /* train_ctl.checkpoint: rank 0 writes, every rank learns the outcome. */
@@ -131,17 +120,15 @@ static enum status write_checkpoint(void *arg, long step, long epoch, long next_
 
 	if (a->w.rank == 0) {
 		resume_text(a, text, sizeof text);
-		a->be.ops->to_host(a->be.ctx, a->ckpt_params, a->m.params, a->m.nparams);
-		if (a->m.mom != NULL)
-			a->be.ops->to_host(a->be.ctx, a->ckpt_mom, a->m.mom, a->m.nparams);
-		st = checkpoint_save(a->o.checkpoint, (int)a->o.keep_checkpoints, &a->m, a->ckpt_params,
-				     a->m.mom ? a->ckpt_mom : NULL, &pos, text, d);
+		model_state_to_host(&a->m, 0, a->m.narenas, a->ckpt_host);
+		st = checkpoint_save(a->o.checkpoint, (int)a->o.keep_checkpoints, &a->m, a->ckpt_host,
+				     &pos, text, d);
 	}
 	return agree(a, st);
 }
 
-/* --resume: rank 0 reads and checks the checkpoint; every rank gets the position and
- * (through the weight broadcast that follows) the weights and momentum. */
+/* --resume: rank 0 reads and checks the checkpoint; every rank gets the position, the
+ * optimizer state and (through the weight broadcast that follows) the weights. */
 static enum status resume(struct app *a)
 {
 	struct ckpt_pos pos = {0};
@@ -150,23 +137,22 @@ static enum status resume(struct app *a)
 
 	if (a->w.rank == 0) {
 		resume_text(a, want, sizeof want);
-		st = checkpoint_load(a->o.resume, &a->m, want, a->ckpt_params, a->ckpt_mom, &pos, &a->d);
+		st = checkpoint_load(a->o.resume, &a->m, want, a->ckpt_host, &pos, &a->d);
 		if (st == ST_OK && pos.world != replicas(a) && pos.next_mb != 0)
 			st = diag_set(&a->d, ST_USAGE,
 				      "--resume: %s was written by %d replicas in the middle of epoch %ld (next micro-batch %ld); resume it with %d, or from a checkpoint taken at an epoch boundary",
 				      a->o.resume, pos.world, pos.epoch + 1, pos.next_mb, pos.world);
 		if (st == ST_OK) {
-			a->be.ops->to_device(a->be.ctx, a->m.params, a->ckpt_params, a->m.nparams);
-			if (a->m.mom != NULL)
-				a->be.ops->to_device(a->be.ctx, a->m.mom, a->ckpt_mom, a->m.nparams);
+			model_state_to_device(&a->m, 0, a->m.narenas, a->ckpt_host);
 			st = a->be.ops->sync(a->be.ctx, &a->d);
 		}
 	}
 	st = agree(a, st);
 	if (st == ST_OK)
 		st = agree(a, world_bcast(&a->w, &pos, sizeof pos, 0, &a->d));
-	if (st == ST_OK && a->m.mom != NULL)
-		st = agree(a, a->c.ops->bcast(a->c.ctx, a->m.mom, a->m.nparams, 0, &a->d));
+	for (int k = 1; k < a->m.narenas && st == ST_OK; k++) /* the optimizer's state */
+		st = agree(a, a->c.ops->bcast(a->c.ctx, a->m.arena[k].data, a->m.nparams, 0, &a->d));
+	a->opt.step = pos.step;
 	a->ctl.start_step = pos.step;
 	a->ctl.start_epoch = pos.epoch;
 	a->ctl.start_mb = pos.next_mb;
@@ -180,151 +166,49 @@ static enum status resume(struct app *a)
 /* Rank 0's starting weights: --init, or nn.Linear's init from --seed. */
 static enum status initial_weights(struct app *a, float *host)
 {
-	struct model *m = &a->m;
-	struct st_file f;
-	enum status st;
-	char what[600];
-
-	if (a->o.init == NULL) {
-		model_init_host(m, a->o.seed, host);
-		return ST_OK;
-	}
-	st = st_open(&f, a->o.init, "--init", &a->d);
-	if (st != ST_OK)
-		return st;
-	snprintf(what, sizeof what, "--init: %s", a->o.init);
-	for (int k = 0; k < 2 * m->nlayers && st == ST_OK; k++) {
-		int l = k / 2, out = m->widths[l + 1], in = m->widths[l];
-		const struct st_tensor *t;
-		char name[32];
-
-		model_tensor_name(k, name, sizeof name);
-		t = st_find(&f, name);
-		if (t == NULL) {
-			st = diag_set(&a->d, ST_RUNTIME, "%s: no tensor '%s' (expected for --layers)", what, name);
-		} else if (k % 2 == 0 && (t->ndim != 2 || t->shape[0] != out || t->shape[1] != in)) {
-			st = diag_set(&a->d, ST_RUNTIME, "%s: tensor '%s' has the wrong shape; --layers needs [%d, %d]",
-				      what, name, out, in);
-		} else if (k % 2 == 1 && (t->ndim != 1 || t->shape[0] != out)) {
-			st = diag_set(&a->d, ST_RUNTIME, "%s: tensor '%s' has the wrong shape; --layers needs [%d]",
-				      what, name, out);
-		} else {
-			st = st_read_f32(&f, t, host + (k % 2 ? m->b_off[l] : m->w_off[l]),
-					 (size_t)out * (k % 2 ? 1 : (size_t)in), what, &a->d);
-		}
-	}
-	for (size_t i = 0; i < m->nparams && st == ST_OK; i++)
-		if (!isfinite(host[i]))
-			st = diag_set(&a->d, ST_RUNTIME, "%s: weights contain a non-finite value", what);
-	/* Strict, as PyTorch's load_state_dict: a tensor the model has no place for means the
-	 * file is for another model. A checkpoint's momentum buffers are not weights. */
-	for (size_t i = 0; i < f.n && st == ST_OK; i++) {
-		const char *name = f.t[i].name;
-		int k = -1;
-
-		if (strncmp(name, "momentum_buffer.", 16) == 0)
-			continue;
-		for (int t = 0; t < 2 * m->nlayers && k < 0; t++) {
-			char want[32];
-
-			model_tensor_name(t, want, sizeof want);
-			if (strcmp(name, want) == 0)
-				k = t;
-		}
-		if (k < 0) {
-			char q[160];
-
-			st = diag_set(&a->d, ST_RUNTIME, "%s: unexpected tensor '%s': --layers has net1 to net%d (weight and bias each)",
-				      what, diag_quote(q, sizeof q, name), m->nlayers);
-		}
-	}
-	st_close(&f);
-	return st;
+	if (a->o.init != NULL)
+		return checkpoint_read_weights(a->o.init, &a->m, host, &a->d);
+	model_init_host(&a->m, a->o.seed, host);
+	return ST_OK;
 }
 
-/* Rank 0 writes the final weights atomically. */
-static enum status save_weights(struct app *a, const float *host)
-{
-	struct model *m = &a->m;
-	struct st_entry e[2 * OPT_MAX_LAYERS];
-	char names[2 * OPT_MAX_LAYERS][32];
-	const char *meta[] = {"format", "pt", "producer", "ddptrain " PACKAGE_VERSION};
-
-	for (int k = 0; k < 2 * m->nlayers; k++) {
-		int l = k / 2;
-
-		model_tensor_name(k, names[k], sizeof names[k]);
-		e[k].name = names[k];
-		e[k].ndim = k % 2 ? 1 : 2;
-		e[k].shape[0] = m->widths[l + 1];
-		e[k].shape[1] = m->widths[l];
-		e[k].data = host + (k % 2 ? m->b_off[l] : m->w_off[l]);
-	}
-	return st_save(a->o.save, "--save", e, (size_t)(2 * m->nlayers), meta, 2, &a->d);
-}
-
-/* Memory this process may use: MemAvailable shared by the ranks of this node. */
-static double available_bytes(const struct app *a)
-{
-	FILE *f = fopen("/proc/meminfo", "r");
-	char line[256];
-	double kib = 0;
-
-	while (f != NULL && fgets(line, sizeof line, f) != NULL)
-		if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1)
-			break;
-	if (f != NULL)
-		fclose(f);
-	return kib * 1024.0 / (a->w.local_size > 0 ? a->w.local_size : 1);
-}
-
-/* Refuse up front what cannot fit, rather than being killed by the kernel mid-run. */
+/* Refuse up front what cannot fit: every replica's model (dp: all in this process) plus
+ * the host copies ddptrain keeps: two batch buffers, the checkpoint and initial-weight
+ * copies. */
 static enum status check_memory(struct app *a)
 {
 	const struct options *o = &a->o;
-	int reps = a->o.mode == MODE_DP ? a->pl.replicas : 1;
-	double need, avail;
-	char widths[1024];
+	int reps = o->mode == MODE_DP ? a->pl.replicas : 1;
+	struct model lay;
+	double need;
 
-	if (a->pl.device != DEVICE_CPU)
-		return ST_OK; /* device memory: cudaMalloc says so, with the sizes, at set-up */
-	/* Every replica's model (dp: all in this process) plus the host copies ddptrain keeps:
-	 * two batch buffers, the checkpoint and initial-weight copies. */
-	need = (double)model_bytes_needed(o->widths, o->nlayers, (int)o->batch_size, o->momentum != 0) * reps;
-	{
-		struct model lay;
-
-		model_layout(&lay, o->widths, o->nlayers);
-		need += 3.0 * (double)lay.nparams * sizeof(float);
-	}
-	avail = available_bytes(a);
-	if (avail <= 0 || need <= avail)
-		return ST_OK;
-	options_format_widths(o, widths, sizeof widths);
-	return diag_set(&a->d, ST_RUNTIME,
-			"--layers=%s --batch-size=%ld: needs %.2f GiB per %s, but only %.2f GiB are available (MemAvailable over %d rank%s on this node)",
-			widths, o->batch_size, need / 1073741824.0, o->mode == MODE_DP ? "process" : "rank",
-			avail / 1073741824.0, a->w.local_size, a->w.local_size == 1 ? "" : "s");
+	model_layout(&lay, o->widths, o->nlayers);
+	need = (double)model_bytes_needed(o->widths, o->nlayers, (int)o->batch_size,
+					  optimizer_state_arenas(&a->hp)) * reps +
+	       3.0 * (double)lay.nparams * sizeof(float);
+	return placement_check_memory(&a->pl, o, &a->w, need, &a->d);
 }
 
-/* The gradient communicator: NCCL (rank 0's unique id broadcast over MPI) or MPI. */
-static enum status comm_init(struct app *a)
+/* The parts of the options the optimizer and the training loops see. */
+static void run_settings(struct app *a)
 {
-	unsigned char id[GPU_NCCL_ID_BYTES] = {0};
-	enum status st = ST_OK;
+	const struct options *o = &a->o;
 
-	if (a->pl.comm != COMM_NCCL)
-		return agree(a, comm_mpi_init(&a->c, &a->w, &a->be, a->m.grads,
-					      a->m.nparams + MODEL_SLOTS, &a->d));
-	if (a->w.rank == 0)
-		st = a->pl.module.mod->nccl_unique_id(id, &a->d);
-	st = agree(a, st);
-	if (st == ST_OK)
-		st = agree(a, world_bcast(&a->w, id, sizeof id, 0, &a->d));
-	if (st == ST_OK)
-		st = agree(a, a->pl.module.mod->nccl_comm_init(&a->c, &a->be, id, a->w.rank, a->w.size,
-							       (int)a->o.timeout, &a->d));
-	return st;
+	a->hp.kind = OPTIM_SGD;
+	a->hp.lr = (float)o->lr;
+	a->hp.momentum = (float)o->momentum;
+	a->hp.weight_decay = (float)o->weight_decay;
+	a->tc.batch_size = o->batch_size;
+	a->tc.epochs = o->epochs;
+	a->tc.max_steps = o->max_steps;
+	a->tc.grad_accum = o->grad_accum;
+	a->tc.log_every = o->log_every;
+	a->tc.seed = o->seed;
+	a->tc.shuffle = o->shuffle;
+	a->tc.drop_last = o->drop_last;
+	a->tc.overlap = o->overlap;
+	a->tc.bucket_mb = o->bucket_mb;
+	a->tc.loss.kind = LOSS_MSE;
 }
 
 /* Before any work, rank 0 checks that --save, --checkpoint and --metrics can be written
@@ -332,16 +216,17 @@ static enum status comm_init(struct app *a)
 static enum status check_outputs(struct app *a)
 {
 	const struct options *o = &a->o;
-	size_t weight_bytes = 0;
+	size_t weight_bytes;
+	struct model lay;
 	enum status st = ST_OK;
 
-	for (int l = 0; l < o->nlayers; l++)
-		weight_bytes += 4 * ((size_t)o->widths[l] + 1) * (size_t)o->widths[l + 1];
+	model_layout(&lay, o->widths, o->nlayers);
+	weight_bytes = lay.nparams * sizeof(float);
 	if (a->w.rank == 0 && o->save != NULL)
 		st = outfile_check(o->save, "--save", weight_bytes, &a->d);
 	if (a->w.rank == 0 && o->checkpoint != NULL && st == ST_OK)
 		st = outfile_check(o->checkpoint, "--checkpoint",
-				   weight_bytes * (o->momentum != 0.0 ? 2 : 1), &a->d);
+				   weight_bytes * (size_t)(1 + optimizer_state_arenas(&a->hp)), &a->d);
 	if (a->w.rank == 0 && o->metrics != NULL && st == ST_OK)
 		st = outfile_check(o->metrics, "--metrics", 0, &a->d);
 	return agree(a, st);
@@ -381,18 +266,19 @@ static enum status setup(struct app *a)
 	st = backend_init(&a->be, a->pl.device == DEVICE_CUDA ? a->pl.module.mod->backend : &backend_cpu_ops,
 			  &a->cfg, &a->d);
 	if (st == ST_OK)
-		st = model_init(&a->m, &a->be, o->widths, o->nlayers, (int)o->batch_size,
-				o->momentum != 0.0, &a->d);
+		st = model_init(&a->m, &a->be, o->widths, o->nlayers, (int)o->batch_size, &a->d);
+	if (st == ST_OK)
+		st = optimizer_init(&a->opt, &a->m, &a->hp, &a->d);
 	st = agree(a, st);
 	if (st == ST_OK)
-		st = comm_init(a);
+		st = agree(a, comm_open(&a->c, a->pl.comm, &a->w, &a->be, &a->pl.module, a->m.grads,
+					a->m.nparams + MODEL_SLOTS, a->o.timeout, &a->d));
 	if (st != ST_OK)
 		return st;
 	st = report_init(&a->r, a->w.rank == 0, o->quiet, o->metrics, &a->d);
 	if (st == ST_OK && a->w.rank == 0 && (o->checkpoint || o->resume)) {
-		a->ckpt_params = calloc(a->m.nparams, sizeof *a->ckpt_params);
-		a->ckpt_mom = calloc(a->m.nparams, sizeof *a->ckpt_mom);
-		if (a->ckpt_params == NULL || a->ckpt_mom == NULL)
+		a->ckpt_host = calloc(a->m.nparams * (size_t)a->m.narenas, sizeof *a->ckpt_host);
+		if (a->ckpt_host == NULL)
 			st = diag_set(&a->d, ST_RUNTIME, "out of memory for checkpoint buffers");
 	}
 	if (o->checkpoint != NULL) {
@@ -404,7 +290,7 @@ static enum status setup(struct app *a)
 		host = malloc(a->m.nparams * sizeof *host);
 		st = host ? initial_weights(a, host) : diag_set(&a->d, ST_RUNTIME, "out of memory");
 		if (st == ST_OK) {
-			a->be.ops->to_device(a->be.ctx, a->m.params, host, a->m.nparams);
+			model_state_to_device(&a->m, 0, 1, host);
 			st = a->be.ops->sync(a->be.ctx, &a->d);
 		}
 	}
@@ -429,23 +315,12 @@ static int replicas(const struct app *a)
 	return a->o.mode == MODE_DP ? a->pl.replicas : a->w.size;
 }
 
-/* One "#" line per rank (nccl-tests style): where it runs and on what. Collective. */
+/* One "#" line per rank or dp replica: where it runs and on what. Collective. */
 static void print_ranks(struct app *a)
 {
-	struct rank_line {
-		int pid, local;
-		char host[64], device[160];
-	} mine = {0}, *all = NULL;
-	struct diag ignore = {0};
+	char device[160];
+	char path[96];
 
-	mine.pid = (int)getpid();
-	mine.local = a->w.local_rank;
-	gethostname(mine.host, sizeof mine.host - 1);
-	if (a->pl.device == DEVICE_CUDA)
-		snprintf(mine.device, sizeof mine.device, "GPU %d of %d (%s)", a->pl.gpu,
-			 a->pl.gpu_count, a->pl.gpu_name);
-	else
-		snprintf(mine.device, sizeof mine.device, "cpu");
 	if (a->o.mode == MODE_DP) {
 		for (int i = 0; i < a->pl.replicas; i++)
 			if (a->pl.device == DEVICE_CUDA)
@@ -454,22 +329,22 @@ static void print_ranks(struct app *a)
 				report_note(&a->r, "  replica %2d: thread %d, cpu", i, i);
 		return;
 	}
-	if (a->w.rank == 0)
-		all = calloc((size_t)a->w.size, sizeof *all);
-	if (world_gather(&a->w, &mine, sizeof mine, all, &ignore) == ST_OK && all != NULL)
-		for (int r = 0; r < a->w.size; r++)
-			report_note(&a->r, "  rank %3d: pid %7d on %s, node-local rank %d, device %s, backend %s%s%s",
-				    r, all[r].pid, all[r].host, all[r].local, all[r].device, a->c.ops->name,
-				    a->pl.comm == COMM_MPI && a->pl.device == DEVICE_CUDA ? ", " : "",
-				    a->pl.comm == COMM_MPI && a->pl.device == DEVICE_CUDA ?
-					    comm_mpi_path_name(&a->c) : "");
-	free(all);
+	if (a->pl.device == DEVICE_CUDA)
+		snprintf(device, sizeof device, "GPU %d of %d (%s)", a->pl.gpu, a->pl.gpu_count,
+			 a->pl.gpu_name);
+	else
+		snprintf(device, sizeof device, "cpu");
+	if (a->pl.comm == COMM_MPI && a->pl.device == DEVICE_CUDA)
+		snprintf(path, sizeof path, "%s, %s", a->c.ops->name, comm_mpi_path_name(&a->c));
+	else
+		snprintf(path, sizeof path, "%s", a->c.ops->name);
+	report_ranks(&a->r, &a->w, device, path);
 }
 
 static void print_header(struct app *a)
 {
 	const int dp = a->o.mode == MODE_DP;
-	char widths[1024];
+	char widths[1024], opt[160];
 
 	options_format_widths(&a->o, widths, sizeof widths);
 	if (dp)
@@ -488,8 +363,8 @@ static void print_header(struct app *a)
 		    widths, a->m.nparams, a->ds.synthetic ? "synthetic" : a->o.inputs, a->ds.n,
 		    a->o.batch_size, dp ? "replica" : "rank", replicas(a), dp ? "replica" : "rank",
 		    a->o.grad_accum, a->o.batch_size * replicas(a) * a->o.grad_accum);
-	report_note(&a->r, "SGD lr %g momentum %g weight decay %g, %ld epochs, %s, seed %llu",
-		    a->o.lr, a->o.momentum, a->o.weight_decay, a->o.epochs,
+	optimizer_describe(&a->hp, opt, sizeof opt);
+	report_note(&a->r, "%s, %ld epochs, %s, seed %llu", opt, a->o.epochs,
 		    a->o.shuffle ? "shuffled" : "not shuffled", (unsigned long long)a->o.seed);
 }
 
@@ -534,10 +409,11 @@ static enum status run(struct app *a)
 
 	print_header(a);
 	if (a->o.mode == MODE_DP)
-		st = trainer_dp(&a->o, a->pl.replicas, &a->m, &a->cfg, &a->ds, &a->ctl, &a->r, &a->res,
-				&a->d);
+		st = trainer_dp(&a->tc, a->pl.replicas, &a->m, &a->opt, &a->cfg, &a->ds, &a->ctl, &a->r,
+				&a->res, &a->d);
 	else
-		st = trainer_ddp(&a->o, &a->w, &a->m, &a->c, &a->ds, &a->ctl, &a->r, &a->res, &a->d);
+		st = trainer_ddp(&a->tc, &a->w, &a->m, &a->opt, &a->c, &a->ds, &a->ctl, &a->r, &a->res,
+				 &a->d);
 	st = agree(a, st);
 	if (st != ST_OK)
 		return st;
@@ -546,8 +422,8 @@ static enum status run(struct app *a)
 		if (host == NULL) {
 			st = diag_set(&a->d, ST_RUNTIME, "out of memory");
 		} else {
-			a->be.ops->to_host(a->be.ctx, host, a->m.params, a->m.nparams);
-			st = save_weights(a, host);
+			model_state_to_host(&a->m, 0, 1, host);
+			st = checkpoint_write_weights(a->o.save, &a->m, host, &a->d);
 		}
 		free(host);
 	}
@@ -599,6 +475,8 @@ int main(int argc, char **argv)
 	st = agree(&a, st);
 	if (st == ST_OK)
 		st = agree(&a, check_runnable(&a, &a.d));
+	if (st == ST_OK)
+		run_settings(&a);
 	if (st == ST_OK) {
 		signals_install();
 		st = agree(&a, world_watchdog_start(&a.w, a.o.timeout, &a.d));
@@ -608,8 +486,7 @@ int main(int argc, char **argv)
 	if (st == ST_OK)
 		st = run(&a);
 
-	free(a.ckpt_params);
-	free(a.ckpt_mom);
+	free(a.ckpt_host);
 	report_free(&a.r);
 	model_free(&a.m);
 	comm_free(&a.c);

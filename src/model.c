@@ -1,4 +1,4 @@
-/* model.c - MLP layout, init, forward and backward over a backend. */
+/* model.c - MLP layout, state dict, init, forward and backward over a backend. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -18,11 +18,14 @@ void model_layout(struct model *m, const int *widths, int nlayers)
 		off += (size_t)widths[l + 1] * (size_t)widths[l];
 		m->b_off[l] = off;
 		off += (size_t)widths[l + 1];
+		/* The one place a layer's activation is chosen: ReLU between layers, none after
+		 * the last (the loss module sees the raw output). */
+		m->act_fn[l] = l + 1 < nlayers ? ACT_RELU : ACT_NONE;
 	}
 	m->nparams = off;
 }
 
-size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int with_momentum)
+size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int state_arenas)
 {
 	struct model m;
 	size_t floats, maxw = 0;
@@ -30,8 +33,8 @@ size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int wit
 	model_layout(&m, widths, nlayers);
 	for (int l = 0; l <= nlayers; l++)
 		maxw = (size_t)widths[l] > maxw ? (size_t)widths[l] : maxw;
-	/* params, grads (+ slots), momentum; activations, targets, two gradient buffers */
-	floats = m.nparams * (2 + (with_momentum != 0)) + MODEL_SLOTS +
+	/* params, grads (+ slots), optimizer state; activations, targets, two gradient buffers */
+	floats = m.nparams * (2 + (size_t)state_arenas) + MODEL_SLOTS +
 		 (size_t)max_batch * ((size_t)widths[nlayers] + 2 * maxw);
 	for (int l = 0; l <= nlayers; l++)
 		floats += (size_t)max_batch * (size_t)widths[l];
@@ -39,7 +42,7 @@ size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int wit
 }
 
 enum status model_init(struct model *m, struct backend *be, const int *widths, int nlayers,
-		       int max_batch, int with_momentum, struct diag *d)
+		       int max_batch, struct diag *d)
 {
 	const struct backend_ops *ops = be->ops;
 	int maxw = 0;
@@ -50,18 +53,18 @@ enum status model_init(struct model *m, struct backend *be, const int *widths, i
 	m->max_batch = max_batch;
 	for (int l = 0; l <= nlayers; l++)
 		maxw = widths[l] > maxw ? widths[l] : maxw;
-	m->bytes = model_bytes_needed(widths, nlayers, max_batch, with_momentum);
+	m->bytes = model_bytes_needed(widths, nlayers, max_batch, 0);
 	m->params = ops->alloc(be->ctx, m->nparams);
+	m->arena[0].name = "";
+	m->arena[0].data = m->params;
+	m->narenas = 1;
 	m->grads = ops->alloc(be->ctx, m->nparams + MODEL_SLOTS);
-	if (with_momentum)
-		m->mom = ops->alloc(be->ctx, m->nparams);
 	for (int l = 0; l <= nlayers; l++)
 		m->act[l] = ops->alloc(be->ctx, (size_t)max_batch * (size_t)widths[l]);
 	m->target = ops->alloc(be->ctx, (size_t)max_batch * (size_t)widths[nlayers]);
 	m->dbuf[0] = ops->alloc(be->ctx, (size_t)max_batch * (size_t)maxw);
 	m->dbuf[1] = ops->alloc(be->ctx, (size_t)max_batch * (size_t)maxw);
-	if (!m->params || !m->grads || (with_momentum && !m->mom) || !m->target || !m->dbuf[0] ||
-	    !m->dbuf[1])
+	if (!m->params || !m->grads || !m->target || !m->dbuf[0] || !m->dbuf[1])
 		goto out_oom;
 	for (int l = 0; l <= nlayers; l++)
 		if (!m->act[l])
@@ -88,9 +91,69 @@ void model_init_host(const struct model *m, uint64_t seed, float *host)
 	}
 }
 
-void model_tensor_name(int k, char *buf, size_t len)
+float *model_add_arena(struct model *m, const char *name, struct diag *d)
 {
-	snprintf(buf, len, "net%d.%s", k / 2 + 1, k % 2 ? "bias" : "weight");
+	float *p;
+
+	if (m->narenas == MODEL_MAX_ARENAS) {
+		diag_set(d, ST_RUNTIME, "model: no room for state arena '%s'", name);
+		return NULL;
+	}
+	p = m->be->ops->alloc(m->be->ctx, m->nparams);
+	if (p == NULL) {
+		diag_set(d, ST_RUNTIME, "model: out of %s memory for %s (%zu floats)", m->be->ops->name,
+			 name, m->nparams);
+		return NULL;
+	}
+	m->arena[m->narenas].name = name;
+	m->arena[m->narenas].data = p;
+	m->narenas++;
+	m->bytes += m->nparams * sizeof(float);
+	return p;
+}
+
+int model_tensors_per_arena(const struct model *m)
+{
+	return 2 * m->nlayers;
+}
+
+int model_state_dict(const struct model *m, int first, int last, struct model_tensor *t)
+{
+	int k = 0;
+
+	for (int a = first; a < last; a++) {
+		const char *prefix = a < m->narenas ? m->arena[a].name : "";
+
+		for (int l = 0; l < m->nlayers; l++) {
+			for (int bias = 0; bias < 2; bias++, k++) {
+				struct model_tensor *x = &t[k];
+
+				snprintf(x->name, sizeof x->name, "%s%snet%d.%s", prefix,
+					 *prefix ? "." : "", l + 1, bias ? "bias" : "weight");
+				x->ndim = bias ? 1 : 2;
+				x->shape[0] = m->widths[l + 1];
+				x->shape[1] = bias ? 0 : m->widths[l];
+				x->arena = a;
+				x->off = bias ? m->b_off[l] : m->w_off[l];
+				x->len = (size_t)m->widths[l + 1] * (bias ? 1 : (size_t)m->widths[l]);
+			}
+		}
+	}
+	return k;
+}
+
+void model_state_to_host(const struct model *m, int first, int last, float *host)
+{
+	for (int a = first; a < last; a++)
+		m->be->ops->to_host(m->be->ctx, host + (size_t)(a - first) * m->nparams,
+				    m->arena[a].data, m->nparams);
+}
+
+void model_state_to_device(struct model *m, int first, int last, const float *host)
+{
+	for (int a = first; a < last; a++)
+		m->be->ops->to_device(m->be->ctx, m->arena[a].data,
+				      host + (size_t)(a - first) * m->nparams, m->nparams);
 }
 
 void model_forward(struct model *m, int n)
@@ -102,7 +165,7 @@ void model_forward(struct model *m, int n)
 		int in = m->widths[l], out = m->widths[l + 1];
 
 		ops->linear_forward(c, m->act[l + 1], m->act[l], m->params + m->w_off[l],
-				    m->params + m->b_off[l], n, in, out, l + 1 < m->nlayers);
+				    m->params + m->b_off[l], n, in, out, m->act_fn[l] == ACT_RELU);
 	}
 }
 
@@ -123,7 +186,8 @@ void model_backward(struct model *m, int n, int accumulate, void (*hook)(void *a
 		if (hook != NULL)
 			hook(arg, l);
 		if (dx != NULL) {
-			ops->relu_backward(c, dx, m->act[l], (size_t)n * (size_t)in);
+			if (m->act_fn[l - 1] == ACT_RELU)
+				ops->relu_backward(c, dx, m->act[l], (size_t)n * (size_t)in);
 			cur = 1 - cur;
 		}
 	}
@@ -158,9 +222,11 @@ void model_free(struct model *m)
 	if (m->be == NULL)
 		return;
 	ops = m->be->ops;
-	ops->free(m->be->ctx, m->params);
+	for (int a = 0; a < m->narenas; a++)
+		ops->free(m->be->ctx, m->arena[a].data);
+	if (m->narenas == 0)
+		ops->free(m->be->ctx, m->params);
 	ops->free(m->be->ctx, m->grads);
-	ops->free(m->be->ctx, m->mom);
 	for (int l = 0; l <= m->nlayers; l++)
 		ops->free(m->be->ctx, m->act[l]);
 	ops->free(m->be->ctx, m->target);

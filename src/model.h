@@ -1,6 +1,7 @@
 /*
- * model.h - an MLP (Linear, ReLU, ..., Linear) whose state lives in three flat
- * buffers on the backend: parameters, gradients and momentum.
+ * model.h - an MLP (Linear, activation, ..., Linear) whose state lives in flat
+ * buffers on the backend: parameters, gradients, and the optimizer's state as
+ * further named arenas of the parameters' size (optimizer.h adds them).
  *
  * Layer l's weight (out, in) row-major and bias (out) follow each other in
  * layer order, as ToyModel().state_dict() lists them, so a gradient bucket
@@ -8,6 +9,11 @@
  * one flat loop. The gradient buffer has MODEL_SLOTS extra floats after the
  * last bias, all-reduced with the last bucket: the loss and the stop flag ride
  * along with the gradients, so neither costs a collective of its own.
+ *
+ * The model owns the state dict: model_state_dict lists every tensor (name,
+ * shape, arena and offset), and the readers and writers of weights and
+ * checkpoints only ever walk that list, so a new layer kind or optimizer
+ * state never touches them. Tensor names are made here and nowhere else.
  *
  * This module knows nothing of ranks or communication: the trainer passes a
  * hook that backward calls after each layer's gradients are complete.
@@ -19,42 +25,79 @@
 #include <stdint.h>
 
 #include "backend.h"
-#include "options.h"
 #include "status.h"
+
+#define MODEL_MAX_LAYERS 64 /* Linear layers; widths has one more entry */
+#define MODEL_MAX_ARENAS 4  /* the parameters and up to 3 optimizer state arenas */
 
 #define MODEL_SLOTS 2      /* extra gradient floats after the parameters */
 #define MODEL_SLOT_LOSS 0  /* the step's loss over ranks and micro-batches */
 #define MODEL_SLOT_STOP 1  /* nonzero if some rank was asked to stop (a signal) */
 
+/* The function applied to a layer's output; the last layer's is the model's output. */
+enum activation { ACT_NONE, ACT_RELU };
+
+/* A named arena of nparams floats laid out as the parameters: arena 0 is the parameters
+ * (tensor names "net1.weight", ...); the others are optimizer state ("momentum_buffer":
+ * "momentum_buffer.net1.weight", ...). */
+struct model_arena {
+	const char *name; /* static storage; "" for the parameters */
+	float *data;      /* (nparams) backend memory, owned by the model */
+};
+
 struct model {
 	int nlayers;
-	int widths[OPT_MAX_LAYERS + 1];
-	size_t w_off[OPT_MAX_LAYERS]; /* layer l's weight in params/grads */
-	size_t b_off[OPT_MAX_LAYERS]; /* layer l's bias */
+	int widths[MODEL_MAX_LAYERS + 1];
+	enum activation act_fn[MODEL_MAX_LAYERS]; /* applied to layer l's output */
+	size_t w_off[MODEL_MAX_LAYERS]; /* layer l's weight in params/grads */
+	size_t b_off[MODEL_MAX_LAYERS]; /* layer l's bias */
 	size_t nparams;
 	int max_batch;
 	struct backend *be;           /* borrowed */
-	float *params;                /* (nparams) */
+	float *params;                /* (nparams), = arena[0].data */
 	float *grads;                 /* (nparams + MODEL_SLOTS) */
-	float *mom;                   /* (nparams), or NULL without momentum */
-	float *act[OPT_MAX_LAYERS + 1]; /* act[0] input (batch, widths[0]); act[l] output of layer l */
+	struct model_arena arena[MODEL_MAX_ARENAS];
+	int narenas;                  /* 1 + optimizer state arenas */
+	float *act[MODEL_MAX_LAYERS + 1]; /* act[0] input (batch, widths[0]); act[l] output of layer l */
 	float *target;                /* (batch, widths[nlayers]) */
 	float *dbuf[2];               /* (batch, max width) ping-pong gradients of activations */
 	size_t bytes;                 /* backend memory held by all of the above */
 };
 
-/* Bytes model_init allocates for these widths and batch (no allocation). */
-size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int with_momentum);
-/* Offsets and parameter count for these widths (no allocation). */
+/* Bytes model_init allocates for these widths and batch, plus state_arenas optimizer
+ * arenas (no allocation). */
+size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int state_arenas);
+/* Offsets, parameter count and activations for these widths (no allocation). */
 void model_layout(struct model *m, const int *widths, int nlayers);
 /* Lay out and allocate on be for micro-batches of up to max_batch rows. */
 enum status model_init(struct model *m, struct backend *be, const int *widths, int nlayers,
-		       int max_batch, int with_momentum, struct diag *d);
+		       int max_batch, struct diag *d);
+/* Add a zeroed state arena of nparams floats named name (static storage); returns it,
+ * or NULL (with d set) when out of memory or arenas. The model frees it. */
+float *model_add_arena(struct model *m, const char *name, struct diag *d);
 /* nn.Linear's default init, weight and bias uniform in +-1/sqrt(fan_in), a pure
  * function of seed. host is scratch of nparams floats and receives the weights. */
 void model_init_host(const struct model *m, uint64_t seed, float *host);
-/* The safetensors name of tensor k (0: net1.weight, 1: net1.bias, 2: net2.weight, ...). */
-void model_tensor_name(int k, char *buf, size_t len);
+
+/* One tensor of the state dict. */
+struct model_tensor {
+	char name[64];  /* "net1.weight", "momentum_buffer.net1.weight", ... */
+	int ndim;       /* 2 (weight) or 1 (bias) */
+	int shape[2];   /* (out, in) or (out) */
+	int arena;      /* index into m->arena */
+	size_t off;     /* first float within the arena */
+	size_t len;     /* floats */
+};
+/* The tensors of arenas [first, last) in order (arena by arena, layer by layer, weight
+ * then bias); t has room for (last - first) * model_tensors_per_arena(m) entries.
+ * Returns the count. Use first = 0, last = 1 for the weights, 0, m->narenas for all. */
+int model_state_dict(const struct model *m, int first, int last, struct model_tensor *t);
+/* Tensors per arena (2 per layer). */
+int model_tensors_per_arena(const struct model *m);
+/* Copy arenas [first, last) to host, laid out arena after arena (nparams floats each),
+ * or back to the backend. to_host waits; to_device is queued (sync before reusing host). */
+void model_state_to_host(const struct model *m, int first, int last, float *host);
+void model_state_to_device(struct model *m, int first, int last, const float *host);
 /* Forward n rows of act[0]; the output is act[nlayers]. */
 void model_forward(struct model *m, int n);
 /* Backward from dbuf[0] (n, widths[nlayers]) = dL/dout. Layers run last to first; after

@@ -9,15 +9,13 @@
  */
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
+#include "filemap.h"
 #include "npy.h"
 
 static const char *skip_ws(const char *p, const char *end)
@@ -225,36 +223,13 @@ enum status npy_parse(struct npy *a, const unsigned char *buf, size_t len, const
 enum status npy_open(struct npy *a, const char *path, const char *flag, struct diag *d)
 {
 	char what[600];
-	struct stat sb;
 	enum status st;
-	int fd;
 
 	memset(a, 0, sizeof *a);
 	snprintf(what, sizeof what, "%s: %s", flag, path);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return diag_errno(d, errno, "%s", what);
-	if (fstat(fd, &sb) != 0) {
-		close(fd);
-		return diag_errno(d, errno, "%s", what);
-	}
-	if (!S_ISREG(sb.st_mode)) {
-		close(fd);
-		return diag_set(d, ST_RUNTIME, "%s: not a regular file", what);
-	}
-	/* Checked before mmap, which refuses a length of 0. */
-	if ((size_t)sb.st_size < 10) {
-		close(fd);
-		return diag_set(d, ST_RUNTIME, "%s: too short to be a .npy file (%zu bytes)", what,
-				(size_t)sb.st_size);
-	}
-	a->map_len = (size_t)sb.st_size;
-	a->map = mmap(NULL, a->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-	close(fd);
-	if (a->map == MAP_FAILED) {
-		a->map = NULL;
-		return diag_errno(d, errno, "%s: mmap", what);
-	}
+	st = filemap_open(path, what, 10, ".npy", &a->map, &a->map_len, d);
+	if (st != ST_OK)
+		return st;
 	st = npy_parse(a, a->map, a->map_len, what, d);
 	if (st != ST_OK)
 		npy_close(a);
@@ -279,8 +254,7 @@ void npy_read_row(const struct npy *a, size_t r, float *out)
 
 void npy_close(struct npy *a)
 {
-	if (a->map != NULL)
-		munmap(a->map, a->map_len);
+	filemap_close(a->map, a->map_len);
 	a->map = NULL;
 	a->data = NULL;
 }

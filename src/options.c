@@ -41,44 +41,50 @@ struct opt_def {
 	const char *arg;     /* metavariable, or NULL for a switch */
 	const char *def;     /* default as printed by --help and the man page, or NULL */
 	const char *help;
+	int scope;           /* OPT_SCOPE_*: in the resume and/or configuration text */
 };
 
+#define R OPT_SCOPE_RESUME
+#define C OPT_SCOPE_RUN
+
 static const struct opt_def opt_table[] = {
-	{"layers", K_LAYERS, "W0,W1,...", "10,10,5", "MLP widths: Linear layers with ReLU between them"},
-	{"batch-size", K_BATCH, "N", "20", "samples per replica per step"},
-	{"epochs", K_EPOCHS, "N", "50", "passes over the data set"},
-	{"max-steps", K_MAX_STEPS, "N", "0", "stop after N optimizer steps (0 = no limit)"},
-	{"lr", K_LR, "F", "0.001", "SGD learning rate"},
-	{"momentum", K_MOMENTUM, "F", "0", "SGD momentum (dampening 0, no Nesterov)"},
-	{"weight-decay", K_WD, "F", "0", "L2 penalty added to the gradient before momentum"},
-	{"grad-accum", K_ACCUM, "K", "1", "micro-batches per optimizer step (all-reduce every K)"},
-	{"seed", K_SEED, "N", "0", "seed for weight init, synthetic data and shuffling"},
-	{"samples", K_SAMPLES, "N", "4000", "size of the synthetic data set"},
-	{"inputs", K_INPUTS, "X.npy", NULL, "train on these inputs (2-D float32/float64, C order)"},
-	{"targets", K_TARGETS, "Y.npy", NULL, "targets for --inputs, one row per input row"},
-	{"shuffle", K_SHUFFLE, NULL, "on", "reshuffle the data every epoch (DistributedSampler)"},
-	{"no-shuffle", K_NO_SHUFFLE, NULL, NULL, "keep the data in file order"},
-	{"drop-last", K_DROP_LAST, NULL, "off", "drop the tail that does not divide evenly over the ranks"},
-	{"init", K_INIT, "FILE", NULL, "start from these safetensors weights instead of random init"},
-	{"save", K_SAVE, "FILE", NULL, "write the final weights as safetensors (rank 0, atomically)"},
-	{"checkpoint", K_CHECKPOINT, "FILE", NULL, "write a checkpoint here (at the end, every --checkpoint-every steps, on a stop signal)"},
-	{"checkpoint-every", K_CKPT_EVERY, "N", "0", "optimizer steps between checkpoints (0 = only at the end and on a stop)"},
-	{"keep-checkpoints", K_KEEP, "K", "0", "also keep the last K checkpoints as FILE.step-NNNNNNNN (0 = none)"},
-	{"resume", K_RESUME, "FILE", NULL, "continue from this checkpoint: weights, momentum, step and data position"},
-	{"timeout", K_TIMEOUT, "SECONDS", "600", "give up when a collective waits this long for another rank (0 = never)"},
-	{"mode", K_MODE, "ddp|dp", "ddp", "ddp: one process per replica; dp: threads in one process"},
-	{"replicas", K_REPLICAS, "G", "auto", "--mode=dp worker threads, one replica each (auto: one per GPU, else 2)"},
-	{"device", K_DEVICE, "auto|cpu|cuda", "auto", "where the model runs (auto: a GPU if one is visible, else the CPU)"},
-	{"backend", K_BACKEND, "auto|mpi|nccl", "auto", "how gradients are all-reduced (auto: nccl on GPUs, else mpi)"},
-	{"tf32", K_TF32, NULL, "off", "let cuBLAS use TF32 tensor cores (faster; results no longer match float32)"},
-	{"bucket-mb", K_BUCKET, "F", "25", "gradient bucket cap in MiB"},
-	{"no-overlap", K_NO_OVERLAP, NULL, NULL, "all-reduce only after the whole backward"},
-	{"log-every", K_LOG_EVERY, "N", "250", "optimizer steps between progress lines (0 = none)"},
-	{"quiet", K_QUIET, NULL, NULL, "print errors only"},
-	{"metrics", K_METRICS, "FILE", NULL, "write JSON Lines metrics (one object per logged step)"},
-	{"help", K_HELP, NULL, NULL, "show this help and exit"},
-	{"version", K_VERSION, NULL, NULL, "show the version and exit"},
+	{"layers", K_LAYERS, "W0,W1,...", "10,10,5", "MLP widths: Linear layers with ReLU between them", R},
+	{"batch-size", K_BATCH, "N", "20", "samples per replica per step", R},
+	{"epochs", K_EPOCHS, "N", "50", "passes over the data set", C},
+	{"max-steps", K_MAX_STEPS, "N", "0", "stop after N optimizer steps (0 = no limit)", C},
+	{"lr", K_LR, "F", "0.001", "SGD learning rate", R},
+	{"momentum", K_MOMENTUM, "F", "0", "SGD momentum (dampening 0, no Nesterov)", R},
+	{"weight-decay", K_WD, "F", "0", "L2 penalty added to the gradient before momentum", R},
+	{"grad-accum", K_ACCUM, "K", "1", "micro-batches per optimizer step (all-reduce every K)", R},
+	{"seed", K_SEED, "N", "0", "seed for weight init, synthetic data and shuffling", R},
+	{"samples", K_SAMPLES, "N", "4000", "size of the synthetic data set", 0},
+	{"inputs", K_INPUTS, "X.npy", NULL, "train on these inputs (2-D float32/float64, C order)", 0},
+	{"targets", K_TARGETS, "Y.npy", NULL, "targets for --inputs, one row per input row", 0},
+	{"shuffle", K_SHUFFLE, NULL, "on", "reshuffle the data every epoch (DistributedSampler)", R},
+	{"no-shuffle", K_NO_SHUFFLE, NULL, NULL, "keep the data in file order", 0},
+	{"drop-last", K_DROP_LAST, NULL, "off", "drop the tail that does not divide evenly over the ranks", R},
+	{"init", K_INIT, "FILE", NULL, "start from these safetensors weights instead of random init", 0},
+	{"save", K_SAVE, "FILE", NULL, "write the final weights as safetensors (rank 0, atomically)", 0},
+	{"checkpoint", K_CHECKPOINT, "FILE", NULL, "write a checkpoint here (at the end, every --checkpoint-every steps, on a stop signal)", 0},
+	{"checkpoint-every", K_CKPT_EVERY, "N", "0", "optimizer steps between checkpoints (0 = only at the end and on a stop)", C},
+	{"keep-checkpoints", K_KEEP, "K", "0", "also keep the last K checkpoints as FILE.step-NNNNNNNN (0 = none)", 0},
+	{"resume", K_RESUME, "FILE", NULL, "continue from this checkpoint: weights, momentum, step and data position", C},
+	{"timeout", K_TIMEOUT, "SECONDS", "600", "give up when a collective waits this long for another rank (0 = never)", 0},
+	{"mode", K_MODE, "ddp|dp", "ddp", "ddp: one process per replica; dp: threads in one process", R},
+	{"replicas", K_REPLICAS, "G", "auto", "--mode=dp worker threads, one replica each (auto: one per GPU, else 2)", C},
+	{"device", K_DEVICE, "auto|cpu|cuda", "auto", "where the model runs (auto: a GPU if one is visible, else the CPU)", C},
+	{"backend", K_BACKEND, "auto|mpi|nccl", "auto", "how gradients are all-reduced (auto: nccl on GPUs, else mpi)", C},
+	{"tf32", K_TF32, NULL, "off", "let cuBLAS use TF32 tensor cores (faster; results no longer match float32)", C},
+	{"bucket-mb", K_BUCKET, "F", "25", "gradient bucket cap in MiB", C},
+	{"no-overlap", K_NO_OVERLAP, NULL, NULL, "all-reduce only after the whole backward", C},
+	{"log-every", K_LOG_EVERY, "N", "250", "optimizer steps between progress lines (0 = none)", 0},
+	{"quiet", K_QUIET, NULL, NULL, "print errors only", 0},
+	{"metrics", K_METRICS, "FILE", NULL, "write JSON Lines metrics (one object per logged step)", 0},
+	{"help", K_HELP, NULL, NULL, "show this help and exit", 0},
+	{"version", K_VERSION, NULL, NULL, "show the version and exit", 0},
 };
+#undef R
+#undef C
 #define N_OPTS (sizeof opt_table / sizeof opt_table[0])
 
 static const struct opt_def *find_def(int key)
@@ -384,4 +390,46 @@ void options_format_widths(const struct options *o, char *buf, size_t len)
 	buf[0] = '\0';
 	for (int i = 0; i <= o->nlayers && used < len; i++)
 		used += (size_t)snprintf(buf + used, len - used, "%s%d", i ? "," : "", o->widths[i]);
+}
+
+/* The value of option `key` in o as the text that would set it again ("0.001", "1"). */
+static void format_value(const struct options *o, int key, char *buf, size_t len)
+{
+	switch (key) {
+	case K_LAYERS: options_format_widths(o, buf, len); return;
+	case K_BATCH: snprintf(buf, len, "%ld", o->batch_size); return;
+	case K_EPOCHS: snprintf(buf, len, "%ld", o->epochs); return;
+	case K_MAX_STEPS: snprintf(buf, len, "%ld", o->max_steps); return;
+	case K_LR: snprintf(buf, len, "%.9g", o->lr); return;
+	case K_MOMENTUM: snprintf(buf, len, "%.9g", o->momentum); return;
+	case K_WD: snprintf(buf, len, "%.9g", o->weight_decay); return;
+	case K_ACCUM: snprintf(buf, len, "%ld", o->grad_accum); return;
+	case K_SEED: snprintf(buf, len, "%llu", (unsigned long long)o->seed); return;
+	case K_SHUFFLE: snprintf(buf, len, "%d", o->shuffle); return;
+	case K_DROP_LAST: snprintf(buf, len, "%d", o->drop_last); return;
+	case K_MODE: snprintf(buf, len, "%s", options_mode_names[o->mode]); return;
+	case K_DEVICE: snprintf(buf, len, "%s", options_device_names[o->device]); return;
+	case K_BACKEND: snprintf(buf, len, "%s", options_comm_names[o->comm]); return;
+	case K_BUCKET: snprintf(buf, len, "%.9g", o->bucket_mb); return;
+	case K_NO_OVERLAP: snprintf(buf, len, "%d", !o->overlap); return;
+	case K_REPLICAS: snprintf(buf, len, "%d", o->replicas); return;
+	case K_TF32: snprintf(buf, len, "%d", o->tf32); return;
+	case K_CKPT_EVERY: snprintf(buf, len, "%ld", o->checkpoint_every); return;
+	case K_RESUME: snprintf(buf, len, "%d", o->resume != NULL); return;
+	}
+	snprintf(buf, len, "?");
+}
+
+void options_format_settings(const struct options *o, int scope, char *buf, size_t len)
+{
+	size_t used = strlen(buf);
+
+	for (size_t i = 0; i < N_OPTS && used < len; i++) {
+		char value[1024];
+
+		if (!(opt_table[i].scope & scope))
+			continue;
+		format_value(o, opt_table[i].key, value, sizeof value);
+		used += (size_t)snprintf(buf + used, len - used, "--%s=%s\n", opt_table[i].name, value);
+	}
 }

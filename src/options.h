@@ -64,6 +64,13 @@ void options_print_version(FILE *f);
 /* Print "--layers=10,10,5" style text for the widths into buf. */
 void options_format_widths(const struct options *o, char *buf, size_t len);
 
+/* Which settings options_format_settings writes. */
+#define OPT_SCOPE_RESUME 1 /* must match between a checkpoint and the run resuming it */
+#define OPT_SCOPE_RUN 2    /* must also match on every rank of one run */
+/* Append "--flag=value" lines of the options in scope (a mask of OPT_SCOPE_*), in table
+ * order, to the string in buf (len bytes in all). */
+void options_format_settings(const struct options *o, int scope, char *buf, size_t len);
+
 extern const char *const options_mode_names[];
 extern const char *const options_device_names[];
 extern const char *const options_comm_names[];

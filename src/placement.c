@@ -118,3 +118,36 @@ enum status placement_decide(struct placement *p, const struct options *o, struc
 	}
 	return st;
 }
+
+/* Memory this process may use: MemAvailable shared by the ranks of this node. */
+static double available_bytes(const struct world *w)
+{
+	FILE *f = fopen("/proc/meminfo", "r");
+	char line[256];
+	double kib = 0;
+
+	while (f != NULL && fgets(line, sizeof line, f) != NULL)
+		if (sscanf(line, "MemAvailable: %lf kB", &kib) == 1)
+			break;
+	if (f != NULL)
+		fclose(f);
+	return kib * 1024.0 / (w->local_size > 0 ? w->local_size : 1);
+}
+
+enum status placement_check_memory(const struct placement *p, const struct options *o,
+				   const struct world *w, double need, struct diag *d)
+{
+	double avail;
+	char widths[1024];
+
+	if (p->device != DEVICE_CPU)
+		return ST_OK;
+	avail = available_bytes(w);
+	if (avail <= 0 || need <= avail)
+		return ST_OK;
+	options_format_widths(o, widths, sizeof widths);
+	return diag_set(d, ST_RUNTIME,
+			"--layers=%s --batch-size=%ld: needs %.2f GiB per %s, but only %.2f GiB are available (MemAvailable over %d rank%s on this node)",
+			widths, o->batch_size, need / 1073741824.0, o->mode == MODE_DP ? "process" : "rank",
+			avail / 1073741824.0, w->local_size, w->local_size == 1 ? "" : "s");
+}

@@ -35,4 +35,10 @@ int placement_gpu_for(int local_rank, int count);
 enum status placement_decide(struct placement *p, const struct options *o, struct world *w,
 			     struct diag *d);
 
+/* Refuse up front what cannot fit in host memory, rather than being killed by the kernel
+ * mid-run (CPU placement only: cudaMalloc reports device memory with the sizes). need:
+ * bytes this process needs (every replica it holds, and its host copies). */
+enum status placement_check_memory(const struct placement *p, const struct options *o,
+				   const struct world *w, double need, struct diag *d);
+
 #endif

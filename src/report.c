@@ -259,3 +259,25 @@ void report_free(struct report *r)
 	r->metrics_tmp = NULL;
 	r->metrics_path = NULL;
 }
+
+void report_ranks(struct report *r, struct world *w, const char *device, const char *path)
+{
+	struct rank_line {
+		int pid, local;
+		char host[64], device[160], path[96];
+	} mine = {0}, *all = NULL;
+	struct diag ignore = {0};
+
+	mine.pid = (int)getpid();
+	mine.local = w->local_rank;
+	gethostname(mine.host, sizeof mine.host - 1);
+	snprintf(mine.device, sizeof mine.device, "%s", device);
+	snprintf(mine.path, sizeof mine.path, "%s", path);
+	if (w->rank == 0)
+		all = calloc((size_t)w->size, sizeof *all);
+	if (world_gather(w, &mine, sizeof mine, all, &ignore) == ST_OK && all != NULL)
+		for (int i = 0; i < w->size; i++)
+			report_note(r, "  rank %3d: pid %7d on %s, node-local rank %d, device %s, backend %s",
+				    i, all[i].pid, all[i].host, all[i].local, all[i].device, all[i].path);
+	free(all);
+}

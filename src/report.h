@@ -12,6 +12,7 @@
 #include <stdio.h>
 
 #include "status.h"
+#include "world.h" /* struct world, world_gather */
 
 /* Phases of a DataParallel step, as the dp report names them. */
 enum dp_phase {
@@ -66,6 +67,11 @@ struct report_summary {
 	const struct replica_stats *rep;
 	const double *rss_mib;  /* ddp only, one per rank */
 };
+
+/* One "#" line per rank (nccl-tests style), gathered onto rank 0: pid, host and node-local
+ * rank (found here), and what the caller says of the rank: its device ("cpu", "GPU 0 of
+ * 2 (...)") and its gradient path ("mpi", "mpi, staged ..."). Collective over w. */
+void report_ranks(struct report *r, struct world *w, const char *device, const char *path);
 
 /* Peak resident memory of this process in MiB. */
 double report_peak_rss_mib(void);

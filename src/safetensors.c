@@ -12,10 +12,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "filemap.h"
 #include "safetensors.h"
 
 #define ST_MAX_HEADER (100u << 20) /* the reference implementation's limit */
@@ -206,31 +206,13 @@ out_root:
 enum status st_open(struct st_file *f, const char *path, const char *flag, struct diag *d)
 {
 	char what[600];
-	struct stat sb;
 	enum status st;
-	int fd;
 
 	memset(f, 0, sizeof *f);
 	snprintf(what, sizeof what, "%s: %s", flag, path);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return diag_errno(d, errno, "%s", what);
-	if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-		close(fd);
-		return diag_set(d, ST_RUNTIME, "%s: not a regular file", what);
-	}
-	f->map_len = (size_t)sb.st_size;
-	if (f->map_len < 8) {
-		close(fd);
-		return diag_set(d, ST_RUNTIME, "%s: too short to be a safetensors file (%zu bytes)",
-				what, f->map_len);
-	}
-	f->map = mmap(NULL, f->map_len, PROT_READ, MAP_PRIVATE, fd, 0);
-	close(fd);
-	if (f->map == MAP_FAILED) {
-		f->map = NULL;
-		return diag_errno(d, errno, "%s: mmap", what);
-	}
+	st = filemap_open(path, what, 8, "safetensors", &f->map, &f->map_len, d);
+	if (st != ST_OK)
+		return st;
 	st = st_parse(f, f->map, f->map_len, what, d);
 	if (st != ST_OK)
 		st_close(f);
@@ -268,8 +250,7 @@ enum status st_read_f32(const struct st_file *f, const struct st_tensor *t, floa
 
 void st_close(struct st_file *f)
 {
-	if (f->map != NULL)
-		munmap(f->map, f->map_len);
+	filemap_close(f->map, f->map_len);
 	free(f->t);
 	f->map = NULL;
 	f->t = NULL;

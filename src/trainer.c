@@ -1,18 +1,10 @@
 /* trainer.c - what both training loops do after an optimizer step: checkpoints and stops. */
 #include <math.h>
-#include <time.h>
 
+#include "clock.h"
 #include "trainer.h"
 
-double trainer_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-enum status trainer_after_step(const struct train_ctl *ctl, const struct options *o,
+enum status trainer_after_step(const struct train_ctl *ctl, const struct train_config *tc,
 			       struct step_clock *clk, struct train_result *res, long *step,
 			       long total, const struct batch *b, long nmicro, float loss,
 			       double consumed, int stop, struct report *r, struct diag *d)
@@ -29,10 +21,10 @@ enum status trainer_after_step(const struct train_ctl *ctl, const struct options
 	res->final_loss = loss;
 	clk->loss_sum += loss;
 	clk->loss_count++;
-	if ((o->log_every > 0 && *step % o->log_every == 0) || *step == total) {
-		double now = trainer_now();
+	if ((tc->log_every > 0 && *step % tc->log_every == 0) || *step == total) {
+		double now = clock_now();
 
-		report_step(r, b->epoch + 1, o->epochs, *step, total, clk->loss_sum / (double)clk->loss_count,
+		report_step(r, b->epoch + 1, tc->epochs, *step, total, clk->loss_sum / (double)clk->loss_count,
 			    (consumed - clk->consumed_at_last) / (now - clk->t_last), now - clk->t0,
 			    *step - ctl->start_step);
 		clk->t_last = now;

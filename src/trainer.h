@@ -16,13 +16,32 @@
 #ifndef DDPT_TRAINER_H
 #define DDPT_TRAINER_H
 
-#include "comm.h"
-#include "data.h"
-#include "loader.h"
-#include "model.h"
-#include "options.h"
-#include "report.h"
-#include "world.h"
+#include <stdint.h>
+
+#include "comm.h"      /* struct comm */
+#include "data.h"      /* struct dataset */
+#include "loader.h"    /* struct batch */
+#include "loss.h"      /* struct loss */
+#include "model.h"     /* struct model */
+#include "optimizer.h" /* struct optimizer */
+#include "report.h"    /* struct report, struct replica_stats */
+#include "world.h"     /* struct world */
+
+#define TRAIN_MAX_REPLICAS 64 /* dp worker threads */
+
+/* What a training loop needs to know of the run (main fills it from the options). */
+struct train_config {
+	long batch_size;  /* samples per replica per micro-batch */
+	long epochs;
+	long max_steps;   /* optimizer steps; 0 = no limit */
+	long grad_accum;  /* micro-batches per optimizer step */
+	long log_every;   /* optimizer steps between progress lines; 0 = none */
+	uint64_t seed;    /* shuffling */
+	int shuffle, drop_last;
+	int overlap;      /* ddp: all-reduce buckets during backward */
+	double bucket_mb; /* ddp: bucket cap */
+	struct loss loss;
+};
 
 struct train_result {
 	long steps;         /* optimizer steps taken */
@@ -32,12 +51,9 @@ struct train_result {
 	double first_loss, final_loss;
 	double wait_s;      /* this rank's time blocked completing all-reduces */
 	int nreplicas;      /* dp: replicas in rep[]; ddp: 1 (this rank) */
-	struct replica_stats rep[OPT_MAX_REPLICAS];
+	struct replica_stats rep[TRAIN_MAX_REPLICAS];
 };
 
-/* dp: G replicas on worker threads; the replica-0 model m0 holds the weights to train
- * (and is the one saved); replica i is created here on an instance of m0's backend on
- * device cfg->device + i. */
 /* What the caller asks of a training loop beyond the options: where to start (a resumed
  * run), and how to write a checkpoint. */
 struct train_ctl {
@@ -49,14 +65,19 @@ struct train_ctl {
 	void *arg;
 };
 
-enum status trainer_dp(const struct options *o, int replicas, struct model *m0,
-		       const struct backend_config *cfg, const struct dataset *ds,
-		       const struct train_ctl *ctl, struct report *r, struct train_result *res,
-		       struct diag *d);
+/* dp: G replicas on worker threads; the replica-0 model m0 holds the weights to train
+ * (and is the one saved), and opt steps it; replica i is created here on an instance of
+ * m0's backend on device cfg->device + i. */
+enum status trainer_dp(const struct train_config *tc, int replicas, struct model *m0,
+		       struct optimizer *opt, const struct backend_config *cfg,
+		       const struct dataset *ds, const struct train_ctl *ctl, struct report *r,
+		       struct train_result *res, struct diag *d);
 
-enum status trainer_ddp(const struct options *o, struct world *w, struct model *m,
-			struct comm *c, const struct dataset *ds, const struct train_ctl *ctl,
-			struct report *r, struct train_result *res, struct diag *d);
+/* ddp: this rank's replica m, stepped by opt, gradients summed over c. */
+enum status trainer_ddp(const struct train_config *tc, struct world *w, struct model *m,
+			struct optimizer *opt, struct comm *c, const struct dataset *ds,
+			const struct train_ctl *ctl, struct report *r, struct train_result *res,
+			struct diag *d);
 
 /* The step number training ends at: the resumed position plus the steps left in its epoch
  * and the epochs after it, capped by max_steps (0: no cap). */
@@ -71,15 +92,12 @@ struct step_clock {
 	long loss_count;
 };
 
-/* Monotonic seconds. */
-double trainer_now(void);
-
 /* After an optimizer step whose loss (mean over replicas and micro-batches) is `loss`:
  * refuse a non-finite loss, count the step (*step), keep first and final losses, print
  * progress when due, write the checkpoint that is due (every ctl->every steps, at the
  * last step, or when stopping) and say whether to stop. consumed: samples so far, all
  * replicas. Returns ST_INTERRUPTED when stop is set. */
-enum status trainer_after_step(const struct train_ctl *ctl, const struct options *o,
+enum status trainer_after_step(const struct train_ctl *ctl, const struct train_config *tc,
 			       struct step_clock *clk, struct train_result *res, long *step,
 			       long total, const struct batch *b, long nmicro, float loss,
 			       double consumed, int stop, struct report *r, struct diag *d);

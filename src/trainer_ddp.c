@@ -12,22 +12,23 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"
 #include "signals.h"
 #include "trainer.h"
 
 struct ddp {
-	const struct options *o;
+	const struct train_config *tc;
 	struct world *w;
 	struct model *m;
+	struct optimizer *opt;
 	struct comm *c;
-	struct sgd_hparams h;
 	double wait;                /* host time blocked in wait_all */
 	float *stop_host;           /* (1) pinned: 1 if this rank was asked to stop */
 	const float *graph_x[2];    /* the host batch buffer each captured step reads */
 	int graph_off;              /* no (more) graphs: unsupported, or a capture failed */
-	struct bucket buckets[OPT_MAX_LAYERS];
+	struct bucket buckets[MODEL_MAX_LAYERS];
 	int nbuckets;
-	int closes[OPT_MAX_LAYERS]; /* bucket completed by layer l's backward, or -1 */
+	int closes[MODEL_MAX_LAYERS]; /* bucket completed by layer l's backward, or -1 */
 	enum status hook_st;
 	struct diag *d;
 };
@@ -41,13 +42,13 @@ static void ddp_layer_done(void *arg, int layer)
 	if (t->hook_st != ST_OK)
 		return;
 	if (b >= 0 && layer == 0) { /* the last bucket may complete here: watch and time it */
-		double tw = world_time();
+		double tw = clock_now();
 
 		world_watch_begin(t->w, "the gradient all-reduce");
 		t->hook_st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
 							t->buckets[b].len, 1, t->d);
 		world_watch_end(t->w);
-		t->wait += world_time() - tw;
+		t->wait += clock_now() - tw;
 	} else if (b >= 0) {
 		t->hook_st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
 							t->buckets[b].len, 0, t->d);
@@ -59,14 +60,14 @@ static void ddp_layer_done(void *arg, int layer)
 static enum status start_all_buckets(struct ddp *t)
 {
 	enum status st = ST_OK;
-	double tw = world_time();
+	double tw = clock_now();
 
 	world_watch_begin(t->w, "the gradient all-reduce");
 	for (int b = 0; b < t->nbuckets && st == ST_OK; b++)
 		st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
 						t->buckets[b].len, 1, t->d);
 	world_watch_end(t->w);
-	t->wait += world_time() - tw;
+	t->wait += clock_now() - tw;
 	return st;
 }
 
@@ -83,28 +84,28 @@ static enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulat
 	double tw;
 
 	ops->to_device(bctx, m->act[0], b->x, (size_t)b->n * in);
-	ops->to_device(bctx, m->target, b->y, (size_t)b->n * out);
+	ops->to_device(bctx, m->target, b->y, (size_t)b->n * loss_target_width(&t->tc->loss, out));
 	model_forward(m, b->n);
-	ops->mse(bctx, m->dbuf[0], m->grads + m->nparams + MODEL_SLOT_LOSS, m->act[m->nlayers],
-		 m->target, b->n, out, scale, accumulate);
+	loss_apply(&t->tc->loss, m->be, m->dbuf[0], m->grads + m->nparams + MODEL_SLOT_LOSS,
+		   m->act[m->nlayers], m->target, b->n, out, scale, accumulate);
 	if (sync) /* before backward starts the bucket that carries it */
 		ops->to_device(bctx, m->grads + m->nparams + MODEL_SLOT_STOP, t->stop_host, 1);
 	t->hook_st = ST_OK;
-	model_backward(m, b->n, accumulate, sync && t->o->overlap ? ddp_layer_done : NULL, t);
+	model_backward(m, b->n, accumulate, sync && t->tc->overlap ? ddp_layer_done : NULL, t);
 	if (!sync)
 		return ST_OK;
 	st = t->hook_st;
-	if (st == ST_OK && !t->o->overlap)
+	if (st == ST_OK && !t->tc->overlap)
 		st = start_all_buckets(t);
 	if (st != ST_OK)
 		return st;
-	tw = world_time();
+	tw = clock_now();
 	world_watch_begin(t->w, "the gradient all-reduce");
 	st = t->c->ops->wait_all(t->c->ctx, t->d);
 	world_watch_end(t->w);
-	t->wait += world_time() - tw;
+	t->wait += clock_now() - tw;
 	if (st == ST_OK)
-		ops->sgd(bctx, m->params, m->grads, m->mom, m->nparams, &t->h);
+		optimizer_step(t->opt);
 	return st;
 }
 
@@ -142,16 +143,16 @@ static enum status ddp_graph_step(struct ddp *t, const struct batch *b, float sc
 	return ops->graph_launch(bctx, slot, t->d);
 }
 
-enum status trainer_ddp(const struct options *o, struct world *w, struct model *m,
-			struct comm *c, const struct dataset *ds, const struct train_ctl *ctl,
-			struct report *r, struct train_result *res, struct diag *d)
+enum status trainer_ddp(const struct train_config *tc, struct world *w, struct model *m,
+			struct optimizer *opt, struct comm *c, const struct dataset *ds,
+			const struct train_ctl *ctl, struct report *r, struct train_result *res,
+			struct diag *d)
 {
 	const struct backend_ops *ops = m->be->ops;
 	void *bctx = m->be->ctx;
-	const size_t cap = (size_t)(o->bucket_mb * 1048576.0 / sizeof(float));
+	const size_t cap = (size_t)(tc->bucket_mb * 1048576.0 / sizeof(float));
 	const size_t first_cap = cap < 262144 ? cap : 262144; /* PyTorch: first bucket 1 MiB */
-	struct sgd_hparams h = {(float)o->lr, (float)o->momentum, (float)o->weight_decay};
-	struct ddp t = {.o = o, .w = w, .m = m, .c = c, .d = d, .h = h};
+	struct ddp t = {.tc = tc, .w = w, .m = m, .opt = opt, .c = c, .d = d};
 	struct loader L;
 	struct batch b;
 	float slots[MODEL_SLOTS] = {0};
@@ -162,8 +163,8 @@ enum status trainer_ddp(const struct options *o, struct world *w, struct model *
 	enum status st;
 
 	memset(res, 0, sizeof *res);
-	st = loader_init(&L, ds, w->size, w->rank, o->shuffle, o->drop_last, o->seed, o->batch_size,
-			 0, o->epochs, m->be, d);
+	st = loader_init(&L, ds, w->size, w->rank, tc->shuffle, tc->drop_last, tc->seed, tc->batch_size,
+			 0, tc->epochs, m->be, d);
 	if (st != ST_OK)
 		return st;
 	loader_seek(&L, ctl->start_epoch, ctl->start_mb);
@@ -179,20 +180,20 @@ enum status trainer_ddp(const struct options *o, struct world *w, struct model *
 	for (int k = 0; k < t.nbuckets; k++)
 		t.closes[t.buckets[k].lo] = k;
 
-	steps_per_epoch = (L.nmicro + o->grad_accum - 1) / o->grad_accum;
-	total = trainer_total_steps(ctl, L.nmicro, o->grad_accum, o->epochs, o->max_steps);
+	steps_per_epoch = (L.nmicro + tc->grad_accum - 1) / tc->grad_accum;
+	total = trainer_total_steps(ctl, L.nmicro, tc->grad_accum, tc->epochs, tc->max_steps);
 	report_note(r, "buckets: %d (cap %.3g MiB), %ld steps per epoch, %ld steps in all",
-		    t.nbuckets, o->bucket_mb, steps_per_epoch, total);
+		    t.nbuckets, tc->bucket_mb, steps_per_epoch, total);
 
 	/* Steps can be device graphs with a backend that records them and a communicator whose
 	 * collectives can be recorded (NCCL), for whole, single-micro-batch steps. */
-	graphs = ops->graph_begin != NULL && c->ops->capturable && o->grad_accum == 1;
+	graphs = ops->graph_begin != NULL && c->ops->capturable && tc->grad_accum == 1;
 	t.graph_off = !graphs;
-	clk.t0 = clk.t_last = trainer_now();
+	clk.t0 = clk.t_last = clock_now();
 	while (step < total && loader_next(&L, &b)) {
-		long gi = b.mb % o->grad_accum;
-		long group = L.nmicro - (b.mb - gi) < o->grad_accum ? L.nmicro - (b.mb - gi)
-								     : o->grad_accum;
+		long gi = b.mb % tc->grad_accum;
+		long group = L.nmicro - (b.mb - gi) < tc->grad_accum ? L.nmicro - (b.mb - gi)
+								     : tc->grad_accum;
 		int sync = gi == group - 1, done = 0;
 		float scale = 1.0f / ((float)w->size * (float)group);
 
@@ -200,7 +201,7 @@ enum status trainer_ddp(const struct options *o, struct world *w, struct model *
 		w->step = step + 1;
 		t.stop_host[0] = signals_pending() ? 1.0f : 0.0f;
 		st = ST_OK;
-		if (graphs && b.n == o->batch_size)
+		if (graphs && b.n == tc->batch_size)
 			st = ddp_graph_step(&t, &b, scale, step, &done);
 		if (st == ST_OK && !done)
 			st = ddp_micro(&t, &b, gi > 0, sync, scale);
@@ -215,7 +216,7 @@ enum status trainer_ddp(const struct options *o, struct world *w, struct model *
 		world_watch_begin(w, "the gradient all-reduce");
 		ops->to_host(bctx, slots, m->grads + m->nparams, MODEL_SLOTS);
 		world_watch_end(w);
-		st = trainer_after_step(ctl, o, &clk, res, &step, total, &b, L.nmicro,
+		st = trainer_after_step(ctl, tc, &clk, res, &step, total, &b, L.nmicro,
 					slots[MODEL_SLOT_LOSS], consumed * w->size,
 					slots[MODEL_SLOT_STOP] != 0.0f, r, d);
 		if (st != ST_OK)
@@ -224,7 +225,7 @@ enum status trainer_ddp(const struct options *o, struct world *w, struct model *
 	if (st == ST_OK)
 		st = ops->sync(bctx, d);
 	res->steps = step;
-	res->seconds = trainer_now() - clk.t0;
+	res->seconds = clock_now() - clk.t0;
 	res->wait_s = t.wait;
 	res->samples = consumed * w->size;
 	res->nreplicas = 1;

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock.h"
 #include "signals.h"
 #include "trainer.h"
 
@@ -46,8 +47,9 @@ struct dp_replica {
 };
 
 struct dp {
+	const struct train_config *tc;
 	int g;
-	struct dp_replica rep[OPT_MAX_REPLICAS];
+	struct dp_replica rep[TRAIN_MAX_REPLICAS];
 	pthread_barrier_t go, done;
 	enum dp_job job;
 	float *outputs;       /* replica 0: (batch, out) gathered outputs */
@@ -63,7 +65,7 @@ static void phase_end(struct dp *dp, struct backend *be, double *acc, double t0)
 {
 	if (dp->timed_sync)
 		be->ops->sync(be->ctx, NULL);
-	*acc += trainer_now() - t0;
+	*acc += clock_now() - t0;
 }
 
 /* The parallel part of a job, run by replica r's thread. */
@@ -78,16 +80,16 @@ static void run_job(struct dp_replica *r, enum dp_job job)
 		return;
 	if (job == JOB_FORWARD) {
 		if (r->id > 0) {
-			t = trainer_now();
+			t = clock_now();
 			ops->copy_peer(r->m->be->ctx, r->m->params, m0->be->ctx, m0->params, m0->nparams);
 			phase_end(dp, r->m->be, &r->st->seconds[DP_REPLICATE], t);
 			r->st->bytes_in += (double)m0->nparams * sizeof(float);
 		}
-		t = trainer_now();
+		t = clock_now();
 		model_forward(r->m, r->n);
 		phase_end(dp, r->m->be, &r->st->seconds[DP_FORWARD], t);
 	} else if (job == JOB_BACKWARD) {
-		t = trainer_now();
+		t = clock_now();
 		model_backward(r->m, r->n, r->accumulate, NULL, NULL);
 		phase_end(dp, r->m->be, &r->st->seconds[DP_BACKWARD], t);
 	}
@@ -157,7 +159,7 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 
 		if (r->n == 0)
 			continue;
-		t = trainer_now();
+		t = clock_now();
 		r->m->be->ops->to_device(r->m->be->ctx, r->m->act[0], hx + r->row0 * in,
 					 (size_t)r->n * in);
 		phase_end(dp, r->m->be, &r->st->seconds[DP_SCATTER], t);
@@ -165,8 +167,8 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 		if (i > 0)
 			r0->st->bytes_out += (double)pbytes; /* replica 0's weights, replicated */
 	}
-	t = trainer_now();
-	ops->to_device(c0, dp->targets, hy, (size_t)n * out);
+	t = clock_now();
+	ops->to_device(c0, dp->targets, hy, (size_t)n * loss_target_width(&dp->tc->loss, out));
 	phase_end(dp, m0->be, &r0->st->seconds[DP_SCATTER], t);
 	r0->st->bytes_in += (double)n * out * sizeof(float);
 
@@ -174,7 +176,7 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 	dispatch(dp, JOB_FORWARD);
 
 	/* Gather the outputs onto replica 0. */
-	t = trainer_now();
+	t = clock_now();
 	for (int i = 0; i < dp->g; i++) {
 		struct dp_replica *r = &dp->rep[i];
 
@@ -190,9 +192,9 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 	phase_end(dp, m0->be, &r0->st->seconds[DP_GATHER], t);
 
 	/* The loss over the whole batch, on replica 0. */
-	t = trainer_now();
-	ops->mse(c0, dp->dout, m0->grads + m0->nparams + MODEL_SLOT_LOSS, dp->outputs, dp->targets,
-		 n, out, scale, !first_in_group);
+	t = clock_now();
+	loss_apply(&dp->tc->loss, m0->be, dp->dout, m0->grads + m0->nparams + MODEL_SLOT_LOSS,
+		   dp->outputs, dp->targets, n, out, scale, !first_in_group);
 	phase_end(dp, m0->be, &r0->st->seconds[DP_LOSS], t);
 
 	/* Scatter the output gradient back with the same chunks. */
@@ -201,7 +203,7 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 
 		if (r->n == 0)
 			continue;
-		t = trainer_now();
+		t = clock_now();
 		r->m->be->ops->copy_peer(r->m->be->ctx, r->m->dbuf[0], c0, dp->dout + r->row0 * out,
 					 (size_t)r->n * out);
 		phase_end(dp, r->m->be, &r->st->seconds[DP_SCATTER], t);
@@ -214,7 +216,7 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 	dispatch(dp, JOB_BACKWARD);
 
 	/* Sum the replicas' gradients onto replica 0 (serially, as reduce_add does). */
-	t = trainer_now();
+	t = clock_now();
 	for (int i = 1; i < dp->g; i++) {
 		struct dp_replica *r = &dp->rep[i];
 
@@ -249,7 +251,7 @@ static void dp_free(struct dp *dp)
 		pthread_barrier_destroy(&dp->go);
 		pthread_barrier_destroy(&dp->done);
 	}
-	for (int i = 1; i < OPT_MAX_REPLICAS; i++) {
+	for (int i = 1; i < TRAIN_MAX_REPLICAS; i++) {
 		model_free(&dp->rep[i].own);
 		backend_free(&dp->rep[i].own_be);
 	}
@@ -299,7 +301,7 @@ static enum status dp_init(struct dp *dp, int g, struct model *m0, int max_batch
 		st = backend_init(&dp->rep[i].own_be, ops, &c, d);
 		if (st == ST_OK)
 			st = model_init(&dp->rep[i].own, &dp->rep[i].own_be, m0->widths, m0->nlayers,
-					chunk, 0, d);
+					chunk, d);
 		if (st != ST_OK) {
 			dp_free(dp);
 			return st;
@@ -335,15 +337,14 @@ static void dp_memory(struct dp *dp, struct train_result *res)
 	}
 }
 
-enum status trainer_dp(const struct options *o, int replicas, struct model *m0,
-		       const struct backend_config *cfg, const struct dataset *ds,
-		       const struct train_ctl *ctl, struct report *r, struct train_result *res,
-		       struct diag *d)
+enum status trainer_dp(const struct train_config *tc, int replicas, struct model *m0,
+		       struct optimizer *opt, const struct backend_config *cfg,
+		       const struct dataset *ds, const struct train_ctl *ctl, struct report *r,
+		       struct train_result *res, struct diag *d)
 {
 	const struct backend_ops *ops = m0->be->ops;
 	void *c0 = m0->be->ctx;
-	const long global = o->batch_size * replicas; /* samples per micro-batch */
-	struct sgd_hparams h = {(float)o->lr, (float)o->momentum, (float)o->weight_decay};
+	const long global = tc->batch_size * replicas; /* samples per micro-batch */
 	struct loader L;
 	struct batch b;
 	struct dp dp;
@@ -356,7 +357,7 @@ enum status trainer_dp(const struct options *o, int replicas, struct model *m0,
 	memset(res, 0, sizeof *res);
 	res->nreplicas = replicas;
 	/* One global order (world 1); batches of B*G; --drop-last drops the short one. */
-	st = loader_init(&L, ds, 1, 0, o->shuffle, 0, o->seed, global, o->drop_last, o->epochs,
+	st = loader_init(&L, ds, 1, 0, tc->shuffle, 0, tc->seed, global, tc->drop_last, tc->epochs,
 			 m0->be, d);
 	if (st != ST_OK) {
 		if (st == ST_USAGE)
@@ -370,16 +371,17 @@ enum status trainer_dp(const struct options *o, int replicas, struct model *m0,
 		loader_free(&L);
 		return st;
 	}
-	steps_per_epoch = (L.nmicro + o->grad_accum - 1) / o->grad_accum;
-	total = trainer_total_steps(ctl, L.nmicro, o->grad_accum, o->epochs, o->max_steps);
+	dp.tc = tc;
+	steps_per_epoch = (L.nmicro + tc->grad_accum - 1) / tc->grad_accum;
+	total = trainer_total_steps(ctl, L.nmicro, tc->grad_accum, tc->epochs, tc->max_steps);
 	report_note(r, "dp: %d replicas on worker threads, %ld samples per step split in chunks of %ld, %ld steps per epoch, %ld steps in all",
 		    replicas, global, (global + replicas - 1) / replicas, steps_per_epoch, total);
 
-	clk.t0 = clk.t_last = trainer_now();
+	clk.t0 = clk.t_last = clock_now();
 	while (step < total && loader_next(&L, &b)) {
-		long gi = b.mb % o->grad_accum;
-		long group = L.nmicro - (b.mb - gi) < o->grad_accum ? L.nmicro - (b.mb - gi)
-								     : o->grad_accum;
+		long gi = b.mb % tc->grad_accum;
+		long group = L.nmicro - (b.mb - gi) < tc->grad_accum ? L.nmicro - (b.mb - gi)
+								     : tc->grad_accum;
 		double t;
 
 		res->epochs = b.epoch + 1;
@@ -387,11 +389,11 @@ enum status trainer_dp(const struct options *o, int replicas, struct model *m0,
 		consumed += b.n;
 		if (gi != group - 1)
 			continue;
-		t = trainer_now();
-		ops->sgd(c0, m0->params, m0->grads, m0->mom, m0->nparams, &h);
+		t = clock_now();
+		optimizer_step(opt);
 		phase_end(&dp, m0->be, &res->rep[0].seconds[DP_STEP], t);
 		ops->to_host(c0, &loss, m0->grads + m0->nparams + MODEL_SLOT_LOSS, 1);
-		st = trainer_after_step(ctl, o, &clk, res, &step, total, &b, L.nmicro, loss, consumed,
+		st = trainer_after_step(ctl, tc, &clk, res, &step, total, &b, L.nmicro, loss, consumed,
 					signals_pending() != 0, r, d);
 		if (st != ST_OK)
 			break;
@@ -399,7 +401,7 @@ enum status trainer_dp(const struct options *o, int replicas, struct model *m0,
 	if (st == ST_OK)
 		st = ops->sync(c0, d);
 	res->steps = step;
-	res->seconds = trainer_now() - clk.t0;
+	res->seconds = clock_now() - clk.t0;
 	res->samples = consumed;
 	dp_memory(&dp, res);
 	dp_free(&dp);

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "signals.h"
 #include "world.h"
 
@@ -27,14 +28,6 @@ struct world_watch {
 	const char *_Atomic what;
 	int rank, quit;
 };
-
-static double mono_now(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 static void *watchdog_main(void *arg)
 {
@@ -58,7 +51,7 @@ static void *watchdog_main(void *arg)
 		if (x->quit)
 			break;
 		gen = atomic_load(&x->gen);
-		now = mono_now();
+		now = clock_now();
 		if (!(gen & 1) || gen != seen) { /* idle, or a new collective since the last look */
 			seen = gen;
 			since = now;
@@ -146,7 +139,7 @@ static void watchdog_stop(struct world *w)
 	w->watch = NULL;
 }
 
-static enum status mpi_fail(struct diag *d, int rc, const char *call)
+enum status world_mpi_error(struct diag *d, int rc, const char *call)
 {
 	char msg[MPI_MAX_ERROR_STRING];
 	int len = 0;
@@ -177,7 +170,7 @@ enum status world_init(struct world *w, int *argc, char ***argv, struct diag *d)
 	MPI_Comm_size(w->comm, &w->size);
 	rc = MPI_Comm_split_type(w->comm, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &w->local);
 	if (rc != MPI_SUCCESS)
-		return mpi_fail(d, rc, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+		return world_mpi_error(d, rc, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
 	MPI_Comm_rank(w->local, &w->local_rank);
 	MPI_Comm_size(w->local, &w->local_size);
 	return ST_OK;
@@ -251,7 +244,7 @@ enum status world_check_config(struct world *w, const char *text, struct diag *d
 	rc = MPI_Bcast(root, sizeof root, MPI_CHAR, 0, w->comm);
 	world_watch_end(w);
 	if (rc != MPI_SUCCESS)
-		return mpi_fail(d, rc, "MPI_Bcast(configuration)");
+		return world_mpi_error(d, rc, "MPI_Bcast(configuration)");
 	/* Compare line by line; the lines are in the same order on every rank. */
 	a = text;
 	b = root;
@@ -285,7 +278,7 @@ enum status world_bcast(struct world *w, void *buf, size_t len, int root, struct
 	world_watch_begin(w, "a broadcast from rank 0");
 	rc = MPI_Bcast(buf, (int)len, MPI_BYTE, root, w->comm);
 	world_watch_end(w);
-	return rc == MPI_SUCCESS ? ST_OK : mpi_fail(d, rc, "MPI_Bcast");
+	return rc == MPI_SUCCESS ? ST_OK : world_mpi_error(d, rc, "MPI_Bcast");
 }
 
 enum status world_local_allgather(struct world *w, const void *mine, size_t len, void *all,
@@ -293,7 +286,7 @@ enum status world_local_allgather(struct world *w, const void *mine, size_t len,
 {
 	int rc = MPI_Allgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, w->local);
 
-	return rc == MPI_SUCCESS ? ST_OK : mpi_fail(d, rc, "MPI_Allgather(node)");
+	return rc == MPI_SUCCESS ? ST_OK : world_mpi_error(d, rc, "MPI_Allgather(node)");
 }
 
 enum status world_gather(struct world *w, const void *mine, size_t len, void *all, struct diag *d)
@@ -303,12 +296,7 @@ enum status world_gather(struct world *w, const void *mine, size_t len, void *al
 	world_watch_begin(w, "the statistics gather");
 	rc = MPI_Gather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, 0, w->comm);
 	world_watch_end(w);
-	return rc == MPI_SUCCESS ? ST_OK : mpi_fail(d, rc, "MPI_Gather(statistics)");
-}
-
-double world_time(void)
-{
-	return MPI_Wtime();
+	return rc == MPI_SUCCESS ? ST_OK : world_mpi_error(d, rc, "MPI_Gather(statistics)");
 }
 
 void world_free(struct world *w)

@@ -28,6 +28,9 @@ struct world {
 /* Ranks in this job as the launcher's environment says, without starting MPI: 1 when no
  * launcher is seen (a singleton) or it started one rank, 0 when it does not say. */
 int world_launch_size(void);
+/* The one translation of an MPI error code: ST_RUNTIME with "CALL failed: MPI's message". */
+enum status world_mpi_error(struct diag *d, int rc, const char *call);
+
 enum status world_init(struct world *w, int *argc, char ***argv, struct diag *d);
 /* Every rank calls this with its own status. Returns the agreed (most severe) status;
  * *reporter is set to 1 on exactly one rank that saw it, the one that should print. */
@@ -58,8 +61,6 @@ void world_watch_begin(struct world *w, const char *what);
 void world_watch_end(struct world *w);
 /* Gather len bytes from every rank into all (size * len bytes) on rank 0. */
 enum status world_gather(struct world *w, const void *mine, size_t len, void *all, struct diag *d);
-/* Wall-clock seconds (MPI_Wtime). */
-double world_time(void);
 /* Safe to call twice. */
 void world_free(struct world *w);
 

@@ -98,7 +98,6 @@ int main(int argc, char **argv)
 	{
 		enum { N = 37, IN = 96, OUT = 64 };
 		struct pair x, w, b, y, dy, dx, dw, db, t, loss, p, g, m, acts;
-		struct sgd_hparams h0 = {0.01f, 0.0f, 0.0f}, h1 = {0.01f, 0.9f, 0.001f};
 
 		pair_init(&x, N * IN, 1);
 		pair_init(&w, OUT * IN, 2);
@@ -140,13 +139,17 @@ int main(int argc, char **argv)
 			check(acc ? "mse loss (accumulate)" : "mse loss", &loss);
 			check("mse gradient", &dy);
 		}
-		cpu.ops->sgd(cpu.ctx, p.c, g.c, NULL, p.n, &h0);
-		gpu.ops->sgd(gpu.ctx, p.g, g.g, NULL, p.n, &h0);
-		check("sgd", &p);
-		cpu.ops->sgd(cpu.ctx, p.c, g.c, m.c, p.n, &h1);
-		gpu.ops->sgd(gpu.ctx, p.g, g.g, m.g, p.n, &h1);
-		check("sgd momentum+wd params", &p);
-		check("sgd momentum buffer", &m);
+		/* The three forms optimizer.c uses: SGD without momentum (z is y), the momentum
+		 * buffer (z another buffer), the step along the buffer (no z). */
+		cpu.ops->axpbz(cpu.ctx, p.c, 1.0f, -0.01f, g.c, 0.001f, p.c, p.n);
+		gpu.ops->axpbz(gpu.ctx, p.g, 1.0f, -0.01f, g.g, 0.001f, p.g, p.n);
+		check("axpbz (sgd, wd)", &p);
+		cpu.ops->axpbz(cpu.ctx, m.c, 0.9f, 1.0f, g.c, 0.001f, p.c, m.n);
+		gpu.ops->axpbz(gpu.ctx, m.g, 0.9f, 1.0f, g.g, 0.001f, p.g, m.n);
+		check("axpbz (momentum buffer)", &m);
+		cpu.ops->axpbz(cpu.ctx, p.c, 1.0f, -0.01f, m.c, 0.0f, NULL, p.n);
+		gpu.ops->axpbz(gpu.ctx, p.g, 1.0f, -0.01f, m.g, 0.0f, NULL, p.n);
+		check("axpbz (no z)", &p);
 		cpu.ops->add(cpu.ctx, g.c, m.c, g.n);
 		gpu.ops->add(gpu.ctx, g.g, m.g, g.n);
 		check("add", &g);

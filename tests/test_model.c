@@ -13,6 +13,7 @@
 
 #include "backend.h"
 #include "model.h"
+#include "optimizer.h"
 #include "rng.h"
 
 static const struct backend_ops *ops = &backend_cpu_ops;
@@ -147,15 +148,47 @@ static void test_mse_matches_hand_computed_values(void **state)
 	assert_float_equal(dy[3], 0.375, 1e-7);
 }
 
+/* A one-weight, one-bias model (nparams 2) on the CPU, stepped by an SGD optimizer. */
+struct sgd_rig {
+	struct backend be;
+	struct model m;
+	struct optimizer opt;
+};
+
+static void sgd_rig_init(struct sgd_rig *r, float lr, float momentum, float weight_decay)
+{
+	const int widths[2] = {1, 1};
+	struct optimizer_hparams h = {OPTIM_SGD, lr, momentum, weight_decay};
+	struct backend_config cfg = {0, 0};
+	struct diag d = {0};
+
+	assert_int_equal(backend_init(&r->be, ops, &cfg, &d), ST_OK);
+	assert_int_equal(model_init(&r->m, &r->be, widths, 1, 1, &d), ST_OK);
+	assert_int_equal(r->m.nparams, 2);
+	assert_int_equal(optimizer_init(&r->opt, &r->m, &h, &d), ST_OK);
+	assert_int_equal(r->m.narenas, momentum != 0.0f ? 2 : 1);
+}
+
+static void sgd_rig_free(struct sgd_rig *r)
+{
+	model_free(&r->m);
+	backend_free(&r->be);
+}
+
 static void test_sgd_plain_step(void **state)
 {
-	float p[2] = {1.0f, -2.0f};
-	const float g[2] = {0.5f, 0.25f};
-	struct sgd_hparams h = {0.1f, 0.0f, 0.0f};
+	struct sgd_rig r;
 
-	ops->sgd(NULL, p, g, NULL, 2, &h);
-	assert_float_equal(p[0], 0.95, 1e-7);
-	assert_float_equal(p[1], -2.025, 1e-7);
+	sgd_rig_init(&r, 0.1f, 0.0f, 0.0f);
+	r.m.params[0] = 1.0f;
+	r.m.params[1] = -2.0f;
+	r.m.grads[0] = 0.5f;
+	r.m.grads[1] = 0.25f;
+	optimizer_step(&r.opt);
+	assert_float_equal(r.m.params[0], 0.95, 1e-7);
+	assert_float_equal(r.m.params[1], -2.025, 1e-7);
+	assert_int_equal(r.opt.step, 1);
+	sgd_rig_free(&r);
 }
 
 static void test_sgd_momentum_and_weight_decay_match_torch_by_hand(void **state)
@@ -164,15 +197,22 @@ static void test_sgd_momentum_and_weight_decay_match_torch_by_hand(void **state)
 	 * step 1: d = 0.5 + 0.01*1 = 0.51; buf = 0.51; p = 1 - 0.051 = 0.949
 	 * step 2: d = 0.2 + 0.01*0.949 = 0.20949; buf = 0.9*0.51 + 0.20949 = 0.66849;
 	 *         p = 0.949 - 0.066849 = 0.882151 */
-	float p[1] = {1.0f}, m[1] = {0.0f}, g1[1] = {0.5f}, g2[1] = {0.2f};
-	struct sgd_hparams h = {0.1f, 0.9f, 0.01f};
+	struct sgd_rig r;
+	float *p, *m;
 
-	ops->sgd(NULL, p, g1, m, 1, &h);
+	sgd_rig_init(&r, 0.1f, 0.9f, 0.01f);
+	p = r.m.params;
+	m = r.opt.momentum_buffer;
+	p[0] = 1.0f;
+	r.m.grads[0] = 0.5f;
+	optimizer_step(&r.opt);
 	assert_float_equal(m[0], 0.51, 1e-7);
 	assert_float_equal(p[0], 0.949, 1e-7);
-	ops->sgd(NULL, p, g2, m, 1, &h);
+	r.m.grads[0] = 0.2f;
+	optimizer_step(&r.opt);
 	assert_float_equal(m[0], 0.66849, 1e-6);
 	assert_float_equal(p[0], 0.882151, 1e-6);
+	sgd_rig_free(&r);
 }
 
 /* Model loss for the current params on act[0]/target (n rows). */
@@ -198,7 +238,7 @@ static void test_model_backward_matches_finite_differences(void **state)
 	struct backend_config cfg = {0, 0};
 
 	assert_int_equal(backend_init(&be, ops, &cfg, &d), ST_OK);
-	assert_int_equal(model_init(&m, &be, widths, 3, n, 0, &d), ST_OK);
+	assert_int_equal(model_init(&m, &be, widths, 3, n, &d), ST_OK);
 	assert_int_equal(m.nparams, 5 * 3 + 5 + 4 * 5 + 4 + 2 * 4 + 2);
 	model_init_host(&m, 11, m.params);
 	fill(m.act[0], (size_t)n * 3, 12);
@@ -249,7 +289,7 @@ static void test_model_layout_follows_state_dict_order(void **state)
 {
 	const int widths[3] = {10, 10, 5};
 	struct model m;
-	char name[32];
+	struct model_tensor t[4];
 
 	model_layout(&m, widths, 2);
 	assert_int_equal(m.nparams, 165);
@@ -257,10 +297,11 @@ static void test_model_layout_follows_state_dict_order(void **state)
 	assert_int_equal(m.b_off[0], 100);
 	assert_int_equal(m.w_off[1], 110);
 	assert_int_equal(m.b_off[1], 160);
-	model_tensor_name(0, name, sizeof name);
-	assert_string_equal(name, "net1.weight");
-	model_tensor_name(3, name, sizeof name);
-	assert_string_equal(name, "net2.bias");
+	m.narenas = 1;
+	m.arena[0].name = "";
+	assert_int_equal(model_state_dict(&m, 0, 1, t), 4);
+	assert_string_equal(t[0].name, "net1.weight");
+	assert_string_equal(t[3].name, "net2.bias");
 }
 
 static void test_buckets_are_contiguous_and_cover_all_gradients(void **state)

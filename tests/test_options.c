@@ -267,6 +267,40 @@ static void test_options_help_shows_the_defaults_in_effect(void **state)
 	free(text);
 }
 
+static void test_options_settings_text_comes_from_the_table_and_parses_back(void **state)
+{
+	struct options o, again;
+	struct diag d;
+	char text[2048] = "", *argv[64], *line;
+	int argc = 0;
+
+	assert_int_equal(parse(&o, &d, "--layers=8,4,2", "--lr=0.05", "--momentum=0.9",
+			       "--no-shuffle", "--mode=dp", "--epochs=3", NULL), ST_OK);
+	options_format_settings(&o, OPT_SCOPE_RESUME, text, sizeof text);
+	assert_string_equal(text, "--layers=8,4,2\n--batch-size=20\n--lr=0.05\n--momentum=0.9\n"
+				  "--weight-decay=0\n--grad-accum=1\n--seed=0\n--shuffle=0\n"
+				  "--drop-last=0\n--mode=dp\n");
+	/* The run scope adds the rest, after what is already in the buffer. */
+	options_format_settings(&o, OPT_SCOPE_RUN, text, sizeof text);
+	assert_non_null(strstr(text, "--mode=dp\n--epochs=3\n--max-steps=0\n"));
+	assert_non_null(strstr(text, "--no-overlap=0\n"));
+	/* The resume lines are options: parsed again they give the same settings. */
+	text[0] = '\0';
+	options_format_settings(&o, OPT_SCOPE_RESUME, text, sizeof text);
+	argv[argc++] = "ddptrain";
+	for (line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n"))
+		if (strncmp(line, "--shuffle=", 10) != 0 && strncmp(line, "--drop-last=", 12) != 0)
+			argv[argc++] = line; /* switches: printed as 0/1, set by their own flags */
+	argv[argc++] = "--no-shuffle";
+	argv[argc] = NULL;
+	memset(&d, 0, sizeof d);
+	assert_int_equal(options_parse(&again, argc, argv, &d), ST_OK);
+	assert_int_equal(again.nlayers, 2);
+	assert_true(again.lr == o.lr && again.momentum == o.momentum);
+	assert_int_equal(again.mode, MODE_DP);
+	assert_int_equal(again.shuffle, 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -285,6 +319,7 @@ int main(void)
 		cmocka_unit_test(test_options_unique_prefix_means_the_flag),
 		cmocka_unit_test(test_options_switch_given_a_value_is_refused),
 		cmocka_unit_test(test_options_help_shows_the_defaults_in_effect),
+		cmocka_unit_test(test_options_settings_text_comes_from_the_table_and_parses_back),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cuda_ctx.h"
+#include "cuda_module.h" /* this file's prototypes, as module.c sees them */
 
 #define THREADS 256
 
@@ -148,17 +149,15 @@ __global__ void k_mse_pass2(float *loss, const float *partials, int nparts, doub
 		*loss = (accumulate ? *loss : 0.0f) + (float)((double)scale * sum / m);
 }
 
-__global__ void k_sgd(float *p, const float *g, float *mom, size_t n, float lr, float mu, float wd)
+/* y = a y + c (x + b z), or a y + c x without z; (x + b z) rounded first, as on the CPU. */
+__global__ void k_axpbz(float *y, float a, float c, const float *x, float b, const float *z,
+			size_t n)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x) {
-		float d = g[i] + wd * p[i];
+		float t = z != NULL ? __fadd_rn(x[i], __fmul_rn(b, z[i])) : x[i];
 
-		if (mom != NULL) {
-			mom[i] = mu * mom[i] + d;
-			d = mom[i];
-		}
-		p[i] -= lr * d;
+		y[i] = __fadd_rn(__fmul_rn(a, y[i]), __fmul_rn(c, t));
 	}
 }
 
@@ -394,15 +393,14 @@ extern "C" void cuda_mse(void *ctx, float *dy, float *loss, const float *y, cons
 	LAUNCH_CHECK(c, "k_mse_pass2");
 }
 
-extern "C" void cuda_sgd(void *ctx, float *p, const float *g, float *m, size_t n,
-			 const struct sgd_hparams *h)
+extern "C" void cuda_axpbz(void *ctx, float *y, float a, float c, const float *x, float b,
+			   const float *z, size_t n)
 {
-	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+	struct cuda_ctx *cx = (struct cuda_ctx *)ctx;
 
-	use(c);
-	k_sgd<<<blocks_for(n), THREADS, 0, c->stream>>>(p, g, h->momentum != 0.0f ? m : NULL, n,
-							h->lr, h->momentum, h->weight_decay);
-	LAUNCH_CHECK(c, "k_sgd");
+	use(cx);
+	k_axpbz<<<blocks_for(n), THREADS, 0, cx->stream>>>(y, a, c, x, b, z, n);
+	LAUNCH_CHECK(cx, "k_axpbz");
 }
 
 extern "C" enum status cuda_sync(void *ctx, struct diag *d)

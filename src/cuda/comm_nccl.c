@@ -12,10 +12,11 @@
 #include <nccl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock.h"
 #include "comm.h"
 #include "cuda_ctx.h"
+#include "cuda_module.h" /* nccl_unique_id, nccl_comm_init as module.c sees them */
 #include "gpu.h"
 
 struct nccl_ctx {
@@ -42,9 +43,8 @@ static enum status cuda_fail(struct diag *d, cudaError_t rc, const char *call)
 /* Wait for the communication stream, watching NCCL's asynchronous errors and the clock. */
 static enum status wait_stream(struct nccl_ctx *c, cudaStream_t s, const char *what, struct diag *d)
 {
-	struct timespec t0, t;
+	double t0 = clock_now();
 
-	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
 		cudaError_t q = cudaStreamQuery(s);
 		ncclResult_t async = ncclSuccess;
@@ -59,8 +59,7 @@ static enum status wait_stream(struct nccl_ctx *c, cudaStream_t s, const char *w
 			c->comm = NULL;
 			return nccl_fail(d, async, what);
 		}
-		clock_gettime(CLOCK_MONOTONIC, &t);
-		if (c->timeout_s > 0 && t.tv_sec - t0.tv_sec > c->timeout_s) {
+		if (c->timeout_s > 0 && clock_now() - t0 > c->timeout_s) {
 			ncclCommAbort(c->comm);
 			c->comm = NULL;
 			return diag_set(d, ST_RUNTIME, "%s: no progress for %d s: a peer rank is gone or stalled",

@@ -10,40 +10,8 @@
 #include <string.h>
 
 #include "cuda_ctx.h"
+#include "cuda_module.h" /* the backend and NCCL functions of this table */
 #include "gpu.h"
-
-/* backend_cuda.cu */
-enum status cuda_init(void **out, const struct backend_config *cfg, struct diag *d);
-void cuda_fini(void *ctx);
-enum status cuda_bind(void *ctx, struct diag *d);
-float *cuda_alloc(void *ctx, size_t n);
-void cuda_free(void *ctx, float *p);
-float *cuda_host_alloc(void *ctx, size_t n);
-void cuda_host_free(void *ctx, float *p);
-void cuda_to_device(void *ctx, float *dst, const float *src, size_t n);
-void cuda_to_host(void *ctx, float *dst, const float *src, size_t n);
-void cuda_copy(void *ctx, float *dst, const float *src, size_t n);
-void cuda_copy_peer(void *ctx, float *dst, void *src_ctx, const float *src, size_t n);
-void cuda_add(void *ctx, float *dst, const float *src, size_t n);
-void cuda_linear_forward(void *ctx, float *y, const float *x, const float *w, const float *b,
-			 int n, int in, int out, int relu);
-void cuda_linear_backward(void *ctx, float *dx, float *dw, float *db, const float *dy,
-			  const float *x, const float *w, int n, int in, int out, int accumulate);
-void cuda_relu_forward(void *ctx, float *y, size_t n);
-void cuda_relu_backward(void *ctx, float *dy, const float *y, size_t n);
-void cuda_mse(void *ctx, float *dy, float *loss, const float *y, const float *t, int n, int width,
-	      float scale, int accumulate);
-void cuda_sgd(void *ctx, float *p, const float *g, float *m, size_t n, const struct sgd_hparams *h);
-enum status cuda_sync(void *ctx, struct diag *d);
-size_t cuda_mem_used(void *ctx);
-enum status cuda_graph_begin(void *ctx, struct diag *d);
-enum status cuda_graph_end(void *ctx, int slot, struct diag *d);
-enum status cuda_graph_launch(void *ctx, int slot, struct diag *d);
-/* comm_nccl.c */
-enum status nccl_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], struct diag *d);
-enum status nccl_comm_init(struct comm *out, struct backend *be,
-			   const unsigned char id[GPU_NCCL_ID_BYTES], int rank, int size,
-			   int timeout_s, struct diag *d);
 
 static const struct backend_ops backend_cuda_ops = {
 	.name = "cuda",
@@ -65,7 +33,7 @@ static const struct backend_ops backend_cuda_ops = {
 	.relu_forward = cuda_relu_forward,
 	.relu_backward = cuda_relu_backward,
 	.mse = cuda_mse,
-	.sgd = cuda_sgd,
+	.axpbz = cuda_axpbz,
 	.sync = cuda_sync,
 	.mem_used = cuda_mem_used,
 	.graph_begin = cuda_graph_begin,

@@ -1,0 +1,61 @@
+/*
+ * cuda_module.h - the functions the CUDA module's files define for module.c's
+ * tables (backend_cuda.cu: the backend's operations; comm_nccl.c: the NCCL
+ * communicator). Every defining file includes it, so the compiler checks each
+ * definition against the prototype the table is built from.
+ */
+#ifndef DDPT_CUDA_MODULE_H
+#define DDPT_CUDA_MODULE_H
+
+#include <stddef.h>
+
+#include "backend.h"
+#include "comm.h"
+#include "gpu.h"
+#include "status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* module.c: the entry point gpu.c finds by dlsym(GPU_MODULE_SYMBOL). */
+const struct gpu_module *ddptrain_gpu_module(void);
+/* backend_cuda.cu */
+enum status cuda_init(void **out, const struct backend_config *cfg, struct diag *d);
+void cuda_fini(void *ctx);
+enum status cuda_bind(void *ctx, struct diag *d);
+float *cuda_alloc(void *ctx, size_t n);
+void cuda_free(void *ctx, float *p);
+float *cuda_host_alloc(void *ctx, size_t n);
+void cuda_host_free(void *ctx, float *p);
+void cuda_to_device(void *ctx, float *dst, const float *src, size_t n);
+void cuda_to_host(void *ctx, float *dst, const float *src, size_t n);
+void cuda_copy(void *ctx, float *dst, const float *src, size_t n);
+void cuda_copy_peer(void *ctx, float *dst, void *src_ctx, const float *src, size_t n);
+void cuda_add(void *ctx, float *dst, const float *src, size_t n);
+void cuda_linear_forward(void *ctx, float *y, const float *x, const float *w, const float *b,
+			 int n, int in, int out, int relu);
+void cuda_linear_backward(void *ctx, float *dx, float *dw, float *db, const float *dy,
+			  const float *x, const float *w, int n, int in, int out, int accumulate);
+void cuda_relu_forward(void *ctx, float *y, size_t n);
+void cuda_relu_backward(void *ctx, float *dy, const float *y, size_t n);
+void cuda_mse(void *ctx, float *dy, float *loss, const float *y, const float *t, int n, int width,
+	      float scale, int accumulate);
+void cuda_axpbz(void *ctx, float *y, float a, float c, const float *x, float b, const float *z,
+		size_t n);
+enum status cuda_sync(void *ctx, struct diag *d);
+size_t cuda_mem_used(void *ctx);
+enum status cuda_graph_begin(void *ctx, struct diag *d);
+enum status cuda_graph_end(void *ctx, int slot, struct diag *d);
+enum status cuda_graph_launch(void *ctx, int slot, struct diag *d);
+/* comm_nccl.c */
+enum status nccl_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], struct diag *d);
+enum status nccl_comm_init(struct comm *out, struct backend *be,
+			   const unsigned char id[GPU_NCCL_ID_BYTES], int rank, int size,
+			   int timeout_s, struct diag *d);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,262 @@
+/* test_checkpoint.c - the state dict in files: checkpoints round-trip, are verified
+ * (configuration, checksum, finiteness), and --init / --save use the same names. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "checkpoint.h"
+#include "optimizer.h"
+
+static char dir[] = "/tmp/test_checkpoint.XXXXXX";
+static struct backend be;
+
+static int setup(void **state)
+{
+	struct backend_config cfg = {0, 0};
+	struct diag d = {0};
+
+	if (mkdtemp(dir) == NULL)
+		return -1;
+	return backend_init(&be, &backend_cpu_ops, &cfg, &d) == ST_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+	char cmd[128];
+
+	backend_free(&be);
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static const char *path_in_dir(const char *name)
+{
+	static char buf[4][128];
+	static int i;
+
+	i = (i + 1) % 4;
+	snprintf(buf[i], sizeof buf[i], "%s/%s", dir, name);
+	return buf[i];
+}
+
+/* A model of these widths with SGD state (momentum adds an arena), and host room for its
+ * whole state dict filled with a pattern. */
+struct rig {
+	struct model m;
+	struct optimizer opt;
+	float *host;
+};
+
+static void rig_init(struct rig *r, const int *widths, int nlayers, float momentum, float base)
+{
+	struct optimizer_hparams h = {OPTIM_SGD, 0.1f, momentum, 0.0f};
+	struct diag d = {0};
+	size_t n;
+
+	assert_int_equal(model_init(&r->m, &be, widths, nlayers, 1, &d), ST_OK);
+	assert_int_equal(optimizer_init(&r->opt, &r->m, &h, &d), ST_OK);
+	n = r->m.nparams * (size_t)r->m.narenas;
+	r->host = calloc(n, sizeof *r->host);
+	assert_non_null(r->host);
+	for (size_t i = 0; i < n; i++)
+		r->host[i] = base + 0.25f * (float)i;
+}
+
+static void rig_free(struct rig *r)
+{
+	free(r->host);
+	model_free(&r->m);
+}
+
+static const int widths[3] = {4, 3, 2};
+static const char *config = "--layers=4,3,2\n--lr=0.1\n--momentum=0.9\n";
+
+static void test_checkpoint_round_trips_weights_momentum_and_position(void **state)
+{
+	struct rig a, b;
+	struct ckpt_pos pos = {7, 1, 3, 2}, got = {0};
+	struct diag d = {0};
+	const char *path = path_in_dir("ck.st");
+
+	rig_init(&a, widths, 2, 0.9f, 1.0f);
+	rig_init(&b, widths, 2, 0.9f, -5.0f);
+	assert_int_equal(a.m.narenas, 2);
+	assert_int_equal(checkpoint_save(path, 0, &a.m, a.host, &pos, config, &d), ST_OK);
+	assert_int_equal(checkpoint_load(path, &b.m, config, b.host, &got, &d), ST_OK);
+	assert_memory_equal(b.host, a.host, a.m.nparams * 2 * sizeof(float));
+	assert_int_equal(got.step, 7);
+	assert_int_equal(got.epoch, 1);
+	assert_int_equal(got.next_mb, 3);
+	assert_int_equal(got.world, 2);
+	rig_free(&a);
+	rig_free(&b);
+}
+
+static void test_checkpoint_without_momentum_loads_zero_momentum(void **state)
+{
+	struct rig a, b;
+	struct ckpt_pos pos = {1, 0, 1, 1}, got = {0};
+	struct diag d = {0};
+	const char *path = path_in_dir("plain.st");
+
+	rig_init(&a, widths, 2, 0.0f, 1.0f);
+	rig_init(&b, widths, 2, 0.9f, -5.0f);
+	assert_int_equal(checkpoint_save(path, 0, &a.m, a.host, &pos, config, &d), ST_OK);
+	assert_int_equal(checkpoint_load(path, &b.m, config, b.host, &got, &d), ST_OK);
+	assert_memory_equal(b.host, a.host, a.m.nparams * sizeof(float));
+	for (size_t i = 0; i < b.m.nparams; i++)
+		assert_true(b.host[b.m.nparams + i] == 0.0f);
+	rig_free(&a);
+	rig_free(&b);
+}
+
+static void test_checkpoint_refuses_another_configuration_naming_the_flag(void **state)
+{
+	struct rig a;
+	struct ckpt_pos pos = {1, 0, 1, 1}, got = {0};
+	struct diag d = {0};
+	const char *path = path_in_dir("cfg.st");
+
+	rig_init(&a, widths, 2, 0.9f, 1.0f);
+	assert_int_equal(checkpoint_save(path, 0, &a.m, a.host, &pos, config, &d), ST_OK);
+	assert_int_equal(checkpoint_load(path, &a.m, "--layers=4,3,2\n--lr=0.2\n", a.host, &got, &d),
+			 ST_USAGE);
+	assert_non_null(strstr(d.msg, "was written with --lr=0.1; this run has --lr=0.2"));
+	rig_free(&a);
+}
+
+static void test_checkpoint_detects_corrupt_tensor_data(void **state)
+{
+	struct rig a;
+	struct ckpt_pos pos = {1, 0, 1, 1}, got = {0};
+	struct diag d = {0};
+	const char *path = path_in_dir("bad.st");
+	FILE *f;
+	long size;
+
+	rig_init(&a, widths, 2, 0.9f, 1.0f);
+	assert_int_equal(checkpoint_save(path, 0, &a.m, a.host, &pos, config, &d), ST_OK);
+	f = fopen(path, "r+b");
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	size = ftell(f);
+	fseek(f, size - 3, SEEK_SET); /* inside the last tensor */
+	fputc(0x55, f);
+	fclose(f);
+	assert_int_equal(checkpoint_load(path, &a.m, config, a.host, &got, &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "checksum mismatch"));
+	rig_free(&a);
+}
+
+static void test_checkpoint_is_not_written_from_non_finite_state(void **state)
+{
+	struct rig a;
+	struct ckpt_pos pos = {3, 0, 1, 1};
+	struct diag d = {0};
+	const char *path = path_in_dir("nan.st");
+
+	rig_init(&a, widths, 2, 0.9f, 1.0f);
+	a.host[a.m.nparams + 2] = NAN; /* in the momentum buffer */
+	assert_int_equal(checkpoint_save(path, 0, &a.m, a.host, &pos, config, &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "not written at step 3"));
+	assert_int_equal(access(path, F_OK), -1);
+	rig_free(&a);
+}
+
+static void test_checkpoint_keeps_the_last_k_numbered_copies(void **state)
+{
+	struct rig a;
+	struct diag d = {0};
+	const char *path = path_in_dir("keep.st");
+
+	rig_init(&a, widths, 2, 0.0f, 1.0f);
+	for (long s = 1; s <= 3; s++) {
+		struct ckpt_pos pos = {s, 0, s, 1};
+
+		assert_int_equal(checkpoint_save(path, 2, &a.m, a.host, &pos, config, &d), ST_OK);
+	}
+	assert_int_equal(access(path_in_dir("keep.st.step-00000001"), F_OK), -1);
+	assert_int_equal(access(path_in_dir("keep.st.step-00000002"), F_OK), 0);
+	assert_int_equal(access(path_in_dir("keep.st.step-00000003"), F_OK), 0);
+	rig_free(&a);
+}
+
+static void test_init_reads_the_weights_of_save_and_of_a_checkpoint(void **state)
+{
+	struct rig a, b;
+	struct ckpt_pos pos = {1, 0, 1, 1};
+	struct diag d = {0};
+
+	rig_init(&a, widths, 2, 0.9f, 1.0f);
+	rig_init(&b, widths, 2, 0.0f, -5.0f);
+	assert_int_equal(checkpoint_write_weights(path_in_dir("w.st"), &a.m, a.host, &d), ST_OK);
+	assert_int_equal(checkpoint_read_weights(path_in_dir("w.st"), &b.m, b.host, &d), ST_OK);
+	assert_memory_equal(b.host, a.host, a.m.nparams * sizeof(float));
+	/* A checkpoint's momentum buffers are not weights: skipped, not refused. */
+	assert_int_equal(checkpoint_save(path_in_dir("c.st"), 0, &a.m, a.host, &pos, config, &d), ST_OK);
+	memset(b.host, 0, b.m.nparams * sizeof(float));
+	assert_int_equal(checkpoint_read_weights(path_in_dir("c.st"), &b.m, b.host, &d), ST_OK);
+	assert_memory_equal(b.host, a.host, a.m.nparams * sizeof(float));
+	rig_free(&a);
+	rig_free(&b);
+}
+
+static void test_init_is_strict_about_names_and_shapes(void **state)
+{
+	const int deeper[4] = {4, 3, 2, 2}, wider[3] = {4, 5, 2};
+	struct rig a, deep, wide;
+	struct diag d = {0};
+
+	rig_init(&a, widths, 2, 0.0f, 1.0f);
+	rig_init(&deep, deeper, 3, 0.0f, 1.0f);
+	rig_init(&wide, wider, 2, 0.0f, 1.0f);
+	assert_int_equal(checkpoint_write_weights(path_in_dir("deep.st"), &deep.m, deep.host, &d), ST_OK);
+	assert_int_equal(checkpoint_read_weights(path_in_dir("deep.st"), &a.m, a.host, &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "unexpected tensor 'net3.weight': --layers has net1 to net2"));
+	memset(&d, 0, sizeof d); /* a diag keeps its first message */
+	assert_int_equal(checkpoint_read_weights(path_in_dir("w.st"), &deep.m, deep.host, &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "no tensor 'net3.weight'"));
+	memset(&d, 0, sizeof d);
+	assert_int_equal(checkpoint_read_weights(path_in_dir("w.st"), &wide.m, wide.host, &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "tensor 'net1.weight' has the wrong shape; --layers needs [5, 4]"));
+	rig_free(&a);
+	rig_free(&deep);
+	rig_free(&wide);
+}
+
+static void test_config_diff_names_the_first_differing_or_missing_line(void **state)
+{
+	char h[64], w[64];
+
+	assert_int_equal(checkpoint_config_diff("--a=1\n--b=2\n", "--b=2\n--a=1\n", h, w, sizeof h), 0);
+	assert_int_equal(checkpoint_config_diff("--a=1\n--b=2\n", "--a=1\n--b=3\n", h, w, sizeof h), 1);
+	assert_string_equal(h, "--b=2");
+	assert_string_equal(w, "--b=3");
+	assert_int_equal(checkpoint_config_diff("--a=1\n", "--a=1\n--c=4\n", h, w, sizeof h), 1);
+	assert_string_equal(h, "(no --c)");
+	assert_string_equal(w, "--c=4");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_checkpoint_round_trips_weights_momentum_and_position),
+		cmocka_unit_test(test_checkpoint_without_momentum_loads_zero_momentum),
+		cmocka_unit_test(test_checkpoint_refuses_another_configuration_naming_the_flag),
+		cmocka_unit_test(test_checkpoint_detects_corrupt_tensor_data),
+		cmocka_unit_test(test_checkpoint_is_not_written_from_non_finite_state),
+		cmocka_unit_test(test_checkpoint_keeps_the_last_k_numbered_copies),
+		cmocka_unit_test(test_init_reads_the_weights_of_save_and_of_a_checkpoint),
+		cmocka_unit_test(test_init_is_strict_about_names_and_shapes),
+		cmocka_unit_test(test_config_diff_names_the_first_differing_or_missing_line),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}

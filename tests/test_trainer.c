@@ -1,0 +1,139 @@
+/* test_trainer.c - the step count and the bookkeeping after each optimizer step. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <string.h>
+
+#include "trainer.h"
+
+static void test_total_steps_fresh_run_rounds_each_epoch_up(void **state)
+{
+	struct train_ctl ctl = {0};
+
+	/* 10 micro-batches in groups of 3: 4 steps per epoch (the last group is short). */
+	assert_int_equal(trainer_total_steps(&ctl, 10, 3, 2, 0), 8);
+	assert_int_equal(trainer_total_steps(&ctl, 10, 1, 5, 0), 50);
+	assert_int_equal(trainer_total_steps(&ctl, 1, 4, 3, 0), 3);
+}
+
+static void test_total_steps_is_capped_by_max_steps(void **state)
+{
+	struct train_ctl ctl = {0};
+
+	assert_int_equal(trainer_total_steps(&ctl, 10, 3, 2, 5), 5);
+	assert_int_equal(trainer_total_steps(&ctl, 10, 3, 2, 100), 8);
+}
+
+static void test_total_steps_of_a_resumed_run_match_the_straight_run(void **state)
+{
+	/* After 2 steps of epoch 0 (micro-batches 0-5), next micro-batch 6. */
+	struct train_ctl mid = {.start_step = 2, .start_epoch = 0, .start_mb = 6};
+	/* After a whole epoch, the position written at its end (next_mb == nmicro). */
+	struct train_ctl end = {.start_step = 4, .start_epoch = 0, .start_mb = 10};
+	/* At the start of epoch 1. */
+	struct train_ctl next = {.start_step = 4, .start_epoch = 1, .start_mb = 0};
+	/* Past the last epoch: nothing left. */
+	struct train_ctl done = {.start_step = 8, .start_epoch = 2, .start_mb = 0};
+
+	assert_int_equal(trainer_total_steps(&mid, 10, 3, 2, 0), 8);
+	assert_int_equal(trainer_total_steps(&end, 10, 3, 2, 0), 8);
+	assert_int_equal(trainer_total_steps(&next, 10, 3, 2, 0), 8);
+	assert_int_equal(trainer_total_steps(&done, 10, 3, 2, 0), 8);
+}
+
+struct ckpt_log {
+	int calls;
+	long step[8], epoch[8], next_mb[8];
+};
+
+static enum status record_checkpoint(void *arg, long step, long epoch, long next_mb, struct diag *d)
+{
+	struct ckpt_log *log = arg;
+
+	log->step[log->calls] = step;
+	log->epoch[log->calls] = epoch;
+	log->next_mb[log->calls] = next_mb;
+	log->calls++;
+	return ST_OK;
+}
+
+static void test_after_step_counts_and_checkpoints_when_due(void **state)
+{
+	struct ckpt_log log = {0};
+	struct train_ctl ctl = {.every = 2, .checkpoint = record_checkpoint, .arg = &log};
+	struct train_config tc = {.epochs = 2, .log_every = 0};
+	struct train_result res = {0};
+	struct step_clock clk = {0};
+	struct report r;
+	struct diag d = {0};
+	long step = 0;
+
+	assert_int_equal(report_init(&r, 0, 1, NULL, &d), ST_OK);
+	/* 3 micro-batches per epoch, one step each; 6 steps in all. */
+	for (long k = 0; k < 6; k++) {
+		struct batch b = {.epoch = k / 3, .mb = k % 3};
+
+		assert_int_equal(trainer_after_step(&ctl, &tc, &clk, &res, &step, 6, &b, 3,
+						    (float)(6 - k), 0.0, 0, &r, &d),
+				 ST_OK);
+	}
+	assert_int_equal(step, 6);
+	assert_float_equal(res.first_loss, 6.0, 0);
+	assert_float_equal(res.final_loss, 1.0, 0);
+	/* Every 2 steps (the last one is both due and final): after steps 2, 4 and 6. */
+	assert_int_equal(log.calls, 3);
+	assert_int_equal(log.step[0], 2);
+	assert_int_equal(log.epoch[0], 0);
+	assert_int_equal(log.next_mb[0], 2);
+	/* Step 3 ended epoch 0: the position is the start of the next epoch. */
+	assert_int_equal(log.step[1], 4);
+	assert_int_equal(log.epoch[1], 1);
+	assert_int_equal(log.next_mb[1], 1);
+	assert_int_equal(log.step[2], 6);
+	assert_int_equal(log.epoch[2], 2);
+	assert_int_equal(log.next_mb[2], 0);
+	report_free(&r);
+}
+
+static void test_after_step_stops_with_a_checkpoint_and_refuses_nan(void **state)
+{
+	struct ckpt_log log = {0};
+	struct train_ctl ctl = {.checkpoint = record_checkpoint, .arg = &log};
+	struct train_config tc = {.epochs = 1};
+	struct train_result res = {0};
+	struct step_clock clk = {0};
+	struct batch b = {.epoch = 0, .mb = 0};
+	struct report r;
+	struct diag d = {0};
+	long step = 0;
+
+	assert_int_equal(report_init(&r, 0, 1, NULL, &d), ST_OK);
+	assert_int_equal(trainer_after_step(&ctl, &tc, &clk, &res, &step, 10, &b, 10, 1.0f, 0.0, 1,
+					    &r, &d),
+			 ST_INTERRUPTED);
+	assert_int_equal(step, 1);
+	assert_int_equal(log.calls, 1);
+	b.mb = 1;
+	assert_int_equal(trainer_after_step(&ctl, &tc, &clk, &res, &step, 10, &b, 10, NAN, 0.0, 0,
+					    &r, &d),
+			 ST_RUNTIME);
+	assert_int_equal(step, 1); /* a diverged step is not counted */
+	assert_non_null(strstr(d.msg, "training diverged"));
+	report_free(&r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_total_steps_fresh_run_rounds_each_epoch_up),
+		cmocka_unit_test(test_total_steps_is_capped_by_max_steps),
+		cmocka_unit_test(test_total_steps_of_a_resumed_run_match_the_straight_run),
+		cmocka_unit_test(test_after_step_counts_and_checkpoints_when_due),
+		cmocka_unit_test(test_after_step_stops_with_a_checkpoint_and_refuses_nan),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
