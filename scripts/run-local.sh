@@ -8,6 +8,10 @@
 # CPU core. Every other argument goes to ddptrain, after the checkpoint options.
 # Ctrl-C (or SIGTERM, SIGUSR1, SIGHUP) asks ddptrain to write its checkpoint and stop
 # (exit 3); the same command again resumes from it. A second Ctrl-C stops at once.
+# A crash (a rank killed, exit 1) is retried from the last periodic checkpoint up to
+# --max-restarts=N times (default MAX_RESTARTS, 3; torchrun's --max-restarts); exit 2
+# is not retried. "attempt N" (from 0) is logged, and @ATTEMPT@ in an argument becomes
+# N (--metrics=m.@ATTEMPT@.jsonl keeps one metrics file per attempt).
 set -euo pipefail
 
 # ---- Settings. Each can also come from the environment. ----
@@ -20,12 +24,14 @@ MPIRUN_ARGS=${MPIRUN_ARGS:-}
 # is added when it exists. CHECKPOINT= (empty) runs without checkpoints.
 CHECKPOINT=${CHECKPOINT-ddptrain.checkpoint.safetensors}
 CHECKPOINT_EVERY=${CHECKPOINT_EVERY:-1000}
+# Retry a crashed ddptrain this many times (--max-restarts=N too).
+MAX_RESTARTS=${MAX_RESTARTS:-3}
 # 1: print the command that would run, run nothing.
 DRY_RUN=${DRY_RUN:-0}
 
 me=run-local.sh
 usage() {
-	sed -n '2,10s/^# \{0,1\}//p' "$0"
+	sed -n '2,14s/^# \{0,1\}//p' "$0"
 	exit "${1:-0}"
 }
 
@@ -47,6 +53,7 @@ while [ $# -gt 0 ]; do
 	case $1 in
 	-n | --np) [ $# -ge 2 ] || usage 2; np=$2; shift 2 ;;
 	-n=* | --np=*) np=${1#*=}; shift ;;
+	--max-restarts=*) MAX_RESTARTS=${1#*=}; shift ;;
 	-h | --help) usage 0 ;;
 	*) args+=("$1"); shift ;;
 	esac
@@ -60,22 +67,29 @@ if [ -z "$np" ]; then
 	if [ "$gpus" -gt 0 ]; then np=$gpus; else np=$(nproc); fi
 fi
 case $np in '' | *[!0-9]* | 0) echo "$me: -n: '$np' is not a positive integer" >&2; exit 2 ;; esac
+case $MAX_RESTARTS in '' | *[!0-9]*) echo "$me: --max-restarts: '$MAX_RESTARTS' is not a count" >&2; exit 2 ;; esac
 
 if [ -z "$DDPTRAIN" ]; then
 	here=$(cd "$(dirname "$0")/.." && pwd)
 	if [ -x "$here/src/ddptrain" ]; then DDPTRAIN=$here/src/ddptrain; else DDPTRAIN=ddptrain; fi
 fi
 
-train=()
-if [ -n "$CHECKPOINT" ]; then
-	train+=(--checkpoint="$CHECKPOINT" --checkpoint-every="$CHECKPOINT_EVERY")
-	[ ! -f "$CHECKPOINT" ] || train+=(--resume="$CHECKPOINT")
-fi
-read -r -a extra <<<"$MPIRUN_ARGS"
-cmd=("$MPIRUN" -np "$np")
-# More ranks than cores: Open MPI wants to be told.
-[ "$np" -le "$(nproc)" ] || cmd+=(--oversubscribe)
-cmd+=(${extra[@]+"${extra[@]}"} "$DDPTRAIN" ${train[@]+"${train[@]}"} ${args[@]+"${args[@]}"})
+attempt=0
+# The command, rebuilt for every attempt: --resume once the checkpoint exists.
+build_cmd() {
+	local train=() extra a
+	if [ -n "$CHECKPOINT" ]; then
+		train+=(--checkpoint="$CHECKPOINT" --checkpoint-every="$CHECKPOINT_EVERY")
+		[ ! -f "$CHECKPOINT" ] || train+=(--resume="$CHECKPOINT")
+	fi
+	for a in ${args[@]+"${args[@]}"}; do train+=("${a//@ATTEMPT@/$attempt}"); done
+	read -r -a extra <<<"$MPIRUN_ARGS"
+	cmd=("$MPIRUN" -np "$np")
+	# More ranks than cores: Open MPI wants to be told.
+	[ "$np" -le "$(nproc)" ] || cmd+=(--oversubscribe)
+	cmd+=(${extra[@]+"${extra[@]}"} "$DDPTRAIN" ${train[@]+"${train[@]}"})
+}
+build_cmd
 
 if [ "$DRY_RUN" = 1 ]; then
 	print_cmd "${cmd[@]}"
@@ -84,7 +98,6 @@ fi
 
 # Open MPI refuses root unless told.
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-[ -z "$CHECKPOINT" ] || [ ! -f "$CHECKPOINT" ] || echo "$me: resuming from $CHECKPOINT" >&2
 
 # mpirun runs in its own session, so Ctrl-C reaches this script only: mpirun
 # answers SIGINT and SIGTERM by killing the ranks, SIGUSR1 it passes on to them.
@@ -109,14 +122,28 @@ trap 'stop INT' INT
 trap 'stop TERM' TERM
 trap 'stop USR1' USR1
 trap 'stop HUP' HUP
-setsid "${cmd[@]}" &
-pid=$!
-[ -z "$early" ] || stop "$early"
-# A trapped signal interrupts wait; wait again until mpirun has really exited.
+restarts=0
 while :; do
-	rc=0
-	wait "$pid" || rc=$?
-	kill -0 "$pid" 2>/dev/null || break
+	build_cmd
+	[ "$attempt" -eq 0 ] || echo "$me: attempt $attempt (restart $restarts of $MAX_RESTARTS)" >&2
+	[ -z "$CHECKPOINT" ] || [ ! -f "$CHECKPOINT" ] || echo "$me: resuming from $CHECKPOINT" >&2
+	setsid "${cmd[@]}" &
+	pid=$!
+	[ -z "$early" ] || stop "$early"
+	# A trapped signal interrupts wait; wait again until mpirun has really exited.
+	while :; do
+		rc=0
+		wait "$pid" || rc=$?
+		kill -0 "$pid" 2>/dev/null || break
+	done
+	pid=
+	case $rc in 0 | 2 | 3) break ;; esac
+	if [ "$stops" -gt 0 ] || [ -n "$early" ] || [ "$restarts" -ge "$MAX_RESTARTS" ]; then
+		break
+	fi
+	restarts=$((restarts + 1))
+	attempt=$((attempt + 1))
+	echo "$me: ddptrain failed (exit $rc); restart $restarts of $MAX_RESTARTS${CHECKPOINT:+ from the last checkpoint}" >&2
 done
 if [ "$rc" -eq 3 ]; then
 	echo "$me: stopped; checkpoint in $CHECKPOINT: run the same command again to resume" >&2

@@ -71,8 +71,11 @@ static void cpu_linear_forward(void *ctx, float *y, const float *x, const float 
 		const float *restrict bb = b;
 
 		if (relu)
-			for (int k = 0; k < out; k++)
-				r[k] = fmaxf(r[k] + bb[k], 0.0f);
+			for (int k = 0; k < out; k++) {
+				float v = r[k] + bb[k];
+
+				r[k] = v <= 0.0f ? 0.0f : v; /* NaN stays NaN, as torch.relu */
+			}
 		else
 			for (int k = 0; k < out; k++)
 				r[k] += bb[k];
@@ -101,16 +104,19 @@ static void cpu_linear_backward(void *ctx, float *dx, float *dw, float *db, cons
 			    in, 0.0f, dx, in);
 }
 
+/* torch.relu: NaN passes through (fmaxf would turn it into 0 and hide bad data). */
 static void cpu_relu_forward(void *ctx, float *restrict y, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
-		y[i] = fmaxf(y[i], 0.0f);
+		y[i] = y[i] <= 0.0f ? 0.0f : y[i];
 }
 
+/* torch's threshold_backward(grad, result, 0): zero where result <= 0, so a NaN output
+ * passes its gradient on. */
 static void cpu_relu_backward(void *ctx, float *restrict dy, const float *restrict y, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
-		dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+		dy[i] = y[i] <= 0.0f ? 0.0f : dy[i];
 }
 
 static void cpu_mse(void *ctx, float *restrict dy, float *loss, const float *restrict y,

@@ -1,9 +1,11 @@
 /* data.c - synthetic samples from a counter-based generator, or rows of .npy files. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "data.h"
+#include "digest.h"
 #include "rng.h"
 
 enum status data_init_synthetic(struct dataset *ds, uint64_t seed, size_t n, int in, int out,
@@ -30,6 +32,33 @@ enum status data_init_synthetic(struct dataset *ds, uint64_t seed, size_t n, int
 		ds->tap_w[k] = (2.0f * rng_u01(kt, 2 * k + 1) - 1.0f);
 	}
 	return ST_OK;
+}
+
+/* One file's fingerprint (see data.h). */
+static int fingerprint(const struct npy *a, char *out, size_t len)
+{
+	const void *bufs[DATA_SAMPLE_BLOCKS + 1];
+	size_t lens[DATA_SAMPLE_BLOCKS + 1];
+	size_t head = (size_t)(a->data - (const unsigned char *)a->map), body = a->map_len - head;
+	char sha[DIGEST_HEX];
+	int n = 0;
+
+	bufs[n] = a->map; /* magic, version and header dict: dtype and shape as written */
+	lens[n++] = head;
+	if (body <= DATA_HASH_ALL) {
+		bufs[n] = a->data;
+		lens[n++] = body;
+	} else {
+		for (size_t i = 0; i < DATA_SAMPLE_BLOCKS; i++) {
+			bufs[n] = a->data + i * (body - DATA_SAMPLE_BYTES) / (DATA_SAMPLE_BLOCKS - 1);
+			lens[n++] = DATA_SAMPLE_BYTES;
+		}
+	}
+	if (!digest_sha256_hex(bufs, lens, n, sha))
+		return 0;
+	snprintf(out, len, "f%d (%zu, %zu), %zu bytes, sha256 %.16s%s", a->itemsize, a->rows, a->cols,
+		 a->map_len, sha, body > DATA_HASH_ALL ? " (sampled)" : "");
+	return 1;
 }
 
 enum status data_init_npy(struct dataset *ds, const char *xpath, const char *ypath, int in,
@@ -63,7 +92,14 @@ enum status data_init_npy(struct dataset *ds, const char *xpath, const char *ypa
 		st = diag_set(d, ST_RUNTIME, "--inputs: %s has %zu rows, more than 2^31", xpath, ds->x.rows);
 		goto out_y;
 	}
+	if (!fingerprint(&ds->x, ds->fingerprint[0], sizeof ds->fingerprint[0]) ||
+	    !fingerprint(&ds->y, ds->fingerprint[1], sizeof ds->fingerprint[1])) {
+		st = diag_set(d, ST_RUNTIME, "--inputs: SHA-256 failed");
+		goto out_y;
+	}
 	ds->n = ds->x.rows;
+	ds->path[0] = xpath;
+	ds->path[1] = ypath;
 	ds->in = in;
 	ds->out = out;
 	return ST_OK;
@@ -73,6 +109,21 @@ out_y:
 out_x:
 	npy_close(&ds->x);
 	return st;
+}
+
+enum status data_check_finite(const struct dataset *ds, size_t first, size_t count, struct diag *d)
+{
+	const struct npy *f[2] = {&ds->x, &ds->y};
+	const char *flag[2] = {"--inputs", "--targets"};
+	size_t row, col;
+	double v;
+
+	for (int k = 0; k < 2 && !ds->synthetic; k++)
+		if (npy_find_nonfinite(f[k], first, count, &row, &col, &v))
+			return diag_set(d, ST_RUNTIME, "%s: %s: row %zu, column %zu (counting from 0) is %g%s: ddptrain refuses non-finite data",
+					flag[k], ds->path[k], row, col, v,
+					isfinite(v) ? ", beyond float32's range" : "");
+	return ST_OK;
 }
 
 /* Synthetic sample i: x uniform in [-sqrt3, sqrt3) (unit variance), y = teacher(x) + noise. */

@@ -18,6 +18,14 @@
 
 #define DATA_TAPS 4 /* inputs each synthetic target depends on */
 
+/* A file's fingerprint hashes its header and all its data up to DATA_HASH_ALL bytes;
+ * above that, DATA_SAMPLE_BLOCKS blocks of DATA_SAMPLE_BYTES spread evenly from the first
+ * byte to the last (16 MiB read, whatever the file's size: cheap for 100 GB), plus the
+ * size, dtype and shape. Two files that differ only outside the sample look the same. */
+#define DATA_HASH_ALL (64ul << 20)
+#define DATA_SAMPLE_BLOCKS 256
+#define DATA_SAMPLE_BYTES (64ul << 10)
+
 struct dataset {
 	size_t n;            /* samples */
 	int in, out;         /* widths of one input row and one target row */
@@ -26,14 +34,20 @@ struct dataset {
 	int *tap_idx;        /* synthetic: (out, DATA_TAPS) input columns of each target */
 	float *tap_w;        /* synthetic: (out, DATA_TAPS) teacher weights */
 	struct npy x, y;     /* files: inputs (n, in), targets (n, out) */
+	const char *path[2]; /* files: the --inputs and --targets names (the caller's strings) */
+	char fingerprint[2][128]; /* files: "f4 (rows, cols), BYTES bytes, sha256 HEX16" each */
 };
 
 /* A synthetic data set of n samples. */
 enum status data_init_synthetic(struct dataset *ds, uint64_t seed, size_t n, int in, int out,
 				struct diag *d);
-/* Map the two files and check their shapes against each other and the widths. */
+/* Map the two files and check their shapes against each other and the widths; fill
+ * fingerprint (see DATA_SAMPLE_BLOCKS). */
 enum status data_init_npy(struct dataset *ds, const char *xpath, const char *ypath, int in,
 			  int out, struct diag *d);
+/* Refuse a non-finite value in rows [first, first + count) of either file, naming the
+ * file, the row and the column (synthetic data: always ST_OK). Ranks each check a share. */
+enum status data_check_finite(const struct dataset *ds, size_t first, size_t count, struct diag *d);
 /* Gather samples idx[0..count) into x (count, in) and y (count, out). */
 void data_fill(const struct dataset *ds, const uint32_t *idx, size_t count, float *x, float *y);
 /* Safe to call twice. */

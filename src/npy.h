@@ -34,6 +34,12 @@ enum status npy_parse(struct npy *a, const unsigned char *buf, size_t len, const
 enum status npy_open(struct npy *a, const char *path, const char *flag, struct diag *d);
 /* Copy row r into out (cols floats), converting from float64 if needed. */
 void npy_read_row(const struct npy *a, size_t r, float *out);
+/* The first element of rows [row0, row0 + nrows) that is not a finite float32 (NaN, an
+ * infinity, or a float64 beyond float32's range): returns 1 and sets *row, *col (0-based)
+ * and *value (as stored); 0 if all are finite. Reads every element once, branch-free per
+ * block, so a scan runs at memory speed. */
+int npy_find_nonfinite(const struct npy *a, size_t row0, size_t nrows, size_t *row, size_t *col,
+		       double *value);
 /* Parse a header dict (the text after the length field). Exposed for tests. */
 enum status npy_parse_header(const char *h, size_t len, int *itemsize, size_t *rows,
 			     size_t *cols, const char *what, struct diag *d);

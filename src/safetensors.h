@@ -56,6 +56,11 @@ enum status st_read_f32(const struct st_file *f, const struct st_tensor *t, floa
 /* Safe to call twice. */
 void st_close(struct st_file *f);
 
+/* The JSON header st_save writes for these arguments (a malloc'd string of *hlen bytes,
+ * padded with spaces to a multiple of 8), or NULL: the same arguments give the same bytes,
+ * so a checksum over the header can be computed before the file is written. */
+char *st_header(const struct st_entry *e, size_t n, const char *const *meta, size_t nmeta,
+		size_t *hlen);
 /* Write n tensors (and optional string metadata pairs, meta[2k]=key, meta[2k+1]=value)
  * to path atomically. On failure nothing is left behind. */
 enum status st_save(const char *path, const char *flag, const struct st_entry *e, size_t n,

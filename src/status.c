@@ -6,16 +6,49 @@
 
 #include "status.h"
 
+size_t diag_escape(char *dst, size_t n, const char *src)
+{
+	size_t o = 0;
+
+	if (n == 0)
+		return 0;
+	for (; *src != '\0'; src++) {
+		unsigned char c = (unsigned char)*src;
+		char e[8];
+		size_t k;
+
+		if (c >= 0x20 && c != 0x7f) {
+			e[0] = (char)c;
+			e[1] = '\0';
+		} else {
+			snprintf(e, sizeof e, "\\%s", c == '\n' ? "n" : c == '\r' ? "r" : c == '\t' ? "t" : "");
+			if (e[1] == '\0')
+				snprintf(e, sizeof e, "\\x%02x", c);
+		}
+		k = strlen(e);
+		if (o + k >= n)
+			break;
+		memcpy(dst + o, e, k);
+		o += k;
+	}
+	dst[o] = '\0';
+	return o;
+}
+
 enum status diag_set(struct diag *d, enum status st, const char *fmt, ...)
 {
+	char raw[sizeof d->msg];
 	va_list ap;
 
 	if (d == NULL || d->st != ST_OK)
 		return st;
 	d->st = st;
 	va_start(ap, fmt);
-	vsnprintf(d->msg, sizeof d->msg, fmt, ap);
+	vsnprintf(raw, sizeof raw, fmt, ap);
 	va_end(ap);
+	/* A file name can hold a newline or a terminal escape: shown escaped, it cannot forge
+	 * a log line or drive the terminal. */
+	diag_escape(d->msg, sizeof d->msg, raw);
 	return st;
 }
 

@@ -38,6 +38,10 @@ enum status diag_errno(struct diag *d, int errnum, const char *fmt, ...)
 
 #define EXIT_INTERRUPTED 3 /* documented in ddptrain(1): requeue and --resume */
 
+/* Copy src into dst (n bytes, truncating at a whole escape) with control characters
+ * written as \n, \r, \t or \xHH; returns the length. Every message goes through it. */
+size_t diag_escape(char *dst, size_t n, const char *src);
+
 /* Copy text taken from a file into dst (n bytes, truncating) with control characters
  * replaced by '?', so it cannot break a one-line message; returns dst. */
 const char *diag_quote(char *dst, size_t n, const char *src);

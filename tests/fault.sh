@@ -61,7 +61,7 @@ cp ck.st flip.st
 size=$(stat -c %s flip.st)
 printf '\xff' | dd of=flip.st bs=1 seek=$((size - 3)) conv=notrunc status=none
 rc=0; run_mpi 2 $A --resume=flip.st 2>err || rc=$?
-[ $rc -eq 1 ] && grep -q "checksum mismatch: the tensor data is corrupt" err || fail "flipped byte ($rc): $(cat err)"
+[ $rc -eq 1 ] && grep -q "checksum mismatch: the header or the tensor data is corrupt" err || fail "flipped byte ($rc): $(cat err)"
 head -c $((size - 100)) ck.st >trunc.st
 rc=0; run_mpi 2 $A --resume=trunc.st 2>err || rc=$?
 [ $rc -eq 1 ] && grep -q "trunc.st" err || fail "truncated ($rc): $(cat err)"

@@ -6,8 +6,10 @@
  * Values are uniform in [-1, 1) from the counter generator (SEED, element).
  * VERSION is 1 or 2 (the header-length field width). BREAK makes a bad file:
  * "truncate" (drops the last data bytes), "fortran", "i4" (wrong dtype),
- * "1d", "3d", "magic".
+ * "1d", "3d", "magic"; or puts one bad value at row R, column C: "nan:R:C", "inf:R:C",
+ * "big:R:C" (1e300: finite in f8, beyond float32); "xSCALE" multiplies every value by SCALE.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,9 @@ int main(int argc, char **argv)
 	char hdr[256];
 	size_t hlen, pre, total;
 	FILE *f;
+	char kind[8] = "";
+	size_t bad = (size_t)-1, br = 0, bc = 0;
+	double scale = 1.0;
 
 	if (argc < 4) {
 		fprintf(stderr, "usage: mknpy OUT ROWS COLS [f4|f8] [SEED] [VERSION] [BREAK]\n");
@@ -40,6 +45,10 @@ int main(int argc, char **argv)
 	if (argc > 7)
 		brk = argv[7];
 	isz = strcmp(dtype, "f8") == 0 ? 8 : 4;
+	if (sscanf(brk, "%3[a-z]:%zu:%zu", kind, &br, &bc) == 3)
+		bad = br * cols + bc;
+	if (brk[0] == 'x')
+		scale = strtod(brk + 1, NULL);
 
 	if (strcmp(brk, "1d") == 0)
 		snprintf(hdr, sizeof hdr, "{'descr': '<%s', 'fortran_order': False, 'shape': (%zu,), }",
@@ -77,9 +86,13 @@ int main(int argc, char **argv)
 	if (strcmp(brk, "truncate") == 0)
 		total = total > 1 ? total - 1 : 0;
 	for (size_t i = 0; i < total; i++) {
-		float v = 2.0f * rng_u01(seed, i) - 1.0f;
+		float v = (float)(scale * (2.0f * rng_u01(seed, i) - 1.0f));
 		double dv = v;
 
+		if (i == bad) {
+			dv = strcmp(kind, "nan") == 0 ? NAN : strcmp(kind, "inf") == 0 ? -INFINITY : 1e300;
+			v = (float)dv;
+		}
 		if (isz == 8)
 			fwrite(&dv, 8, 1, f);
 		else

@@ -52,7 +52,9 @@ static void check(const char *what, const struct pair *p)
 
 	gpu.ops->to_host(gpu.ctx, back, p->g, p->n);
 	for (size_t i = 0; i < p->n; i++) {
-		double dd = fabs((double)back[i] - p->c[i]);
+		/* NaN must be where the CPU has it (ReLU propagates it, as torch.relu) */
+		double dd = isnan(back[i]) != isnan(p->c[i]) ? INFINITY :
+			    isnan(back[i]) ? 0.0 : fabs((double)back[i] - p->c[i]);
 
 		maxd = dd > maxd ? dd : maxd;
 		maxc = fabs(p->c[i]) > maxc ? fabs(p->c[i]) : maxc;
@@ -127,6 +129,8 @@ int main(int argc, char **argv)
 			check(acc ? "linear_backward dw (acc)" : "linear_backward dw", &dw);
 			check(acc ? "linear_backward db (acc)" : "linear_backward db", &db);
 		}
+		acts.c[3] = NAN; /* and a NaN, which ReLU must pass on forward and backward */
+		gpu.ops->to_device(gpu.ctx, acts.g + 3, acts.c + 3, 1);
 		cpu.ops->relu_forward(cpu.ctx, acts.c, acts.n);
 		gpu.ops->relu_forward(gpu.ctx, acts.g, acts.n);
 		check("relu_forward", &acts);

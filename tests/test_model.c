@@ -130,6 +130,22 @@ static void test_relu_forward_and_backward(void **state)
 	assert_memory_equal(dy, want_dy, sizeof dy);
 }
 
+/* torch.relu(nan) is nan and its backward (threshold_backward) passes the gradient on:
+ * a NaN must not be hidden as 0. */
+static void test_relu_propagates_nan_like_torch(void **state)
+{
+	float y[2] = {NAN, -1}, dy[2] = {7, 8}, x[1] = {NAN}, w[1] = {1}, b[1] = {0}, yl[1];
+
+	ops->relu_forward(NULL, y, 2);
+	assert_true(isnan(y[0]));
+	assert_true(y[1] == 0.0f);
+	ops->relu_backward(NULL, dy, y, 2);
+	assert_true(dy[0] == 7.0f);
+	assert_true(dy[1] == 0.0f);
+	ops->linear_forward(NULL, yl, x, w, b, 1, 1, 1, 1);
+	assert_true(isnan(yl[0]));
+}
+
 static void test_mse_matches_hand_computed_values(void **state)
 {
 	/* y - t = {1, -2, 0, 3}: MSE = 14/4 = 3.5; grad = 2 (y - t) / 4. */
@@ -346,6 +362,7 @@ int main(void)
 		cmocka_unit_test(test_linear_backward_matches_finite_differences),
 		cmocka_unit_test(test_linear_backward_accumulates_weight_and_bias_gradients),
 		cmocka_unit_test(test_relu_forward_and_backward),
+		cmocka_unit_test(test_relu_propagates_nan_like_torch),
 		cmocka_unit_test(test_mse_matches_hand_computed_values),
 		cmocka_unit_test(test_sgd_plain_step),
 		cmocka_unit_test(test_sgd_momentum_and_weight_decay_match_torch_by_hand),

@@ -63,7 +63,7 @@ static void use(struct cuda_ctx *c)
 
 /* ---- kernels --------------------------------------------------------------- */
 
-/* y += b row by row, then max(y, 0) if relu: one pass. */
+/* y += b row by row, then relu (NaN passes through, as torch.relu) if asked: one pass. */
 __global__ void k_bias_rows(float *y, const float *b, int n, int out, int relu)
 {
 	size_t total = (size_t)n * out;
@@ -72,7 +72,7 @@ __global__ void k_bias_rows(float *y, const float *b, int n, int out, int relu)
 	     i += (size_t)gridDim.x * blockDim.x) {
 		float v = y[i] + b[i % out];
 
-		y[i] = relu ? fmaxf(v, 0.0f) : v;
+		y[i] = relu && v <= 0.0f ? 0.0f : v;
 	}
 }
 
@@ -80,14 +80,15 @@ __global__ void k_relu(float *y, size_t n)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x)
-		y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+		y[i] = y[i] <= 0.0f ? 0.0f : y[i]; /* NaN stays NaN, as torch.relu */
 }
 
+/* torch's threshold_backward: zero where y <= 0, so a NaN output passes its gradient. */
 __global__ void k_relu_bwd(float *dy, const float *y, size_t n)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x)
-		dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+		dy[i] = y[i] <= 0.0f ? 0.0f : dy[i];
 }
 
 /* db[k] (+)= sum over rows of dy[:, k]; one thread per column, rows in order. */

@@ -1,0 +1,59 @@
+#!/bin/bash
+# Checkpoint integrity and rotation. The SHA-256 covers the header as well as the data: an
+# edited position is refused, and every integer in the header is range-checked even when
+# the checksum is recomputed. --keep-checkpoints prunes only this run's lineage, by the
+# parsed step whatever its digit count, and never another run's files or a non-checkpoint.
+. "$(dirname "$0")/setup.sh"
+EDIT="perl $TOP_SRCDIR/tests/ckpt-edit.pl"
+cd "$TMPD"
+
+# A checkpoint in the middle of epoch 1 (200 samples, batch 20: 10 micro-batches).
+run_mpi 1 --samples=200 --max-steps=4 --checkpoint=c.st --quiet || fail "making a checkpoint"
+R="--samples=200 --max-steps=6 --quiet"
+run_mpi 1 $R --resume=c.st || fail "the unedited checkpoint does not resume"
+$EDIT c.st e1.st 's/"next_micro_batch":"4"/"next_micro_batch":"7"/'
+expect_fail 1 "--resume: e1.st: checksum mismatch: the header or the tensor data is corrupt or was edited" 1 $R --resume=e1.st
+for edit in 's/"epoch":"0"/"epoch":"9223372036854775807"/' 's/"world_size":"1"/"world_size":"4294967298"/' \
+	's/"next_micro_batch":"4"/"next_micro_batch":"-1"/' 's/"step":"4"/"step":"99999999999999999999"/' \
+	's/"lineage":"[0-9a-f]*"/"lineage":"x"/'; do
+	$EDIT c.st e2.st "$edit" resign
+	expect_fail 1 "--resume: e2.st: checkpoint metadata is incomplete, malformed or out of range" 2 $R --resume=e2.st
+done
+
+# Rotation. Run A (an earlier run) leaves k.st.step-4..16 and a file that is no checkpoint.
+K="--checkpoint=k.st --quiet"
+run_mpi 1 --max-steps=16 --checkpoint-every=4 --keep-checkpoints=10 $K || fail "run A"
+echo "not a checkpoint" >k.st.step-99
+# Run B, a new run of the same name, keeps its own newest 2 and leaves A's alone.
+run_mpi 2 --max-steps=6 --checkpoint-every=2 --keep-checkpoints=2 $K || fail "run B"
+have=$(LC_ALL=C ls k.st.step-* | tr '\n' ' ')
+[ "$have" = "k.st.step-00000004 k.st.step-00000006 k.st.step-00000008 k.st.step-00000012 k.st.step-00000016 k.st.step-99 " ] ||
+	fail "after run B: $have"
+cmp -s k.st k.st.step-00000006 || fail "k.st.step-00000006 is not run B's last checkpoint"
+# Steps past 99,999,999 (more digits) are parsed and pruned like the others: B's lineage,
+# resumed, with two copies of its checkpoint named as steps 123456789 and 1000000000.
+cp k.st k.st.step-123456789
+cp k.st k.st.step-1000000000
+run_mpi 2 --max-steps=8 --checkpoint-every=2 --keep-checkpoints=2 --resume=k.st $K || fail "run B resumed"
+have=$(LC_ALL=C ls k.st.step-* | tr '\n' ' ')
+[ "$have" = "k.st.step-00000012 k.st.step-00000016 k.st.step-1000000000 k.st.step-123456789 k.st.step-99 " ] ||
+	fail "after run B resumed: $have"
+
+# Data identity: a fingerprint of each .npy file (size, dtype, shape and a SHA-256 of the
+# header and the data, or of a fixed sample of a big file) is in the checkpoint and in the
+# cross-rank configuration check. Same shape, other numbers: refused.
+"$MKNPY" a.npy 100 10 f4 1
+"$MKNPY" b.npy 100 10 f4 7
+"$MKNPY" t.npy 100 5 f4 2
+run_mpi 1 --inputs=a.npy --targets=t.npy --max-steps=2 --checkpoint=d.st --quiet || fail "data checkpoint"
+expect_fail 2 "--resume: d.st was written with inputs=f4 (100, 10), 4128 bytes, sha256 " 2 \
+	--inputs=b.npy --targets=t.npy --max-steps=4 --resume=d.st
+run_mpi 1 --inputs=a.npy --targets=t.npy --max-steps=4 --resume=d.st --quiet || fail "the same data does not resume"
+rm -f rc.*
+RCDIR=$TMPD timeout -k 5 60 mpirun --oversubscribe \
+	-np 1 bash -c '"$0" "$@"; echo $? >"$RCDIR/rc.$OMPI_COMM_WORLD_RANK"' "$DDPTRAIN" --inputs=a.npy --targets=t.npy --quiet : \
+	-np 1 bash -c '"$0" "$@"; echo $? >"$RCDIR/rc.$OMPI_COMM_WORLD_RANK"' "$DDPTRAIN" --inputs=b.npy --targets=t.npy --quiet \
+	>out 2>err || fail "mpirun failed ($?)"
+[ "$(cat rc.0 rc.1)" = "$(printf '2\n2')" ] && grep -q "configuration differs between ranks: inputs=f4 (100, 10)" err ||
+	fail "MPMD ranks with different --inputs: $(cat rc.* err)"
+echo "checkpoints: 6 edited headers refused, rotation kept the right files, other data refused"
