@@ -91,6 +91,15 @@ void model_init_host(const struct model *m, uint64_t seed, float *host)
 	}
 }
 
+int model_all_finite(const float *host, size_t n)
+{
+	int bad = 0;
+
+	for (size_t i = 0; i < n; i++) /* no early exit: the loop vectorizes */
+		bad |= !isfinite(host[i]);
+	return !bad;
+}
+
 float *model_add_arena(struct model *m, const char *name, struct diag *d)
 {
 	float *p;

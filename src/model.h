@@ -98,6 +98,9 @@ int model_tensors_per_arena(const struct model *m);
  * or back to the backend. to_host waits; to_device is queued (sync before reusing host). */
 void model_state_to_host(const struct model *m, int first, int last, float *host);
 void model_state_to_device(struct model *m, int first, int last, const float *host);
+/* Are all n host floats finite? (Weights are checked before every write: a file never
+ * holds a NaN or an infinity.) */
+int model_all_finite(const float *host, size_t n);
 /* Forward n rows of act[0]; the output is act[nlayers]. */
 void model_forward(struct model *m, int n);
 /* Backward from dbuf[0] (n, widths[nlayers]) = dL/dout. Layers run last to first; after

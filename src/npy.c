@@ -9,6 +9,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -250,6 +251,60 @@ void npy_read_row(const struct npy *a, size_t r, float *out)
 			out[j] = (float)v;
 		}
 	}
+}
+
+/* Does any of the n elements at p fail to be a finite float32? No early exit, so the loop
+ * vectorizes; the caller finds the element only in a block that has one. */
+static int block_has_nonfinite(const unsigned char *p, size_t n, int itemsize)
+{
+	int bad = 0;
+
+	if (itemsize == 4) {
+		for (size_t i = 0; i < n; i++) {
+			uint32_t u;
+
+			memcpy(&u, p + 4 * i, 4);
+			bad |= (u & 0x7f800000u) == 0x7f800000u;
+		}
+	} else {
+		for (size_t i = 0; i < n; i++) {
+			double v;
+
+			memcpy(&v, p + 8 * i, 8);
+			bad |= !isfinite((float)v);
+		}
+	}
+	return bad;
+}
+
+int npy_find_nonfinite(const struct npy *a, size_t row0, size_t nrows, size_t *row, size_t *col,
+		       double *value)
+{
+	const size_t block = 16384, is = (size_t)a->itemsize;
+	size_t first = row0 * a->cols, end = (row0 + nrows) * a->cols;
+
+	for (size_t b = first; b < end; b += block) {
+		size_t n = end - b < block ? end - b : block;
+
+		if (!block_has_nonfinite(a->data + b * is, n, a->itemsize))
+			continue;
+		for (size_t i = b; i < b + n; i++) {
+			if (block_has_nonfinite(a->data + i * is, 1, a->itemsize)) {
+				float f;
+
+				if (is == 4) {
+					memcpy(&f, a->data + i * is, 4);
+					*value = f;
+				} else {
+					memcpy(value, a->data + i * is, 8);
+				}
+				*row = i / a->cols;
+				*col = i % a->cols;
+				return 1;
+			}
+		}
+	}
+	return 0;
 }
 
 void npy_close(struct npy *a)
