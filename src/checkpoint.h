@@ -4,7 +4,8 @@
  * names --save uses, so a checkpoint also works as --init), the optimizer's
  * state arenas, and metadata: format version, the position
  * (step, epoch, next micro-batch), the world size, the configuration that
- * must match on resume, and a SHA-256 of the tensor data.
+ * must match on resume, the run's lineage id, and a SHA-256 of the header and the
+ * tensor data.
  *
  * Writing goes through st_save (temporary file, fsync, rename, fsync of the
  * directory): a crash at any moment leaves the old checkpoint or the new one.
@@ -17,22 +18,38 @@
 #include "model.h"
 #include "status.h"
 
-#define CHECKPOINT_VERSION 1
+/* 2: the SHA-256 covers the header (format 1 covered only the tensor data). */
+#define CHECKPOINT_VERSION 2
+#define CHECKPOINT_VERSION_TEXT "2"
+
+/* Ranges a checkpoint's integers must lie in (no run writes more). */
+#define CKPT_MAX_STEP (1L << 53)
+#define CKPT_MAX_EPOCH (1L << 31)
+#define CKPT_MAX_WORLD (1L << 24)
+#define CKPT_LINEAGE 33 /* 32 hex digits and a NUL */
 
 struct ckpt_pos {
 	long step;    /* optimizer steps taken */
 	long epoch;   /* the epoch the next micro-batch belongs to (0-based) */
 	long next_mb; /* the next micro-batch within that epoch */
 	int world;    /* replicas (ranks, or dp threads) that wrote it */
+	char lineage[CKPT_LINEAGE]; /* random id of the run, kept across --resume */
 };
 
 /* Write path: m's whole state dict (every arena) from host, the arenas one after another
  * (model_state_to_host(m, 0, m->narenas, host)); config is the "--flag=value" lines that
  * must match on resume. keep > 0 also keeps path.step-NNNNNNNN for the last keep
- * checkpoints. */
+ * checkpoints of pos->lineage (files of other runs are never removed). */
 enum status checkpoint_save(const char *path, int keep, const struct model *m,
 			    const float *host, const struct ckpt_pos *pos, const char *config,
 			    struct diag *d);
+
+/* A new random lineage id (the run's checkpoints carry it; --keep-checkpoints prunes only
+ * its own lineage's files). */
+void checkpoint_new_lineage(char lineage[CKPT_LINEAGE]);
+
+/* The step N of a file named "base.step-N" (any digit count), or -1 for any other name. */
+long checkpoint_numbered_step(const char *name, const char *base);
 
 /* Read and verify path (format, checksum, the configuration `want` -- a difference is
  * ST_USAGE naming it -- and shapes for m). Fills host (m->narenas arenas of nparams floats,

@@ -22,7 +22,7 @@
 #include "optimizer.h"  /* optimizer_init, optimizer_state_arenas, optimizer_describe */
 #include "options.h"    /* options_parse, options_print_help, options_format_settings */
 #include "placement.h"  /* placement_decide, placement_check_memory */
-#include "outfile.h"    /* outfile_check */
+#include "outfile.h"    /* outfile_check, outfile_distinct */
 #include "report.h"     /* report_init, report_note, report_ranks, report_finish, report_free */
 #include "signals.h"    /* signals_install */
 #include "status.h"     /* enum status, struct diag, status_exit_code */
@@ -48,6 +48,7 @@ struct app {
 	struct train_result res;
 	struct train_ctl ctl;
 	float *ckpt_host;   /* rank 0: the whole state dict, for checkpoints (narenas x nparams) */
+	char lineage[CKPT_LINEAGE]; /* rank 0: this run's id in its checkpoints */
 	int reported;       /* the current failure was printed already */
 	struct diag d;
 };
@@ -97,6 +98,13 @@ static void resume_text(const struct app *a, char *buf, size_t len)
 {
 	snprintf(buf, len, "data=%s %zu x (%d, %d)\n", a->ds.synthetic ? "synthetic" : "npy",
 		 a->ds.n, a->ds.in, a->ds.out);
+	/* The data's identity: the same shape with other numbers is other data. */
+	if (!a->ds.synthetic) {
+		size_t used = strlen(buf);
+
+		snprintf(buf + used, len - used, "inputs=%s\ntargets=%s\n", a->ds.fingerprint[0],
+			 a->ds.fingerprint[1]);
+	}
 	options_format_settings(&a->o, OPT_SCOPE_RESUME, buf, len);
 }
 
@@ -114,10 +122,11 @@ static void config_text(const struct app *a, char *buf, size_t len)
 static enum status write_checkpoint(void *arg, long step, long epoch, long next_mb, struct diag *d)
 {
 	struct app *a = arg;
-	struct ckpt_pos pos = {step, epoch, next_mb, replicas(a)};
+	struct ckpt_pos pos = {step, epoch, next_mb, replicas(a), ""};
 	enum status st = ST_OK;
-	char text[2048];
+	char text[4096];
 
+	memcpy(pos.lineage, a->lineage, sizeof pos.lineage);
 	if (a->w.rank == 0) {
 		resume_text(a, text, sizeof text);
 		model_state_to_host(&a->m, 0, a->m.narenas, a->ckpt_host);
@@ -132,7 +141,7 @@ static enum status write_checkpoint(void *arg, long step, long epoch, long next_
 static enum status resume(struct app *a)
 {
 	struct ckpt_pos pos = {0};
-	char want[2048];
+	char want[4096];
 	enum status st = ST_OK;
 
 	if (a->w.rank == 0) {
@@ -143,6 +152,7 @@ static enum status resume(struct app *a)
 				      "--resume: %s was written by %d replicas in the middle of epoch %ld (next micro-batch %ld); resume it with %d, or from a checkpoint taken at an epoch boundary",
 				      a->o.resume, pos.world, pos.epoch + 1, pos.next_mb, pos.world);
 		if (st == ST_OK) {
+			memcpy(a->lineage, pos.lineage, sizeof a->lineage); /* the run continues */
 			model_state_to_device(&a->m, 0, a->m.narenas, a->ckpt_host);
 			st = a->be.ops->sync(a->be.ctx, &a->d);
 		}
@@ -156,10 +166,17 @@ static enum status resume(struct app *a)
 	a->ctl.start_step = pos.step;
 	a->ctl.start_epoch = pos.epoch;
 	a->ctl.start_mb = pos.next_mb;
-	if (st == ST_OK)
-		report_note(&a->r, "resumed from %s: step %ld, epoch %ld, micro-batch %ld (written by %d replica%s)",
-			    a->o.resume, pos.step, pos.epoch + 1, pos.next_mb, pos.world,
-			    pos.world == 1 ? "" : "s");
+	if (st != ST_OK)
+		return st;
+	/* Every rank has pos: the same verdict everywhere, no agreement needed. */
+	if (pos.epoch >= a->o.epochs || (a->o.max_steps > 0 && pos.step >= a->o.max_steps)) {
+		report_note(&a->r, "--resume: %s is complete (step %ld, %s): nothing to do%s", a->o.resume,
+			    pos.step, pos.epoch >= a->o.epochs ? "all --epochs done" : "--max-steps reached",
+			    a->o.save ? "; --save not written" : "");
+		return ST_STOP;
+	}
+	report_note(&a->r, "resumed from %s: step %ld, epoch %ld, micro-batch %ld (written by %d replica%s)",
+		    a->o.resume, pos.step, pos.epoch + 1, pos.next_mb, pos.world, pos.world == 1 ? "" : "s");
 	return st;
 }
 
@@ -222,7 +239,22 @@ static enum status check_outputs(struct app *a)
 
 	model_layout(&lay, o->widths, o->nlayers);
 	weight_bytes = lay.nparams * sizeof(float);
-	if (a->w.rank == 0 && o->save != NULL)
+	{
+		const struct named_path paths[] = {
+			{"--save", o->save, 1, 0},
+			{"--metrics", o->metrics, 1, 0},
+			{"--checkpoint", o->checkpoint, 1, o->keep_checkpoints > 0},
+			{"--resume", o->resume, 0, 0},
+			{"--init", o->init, 0, 0},
+			{"--inputs", o->inputs, 0, 0},
+			{"--targets", o->targets, 0, 0},
+		};
+
+		/* --resume=F --checkpoint=F is how a run continues; every other pair is refused. */
+		if (a->w.rank == 0)
+			st = outfile_distinct(paths, (int)(sizeof paths / sizeof paths[0]), 2, 3, &a->d);
+	}
+	if (a->w.rank == 0 && o->save != NULL && st == ST_OK)
 		st = outfile_check(o->save, "--save", weight_bytes, &a->d);
 	if (a->w.rank == 0 && o->checkpoint != NULL && st == ST_OK)
 		st = outfile_check(o->checkpoint, "--checkpoint",
@@ -248,6 +280,13 @@ static enum status setup(struct app *a)
 		st = data_init_synthetic(&a->ds, o->seed, (size_t)o->samples, o->widths[0],
 					 o->widths[o->nlayers], &a->d);
 	st = agree(a, st);
+	if (st != ST_OK)
+		return st;
+	/* Each rank scans its share of the rows for NaN and infinities. */
+	st = agree(a, data_check_finite(&a->ds, a->ds.n * (size_t)a->w.rank / (size_t)a->w.size,
+					a->ds.n * (size_t)(a->w.rank + 1) / (size_t)a->w.size -
+						a->ds.n * (size_t)a->w.rank / (size_t)a->w.size,
+					&a->d));
 	if (st != ST_OK)
 		return st;
 	config_text(a, text, sizeof text);
@@ -282,6 +321,7 @@ static enum status setup(struct app *a)
 			st = diag_set(&a->d, ST_RUNTIME, "out of memory for checkpoint buffers");
 	}
 	if (o->checkpoint != NULL) {
+		checkpoint_new_lineage(a->lineage); /* --resume replaces it with the checkpoint's */
 		a->ctl.checkpoint = write_checkpoint;
 		a->ctl.arg = a;
 		a->ctl.every = o->checkpoint_every;
@@ -423,7 +463,12 @@ static enum status run(struct app *a)
 			st = diag_set(&a->d, ST_RUNTIME, "out of memory");
 		} else {
 			model_state_to_host(&a->m, 0, 1, host);
-			st = checkpoint_write_weights(a->o.save, &a->m, host, &a->d);
+			/* Data and starting weights were checked finite when loaded: this is divergence. */
+			if (!model_all_finite(host, a->m.nparams))
+				st = diag_set(&a->d, ST_RUNTIME, "training diverged: the weights are not finite after step %ld; lower --lr (--save: %s was not written)",
+					      a->res.steps, a->o.save);
+			else
+				st = checkpoint_write_weights(a->o.save, &a->m, host, &a->d);
 		}
 		free(host);
 	}

@@ -275,8 +275,7 @@ static enum status write_all(int fd, const void *buf, size_t len, const char *wh
 	return ST_OK;
 }
 
-/* Build the JSON header text, padded with spaces to a multiple of 8 bytes. */
-static char *build_header(const struct st_entry *e, size_t n, const char *const *meta,
+char *st_header(const struct st_entry *e, size_t n, const char *const *meta,
 			  size_t nmeta, size_t *hlen)
 {
 	json_t *root = json_object(), *md;
@@ -331,7 +330,7 @@ enum status st_save(const char *path, const char *flag, const struct st_entry *e
 	int fd, dfd;
 
 	snprintf(what, sizeof what, "%s: %s", flag, path);
-	header = build_header(e, n, meta, nmeta, &hlen);
+	header = st_header(e, n, meta, nmeta, &hlen);
 	if (header == NULL)
 		return diag_set(d, ST_RUNTIME, "%s: cannot build the safetensors header", what);
 	tmp = malloc(strlen(path) + 16);

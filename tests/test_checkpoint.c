@@ -14,6 +14,8 @@
 #include "checkpoint.h"
 #include "optimizer.h"
 
+#define LINEAGE "0123456789abcdef0123456789abcdef"
+
 static char dir[] = "/tmp/test_checkpoint.XXXXXX";
 static struct backend be;
 
@@ -81,7 +83,7 @@ static const char *config = "--layers=4,3,2\n--lr=0.1\n--momentum=0.9\n";
 static void test_checkpoint_round_trips_weights_momentum_and_position(void **state)
 {
 	struct rig a, b;
-	struct ckpt_pos pos = {7, 1, 3, 2}, got = {0};
+	struct ckpt_pos pos = {7, 1, 3, 2, LINEAGE}, got = {0};
 	struct diag d = {0};
 	const char *path = path_in_dir("ck.st");
 
@@ -95,6 +97,7 @@ static void test_checkpoint_round_trips_weights_momentum_and_position(void **sta
 	assert_int_equal(got.epoch, 1);
 	assert_int_equal(got.next_mb, 3);
 	assert_int_equal(got.world, 2);
+	assert_string_equal(got.lineage, LINEAGE);
 	rig_free(&a);
 	rig_free(&b);
 }
@@ -102,7 +105,7 @@ static void test_checkpoint_round_trips_weights_momentum_and_position(void **sta
 static void test_checkpoint_without_momentum_loads_zero_momentum(void **state)
 {
 	struct rig a, b;
-	struct ckpt_pos pos = {1, 0, 1, 1}, got = {0};
+	struct ckpt_pos pos = {1, 0, 1, 1, LINEAGE}, got = {0};
 	struct diag d = {0};
 	const char *path = path_in_dir("plain.st");
 
@@ -120,7 +123,7 @@ static void test_checkpoint_without_momentum_loads_zero_momentum(void **state)
 static void test_checkpoint_refuses_another_configuration_naming_the_flag(void **state)
 {
 	struct rig a;
-	struct ckpt_pos pos = {1, 0, 1, 1}, got = {0};
+	struct ckpt_pos pos = {1, 0, 1, 1, LINEAGE}, got = {0};
 	struct diag d = {0};
 	const char *path = path_in_dir("cfg.st");
 
@@ -135,7 +138,7 @@ static void test_checkpoint_refuses_another_configuration_naming_the_flag(void *
 static void test_checkpoint_detects_corrupt_tensor_data(void **state)
 {
 	struct rig a;
-	struct ckpt_pos pos = {1, 0, 1, 1}, got = {0};
+	struct ckpt_pos pos = {1, 0, 1, 1, LINEAGE}, got = {0};
 	struct diag d = {0};
 	const char *path = path_in_dir("bad.st");
 	FILE *f;
@@ -158,14 +161,14 @@ static void test_checkpoint_detects_corrupt_tensor_data(void **state)
 static void test_checkpoint_is_not_written_from_non_finite_state(void **state)
 {
 	struct rig a;
-	struct ckpt_pos pos = {3, 0, 1, 1};
+	struct ckpt_pos pos = {3, 0, 1, 1, LINEAGE};
 	struct diag d = {0};
 	const char *path = path_in_dir("nan.st");
 
 	rig_init(&a, widths, 2, 0.9f, 1.0f);
 	a.host[a.m.nparams + 2] = NAN; /* in the momentum buffer */
 	assert_int_equal(checkpoint_save(path, 0, &a.m, a.host, &pos, config, &d), ST_RUNTIME);
-	assert_non_null(strstr(d.msg, "not written at step 3"));
+	assert_non_null(strstr(d.msg, "training diverged: the weights are not finite after step 3"));
 	assert_int_equal(access(path, F_OK), -1);
 	rig_free(&a);
 }
@@ -178,7 +181,7 @@ static void test_checkpoint_keeps_the_last_k_numbered_copies(void **state)
 
 	rig_init(&a, widths, 2, 0.0f, 1.0f);
 	for (long s = 1; s <= 3; s++) {
-		struct ckpt_pos pos = {s, 0, s, 1};
+		struct ckpt_pos pos = {s, 0, s, 1, LINEAGE};
 
 		assert_int_equal(checkpoint_save(path, 2, &a.m, a.host, &pos, config, &d), ST_OK);
 	}
@@ -188,10 +191,22 @@ static void test_checkpoint_keeps_the_last_k_numbered_copies(void **state)
 	rig_free(&a);
 }
 
+/* Rotation names parse whatever their digit count; other names are not rotation names. */
+static void test_numbered_step_parses_any_digit_count(void **state)
+{
+	assert_int_equal(checkpoint_numbered_step("k.st.step-00000060", "k.st"), 60);
+	assert_int_equal(checkpoint_numbered_step("k.st.step-123456789", "k.st"), 123456789);
+	assert_int_equal(checkpoint_numbered_step("k.st.step-7", "k.st"), 7);
+	assert_int_equal(checkpoint_numbered_step("k.st.step-", "k.st"), -1);
+	assert_int_equal(checkpoint_numbered_step("k.st.step-12x", "k.st"), -1);
+	assert_int_equal(checkpoint_numbered_step("k.st.tmp.abc", "k.st"), -1);
+	assert_int_equal(checkpoint_numbered_step("other.step-5", "k.st"), -1);
+}
+
 static void test_init_reads_the_weights_of_save_and_of_a_checkpoint(void **state)
 {
 	struct rig a, b;
-	struct ckpt_pos pos = {1, 0, 1, 1};
+	struct ckpt_pos pos = {1, 0, 1, 1, LINEAGE};
 	struct diag d = {0};
 
 	rig_init(&a, widths, 2, 0.9f, 1.0f);
@@ -253,6 +268,7 @@ int main(void)
 		cmocka_unit_test(test_checkpoint_detects_corrupt_tensor_data),
 		cmocka_unit_test(test_checkpoint_is_not_written_from_non_finite_state),
 		cmocka_unit_test(test_checkpoint_keeps_the_last_k_numbered_copies),
+		cmocka_unit_test(test_numbered_step_parses_any_digit_count),
 		cmocka_unit_test(test_init_reads_the_weights_of_save_and_of_a_checkpoint),
 		cmocka_unit_test(test_init_is_strict_about_names_and_shapes),
 		cmocka_unit_test(test_config_diff_names_the_first_differing_or_missing_line),
