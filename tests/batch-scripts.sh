@@ -160,6 +160,23 @@ for c in "0 0 0" "1 1 0" "3 3 20" "3 3 0 refused"; do
 	checks=$((checks + 1))
 done
 
+# A crash is retried MAX_RESTARTS times (default 3, or --max-restarts=N), each attempt
+# numbered in the log and in its metrics file; exit 2 (bad options) is not retried.
+for c in "1 3 4" "137 1 2" "2 3 1"; do
+	read -r frc max launches <<<"$c"
+	: >"$FAKE_LOG"
+	rm -rf "$R/ddptrain-4242"
+	rc=0
+	"${slurm_env[@]}" FAKE_RC="$frc" "$SBATCH" --max-restarts="$max" >"$TMPD/out" 2>&1 || rc=$?
+	[ "$rc" -eq "$frc" ] || fail "launcher exit $frc: script exited $rc: $(cat "$TMPD/out")"
+	[ "$(grep -c '^srun ' "$FAKE_LOG")" -eq "$launches" ] || fail "launcher exit $frc, --max-restarts=$max: $(grep -c '^srun ' "$FAKE_LOG") launches, want $launches"
+	grep -q -- "--max-restarts" "$FAKE_LOG" && fail "--max-restarts reached ddptrain"
+	last=$((launches - 1))
+	grep -q "^srun .*--metrics=$R/ddptrain-4242/metrics.$last.jsonl" "$FAKE_LOG" &&
+		grep -q "attempt $last (requeue 0, restart $last of $max)" "$TMPD/out" || fail "attempt $last not numbered: $(cat "$TMPD/out")"
+	checks=$((checks + 1))
+done
+
 # ---- PBS ----
 R=$TMPD/pbs
 mkdir -p "$R"
@@ -190,7 +207,7 @@ t0=$SECONDS
 	fail "pbs script exited $? after its timer: $(cat "$TMPD/out")"
 grep -qx "got USR1" "$FAKE_LOG" || fail "the timer did not stop mpirun: $(cat "$FAKE_LOG")"
 grep -qx "qrerun 777.pbs-server" "$FAKE_LOG" || fail "no qrerun: $(cat "$FAKE_LOG")"
-[ "$(cat "$R/ddptrain-777/starts")" = 1 ] || fail "start count: $(cat "$R/ddptrain-777/starts")"
+[ "$(cat "$R/ddptrain-777/attempts")" = 1 ] || fail "attempt count: $(cat "$R/ddptrain-777/attempts")"
 echo "pbs: timer after $((SECONDS - t0)) s -> mpirun SIGUSR1 -> exit 3 -> $(grep qrerun "$FAKE_LOG")"
 checks=$((checks + 1))
 # qrerun refused: RESUBMIT submits the script again with the same RUN_DIR.
@@ -284,3 +301,22 @@ CHECKPOINT=$TMPD/ck.st DDPTRAIN=$DDPTRAIN "$TOP_SRCDIR/scripts/run-local.sh" -n 
 grep -q "resuming from $TMPD/ck.st" rl2.out || fail "run-local.sh did not resume: $(cat rl2.out)"
 "$STCOMPARE" --exact resumed.st straight.st || fail "stop with SIGTERM and resume through run-local.sh changed the weights"
 echo "run-local.sh: SIGTERM -> exit 3 with a checkpoint -> resumed to bit-identical weights"
+# A rank killed with kill -9 after a periodic checkpoint: the script retries from it, and
+# the run ends with the weights of the uninterrupted run.
+L="--samples=2000 --epochs=2000 --max-steps=30000 --batch-size=20 --log-every=0"
+rm -f ck.st
+CHECKPOINT='' DDPTRAIN=$DDPTRAIN "$TOP_SRCDIR/scripts/run-local.sh" -n 2 $L --save=straight2.st >/dev/null ||
+	fail "run-local.sh straight run 2"
+CHECKPOINT=$TMPD/ck.st CHECKPOINT_EVERY=3000 DDPTRAIN=$DDPTRAIN "$TOP_SRCDIR/scripts/run-local.sh" -n 2 $L \
+	--save=crashed.st >rl3.out 2>&1 &
+rl=$!
+for _ in $(seq 1 300); do [ -f ck.st ] && break; sleep 0.1; done
+[ -f ck.st ] || fail "no periodic checkpoint: $(cat rl3.out)"
+for p in $(pgrep -x ddptrain); do
+	if grep -q crashed.st "/proc/$p/cmdline" 2>/dev/null; then kill -9 "$p"; break; fi
+done
+rc=0; wait "$rl" || rc=$?
+[ $rc -eq 0 ] && grep -q "restart 1 of 3 from the last checkpoint" rl3.out && grep -q "attempt 1 (restart 1 of 3)" rl3.out ||
+	fail "run-local.sh after kill -9 of a rank: exit $rc: $(cat rl3.out)"
+"$STCOMPARE" --exact crashed.st straight2.st || fail "the retry from the periodic checkpoint changed the weights"
+echo "run-local.sh: kill -9 of a rank -> retried from the periodic checkpoint -> bit-identical weights"
