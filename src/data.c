@@ -67,10 +67,10 @@ enum status data_init_npy(struct dataset *ds, const char *xpath, const char *ypa
 	enum status st;
 
 	memset(ds, 0, sizeof *ds);
-	st = npy_open(&ds->x, xpath, "--inputs", d);
+	st = npy_open(&ds->x, xpath, "--inputs", NPY_WANT_FLOATS, d);
 	if (st != ST_OK)
 		return st;
-	st = npy_open(&ds->y, ypath, "--targets", d);
+	st = npy_open(&ds->y, ypath, "--targets", NPY_WANT_FLOATS, d);
 	if (st != ST_OK)
 		goto out_x;
 	if (ds->x.rows != ds->y.rows) {

@@ -5,7 +5,9 @@
  * of its own that accepts exactly the keys NumPy writes and nothing else.
  * The file is untrusted: the scanner never reads past the header's length
  * (the header is not NUL-terminated), and every size taken from the file is
- * checked against the file's real length before it is used.
+ * checked against the file's real length before it is used. Big-endian and
+ * Fortran-order arrays are converted once, at load, so every read after that
+ * is of a little-endian C-order array.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -64,8 +66,31 @@ static const char *scan_str(const char *p, const char *end, char *buf, size_t le
 	return p + 1;
 }
 
-enum status npy_parse_header(const char *h, size_t len, int *itemsize, size_t *rows,
-			     size_t *cols, const char *what, struct diag *d)
+/* A dtype string: byte order ('<', '>', '|' for single bytes, '=' native), kind and size. */
+static int parse_descr(struct npy *a, const char *v)
+{
+	char order = v[0], kind = order ? v[1] : 0;
+	int size = kind ? v[2] - '0' : 0;
+
+	if (strlen(v) != 3 || strchr("<>|=", order) == NULL || size < 1 || size > 8)
+		return 0;
+	if (kind == 'f' && size != 4 && size != 8)
+		return 0;
+	if ((kind == 'i' || kind == 'u') && size != 1 && size != 2 && size != 4 && size != 8)
+		return 0;
+	if (kind != 'f' && kind != 'i' && kind != 'u')
+		return 0;
+	if (order == '|' && size != 1)
+		return 0; /* '|' is "not applicable", only right for one-byte types */
+	a->kind = kind;
+	a->itemsize = size;
+	a->big_endian = order == '>' && size > 1;
+	snprintf(a->descr, sizeof a->descr, "%s", v);
+	return 1;
+}
+
+enum status npy_parse_header(const char *h, size_t len, struct npy *a, const char *what,
+			     struct diag *d)
 {
 	const char *p = h, *end = h + len;
 	int have_descr = 0, have_order = 0, have_shape = 0;
@@ -96,23 +121,20 @@ enum status npy_parse_header(const char *h, size_t len, int *itemsize, size_t *r
 			p = scan_str(p, end, val, sizeof val);
 			if (p == NULL)
 				return diag_set(d, ST_RUNTIME, "%s: malformed .npy header (descr)", what);
-			if (strcmp(val, "<f4") == 0)
-				*itemsize = 4;
-			else if (strcmp(val, "<f8") == 0)
-				*itemsize = 8;
-			else
+			if (!parse_descr(a, val))
 				return diag_set(d, ST_RUNTIME,
-						"%s: dtype '%s' is not supported (need '<f4' or '<f8')", what,
-						diag_quote(val, sizeof val, val));
+						"%s: dtype '%s' is not supported (need a float or integer type: f4, f8, i1..i8, u1..u8)",
+						what, diag_quote(val, sizeof val, val));
 		} else if (strcmp(key, "fortran_order") == 0) {
 			if (have_order++)
 				return diag_set(d, ST_RUNTIME, "%s: duplicate key 'fortran_order' in .npy header",
 						what);
 			if ((size_t)(end - p) >= 5 && strncmp(p, "False", 5) == 0) {
+				a->fortran = 0;
 				p += 5;
 			} else if ((size_t)(end - p) >= 4 && strncmp(p, "True", 4) == 0) {
-				return diag_set(d, ST_RUNTIME,
-						"%s: Fortran-order arrays are not supported (save with C order)", what);
+				a->fortran = 1;
+				p += 4;
 			} else {
 				return diag_set(d, ST_RUNTIME, "%s: malformed .npy header (fortran_order)", what);
 			}
@@ -164,11 +186,53 @@ enum status npy_parse_header(const char *h, size_t len, int *itemsize, size_t *r
 	if (!have_descr || !have_order || !have_shape)
 		return diag_set(d, ST_RUNTIME, "%s: .npy header lacks %s", what,
 				!have_descr ? "descr" : !have_order ? "fortran_order" : "shape");
-	if (ndim != 2)
+	if (ndim != 1 && ndim != 2)
 		return diag_set(d, ST_RUNTIME, "%s: array has %d dimensions, need 2 (rows, columns)",
 				what, ndim);
-	*rows = dims[0];
-	*cols = dims[1];
+	a->ndim = ndim;
+	a->rows = dims[0];
+	a->cols = ndim == 2 ? dims[1] : 1;
+	return ST_OK;
+}
+
+/* The little-endian C-order copy of a big-endian or Fortran-order array, made once. */
+static enum status convert(struct npy *a, const char *what, struct diag *d)
+{
+	const size_t n = a->rows * a->cols, sz = (size_t)a->itemsize;
+
+	a->conv = malloc(n * sz);
+	if (a->conv == NULL)
+		return diag_set(d, ST_RUNTIME, "%s: out of memory converting the %s array (%zu bytes)",
+				what, a->fortran ? "Fortran-order" : "big-endian", n * sz);
+	for (size_t r = 0; r < a->rows; r++) {
+		for (size_t c = 0; c < a->cols; c++) {
+			const unsigned char *src = a->raw + sz * (a->fortran ? c * a->rows + r : r * a->cols + c);
+			unsigned char *dst = a->conv + sz * (r * a->cols + c);
+
+			for (size_t b = 0; b < sz; b++)
+				dst[b] = src[a->big_endian ? sz - 1 - b : b];
+		}
+	}
+	a->data = a->conv;
+	return ST_OK;
+}
+
+enum status npy_check(const struct npy *a, enum npy_want want, const char *what, struct diag *d)
+{
+	if (want == NPY_WANT_FLOATS && a->kind != 'f')
+		return diag_set(d, ST_RUNTIME, "%s: dtype '%s' is not supported (need '<f4' or '<f8')",
+				what, a->descr);
+	if (want == NPY_WANT_FLOATS && a->ndim != 2)
+		return diag_set(d, ST_RUNTIME, "%s: array has %d dimensions, need 2 (rows, columns)",
+				what, a->ndim);
+	if (want == NPY_WANT_LABELS && a->kind == 'f')
+		return diag_set(d, ST_RUNTIME,
+				"%s: dtype '%s' is not supported for class labels (need integers: int64, int32, uint8, ...)",
+				what, a->descr);
+	if (want == NPY_WANT_LABELS && a->cols != 1)
+		return diag_set(d, ST_RUNTIME,
+				"%s: class labels need shape (N,) or (N, 1), not %zu x %zu", what, a->rows,
+				a->cols);
 	return ST_OK;
 }
 
@@ -178,7 +242,7 @@ enum status npy_parse(struct npy *a, const unsigned char *buf, size_t len, const
 	size_t hlen, hstart, avail, need;
 	enum status st;
 
-	a->data = NULL;
+	memset(a, 0, sizeof *a);
 	if (len < 10)
 		return diag_set(d, ST_RUNTIME, "%s: too short to be a .npy file (%zu bytes)", what, len);
 	if (memcmp(buf, "\x93NUMPY", 6) != 0)
@@ -199,7 +263,7 @@ enum status npy_parse(struct npy *a, const unsigned char *buf, size_t len, const
 		return diag_set(d, ST_RUNTIME,
 				"%s: truncated .npy header: header length %zu runs past the end of the file (%zu bytes)",
 				what, hlen, len);
-	st = npy_parse_header((const char *)buf + hstart, hlen, &a->itemsize, &a->rows, &a->cols, what, d);
+	st = npy_parse_header((const char *)buf + hstart, hlen, a, what, d);
 	if (st != ST_OK)
 		return st;
 	/* Each dimension is at most 2^40, so the product can still wrap: check before multiplying. */
@@ -217,39 +281,70 @@ enum status npy_parse(struct npy *a, const unsigned char *buf, size_t len, const
 				what, avail - need, a->rows, a->cols);
 	if (a->rows == 0 || a->cols == 0)
 		return diag_set(d, ST_RUNTIME, "%s: empty array (%zu x %zu)", what, a->rows, a->cols);
-	a->data = buf + hstart + hlen;
+	a->raw = a->data = buf + hstart + hlen;
+	/* A Fortran-order array with one row or one column is laid out as in C order. */
+	if (a->big_endian || (a->fortran && a->rows > 1 && a->cols > 1))
+		return convert(a, what, d);
 	return ST_OK;
 }
 
-enum status npy_open(struct npy *a, const char *path, const char *flag, struct diag *d)
+enum status npy_open(struct npy *a, const char *path, const char *flag, enum npy_want want,
+		     struct diag *d)
 {
 	char what[600];
 	enum status st;
+	size_t map_len;
+	void *map;
 
 	memset(a, 0, sizeof *a);
 	snprintf(what, sizeof what, "%s: %s", flag, path);
-	st = filemap_open(path, what, 10, ".npy", &a->map, &a->map_len, d);
+	st = filemap_open(path, what, 10, ".npy", &map, &map_len, d);
 	if (st != ST_OK)
 		return st;
-	st = npy_parse(a, a->map, a->map_len, what, d);
+	st = npy_parse(a, map, map_len, what, d);
+	a->map = map;
+	a->map_len = map_len;
+	if (st == ST_OK)
+		st = npy_check(a, want, what, d);
+	if (st == ST_OK && a->conv != NULL) { /* the copy is all that is read from now on */
+		filemap_close(a->map, a->map_len);
+		a->map = NULL;
+		a->raw = NULL;
+	}
 	if (st != ST_OK)
 		npy_close(a);
 	return st;
+}
+
+/* Element at p (little-endian, a's dtype) as an integer. */
+static long long int_at(const struct npy *a, const unsigned char *p)
+{
+	unsigned long long u = 0;
+	int bits = 8 * a->itemsize;
+
+	for (int b = a->itemsize - 1; b >= 0; b--)
+		u = u << 8 | p[b];
+	if (a->kind == 'i' && bits < 64 && (u >> (bits - 1)) & 1)
+		u |= ~0ull << bits; /* sign-extend */
+	return (long long)u;
 }
 
 void npy_read_row(const struct npy *a, size_t r, float *out)
 {
 	const unsigned char *src = a->data + r * a->cols * (size_t)a->itemsize;
 
-	if (a->itemsize == 4) {
+	if (a->kind == 'f' && a->itemsize == 4) {
 		memcpy(out, src, a->cols * sizeof(float));
-	} else {
+	} else if (a->kind == 'f') {
 		for (size_t j = 0; j < a->cols; j++) {
 			double v;
 
 			memcpy(&v, src + j * 8, 8);
 			out[j] = (float)v;
 		}
+	} else {
+		for (size_t j = 0; j < a->cols; j++)
+			out[j] = (float)int_at(a, src + j * (size_t)a->itemsize);
 	}
 }
 
@@ -283,6 +378,9 @@ int npy_find_nonfinite(const struct npy *a, size_t row0, size_t nrows, size_t *r
 	const size_t block = 16384, is = (size_t)a->itemsize;
 	size_t first = row0 * a->cols, end = (row0 + nrows) * a->cols;
 
+	if (a->kind != 'f')
+		return 0; /* an integer is always finite */
+
 	for (size_t b = first; b < end; b += block) {
 		size_t n = end - b < block ? end - b : block;
 
@@ -307,9 +405,17 @@ int npy_find_nonfinite(const struct npy *a, size_t row0, size_t nrows, size_t *r
 	return 0;
 }
 
+long long npy_read_int(const struct npy *a, size_t r)
+{
+	return int_at(a, a->data + r * a->cols * (size_t)a->itemsize);
+}
+
 void npy_close(struct npy *a)
 {
 	filemap_close(a->map, a->map_len);
+	free(a->conv);
 	a->map = NULL;
+	a->conv = NULL;
+	a->raw = NULL;
 	a->data = NULL;
 }

@@ -14,7 +14,6 @@ mkdir -p "$D" "$TMPD/out"
 "$MKNPY" "$D/magic.npy" 40 10 f4 1 1 magic
 "$MKNPY" "$D/int.npy" 40 10 f4 1 1 i4
 "$MKNPY" "$D/oned.npy" 40 10 f4 1 1 1d
-"$MKNPY" "$D/fortran.npy" 40 10 f4 1 1 fortran
 printf 'not a safetensors file at all' >"$D/bad.st"
 run_mpi 1 --max-steps=1 --layers=10,8,5 --quiet --save="$D/wrongshape.st" || fail "making wrongshape.st"
 run_mpi 1 --max-steps=1 --layers=10,10,5,5 --quiet --save="$D/extra.st" || fail "making extra.st"
@@ -49,7 +48,6 @@ for np in 1 2; do
 	expect 1 "--inputs: $D/magic.npy: not a .npy file" $np --inputs="$D/magic.npy" --targets="$D/y.npy" $SAVE
 	expect 1 "dtype '<i4' is not supported" $np --inputs="$D/int.npy" --targets="$D/y.npy" $SAVE
 	expect 1 "1 dimensions, need 2" $np --inputs="$D/oned.npy" --targets="$D/y.npy" $SAVE
-	expect 1 "Fortran-order" $np --inputs="$D/fortran.npy" --targets="$D/y.npy" $SAVE
 	expect 1 "truncated" $np --inputs="$D/trunc.npy" --targets="$D/y.npy" $SAVE
 	expect 1 "--targets: $D/y39.npy has 39 rows but --inputs" $np --inputs="$D/x.npy" --targets="$D/y39.npy" $SAVE
 	expect 1 "has 7 columns but --layers starts with width 10" $np --inputs="$D/x7.npy" --targets="$D/y.npy" $SAVE

@@ -58,7 +58,7 @@ static void test_npy_reads_v1_float32(void **state)
 	float row[3];
 
 	write_npy(path, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", v, sizeof v);
-	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_OK);
+	assert_int_equal(npy_open(&a, path, "--inputs", NPY_WANT_FLOATS, &d), ST_OK);
 	assert_int_equal(a.rows, 2);
 	assert_int_equal(a.cols, 3);
 	npy_read_row(&a, 1, row);
@@ -75,7 +75,7 @@ static void test_npy_reads_v2_float64_converting(void **state)
 	float row[2];
 
 	write_npy(path, 2, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 2), }", v, sizeof v);
-	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_OK);
+	assert_int_equal(npy_open(&a, path, "--inputs", NPY_WANT_FLOATS, &d), ST_OK);
 	assert_int_equal(a.itemsize, 8);
 	npy_read_row(&a, 1, row);
 	assert_true(row[0] == 3.0f && row[1] == (float)1e-3);
@@ -89,19 +89,33 @@ static void test_npy_rejects_wrong_dtype(void **state)
 	struct diag d = {0};
 
 	write_npy(path, 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 2), }", v, sizeof v);
-	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
+	assert_int_equal(npy_open(&a, path, "--inputs", NPY_WANT_FLOATS, &d), ST_RUNTIME);
 	assert_non_null(strstr(d.msg, "dtype '<i4'"));
 	assert_non_null(strstr(d.msg, "--inputs"));
 }
 
-static void test_npy_rejects_big_endian(void **state)
+/* '>f4' and '>f8', as NumPy writes them on a big-endian machine or with dtype='>f4':
+ * converted once on load to the same floats. */
+static void test_npy_reads_big_endian_floats(void **state)
 {
-	const float v[4] = {0};
+	const unsigned char f4[8] = {0x3f, 0x80, 0, 0, 0xc0, 0x20, 0, 0}; /* 1.0, -2.5 */
+	const unsigned char f8[8] = {0x3f, 0xd0, 0, 0, 0, 0, 0, 0};       /* 0.25 */
 	struct npy a;
 	struct diag d = {0};
+	float row[2];
 
-	write_npy(path, 1, "{'descr': '>f4', 'fortran_order': False, 'shape': (2, 2), }", v, sizeof v);
-	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
+	write_npy(path, 1, "{'descr': '>f4', 'fortran_order': False, 'shape': (1, 2), }", f4, sizeof f4);
+	assert_int_equal(npy_open(&a, path, "--inputs", NPY_WANT_FLOATS, &d), ST_OK);
+	npy_read_row(&a, 0, row);
+	assert_true(row[0] == 1.0f && row[1] == -2.5f);
+	assert_null(a.map); /* the converted copy is all that is kept */
+	npy_close(&a);
+	write_npy(path, 1, "{'descr': '>f8', 'fortran_order': False, 'shape': (1, 1), }", f8, sizeof f8);
+	assert_int_equal(npy_open(&a, path, "--inputs", NPY_WANT_FLOATS, &d), ST_OK);
+	npy_read_row(&a, 0, row);
+	assert_true(row[0] == 0.25f);
+	npy_close(&a);
+	npy_close(&a);
 }
 
 static void test_npy_rejects_wrong_rank(void **state)
@@ -111,23 +125,80 @@ static void test_npy_rejects_wrong_rank(void **state)
 	struct diag d = {0};
 
 	write_npy(path, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (8,), }", v, sizeof v);
-	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
+	assert_int_equal(npy_open(&a, path, "--inputs", NPY_WANT_FLOATS, &d), ST_RUNTIME);
 	assert_non_null(strstr(d.msg, "1 dimensions, need 2"));
 	memset(&d, 0, sizeof d);
 	write_npy(path, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 2, 2), }", v, sizeof v);
-	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
+	assert_int_equal(npy_open(&a, path, "--inputs", NPY_WANT_FLOATS, &d), ST_RUNTIME);
 	assert_non_null(strstr(d.msg, "3 dimensions"));
 }
 
-static void test_npy_rejects_fortran_order(void **state)
+/* np.asfortranarray([[1, 2, 3], [4, 5, 6]]) is stored column by column: 1 4 2 5 3 6. */
+static void test_npy_reads_fortran_order_transposed(void **state)
 {
-	const float v[4] = {0};
+	const float v[6] = {1, 4, 2, 5, 3, 6};
+	struct npy a;
+	struct diag d = {0};
+	float row[3];
+
+	write_npy(path, 1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", v, sizeof v);
+	assert_int_equal(npy_open(&a, path, "--inputs", NPY_WANT_FLOATS, &d), ST_OK);
+	npy_read_row(&a, 0, row);
+	assert_true(row[0] == 1 && row[1] == 2 && row[2] == 3);
+	npy_read_row(&a, 1, row);
+	assert_true(row[0] == 4 && row[1] == 5 && row[2] == 6);
+	npy_close(&a);
+}
+
+/* Class labels: int64, uint8, big-endian int16 with a negative value, shape (N,). */
+static void test_npy_reads_integer_labels(void **state)
+{
+	const int64_t i8[3] = {0, 7, 2};
+	const uint8_t u1[3] = {9, 0, 255};
+	const unsigned char be2[4] = {0x01, 0x02, 0xff, 0xfe}; /* 258, -2 */
 	struct npy a;
 	struct diag d = {0};
 
-	write_npy(path, 1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", v, sizeof v);
-	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
-	assert_non_null(strstr(d.msg, "Fortran"));
+	write_npy(path, 1, "{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }", i8, sizeof i8);
+	assert_int_equal(npy_open(&a, path, "--targets", NPY_WANT_LABELS, &d), ST_OK);
+	assert_int_equal(a.rows, 3);
+	assert_int_equal(a.cols, 1);
+	assert_true(npy_read_int(&a, 0) == 0 && npy_read_int(&a, 1) == 7 && npy_read_int(&a, 2) == 2);
+	npy_close(&a);
+	write_npy(path, 1, "{'descr': '|u1', 'fortran_order': False, 'shape': (3,), }", u1, sizeof u1);
+	assert_int_equal(npy_open(&a, path, "--targets", NPY_WANT_LABELS, &d), ST_OK);
+	assert_true(npy_read_int(&a, 0) == 9 && npy_read_int(&a, 2) == 255);
+	npy_close(&a);
+	write_npy(path, 1, "{'descr': '>i2', 'fortran_order': False, 'shape': (2,), }", be2, sizeof be2);
+	assert_int_equal(npy_open(&a, path, "--targets", NPY_WANT_LABELS, &d), ST_OK);
+	assert_true(npy_read_int(&a, 0) == 258 && npy_read_int(&a, 1) == -2);
+	npy_close(&a);
+}
+
+/* Each flag refuses what it cannot use, saying what it needs. */
+static void test_npy_refuses_what_the_flag_cannot_use(void **state)
+{
+	const float f[4] = {0};
+	const int32_t i[4] = {0};
+	struct npy a;
+	struct diag d = {0};
+
+	write_npy(path, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", f, sizeof f);
+	assert_int_equal(npy_open(&a, path, "--targets", NPY_WANT_LABELS, &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "--targets"));
+	assert_non_null(strstr(d.msg, "not supported for class labels (need integers"));
+	memset(&d, 0, sizeof d);
+	write_npy(path, 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 2), }", i, sizeof i);
+	assert_int_equal(npy_open(&a, path, "--targets", NPY_WANT_LABELS, &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "shape (N,) or (N, 1), not 2 x 2"));
+	memset(&d, 0, sizeof d);
+	write_npy(path, 1, "{'descr': '<i2', 'fortran_order': False, 'shape': (2, 2), }", i, 8);
+	assert_int_equal(npy_open(&a, path, "--inputs", NPY_WANT_FLOATS, &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "dtype '<i2' is not supported (need '<f4' or '<f8')"));
+	memset(&d, 0, sizeof d);
+	write_npy(path, 1, "{'descr': '|i2', 'fortran_order': False, 'shape': (2, 2), }", i, 8);
+	assert_int_equal(npy_open(&a, path, "--inputs", NPY_WANT_FLOATS, &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "dtype '|i2' is not supported"));
 }
 
 static void test_npy_rejects_truncated_data(void **state)
@@ -137,7 +208,7 @@ static void test_npy_rejects_truncated_data(void **state)
 	struct diag d = {0};
 
 	write_npy(path, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", v, sizeof v);
-	assert_int_equal(npy_open(&a, path, "--targets", &d), ST_RUNTIME);
+	assert_int_equal(npy_open(&a, path, "--targets", NPY_WANT_FLOATS, &d), ST_RUNTIME);
 	assert_non_null(strstr(d.msg, "truncated"));
 	assert_non_null(strstr(d.msg, "--targets"));
 }
@@ -150,13 +221,13 @@ static void test_npy_rejects_truncated_header_and_bad_magic(void **state)
 
 	fwrite("\x93NUMPY\x01\x00\x76\x00{'descr'", 1, 18, f);
 	fclose(f);
-	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
+	assert_int_equal(npy_open(&a, path, "--inputs", NPY_WANT_FLOATS, &d), ST_RUNTIME);
 	assert_non_null(strstr(d.msg, "truncated .npy header"));
 	memset(&d, 0, sizeof d);
 	f = fopen(path, "wb");
 	fwrite("PK\x03\x04 this is a zip file", 1, 24, f);
 	fclose(f);
-	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
+	assert_int_equal(npy_open(&a, path, "--inputs", NPY_WANT_FLOATS, &d), ST_RUNTIME);
 	assert_non_null(strstr(d.msg, "bad magic"));
 }
 
@@ -167,7 +238,7 @@ static void test_npy_rejects_trailing_data(void **state)
 	struct diag d = {0};
 
 	write_npy(path, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", v, sizeof v);
-	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
+	assert_int_equal(npy_open(&a, path, "--inputs", NPY_WANT_FLOATS, &d), ST_RUNTIME);
 	assert_non_null(strstr(d.msg, "4 bytes of trailing data after the 2 x 3 array"));
 }
 
@@ -180,7 +251,7 @@ static void test_npy_rejects_a_shape_whose_size_overflows(void **state)
 	/* 2^40 x 2^24 float32 is 2^66 bytes: wraps to 0 in 64 bits. */
 	write_npy(path, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 16777216), }",
 		  none, 0);
-	assert_int_equal(npy_open(&a, path, "--inputs", &d), ST_RUNTIME);
+	assert_int_equal(npy_open(&a, path, "--inputs", NPY_WANT_FLOATS, &d), ST_RUNTIME);
 	assert_non_null(strstr(d.msg, "is too large"));
 }
 
@@ -229,8 +300,9 @@ static void test_npy_parse_stops_at_the_end_of_the_header(void **state)
 	free(buf);
 }
 
-/* Every npy-* file of tests/corpus is refused by the parser itself with a one-line
- * message, and the good ones are accepted: under --enable-sanitizers this runs the
+/* Every npy-* file of tests/corpus is refused as --inputs (by the parser, or for a
+ * dtype or shape --inputs cannot use) with a one-line message, and the good ones
+ * (some big-endian or in Fortran order) are accepted: under --enable-sanitizers this runs the
  * whole corpus through ASan and UBSan without an mpirun per file. */
 static void test_npy_parse_refuses_every_hostile_corpus_file(void **state)
 {
@@ -258,6 +330,9 @@ static void test_npy_parse_refuses_every_hostile_corpus_file(void **state)
 		buf = slurp(file, &len);
 		memset(&a, 0, sizeof a);
 		st = npy_parse(&a, buf, len, e->d_name, &d);
+		if (st == ST_OK)
+			st = npy_check(&a, NPY_WANT_FLOATS, e->d_name, &d);
+		npy_close(&a);
 		if (strncmp(e->d_name, "good", 4) == 0) {
 			if (st != ST_OK)
 				fail_msg("%s refused: %s", e->d_name, d.msg);
@@ -270,7 +345,7 @@ static void test_npy_parse_refuses_every_hostile_corpus_file(void **state)
 		free(buf);
 	}
 	closedir(dp);
-	assert_int_equal(good, 2);
+	assert_int_equal(good, 4);
 	assert_true(bad >= 20);
 }
 
@@ -279,7 +354,7 @@ static void test_npy_missing_file_names_flag_and_path(void **state)
 	struct npy a;
 	struct diag d = {0};
 
-	assert_int_equal(npy_open(&a, "/nonexistent/x.npy", "--inputs", &d), ST_RUNTIME);
+	assert_int_equal(npy_open(&a, "/nonexistent/x.npy", "--inputs", NPY_WANT_FLOATS, &d), ST_RUNTIME);
 	assert_string_equal(d.msg, "--inputs: /nonexistent/x.npy: No such file or directory");
 }
 
@@ -303,15 +378,15 @@ static void test_npy_header_parser_rejects_garbage(void **state)
 	};
 	static const char nul[] = "{'descr': '<f4\0junk', 'fortran_order': False, 'shape': (1, 1)}";
 	struct diag d = {0};
-	size_t r, c;
-	int isz;
+	struct npy a;
 
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		memset(&d, 0, sizeof d);
-		assert_int_equal(npy_parse_header(bad[i], strlen(bad[i]), &isz, &r, &c, "x", &d), ST_RUNTIME);
+		memset(&a, 0, sizeof a);
+		assert_int_equal(npy_parse_header(bad[i], strlen(bad[i]), &a, "x", &d), ST_RUNTIME);
 	}
 	memset(&d, 0, sizeof d);
-	assert_int_equal(npy_parse_header(nul, sizeof nul - 1, &isz, &r, &c, "x", &d), ST_RUNTIME);
+	assert_int_equal(npy_parse_header(nul, sizeof nul - 1, &a, "x", &d), ST_RUNTIME);
 }
 
 int main(void)
@@ -320,9 +395,11 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_npy_reads_v1_float32, make_path, remove_path),
 		cmocka_unit_test_setup_teardown(test_npy_reads_v2_float64_converting, make_path, remove_path),
 		cmocka_unit_test_setup_teardown(test_npy_rejects_wrong_dtype, make_path, remove_path),
-		cmocka_unit_test_setup_teardown(test_npy_rejects_big_endian, make_path, remove_path),
+		cmocka_unit_test_setup_teardown(test_npy_reads_big_endian_floats, make_path, remove_path),
 		cmocka_unit_test_setup_teardown(test_npy_rejects_wrong_rank, make_path, remove_path),
-		cmocka_unit_test_setup_teardown(test_npy_rejects_fortran_order, make_path, remove_path),
+		cmocka_unit_test_setup_teardown(test_npy_reads_fortran_order_transposed, make_path, remove_path),
+		cmocka_unit_test_setup_teardown(test_npy_reads_integer_labels, make_path, remove_path),
+		cmocka_unit_test_setup_teardown(test_npy_refuses_what_the_flag_cannot_use, make_path, remove_path),
 		cmocka_unit_test_setup_teardown(test_npy_rejects_truncated_data, make_path, remove_path),
 		cmocka_unit_test_setup_teardown(test_npy_rejects_truncated_header_and_bad_magic, make_path, remove_path),
 		cmocka_unit_test_setup_teardown(test_npy_rejects_trailing_data, make_path, remove_path),

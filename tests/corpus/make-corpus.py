@@ -4,8 +4,8 @@
     python3 tests/corpus/make-corpus.py [DIR]     (default: this script's directory)
 
 Standard library only, deterministic: running it again rewrites the committed
-files byte for byte. Three good files (good-x.npy 40x10, good-y.npy 40x5 and
-good.safetensors, the 10,10,5 ToyModel) and one malformed file per case, each
+files byte for byte. Five good files (good-x.npy 40x10, the same stored big-endian and in
+Fortran order, good-y.npy 40x5 and good.safetensors, the 10,10,5 ToyModel) and one malformed file per case, each
 broken in exactly one way. The same files seed the fuzzers (scripts/fuzz.sh).
 """
 import json
@@ -70,11 +70,15 @@ write("npy-dim-too-large.npy", npy_header(npy_dict(shape="(999999999999999999999
 write("npy-shape-negative.npy", npy_header(npy_dict(shape="(-40, 10)")) + good[128:])
 write("npy-shape-nan.npy", npy_header(npy_dict(shape="(nan, 10)")) + good[128:])
 write("npy-dtype-int.npy", npy_header(npy_dict(descr="<i4")) + good[128:])
-write("npy-dtype-big-endian.npy", npy_header(npy_dict(descr=">f4")) + good[128:])
+# Big-endian and Fortran order are good: NumPy and PyTorch read them, and so does ddptrain
+# (the same 40x10 floats as good-x.npy, stored another way).
+gvals = [((i * 37 + 1 * 11) % 97) / 48.5 - 1.0 for i in range(400)]
+write("good-x-big-endian.npy", npy_header(npy_dict(descr=">f4")) + struct.pack(">400f", *gvals))
+write("good-x-fortran.npy", npy_header(npy_dict(order="True")) +
+      f32([gvals[r * 10 + c] for c in range(10) for r in range(40)]))
 write("npy-dtype-object.npy", npy_header(npy_dict(descr="|O")) + good[128:])
 write("npy-dtype-control-char.npy", npy_header(npy_dict(descr="<f\n4")) + good[128:])
 write("npy-dtype-nul.npy", npy_header(npy_dict(descr="<f4\0junk")) + good[128:])
-write("npy-fortran.npy", npy_header(npy_dict(order="True")) + good[128:])
 write("npy-1d.npy", npy_header(npy_dict(shape="(400,)")) + good[128:])
 write("npy-duplicate-key.npy",
       npy_header("{'descr': '<f4', 'fortran_order': False, 'shape': (40, 10), 'shape': (40, 10), }") + good[128:])

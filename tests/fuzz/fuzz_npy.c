@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "guard.h" /* fuzz_at_guard */
-#include "npy.h"   /* npy_parse, npy_read_row */
+#include "npy.h"   /* npy_parse, npy_read_row, npy_read_int, npy_close */
 
 static void check(const uint8_t *data, size_t size)
 {
@@ -25,15 +25,21 @@ static void check(const uint8_t *data, size_t size)
 			abort(); /* a refusal without a one-line message */
 		return;
 	}
-	if (a.rows == 0 || a.cols == 0 || a.data < data ||
-	    a.data + a.rows * a.cols * (size_t)a.itemsize != data + size)
+	if (a.rows == 0 || a.cols == 0 || a.raw < data ||
+	    a.raw + a.rows * a.cols * (size_t)a.itemsize != data + size)
 		abort(); /* accepted, but the array is not exactly the rest of the file */
 	row = malloc(a.cols * sizeof *row);
-	if (row == NULL)
+	if (row == NULL) {
+		npy_close(&a);
 		return;
-	for (size_t r = 0; r < a.rows; r++)
+	}
+	for (size_t r = 0; r < a.rows; r++) {
 		npy_read_row(&a, r, row);
+		if (a.kind != 'f')
+			(void)npy_read_int(&a, r);
+	}
 	free(row);
+	npy_close(&a); /* the converted copy of a big-endian or Fortran-order array */
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
