@@ -22,6 +22,13 @@
 extern "C" {
 #endif
 
+/* One torch.optim.AdamW step, its scalars worked out on the host in double precision as
+ * PyTorch does (for step t): decay = 1 - lr wd, one_minus_beta1 = 1 - beta1,
+ * one_minus_beta2 = 1 - beta2, step_size = lr / (1 - beta1^t), bc2_sqrt = sqrt(1 - beta2^t). */
+struct adamw_hparams {
+	float decay, beta1, beta2, one_minus_beta1, one_minus_beta2, step_size, bc2_sqrt, eps;
+};
+
 /* What a backend instance is created for. */
 struct backend_config {
 	int device; /* GPU index (after CUDA_VISIBLE_DEVICES); ignored by the CPU backend */
@@ -60,7 +67,8 @@ struct backend_ops {
 	void (*linear_forward)(void *ctx, float *y, const float *x, const float *w, const float *b,
 			       int n, int in, int out, int relu);
 	/* From dy (n, out): dw (out, in) and db (out) are set (accumulate = 0) or added to
-	 * (accumulate = 1); dx (n, in) = dy @ w is set unless dx is NULL. */
+	 * (accumulate = 1) unless dw is NULL (a frozen layer: db is then ignored too);
+	 * dx (n, in) = dy @ w is set unless dx is NULL. */
 	void (*linear_backward)(void *ctx, float *dx, float *dw, float *db, const float *dy,
 				const float *x, const float *w, int n, int in, int out, int accumulate);
 	/* y = max(y, 0), in place. */
@@ -75,6 +83,22 @@ struct backend_ops {
 	 * be NULL (then y = a y + c x) and may be y itself. The optimizers' fused update. */
 	void (*axpbz)(void *ctx, float *y, float a, float c, const float *x, float b,
 		      const float *z, size_t n);
+	/* Softmax cross-entropy over n rows of `classes` logits with class labels (n) stored as
+	 * floats: out[0] = scale * mean(logsumexp(z) - z[label]) and out[1] = scale * the
+	 * fraction of rows whose first largest logit is the label (torch.argmax), each added
+	 * to when accumulate is set; dy = scale * (softmax(z) - onehot(label)) / n. out is
+	 * device memory (2). Labels are in range (checked when the data is loaded). */
+	void (*cross_entropy)(void *ctx, float *dy, float *out, const float *z, const float *labels,
+			      int n, int classes, float scale, int accumulate);
+	/* torch.optim.AdamW on n parameters: p *= decay; m = beta1 m + (1 - beta1) g;
+	 * v = beta2 v + (1 - beta2) g^2; p -= step_size * m / (sqrt(v) / bc2_sqrt + eps). */
+	void (*adamw)(void *ctx, float *p, const float *g, float *m, float *v, size_t n,
+		      const struct adamw_hparams *h);
+	/* out[0] = (out[0] if accumulate, else 0) + sum of x[i]^2; out is device memory (1). */
+	void (*sumsq)(void *ctx, float *out, const float *x, size_t n, int accumulate);
+	/* clip_grad_norm_'s scaling: x *= min(1, max_norm / (sqrt(sumsq[0]) + 1e-6)), sumsq
+	 * being device memory (1) filled by sumsq over all the tensors clipped together. */
+	void (*clip)(void *ctx, float *x, size_t n, const float *sumsq, float max_norm);
 	/* Wait for queued work; report the first error since the last sync. */
 	enum status (*sync)(void *ctx, struct diag *d);
 	/* Device memory in use by this instance, in bytes (0 if unknown). */

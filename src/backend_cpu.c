@@ -87,16 +87,18 @@ static void cpu_linear_backward(void *ctx, float *dx, float *dw, float *db, cons
 				int accumulate)
 {
 	/* dw (out, in) = dy^T (out, n) @ x (n, in) */
-	cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in,
-		    accumulate ? 1.0f : 0.0f, dw, in);
-	if (!accumulate)
-		memset(db, 0, (size_t)out * sizeof(float));
-	for (int i = 0; i < n; i++) {
-		const float *restrict r = dy + (size_t)i * out;
-		float *restrict s = db;
+	if (dw != NULL) {
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in,
+			    accumulate ? 1.0f : 0.0f, dw, in);
+		if (!accumulate)
+			memset(db, 0, (size_t)out * sizeof(float));
+		for (int i = 0; i < n; i++) {
+			const float *restrict r = dy + (size_t)i * out;
+			float *restrict s = db;
 
-		for (int k = 0; k < out; k++)
-			s[k] += r[k];
+			for (int k = 0; k < out; k++)
+				s[k] += r[k];
+		}
 	}
 	/* dx (n, in) = dy (n, out) @ w (out, in) */
 	if (dx != NULL)
@@ -135,6 +137,38 @@ static void cpu_mse(void *ctx, float *restrict dy, float *loss, const float *res
 	*loss = (accumulate ? *loss : 0.0f) + (float)((double)scale * sum / (double)m);
 }
 
+static void cpu_cross_entropy(void *ctx, float *restrict dy, float *out, const float *restrict z,
+			      const float *restrict labels, int n, int classes, float scale,
+			      int accumulate)
+{
+	const float g = scale / (float)n;
+	double sum = 0.0;
+	long correct = 0;
+
+	for (int i = 0; i < n; i++) {
+		const float *restrict r = z + (size_t)i * classes;
+		float *restrict dr = dy + (size_t)i * classes;
+		int t = (int)labels[i], best = 0;
+		float mx = r[0], s = 0.0f, lse;
+
+		for (int k = 1; k < classes; k++) {
+			if (r[k] > mx) {
+				mx = r[k];
+				best = k;
+			}
+		}
+		for (int k = 0; k < classes; k++)
+			s += expf(r[k] - mx);
+		lse = mx + logf(s);
+		sum += (double)(lse - r[t]);
+		correct += best == t;
+		for (int k = 0; k < classes; k++)
+			dr[k] = g * (expf(r[k] - lse) - (k == t ? 1.0f : 0.0f));
+	}
+	out[0] = (accumulate ? out[0] : 0.0f) + (float)((double)scale * sum / (double)n);
+	out[1] = (accumulate ? out[1] : 0.0f) + (float)((double)scale * (double)correct / (double)n);
+}
+
 /* Each case with its own restrict-qualified pointers, so every loop vectorizes. */
 static void axpbz_noz(float *restrict y, float a, float c, const float *restrict x, size_t n)
 {
@@ -167,6 +201,35 @@ static void cpu_axpbz(void *ctx, float *y, float a, float c, const float *x, flo
 		axpbz_other(y, a, c, x, b, z, n);
 }
 
+static void cpu_adamw(void *ctx, float *restrict p, const float *restrict g, float *restrict m,
+		      float *restrict v, size_t n, const struct adamw_hparams *h)
+{
+	for (size_t i = 0; i < n; i++) {
+		p[i] *= h->decay;
+		m[i] = m[i] * h->beta1 + h->one_minus_beta1 * g[i];
+		v[i] = v[i] * h->beta2 + h->one_minus_beta2 * g[i] * g[i];
+		p[i] += -h->step_size * (m[i] / (sqrtf(v[i]) / h->bc2_sqrt + h->eps));
+	}
+}
+
+static void cpu_sumsq(void *ctx, float *out, const float *restrict x, size_t n, int accumulate)
+{
+	double s = 0.0;
+
+	for (size_t i = 0; i < n; i++)
+		s += (double)x[i] * x[i];
+	out[0] = (accumulate ? out[0] : 0.0f) + (float)s;
+}
+
+static void cpu_clip(void *ctx, float *restrict x, size_t n, const float *sumsq, float max_norm)
+{
+	float coef = max_norm / (sqrtf(sumsq[0]) + 1e-6f);
+
+	if (coef < 1.0f)
+		for (size_t i = 0; i < n; i++)
+			x[i] *= coef;
+}
+
 static enum status cpu_sync(void *ctx, struct diag *d)
 {
 	return ST_OK;
@@ -193,6 +256,10 @@ const struct backend_ops backend_cpu_ops = {
 	.relu_backward = cpu_relu_backward,
 	.mse = cpu_mse,
 	.axpbz = cpu_axpbz,
+	.cross_entropy = cpu_cross_entropy,
+	.adamw = cpu_adamw,
+	.sumsq = cpu_sumsq,
+	.clip = cpu_clip,
 	.sync = cpu_sync,
 	.mem_used = cpu_mem_used,
 };

@@ -101,8 +101,8 @@ enum status checkpoint_read_weights(const char *path, const struct model *m, flo
 	return st;
 }
 
-enum status checkpoint_write_weights(const char *path, const struct model *m, const float *host,
-				     struct diag *d)
+enum status checkpoint_write_weights(const char *path, const char *flag, const struct model *m,
+				     const float *host, struct diag *d)
 {
 	struct model_tensor t[2 * MODEL_MAX_LAYERS];
 	struct st_entry e[2 * MODEL_MAX_LAYERS];
@@ -110,7 +110,7 @@ enum status checkpoint_write_weights(const char *path, const struct model *m, co
 	int n = model_state_dict(m, 0, 1, t);
 
 	tensor_entries(m, t, n, 0, host, e);
-	return st_save(path, "--save", e, (size_t)n, meta, 2, d);
+	return st_save(path, flag, e, (size_t)n, meta, 2, d);
 }
 
 /* The JSON header of an opened safetensors file (st_open validated its length). */
@@ -421,6 +421,16 @@ enum status checkpoint_load(const char *path, const struct model *m, const char 
 		st = diag_set(d, ST_USAGE, "--resume: %s was written with %s; this run has %s", path, hl, wl);
 		goto out;
 	}
+	/* And the other way: a setting the checkpoint has and this run lacks (wl is then
+	 * "(no --flag)"), e.g. one a later ddptrain added to the text. */
+	if (checkpoint_config_diff(want, cfg, wl, hl, sizeof hl)) {
+		st = diag_set(d, ST_USAGE, "--resume: %s was written with %s; this run has no %.*s",
+			      path, hl, (int)strcspn(wl + 4, ")"), wl + 4);
+		goto out;
+	}
+	/* Frozen layers have no state in the file: theirs stays zero. */
+	for (int a = 1; a < m->narenas; a++)
+		memset(host + (size_t)a * m->nparams, 0, m->nparams * sizeof *host);
 	for (int k = 0; k < n && st == ST_OK; k++) {
 		float *dst = host + (size_t)t[k].arena * m->nparams + t[k].off;
 		const struct st_tensor *x;

@@ -2,7 +2,9 @@
  * checkpoint.h - the model's state dict in safetensors files: the weights
  * (--init, --save) and training state that survives a crash: the weights (the
  * names --save uses, so a checkpoint also works as --init), the optimizer's
- * state arenas, and metadata: format version, the position
+ * state arenas (SGD's momentum_buffer.NAME, AdamW's exp_avg.NAME and
+ * exp_avg_sq.NAME, for the trainable layers only; AdamW's step count is the
+ * position's step), and metadata: format version, the position
  * (step, epoch, next micro-batch), the world size, the configuration that
  * must match on resume, the run's lineage id, and a SHA-256 of the header and the
  * tensor data.
@@ -63,9 +65,10 @@ enum status checkpoint_load(const char *path, const struct model *m, const char 
 enum status checkpoint_read_weights(const char *path, const struct model *m, float *host,
 				    struct diag *d);
 
-/* --save: m's weights (arena 0, from host) as a safetensors file, atomically. */
-enum status checkpoint_write_weights(const char *path, const struct model *m, const float *host,
-				     struct diag *d);
+/* --save (or --save-best, as `flag` says in messages): m's weights (arena 0, from host)
+ * as a safetensors file, atomically. */
+enum status checkpoint_write_weights(const char *path, const char *flag, const struct model *m,
+				     const float *host, struct diag *d);
 
 /* The first line of `want` that `have` lacks or sets differently, as "--flag=value" for
  * both; returns 0 when they agree. */

@@ -8,8 +8,8 @@
 #include "digest.h"
 #include "rng.h"
 
-enum status data_init_synthetic(struct dataset *ds, uint64_t seed, size_t n, int in, int out,
-				struct diag *d)
+enum status data_init_synthetic(struct dataset *ds, uint64_t seed, uint64_t first, size_t n,
+				int in, int out, int classify, struct diag *d)
 {
 	uint64_t kt = rng_key(seed, RNG_TEACHER);
 	size_t taps = (size_t)out * DATA_TAPS;
@@ -17,9 +17,13 @@ enum status data_init_synthetic(struct dataset *ds, uint64_t seed, size_t n, int
 	memset(ds, 0, sizeof *ds);
 	ds->n = n;
 	ds->in = in;
-	ds->out = out;
+	ds->out = classify ? 1 : out;
+	ds->classes = classify ? out : 0;
 	ds->synthetic = 1;
+	ds->first = first;
 	ds->key_data = rng_key(seed, RNG_DATA);
+	if (classify && out < 2)
+		return diag_set(d, ST_USAGE, "--loss=cross-entropy needs at least 2 classes: --layers ends with %d", out);
 	ds->tap_idx = malloc(taps * sizeof *ds->tap_idx);
 	ds->tap_w = malloc(taps * sizeof *ds->tap_w);
 	if (ds->tap_idx == NULL || ds->tap_w == NULL) {
@@ -39,69 +43,93 @@ static int fingerprint(const struct npy *a, char *out, size_t len)
 {
 	const void *bufs[DATA_SAMPLE_BLOCKS + 1];
 	size_t lens[DATA_SAMPLE_BLOCKS + 1];
-	size_t head = (size_t)(a->data - (const unsigned char *)a->map), body = a->map_len - head;
+	size_t head = (size_t)(a->raw - (const unsigned char *)a->map), body = a->map_len - head;
 	char sha[DIGEST_HEX];
 	int n = 0;
 
 	bufs[n] = a->map; /* magic, version and header dict: dtype and shape as written */
 	lens[n++] = head;
 	if (body <= DATA_HASH_ALL) {
-		bufs[n] = a->data;
+		bufs[n] = a->raw;
 		lens[n++] = body;
 	} else {
 		for (size_t i = 0; i < DATA_SAMPLE_BLOCKS; i++) {
-			bufs[n] = a->data + i * (body - DATA_SAMPLE_BYTES) / (DATA_SAMPLE_BLOCKS - 1);
+			bufs[n] = a->raw + i * (body - DATA_SAMPLE_BYTES) / (DATA_SAMPLE_BLOCKS - 1);
 			lens[n++] = DATA_SAMPLE_BYTES;
 		}
 	}
 	if (!digest_sha256_hex(bufs, lens, n, sha))
 		return 0;
-	snprintf(out, len, "f%d (%zu, %zu), %zu bytes, sha256 %.16s%s", a->itemsize, a->rows, a->cols,
+	snprintf(out, len, "%c%d (%zu, %zu), %zu bytes, sha256 %.16s%s", a->kind, a->itemsize, a->rows, a->cols,
 		 a->map_len, sha, body > DATA_HASH_ALL ? " (sampled)" : "");
 	return 1;
 }
 
-enum status data_init_npy(struct dataset *ds, const char *xpath, const char *ypath, int in,
-			  int out, struct diag *d)
+/* Every label in [0, classes): a label out of range would index past the logits. */
+static enum status check_labels(const struct npy *y, int classes, const char *flag,
+				const char *path, struct diag *d)
 {
+	for (size_t r = 0; r < y->rows; r++) {
+		long long v = npy_read_int(y, r);
+
+		if (v < 0 || v >= classes)
+			return diag_set(d, ST_RUNTIME,
+					"%s: %s: row %zu has label %lld, outside [0, %d) (--layers ends with %d classes)",
+					flag, path, r, v, classes, classes);
+	}
+	return ST_OK;
+}
+
+enum status data_init_npy(struct dataset *ds, const char *xpath, const char *ypath, int val,
+			  int in, int out, int classify, struct diag *d)
+{
+	const char *xflag = val ? "--val-inputs" : "--inputs", *yflag = val ? "--val-targets" : "--targets";
 	enum status st;
 
 	memset(ds, 0, sizeof *ds);
-	st = npy_open(&ds->x, xpath, "--inputs", NPY_WANT_FLOATS, d);
+	st = npy_open(&ds->x, xpath, xflag, NPY_WANT_FLOATS, d);
 	if (st != ST_OK)
 		return st;
-	st = npy_open(&ds->y, ypath, "--targets", NPY_WANT_FLOATS, d);
+	st = npy_open(&ds->y, ypath, yflag, classify ? NPY_WANT_LABELS : NPY_WANT_FLOATS, d);
 	if (st != ST_OK)
 		goto out_x;
 	if (ds->x.rows != ds->y.rows) {
-		st = diag_set(d, ST_RUNTIME, "--targets: %s has %zu rows but --inputs %s has %zu",
-			      ypath, ds->y.rows, xpath, ds->x.rows);
+		st = diag_set(d, ST_RUNTIME, "%s: %s has %zu rows but %s %s has %zu", yflag,
+			      ypath, ds->y.rows, xflag, xpath, ds->x.rows);
 		goto out_y;
 	}
 	if (ds->x.cols != (size_t)in) {
-		st = diag_set(d, ST_RUNTIME, "--inputs: %s has %zu columns but --layers starts with width %d",
-			      xpath, ds->x.cols, in);
+		st = diag_set(d, ST_RUNTIME, "%s: %s has %zu columns but --layers starts with width %d",
+			      xflag, xpath, ds->x.cols, in);
 		goto out_y;
 	}
-	if (ds->y.cols != (size_t)out) {
-		st = diag_set(d, ST_RUNTIME, "--targets: %s has %zu columns but --layers ends with width %d",
-			      ypath, ds->y.cols, out);
+	if (!classify && ds->y.cols != (size_t)out) {
+		st = diag_set(d, ST_RUNTIME, "%s: %s has %zu columns but --layers ends with width %d",
+			      yflag, ypath, ds->y.cols, out);
 		goto out_y;
 	}
 	if (ds->x.rows > (1ul << 31)) {
-		st = diag_set(d, ST_RUNTIME, "--inputs: %s has %zu rows, more than 2^31", xpath, ds->x.rows);
+		st = diag_set(d, ST_RUNTIME, "%s: %s has %zu rows, more than 2^31", xflag, xpath, ds->x.rows);
 		goto out_y;
 	}
 	if (!fingerprint(&ds->x, ds->fingerprint[0], sizeof ds->fingerprint[0]) ||
 	    !fingerprint(&ds->y, ds->fingerprint[1], sizeof ds->fingerprint[1])) {
-		st = diag_set(d, ST_RUNTIME, "--inputs: SHA-256 failed");
+		st = diag_set(d, ST_RUNTIME, "%s: SHA-256 failed", xflag);
 		goto out_y;
+	}
+	if (classify) {
+		st = check_labels(&ds->y, out, yflag, ypath, d);
+		if (st != ST_OK)
+			goto out_y;
 	}
 	ds->n = ds->x.rows;
 	ds->path[0] = xpath;
 	ds->path[1] = ypath;
+	ds->flag[0] = xflag;
+	ds->flag[1] = yflag;
 	ds->in = in;
-	ds->out = out;
+	ds->out = classify ? 1 : out;
+	ds->classes = classify ? out : 0;
 	return ST_OK;
 
 out_y:
@@ -114,34 +142,40 @@ out_x:
 enum status data_check_finite(const struct dataset *ds, size_t first, size_t count, struct diag *d)
 {
 	const struct npy *f[2] = {&ds->x, &ds->y};
-	const char *flag[2] = {"--inputs", "--targets"};
 	size_t row, col;
 	double v;
 
 	for (int k = 0; k < 2 && !ds->synthetic; k++)
 		if (npy_find_nonfinite(f[k], first, count, &row, &col, &v))
 			return diag_set(d, ST_RUNTIME, "%s: %s: row %zu, column %zu (counting from 0) is %g%s: ddptrain refuses non-finite data",
-					flag[k], ds->path[k], row, col, v,
+					ds->flag[k], ds->path[k], row, col, v,
 					isfinite(v) ? ", beyond float32's range" : "");
 	return ST_OK;
 }
 
-/* Synthetic sample i: x uniform in [-sqrt3, sqrt3) (unit variance), y = teacher(x) + noise. */
+/* Synthetic sample i: x uniform in [-sqrt3, sqrt3) (unit variance), y = teacher(x) + noise;
+ * for classification y[0] is the index of the largest of those outputs. */
 static void synth_sample(const struct dataset *ds, uint64_t i, float *x, float *y)
 {
 	const float a = 1.7320508f; /* sqrt(3) */
-	uint64_t base = i * (uint64_t)(ds->in + ds->out);
+	const int outs = ds->classes ? ds->classes : ds->out;
+	uint64_t base = (ds->first + i) * (uint64_t)(ds->in + outs);
+	float best = 0.0f;
 
 	for (int j = 0; j < ds->in; j++)
 		x[j] = a * (2.0f * rng_u01(ds->key_data, base + (uint64_t)j) - 1.0f);
-	for (int k = 0; k < ds->out; k++) {
+	for (int k = 0; k < outs; k++) {
 		const int *ti = ds->tap_idx + (size_t)k * DATA_TAPS;
 		const float *tw = ds->tap_w + (size_t)k * DATA_TAPS;
-		float s = 0.0f;
+		float s = 0.0f, v;
 
 		for (int t = 0; t < DATA_TAPS; t++)
 			s += tw[t] * x[ti[t]];
-		y[k] = s + 0.1f * (2.0f * rng_u01(ds->key_data, base + (uint64_t)(ds->in + k)) - 1.0f);
+		v = s + 0.1f * (2.0f * rng_u01(ds->key_data, base + (uint64_t)(ds->in + k)) - 1.0f);
+		if (!ds->classes)
+			y[k] = v;
+		else if (k == 0 || v > best)
+			best = v, y[0] = (float)k;
 	}
 }
 

@@ -37,6 +37,7 @@ struct app {
 	struct options o;
 	struct placement pl;
 	struct dataset ds;
+	struct dataset val;  /* validation set (val.n == 0: none) */
 	struct backend_config cfg;
 	struct backend be;
 	struct comm c;
@@ -49,6 +50,8 @@ struct app {
 	struct train_ctl ctl;
 	float *ckpt_host;   /* rank 0: the whole state dict, for checkpoints (narenas x nparams) */
 	char lineage[CKPT_LINEAGE]; /* rank 0: this run's id in its checkpoints */
+	double best_loss;   /* --save-best: the best validation loss so far */
+	int have_best;
 	int reported;       /* the current failure was printed already */
 	struct diag d;
 };
@@ -180,6 +183,34 @@ static enum status resume(struct app *a)
 	return st;
 }
 
+/* train_ctl.evaluated for --save-best: rank 0 keeps the weights of the lowest validation
+ * loss so far (the first of equal ones); every rank learns the outcome. */
+static enum status keep_best(void *arg, long step, long epoch, double loss, struct diag *d)
+{
+	struct app *a = arg;
+	enum status st = ST_OK;
+	float *host;
+
+	if (a->have_best && !(loss < a->best_loss))
+		return ST_OK;
+	a->have_best = 1;
+	a->best_loss = loss;
+	if (a->w.rank == 0) {
+		host = malloc(a->m.nparams * sizeof *host);
+		if (host == NULL) {
+			st = diag_set(d, ST_RUNTIME, "--save-best: out of memory");
+		} else {
+			model_state_to_host(&a->m, 0, 1, host);
+			st = checkpoint_write_weights(a->o.save_best, "--save-best", &a->m, host, d);
+			free(host);
+		}
+		if (st == ST_OK)
+			report_note(&a->r, "--save-best: %s now holds the weights after step %ld (validation loss %.6f)",
+				    a->o.save_best, step, loss);
+	}
+	return agree(a, st);
+}
+
 /* Rank 0's starting weights: --init, or nn.Linear's init from --seed. */
 static enum status initial_weights(struct app *a, float *host)
 {
@@ -211,10 +242,14 @@ static void run_settings(struct app *a)
 {
 	const struct options *o = &a->o;
 
-	a->hp.kind = OPTIM_SGD;
+	a->hp.kind = o->optimizer == OPT_OPTIM_ADAMW ? OPTIM_ADAMW : OPTIM_SGD;
 	a->hp.lr = (float)o->lr;
 	a->hp.momentum = (float)o->momentum;
+	a->hp.nesterov = o->nesterov;
 	a->hp.weight_decay = (float)o->weight_decay;
+	a->hp.beta1 = o->beta1;
+	a->hp.beta2 = o->beta2;
+	a->hp.eps = o->eps;
 	a->tc.batch_size = o->batch_size;
 	a->tc.epochs = o->epochs;
 	a->tc.max_steps = o->max_steps;
@@ -225,7 +260,11 @@ static void run_settings(struct app *a)
 	a->tc.drop_last = o->drop_last;
 	a->tc.overlap = o->overlap;
 	a->tc.bucket_mb = o->bucket_mb;
-	a->tc.loss.kind = LOSS_MSE;
+	a->tc.loss.kind = o->loss == OPT_LOSS_CROSS_ENTROPY ? LOSS_CROSS_ENTROPY : LOSS_MSE;
+	a->tc.schedule = o->schedule;
+	a->tc.warmup_steps = o->warmup_steps;
+	a->tc.clip_grad_norm = o->clip_grad_norm;
+	a->tc.eval_every = o->eval_every;
 }
 
 /* Before any work, rank 0 checks that --save, --checkpoint and --metrics can be written
@@ -259,6 +298,8 @@ static enum status check_outputs(struct app *a)
 	if (a->w.rank == 0 && o->checkpoint != NULL && st == ST_OK)
 		st = outfile_check(o->checkpoint, "--checkpoint",
 				   weight_bytes * (size_t)(1 + optimizer_state_arenas(&a->hp)), &a->d);
+	if (a->w.rank == 0 && o->save_best != NULL && st == ST_OK)
+		st = outfile_check(o->save_best, "--save-best", weight_bytes, &a->d);
 	if (a->w.rank == 0 && o->metrics != NULL && st == ST_OK)
 		st = outfile_check(o->metrics, "--metrics", 0, &a->d);
 	return agree(a, st);
@@ -267,6 +308,7 @@ static enum status check_outputs(struct app *a)
 static enum status setup(struct app *a)
 {
 	struct options *o = &a->o;
+	const int classify = o->loss == OPT_LOSS_CROSS_ENTROPY;
 	char text[4096];
 	float *host = NULL;
 	enum status st;
@@ -275,10 +317,18 @@ static enum status setup(struct app *a)
 	if (st != ST_OK)
 		return st;
 	if (o->inputs != NULL)
-		st = data_init_npy(&a->ds, o->inputs, o->targets, o->widths[0], o->widths[o->nlayers], &a->d);
+		st = data_init_npy(&a->ds, o->inputs, o->targets, 0, o->widths[0], o->widths[o->nlayers],
+				   classify, &a->d);
 	else
-		st = data_init_synthetic(&a->ds, o->seed, (size_t)o->samples, o->widths[0],
-					 o->widths[o->nlayers], &a->d);
+		st = data_init_synthetic(&a->ds, o->seed, 0, (size_t)o->samples, o->widths[0],
+					 o->widths[o->nlayers], classify, &a->d);
+	/* The synthetic validation set continues the training set's generator. */
+	if (st == ST_OK && o->val_inputs != NULL)
+		st = data_init_npy(&a->val, o->val_inputs, o->val_targets, 1, o->widths[0],
+				   o->widths[o->nlayers], classify, &a->d);
+	else if (st == ST_OK && o->val_samples > 0)
+		st = data_init_synthetic(&a->val, o->seed, (uint64_t)o->samples, (size_t)o->val_samples,
+					 o->widths[0], o->widths[o->nlayers], classify, &a->d);
 	st = agree(a, st);
 	if (st != ST_OK)
 		return st;
@@ -287,6 +337,11 @@ static enum status setup(struct app *a)
 					a->ds.n * (size_t)(a->w.rank + 1) / (size_t)a->w.size -
 						a->ds.n * (size_t)a->w.rank / (size_t)a->w.size,
 					&a->d));
+	if (st == ST_OK && a->val.n > 0) /* and the validation set's */
+		st = agree(a, data_check_finite(&a->val, a->val.n * (size_t)a->w.rank / (size_t)a->w.size,
+						a->val.n * (size_t)(a->w.rank + 1) / (size_t)a->w.size -
+							a->val.n * (size_t)a->w.rank / (size_t)a->w.size,
+						&a->d));
 	if (st != ST_OK)
 		return st;
 	config_text(a, text, sizeof text);
@@ -306,8 +361,10 @@ static enum status setup(struct app *a)
 			  &a->cfg, &a->d);
 	if (st == ST_OK)
 		st = model_init(&a->m, &a->be, o->widths, o->nlayers, (int)o->batch_size, &a->d);
-	if (st == ST_OK)
+	if (st == ST_OK) {
+		model_freeze(&a->m, o->frozen); /* before the optimizer: no state for frozen layers */
 		st = optimizer_init(&a->opt, &a->m, &a->hp, &a->d);
+	}
 	st = agree(a, st);
 	if (st == ST_OK)
 		st = agree(a, comm_open(&a->c, a->pl.comm, &a->w, &a->be, &a->pl.module, a->m.grads,
@@ -323,9 +380,13 @@ static enum status setup(struct app *a)
 	if (o->checkpoint != NULL) {
 		checkpoint_new_lineage(a->lineage); /* --resume replaces it with the checkpoint's */
 		a->ctl.checkpoint = write_checkpoint;
-		a->ctl.arg = a;
 		a->ctl.every = o->checkpoint_every;
 	}
+	a->ctl.arg = a;
+	if (a->val.n > 0)
+		a->ctl.val = &a->val;
+	if (o->save_best != NULL)
+		a->ctl.evaluated = keep_best;
 	if (st == ST_OK && a->w.rank == 0 && o->resume == NULL) {
 		host = malloc(a->m.nparams * sizeof *host);
 		st = host ? initial_weights(a, host) : diag_set(&a->d, ST_RUNTIME, "out of memory");
@@ -384,7 +445,7 @@ static void print_ranks(struct app *a)
 static void print_header(struct app *a)
 {
 	const int dp = a->o.mode == MODE_DP;
-	char widths[1024], opt[160];
+	char widths[1024], opt[160], clip[64] = "off";
 
 	options_format_widths(&a->o, widths, sizeof widths);
 	if (dp)
@@ -404,8 +465,17 @@ static void print_header(struct app *a)
 		    a->o.batch_size, dp ? "replica" : "rank", replicas(a), dp ? "replica" : "rank",
 		    a->o.grad_accum, a->o.batch_size * replicas(a) * a->o.grad_accum);
 	optimizer_describe(&a->hp, opt, sizeof opt);
-	report_note(&a->r, "%s, %ld epochs, %s, seed %llu", opt, a->o.epochs,
-		    a->o.shuffle ? "shuffled" : "not shuffled", (unsigned long long)a->o.seed);
+	report_note(&a->r, "%s loss, %s, %ld epochs, %s, seed %llu", loss_name(&a->tc.loss), opt,
+		    a->o.epochs, a->o.shuffle ? "shuffled" : "not shuffled", (unsigned long long)a->o.seed);
+	if (a->o.clip_grad_norm > 0.0)
+		snprintf(clip, sizeof clip, "at norm %g", a->o.clip_grad_norm);
+	if (a->o.schedule != SCHED_CONSTANT || a->o.warmup_steps > 0 || a->o.clip_grad_norm > 0.0)
+		report_note(&a->r, "lr schedule %s with %ld warmup steps, gradient clipping %s",
+			    schedule_names[a->o.schedule], a->o.warmup_steps, clip);
+	if (a->val.n > 0)
+		report_note(&a->r, "validation: %s (%zu samples), every epoch%s",
+			    a->val.synthetic ? "synthetic" : a->o.val_inputs, a->val.n,
+			    a->o.eval_every > 0 ? " and every --eval-every steps" : "");
 }
 
 /* Fill the summary; in ddp mode rank 0 gathers every rank's figures into ranks/rss. */
@@ -468,7 +538,7 @@ static enum status run(struct app *a)
 				st = diag_set(&a->d, ST_RUNTIME, "training diverged: the weights are not finite after step %ld; lower --lr (--save: %s was not written)",
 					      a->res.steps, a->o.save);
 			else
-				st = checkpoint_write_weights(a->o.save, &a->m, host, &a->d);
+				st = checkpoint_write_weights(a->o.save, "--save", &a->m, host, &a->d);
 		}
 		free(host);
 	}
@@ -537,6 +607,7 @@ int main(int argc, char **argv)
 	comm_free(&a.c);
 	backend_free(&a.be);
 	data_free(&a.ds);
+	data_free(&a.val);
 	world_free(&a.w);
 	return status_exit_code(st);
 }

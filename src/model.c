@@ -11,6 +11,7 @@ void model_layout(struct model *m, const int *widths, int nlayers)
 	size_t off = 0;
 
 	m->nlayers = nlayers;
+	memset(m->frozen, 0, sizeof m->frozen);
 	for (int l = 0; l <= nlayers; l++)
 		m->widths[l] = widths[l];
 	for (int l = 0; l < nlayers; l++) {
@@ -34,7 +35,7 @@ size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int sta
 	for (int l = 0; l <= nlayers; l++)
 		maxw = (size_t)widths[l] > maxw ? (size_t)widths[l] : maxw;
 	/* params, grads (+ slots), optimizer state; activations, targets, two gradient buffers */
-	floats = m.nparams * (2 + (size_t)state_arenas) + MODEL_SLOTS +
+	floats = m.nparams * (2 + (size_t)state_arenas) + MODEL_SLOTS + 1 +
 		 (size_t)max_batch * ((size_t)widths[nlayers] + 2 * maxw);
 	for (int l = 0; l <= nlayers; l++)
 		floats += (size_t)max_batch * (size_t)widths[l];
@@ -59,12 +60,13 @@ enum status model_init(struct model *m, struct backend *be, const int *widths, i
 	m->arena[0].data = m->params;
 	m->narenas = 1;
 	m->grads = ops->alloc(be->ctx, m->nparams + MODEL_SLOTS);
+	m->norm = ops->alloc(be->ctx, 1);
 	for (int l = 0; l <= nlayers; l++)
 		m->act[l] = ops->alloc(be->ctx, (size_t)max_batch * (size_t)widths[l]);
 	m->target = ops->alloc(be->ctx, (size_t)max_batch * (size_t)widths[nlayers]);
 	m->dbuf[0] = ops->alloc(be->ctx, (size_t)max_batch * (size_t)maxw);
 	m->dbuf[1] = ops->alloc(be->ctx, (size_t)max_batch * (size_t)maxw);
-	if (!m->params || !m->grads || !m->target || !m->dbuf[0] || !m->dbuf[1])
+	if (!m->params || !m->grads || !m->norm || !m->target || !m->dbuf[0] || !m->dbuf[1])
 		goto out_oom;
 	for (int l = 0; l <= nlayers; l++)
 		if (!m->act[l])
@@ -76,6 +78,31 @@ out_oom:
 		 ops->name, m->nparams, max_batch);
 	model_free(m);
 	return ST_RUNTIME;
+}
+
+void model_freeze(struct model *m, const unsigned char *frozen)
+{
+	for (int l = 0; l < m->nlayers; l++)
+		m->frozen[l] = frozen != NULL && frozen[l];
+}
+
+int model_trainable_runs(const struct model *m, size_t *off, size_t *len)
+{
+	int n = 0;
+
+	for (int l = 0; l < m->nlayers; l++) {
+		size_t size = (size_t)m->widths[l + 1] * (size_t)(m->widths[l] + 1);
+
+		if (m->frozen[l])
+			continue;
+		if (n > 0 && off[n - 1] + len[n - 1] == m->w_off[l]) {
+			len[n - 1] += size;
+		} else {
+			off[n] = m->w_off[l];
+			len[n++] = size;
+		}
+	}
+	return n;
 }
 
 void model_init_host(const struct model *m, uint64_t seed, float *host)
@@ -134,6 +161,8 @@ int model_state_dict(const struct model *m, int first, int last, struct model_te
 		const char *prefix = a < m->narenas ? m->arena[a].name : "";
 
 		for (int l = 0; l < m->nlayers; l++) {
+			if (a > 0 && m->frozen[l])
+				continue; /* a frozen layer has no optimizer state */
 			for (int bias = 0; bias < 2; bias++, k++) {
 				struct model_tensor *x = &t[k];
 
@@ -183,15 +212,17 @@ void model_backward(struct model *m, int n, int accumulate, void (*hook)(void *a
 {
 	const struct backend_ops *ops = m->be->ops;
 	void *c = m->be->ctx;
-	int cur = 0;
+	int cur = 0, lowest = 0;
 
-	for (int l = m->nlayers - 1; l >= 0; l--) {
+	while (lowest < m->nlayers - 1 && m->frozen[lowest])
+		lowest++; /* layers below the first trainable one need no gradient at all */
+	for (int l = m->nlayers - 1; l >= lowest; l--) {
 		int in = m->widths[l], out = m->widths[l + 1];
-		float *dx = l > 0 ? m->dbuf[1 - cur] : NULL;
+		float *dx = l > lowest ? m->dbuf[1 - cur] : NULL;
 
-		ops->linear_backward(c, dx, m->grads + m->w_off[l], m->grads + m->b_off[l],
-				     m->dbuf[cur], m->act[l], m->params + m->w_off[l], n, in, out,
-				     accumulate);
+		ops->linear_backward(c, dx, m->frozen[l] ? NULL : m->grads + m->w_off[l],
+				     m->grads + m->b_off[l], m->dbuf[cur], m->act[l],
+				     m->params + m->w_off[l], n, in, out, accumulate);
 		if (hook != NULL)
 			hook(arg, l);
 		if (dx != NULL) {
@@ -209,8 +240,12 @@ int model_plan_buckets(const struct model *m, size_t cap, size_t first_cap, stru
 	int hi = m->nlayers - 1;
 
 	for (int l = m->nlayers - 1; l >= 0; l--) {
+		if (m->frozen[l]) {
+			hi = l - 1;
+			continue;
+		}
 		size += (size_t)m->widths[l + 1] * (size_t)(m->widths[l] + 1);
-		if (size >= limit || l == 0) {
+		if (size >= limit || l == 0 || m->frozen[l - 1]) {
 			b[nb].lo = l;
 			b[nb].hi = hi;
 			b[nb].off = m->w_off[l];
@@ -220,6 +255,12 @@ int model_plan_buckets(const struct model *m, size_t cap, size_t first_cap, stru
 			size = 0;
 			limit = cap;
 		}
+	}
+	if (m->frozen[m->nlayers - 1]) {
+		b[nb].lo = b[nb].hi = -1;
+		b[nb].off = m->nparams;
+		b[nb].len = MODEL_SLOTS;
+		nb++;
 	}
 	return nb;
 }
@@ -236,6 +277,7 @@ void model_free(struct model *m)
 	if (m->narenas == 0)
 		ops->free(m->be->ctx, m->params);
 	ops->free(m->be->ctx, m->grads);
+	ops->free(m->be->ctx, m->norm);
 	for (int l = 0; l <= m->nlayers; l++)
 		ops->free(m->be->ctx, m->act[l]);
 	ops->free(m->be->ctx, m->target);

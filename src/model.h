@@ -30,9 +30,10 @@
 #define MODEL_MAX_LAYERS 64 /* Linear layers; widths has one more entry */
 #define MODEL_MAX_ARENAS 4  /* the parameters and up to 3 optimizer state arenas */
 
-#define MODEL_SLOTS 2      /* extra gradient floats after the parameters */
+#define MODEL_SLOTS 3      /* extra gradient floats after the parameters */
 #define MODEL_SLOT_LOSS 0  /* the step's loss over ranks and micro-batches */
-#define MODEL_SLOT_STOP 1  /* nonzero if some rank was asked to stop (a signal) */
+#define MODEL_SLOT_ACC 1   /* cross-entropy: the step's accuracy, likewise (right after the loss) */
+#define MODEL_SLOT_STOP 2  /* nonzero if some rank was asked to stop (a signal) */
 
 /* The function applied to a layer's output; the last layer's is the model's output. */
 enum activation { ACT_NONE, ACT_RELU };
@@ -58,6 +59,8 @@ struct model {
 	float *grads;                 /* (nparams + MODEL_SLOTS) */
 	struct model_arena arena[MODEL_MAX_ARENAS];
 	int narenas;                  /* 1 + optimizer state arenas */
+	float *norm;                  /* (1) scratch: the squared gradient norm for clipping */
+	unsigned char frozen[MODEL_MAX_LAYERS]; /* layer l gets no gradient, no update, no state */
 	float *act[MODEL_MAX_LAYERS + 1]; /* act[0] input (batch, widths[0]); act[l] output of layer l */
 	float *target;                /* (batch, widths[nlayers]) */
 	float *dbuf[2];               /* (batch, max width) ping-pong gradients of activations */
@@ -75,6 +78,12 @@ enum status model_init(struct model *m, struct backend *be, const int *widths, i
 /* Add a zeroed state arena of nparams floats named name (static storage); returns it,
  * or NULL (with d set) when out of memory or arenas. The model frees it. */
 float *model_add_arena(struct model *m, const char *name, struct diag *d);
+/* Freeze the layers with frozen[l] set (frozen may be NULL: none). Before any state arena
+ * is added: a frozen layer has no optimizer state in the state dict. */
+void model_freeze(struct model *m, const unsigned char *frozen);
+/* The trainable parameters as runs of consecutive trainable layers, first layer first:
+ * fills off[] and len[] (room for nlayers each) and returns the number of runs. */
+int model_trainable_runs(const struct model *m, size_t *off, size_t *len);
 /* nn.Linear's default init, weight and bias uniform in +-1/sqrt(fan_in), a pure
  * function of seed. host is scratch of nparams floats and receives the weights. */
 void model_init_host(const struct model *m, uint64_t seed, float *host);
@@ -89,7 +98,8 @@ struct model_tensor {
 	size_t len;     /* floats */
 };
 /* The tensors of arenas [first, last) in order (arena by arena, layer by layer, weight
- * then bias); t has room for (last - first) * model_tensors_per_arena(m) entries.
+ * then bias; a frozen layer has none in the state arenas); t has room for
+ * (last - first) * model_tensors_per_arena(m) entries.
  * Returns the count. Use first = 0, last = 1 for the weights, 0, m->narenas for all. */
 int model_state_dict(const struct model *m, int first, int last, struct model_tensor *t);
 /* Tensors per arena (2 per layer). */
@@ -103,21 +113,26 @@ void model_state_to_device(struct model *m, int first, int last, const float *ho
 int model_all_finite(const float *host, size_t n);
 /* Forward n rows of act[0]; the output is act[nlayers]. */
 void model_forward(struct model *m, int n);
-/* Backward from dbuf[0] (n, widths[nlayers]) = dL/dout. Layers run last to first; after
- * each one, hook(arg, l) is called (if hook is not NULL). accumulate adds to grads. */
+/* Backward from dbuf[0] (n, widths[nlayers]) = dL/dout. Layers run last to first, down to
+ * the first trainable one; after each one, hook(arg, l) is called (if hook is not NULL).
+ * accumulate adds to grads. A frozen layer passes the gradient through to the layers
+ * before it but gets none itself (its slice of grads is left as it was). */
 void model_backward(struct model *m, int n, int accumulate, void (*hook)(void *arg, int layer),
 		    void *arg);
 /* Safe to call twice. */
 void model_free(struct model *m);
 
-/* Gradient buckets: runs of whole layers from the last layer backwards, each closed
- * once it holds at least cap floats (first_cap for the first, as PyTorch DDP does). */
+/* Gradient buckets: runs of whole trainable layers from the last layer backwards, each
+ * closed once it holds at least cap floats (first_cap for the first, as PyTorch DDP does)
+ * or when the next layer down is frozen. The slots ride with the bucket of the last
+ * layer; when that layer is frozen they are a bucket of their own (lo = hi = -1), the
+ * last one listed. */
 struct bucket {
 	int lo, hi;   /* layers lo..hi; backward completes it at layer lo */
 	size_t off;   /* first float in grads */
 	size_t len;   /* floats, including the slots for the bucket holding the last layer */
 };
-/* Fill b (room for nlayers entries); returns the bucket count. */
+/* Fill b (room for nlayers + 1 entries); returns the bucket count. */
 int model_plan_buckets(const struct model *m, size_t cap, size_t first_cap, struct bucket *b);
 
 #endif

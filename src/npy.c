@@ -306,11 +306,8 @@ enum status npy_open(struct npy *a, const char *path, const char *flag, enum npy
 	a->map_len = map_len;
 	if (st == ST_OK)
 		st = npy_check(a, want, what, d);
-	if (st == ST_OK && a->conv != NULL) { /* the copy is all that is read from now on */
-		filemap_close(a->map, a->map_len);
-		a->map = NULL;
-		a->raw = NULL;
-	}
+	/* With a converted copy the mapping stays for the file's fingerprint (data.c), but
+	 * training reads only the copy. */
 	if (st != ST_OK)
 		npy_close(a);
 	return st;

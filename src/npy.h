@@ -35,7 +35,7 @@ enum npy_want {
 struct npy {
 	void *map;           /* whole file, or NULL */
 	size_t map_len;
-	const unsigned char *raw;  /* first element as stored in the file */
+	const unsigned char *raw;  /* first element as stored in the file (in map) */
 	const unsigned char *data; /* first element, C order, little-endian: raw, or conv */
 	unsigned char *conv; /* owned converted copy (big-endian or Fortran order), or NULL */
 	size_t rows, cols;   /* a 1-D array has cols 1 */

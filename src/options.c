@@ -23,6 +23,8 @@
 const char *const options_mode_names[] = {"ddp", "dp", NULL};
 const char *const options_device_names[] = {"auto", "cpu", "cuda", NULL};
 const char *const options_comm_names[] = {"auto", "mpi", "nccl", NULL};
+const char *const options_loss_names[] = {"mse", "cross-entropy", NULL};
+const char *const options_optim_names[] = {"sgd", "adamw", NULL};
 
 enum opt_key {
 	K_HELP = 'h',
@@ -33,6 +35,8 @@ enum opt_key {
 	K_DROP_LAST, K_INIT, K_SAVE, K_MODE, K_DEVICE, K_BACKEND, K_BUCKET,
 	K_NO_OVERLAP, K_LOG_EVERY, K_QUIET, K_METRICS, K_REPLICAS, K_TF32,
 	K_CHECKPOINT, K_CKPT_EVERY, K_KEEP, K_RESUME, K_TIMEOUT,
+	K_LOSS, K_OPTIM, K_BETAS, K_EPS, K_NESTEROV, K_SCHED, K_WARMUP, K_CLIP, K_FREEZE,
+	K_VAL_INPUTS, K_VAL_TARGETS, K_VAL_SAMPLES, K_EVAL_EVERY, K_SAVE_BEST,
 };
 
 struct opt_def {
@@ -46,20 +50,36 @@ struct opt_def {
 
 #define R OPT_SCOPE_RESUME
 #define C OPT_SCOPE_RUN
+/* In the resume text only with a schedule, whose shape depends on the run's length. */
+#define S OPT_SCOPE_SCHEDULE
 
 static const struct opt_def opt_table[] = {
 	{"layers", K_LAYERS, "W0,W1,...", "10,10,5", "MLP widths: Linear layers with ReLU between them", R},
 	{"batch-size", K_BATCH, "N", "20", "samples per replica per step", R},
-	{"epochs", K_EPOCHS, "N", "50", "passes over the data set", C},
-	{"max-steps", K_MAX_STEPS, "N", "0", "stop after N optimizer steps (0 = no limit)", C},
-	{"lr", K_LR, "F", "0.001", "SGD learning rate", R},
-	{"momentum", K_MOMENTUM, "F", "0", "SGD momentum (dampening 0, no Nesterov)", R},
-	{"weight-decay", K_WD, "F", "0", "L2 penalty added to the gradient before momentum", R},
+	{"epochs", K_EPOCHS, "N", "50", "passes over the data set", C | S},
+	{"max-steps", K_MAX_STEPS, "N", "0", "stop after N optimizer steps (0 = no limit)", C | S},
+	{"loss", K_LOSS, "mse|cross-entropy", "mse", "mean squared error, or softmax cross-entropy on the last layer's logits against integer class labels", R},
+	{"optimizer", K_OPTIM, "sgd|adamw", "sgd", "torch.optim.SGD or torch.optim.AdamW", R},
+	{"lr", K_LR, "F", "0.001", "peak learning rate", R},
+	{"momentum", K_MOMENTUM, "F", "0", "SGD momentum (dampening 0)", R},
+	{"nesterov", K_NESTEROV, NULL, "off", "SGD with Nesterov momentum (needs --momentum)", R},
+	{"weight-decay", K_WD, "F", "0", "SGD: L2 penalty added to the gradient; AdamW: decoupled decay", R},
+	{"betas", K_BETAS, "B1,B2", "0.9,0.999", "AdamW's moment decay rates", R},
+	{"eps", K_EPS, "F", "1e-08", "AdamW's denominator term", R},
+	{"lr-schedule", K_SCHED, "constant|linear|cosine", "constant", "lr multiplier after the warmup: 1, a line to 0, or half a cosine to 0 at the last step", R},
+	{"warmup-steps", K_WARMUP, "K", "0", "lr rises linearly from 0 over the first K optimizer steps", R},
+	{"clip-grad-norm", K_CLIP, "MAX", "0", "scale the gradient to a 2-norm of at most MAX before each step (0 = off)", R},
+	{"freeze", K_FREEZE, "L1,L2,...", NULL, "layers (1-based) not trained: no update, no optimizer state, not all-reduced", R},
 	{"grad-accum", K_ACCUM, "K", "1", "micro-batches per optimizer step (all-reduce every K)", R},
 	{"seed", K_SEED, "N", "0", "seed for weight init, synthetic data and shuffling", R},
 	{"samples", K_SAMPLES, "N", "4000", "size of the synthetic data set", 0},
-	{"inputs", K_INPUTS, "X.npy", NULL, "train on these inputs (2-D float32/float64, C order)", 0},
-	{"targets", K_TARGETS, "Y.npy", NULL, "targets for --inputs, one row per input row", 0},
+	{"inputs", K_INPUTS, "X.npy", NULL, "train on these inputs (2-D float32 or float64)", 0},
+	{"targets", K_TARGETS, "Y.npy", NULL, "targets for --inputs, one row per input row (cross-entropy: integer labels, shape (N,))", 0},
+	{"val-inputs", K_VAL_INPUTS, "X.npy", NULL, "validation inputs, evaluated every epoch, every --eval-every steps and at the end", 0},
+	{"val-targets", K_VAL_TARGETS, "Y.npy", NULL, "targets for --val-inputs", 0},
+	{"val-samples", K_VAL_SAMPLES, "N", "0", "size of the synthetic validation set (0 = none)", C},
+	{"eval-every", K_EVAL_EVERY, "N", "0", "also evaluate every N optimizer steps (0 = at epoch ends only)", C},
+	{"save-best", K_SAVE_BEST, "FILE", NULL, "write the weights with the best validation loss as safetensors", C},
 	{"shuffle", K_SHUFFLE, NULL, "on", "reshuffle the data every epoch (DistributedSampler)", R},
 	{"no-shuffle", K_NO_SHUFFLE, NULL, NULL, "keep the data in file order", 0},
 	{"drop-last", K_DROP_LAST, NULL, "off", "drop the tail that does not divide evenly over the ranks", R},
@@ -85,6 +105,7 @@ static const struct opt_def opt_table[] = {
 };
 #undef R
 #undef C
+#undef S
 #define N_OPTS (sizeof opt_table / sizeof opt_table[0])
 
 static const struct opt_def *find_def(int key)
@@ -173,6 +194,53 @@ static enum status parse_layers(struct options *o, const char *s, struct diag *d
 	return ST_OK;
 }
 
+/* "0.9,0.999": two numbers in [0, 1). */
+static enum status parse_betas(struct options *o, const char *s, struct diag *d)
+{
+	char *end, *end2;
+	double b1, b2;
+
+	errno = 0;
+	b1 = strtod(s, &end);
+	if (end == s || *end != ',')
+		return diag_set(d, ST_USAGE, "--betas: '%s' is not two numbers B1,B2", s);
+	b2 = strtod(end + 1, &end2);
+	if (end2 == end + 1 || *end2 != '\0' || errno == ERANGE)
+		return diag_set(d, ST_USAGE, "--betas: '%s' is not two numbers B1,B2", s);
+	if (!(b1 >= 0.0 && b1 < 1.0) || !(b2 >= 0.0 && b2 < 1.0))
+		return diag_set(d, ST_USAGE, "--betas: %s: each must be in [0, 1)", s);
+	o->beta1 = b1;
+	o->beta2 = b2;
+	return ST_OK;
+}
+
+/* "1,3" -> frozen[0], frozen[2]: 1-based layer numbers, as in net1, within --layers. */
+static enum status parse_freeze(struct options *o, struct diag *d)
+{
+	const char *s = o->freeze_arg, *p = s;
+	int nfrozen = 0;
+
+	memset(o->frozen, 0, sizeof o->frozen);
+	while (*p != '\0') {
+		char *end;
+		long l;
+
+		errno = 0;
+		l = strtol(p, &end, 10);
+		if (end == p || (*end != ',' && *end != '\0') || (*end == ',' && end[1] == '\0'))
+			return diag_set(d, ST_USAGE, "--freeze: '%s' is not a comma-separated list of layer numbers", s);
+		if (errno == ERANGE || l < 1 || l > o->nlayers)
+			return diag_set(d, ST_USAGE, "--freeze: layer %.*s is not one of the %d layers of --layers (net1 to net%d)",
+					(int)(end - p), p, o->nlayers, o->nlayers);
+		nfrozen += !o->frozen[l - 1];
+		o->frozen[l - 1] = 1;
+		p = *end == ',' ? end + 1 : end;
+	}
+	if (nfrozen == o->nlayers)
+		return diag_set(d, ST_USAGE, "--freeze=%s freezes every layer: nothing would be trained", s);
+	return ST_OK;
+}
+
 static enum status apply(struct options *o, int key, const char *arg, struct diag *d)
 {
 	const struct opt_def *def = find_def(key);
@@ -231,6 +299,29 @@ static enum status apply(struct options *o, int key, const char *arg, struct dia
 	case K_KEEP: return parse_long(f, arg, 0, 1000000, &o->keep_checkpoints, d);
 	case K_RESUME: o->resume = arg; return ST_OK;
 	case K_TIMEOUT: return parse_double(f, arg, 0, 0, 1e9, &o->timeout, d);
+	case K_LOSS:
+		st = parse_choice(def, arg, options_loss_names, &c, d);
+		o->loss = (enum opt_loss)c;
+		return st;
+	case K_OPTIM:
+		st = parse_choice(def, arg, options_optim_names, &c, d);
+		o->optimizer = (enum opt_optim)c;
+		return st;
+	case K_BETAS: return parse_betas(o, arg, d);
+	case K_EPS: return parse_double(f, arg, 0, 1, 1, &o->eps, d);
+	case K_NESTEROV: o->nesterov = 1; return ST_OK;
+	case K_SCHED:
+		st = parse_choice(def, arg, schedule_names, &c, d);
+		o->schedule = (enum lr_schedule)c;
+		return st;
+	case K_WARMUP: return parse_long(f, arg, 0, LONG_MAX, &o->warmup_steps, d);
+	case K_CLIP: return parse_double(f, arg, 0, 0, 1e30, &o->clip_grad_norm, d);
+	case K_FREEZE: o->freeze_arg = arg; return ST_OK;
+	case K_VAL_INPUTS: o->val_inputs = arg; return ST_OK;
+	case K_VAL_TARGETS: o->val_targets = arg; return ST_OK;
+	case K_VAL_SAMPLES: return parse_long(f, arg, 0, 1L << 31, &o->val_samples, d);
+	case K_EVAL_EVERY: return parse_long(f, arg, 0, LONG_MAX, &o->eval_every, d);
+	case K_SAVE_BEST: o->save_best = arg; return ST_OK;
 	case K_QUIET: o->quiet = 1; return ST_OK;
 	case K_METRICS: o->metrics = arg; return ST_OK;
 	case K_HELP: o->help = 1; return ST_OK;
@@ -262,7 +353,7 @@ static void set_defaults(struct options *o)
 }
 
 /* Checks that need more than one flag. */
-static enum status check_combinations(const struct options *o, struct diag *d)
+static enum status check_combinations(struct options *o, struct diag *d)
 {
 	if ((o->inputs == NULL) != (o->targets == NULL))
 		return diag_set(d, ST_USAGE, "%s given without %s",
@@ -286,6 +377,35 @@ static enum status check_combinations(const struct options *o, struct diag *d)
 	if (o->checkpoint == NULL && (o->checkpoint_every > 0 || o->keep_checkpoints > 0))
 		return diag_set(d, ST_USAGE, "%s needs --checkpoint=FILE",
 				o->checkpoint_every > 0 ? "--checkpoint-every" : "--keep-checkpoints");
+	if (o->freeze_arg != NULL) {
+		enum status st = parse_freeze(o, d);
+
+		if (st != ST_OK)
+			return st;
+	}
+	if ((o->val_inputs == NULL) != (o->val_targets == NULL))
+		return diag_set(d, ST_USAGE, "%s given without %s",
+				o->val_inputs ? "--val-inputs" : "--val-targets",
+				o->val_inputs ? "--val-targets" : "--val-inputs");
+	if ((o->val_inputs != NULL && o->val_inputs[0] == '\0') ||
+	    (o->val_targets != NULL && o->val_targets[0] == '\0'))
+		return diag_set(d, ST_USAGE, "%s: empty file name",
+				o->val_inputs[0] == '\0' ? "--val-inputs" : "--val-targets");
+	if (o->val_inputs != NULL && o->inputs == NULL)
+		return diag_set(d, ST_USAGE, "--val-inputs needs --inputs (synthetic data takes --val-samples)");
+	if (o->val_samples > 0 && o->inputs != NULL)
+		return diag_set(d, ST_USAGE, "--val-samples is for synthetic data; with --inputs give --val-inputs and --val-targets");
+	if (o->save_best != NULL && o->save_best[0] == '\0')
+		return diag_set(d, ST_USAGE, "--save-best: empty file name");
+	if ((o->save_best != NULL || o->eval_every > 0) && o->val_inputs == NULL && o->val_samples == 0)
+		return diag_set(d, ST_USAGE, "%s needs a validation set (--val-inputs and --val-targets, or --val-samples)",
+				o->save_best != NULL ? "--save-best" : "--eval-every");
+	if (o->optimizer == OPT_OPTIM_ADAMW && o->momentum != 0.0)
+		return diag_set(d, ST_USAGE, "--momentum applies to --optimizer=sgd (AdamW takes --betas)");
+	if (o->optimizer == OPT_OPTIM_ADAMW && o->nesterov)
+		return diag_set(d, ST_USAGE, "--nesterov applies to --optimizer=sgd");
+	if (o->nesterov && o->momentum == 0.0)
+		return diag_set(d, ST_USAGE, "--nesterov needs --momentum greater than 0 (as torch.optim.SGD)");
 	if (o->replicas != 0 && o->mode != MODE_DP)
 		return diag_set(d, ST_USAGE, "--replicas applies to --mode=dp only (in ddp mode each MPI rank is one replica: mpirun -np G)");
 	return ST_OK;
@@ -392,6 +512,17 @@ void options_format_widths(const struct options *o, char *buf, size_t len)
 		used += (size_t)snprintf(buf + used, len - used, "%s%d", i ? "," : "", o->widths[i]);
 }
 
+/* The frozen layers as --freeze takes them ("1,3"); "" for none. */
+static void format_frozen(const struct options *o, char *buf, size_t len)
+{
+	size_t used = 0;
+
+	buf[0] = '\0';
+	for (int l = 0; l < o->nlayers && used < len; l++)
+		if (o->frozen[l])
+			used += (size_t)snprintf(buf + used, len - used, "%s%d", used ? "," : "", l + 1);
+}
+
 /* The value of option `key` in o as the text that would set it again ("0.001", "1"). */
 static void format_value(const struct options *o, int key, char *buf, size_t len)
 {
@@ -416,6 +547,18 @@ static void format_value(const struct options *o, int key, char *buf, size_t len
 	case K_TF32: snprintf(buf, len, "%d", o->tf32); return;
 	case K_CKPT_EVERY: snprintf(buf, len, "%ld", o->checkpoint_every); return;
 	case K_RESUME: snprintf(buf, len, "%d", o->resume != NULL); return;
+	case K_LOSS: snprintf(buf, len, "%s", options_loss_names[o->loss]); return;
+	case K_OPTIM: snprintf(buf, len, "%s", options_optim_names[o->optimizer]); return;
+	case K_NESTEROV: snprintf(buf, len, "%d", o->nesterov); return;
+	case K_BETAS: snprintf(buf, len, "%.9g,%.9g", o->beta1, o->beta2); return;
+	case K_EPS: snprintf(buf, len, "%.9g", o->eps); return;
+	case K_SCHED: snprintf(buf, len, "%s", schedule_names[o->schedule]); return;
+	case K_WARMUP: snprintf(buf, len, "%ld", o->warmup_steps); return;
+	case K_CLIP: snprintf(buf, len, "%.9g", o->clip_grad_norm); return;
+	case K_FREEZE: format_frozen(o, buf, len); return;
+	case K_VAL_SAMPLES: snprintf(buf, len, "%ld", o->val_samples); return;
+	case K_EVAL_EVERY: snprintf(buf, len, "%ld", o->eval_every); return;
+	case K_SAVE_BEST: snprintf(buf, len, "%d", o->save_best != NULL); return;
 	}
 	snprintf(buf, len, "?");
 }
@@ -427,9 +570,18 @@ void options_format_settings(const struct options *o, int scope, char *buf, size
 	for (size_t i = 0; i < N_OPTS && used < len; i++) {
 		char value[1024];
 
-		if (!(opt_table[i].scope & scope))
+		int in = opt_table[i].scope & scope;
+
+		/* A schedule's multipliers depend on the run's length: with one, a resumed run
+		 * must have the same --epochs and --max-steps. */
+		if ((opt_table[i].scope & OPT_SCOPE_SCHEDULE) && (scope & OPT_SCOPE_RESUME) &&
+		    (o->schedule != SCHED_CONSTANT || o->warmup_steps > 0))
+			in = 1;
+		if (!in)
 			continue;
 		format_value(o, opt_table[i].key, value, sizeof value);
+		if (opt_table[i].key == K_FREEZE && value[0] == '\0')
+			continue; /* nothing frozen: no --freeze, as on the command line */
 		used += (size_t)snprintf(buf + used, len - used, "--%s=%s\n", opt_table[i].name, value);
 	}
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "schedule.h"
 #include "status.h"
 
 #define OPT_MAX_LAYERS 64 /* Linear layers; widths has one more entry */
@@ -20,6 +21,8 @@
 enum run_mode { MODE_DDP, MODE_DP };
 enum device_kind { DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA };
 enum comm_kind { COMM_AUTO, COMM_MPI, COMM_NCCL };
+enum opt_loss { OPT_LOSS_MSE, OPT_LOSS_CROSS_ENTROPY }; /* options_loss_names */
+enum opt_optim { OPT_OPTIM_SGD, OPT_OPTIM_ADAMW }; /* options_optim_names */
 
 struct options {
 	int widths[OPT_MAX_LAYERS + 1]; /* widths[0] inputs ... widths[nlayers] outputs */
@@ -28,6 +31,19 @@ struct options {
 	long epochs;
 	long max_steps;                 /* optimizer steps; 0 = no limit */
 	double lr, momentum, weight_decay;
+	enum opt_loss loss;
+	enum opt_optim optimizer;
+	double beta1, beta2, eps;       /* AdamW */
+	int nesterov;                   /* SGD */
+	enum lr_schedule schedule;
+	long warmup_steps;
+	double clip_grad_norm;          /* 0 = no clipping */
+	unsigned char frozen[OPT_MAX_LAYERS]; /* layer l (0-based) is frozen */
+	const char *freeze_arg;         /* --freeze as given (checked against --layers) */
+	const char *val_inputs, *val_targets; /* validation .npy paths or NULL */
+	long val_samples;               /* synthetic validation set size; 0 = none */
+	long eval_every;                /* optimizer steps between evaluations; 0 = epochs only */
+	const char *save_best;          /* weights with the best validation loss, or NULL */
 	long grad_accum;                /* micro-batches per optimizer step */
 	uint64_t seed;
 	long samples;                   /* synthetic data set size */
@@ -67,6 +83,7 @@ void options_format_widths(const struct options *o, char *buf, size_t len);
 /* Which settings options_format_settings writes. */
 #define OPT_SCOPE_RESUME 1 /* must match between a checkpoint and the run resuming it */
 #define OPT_SCOPE_RUN 2    /* must also match on every rank of one run */
+#define OPT_SCOPE_SCHEDULE 4 /* in the resume text when a learning-rate schedule is set */
 /* Append "--flag=value" lines of the options in scope (a mask of OPT_SCOPE_*), in table
  * order, to the string in buf (len bytes in all). */
 void options_format_settings(const struct options *o, int scope, char *buf, size_t len);
@@ -74,5 +91,7 @@ void options_format_settings(const struct options *o, int scope, char *buf, size
 extern const char *const options_mode_names[];
 extern const char *const options_device_names[];
 extern const char *const options_comm_names[];
+extern const char *const options_loss_names[];
+extern const char *const options_optim_names[];
 
 #endif

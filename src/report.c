@@ -1,5 +1,6 @@
 /* report.c - progress lines, summary and the JSON Lines metrics file. */
 #include <errno.h>
+#include <math.h>
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -131,32 +132,73 @@ static void metrics_line(struct report *r, json_t *obj)
 }
 
 void report_step(struct report *r, long epoch, long epochs, long step, long total, double loss,
-		 double samples_per_s, double elapsed, long steps_here)
+		 double acc, double lr, double samples_per_s, double elapsed, long steps_here)
 {
 	double eta = steps_here > 0 ? elapsed / (double)steps_here * (double)(total - step) : 0.0;
+	json_t *obj;
 
 	if (!r->root)
 		return;
 	if (!r->quiet && r->tty) {
 		/* One line, redrawn in place; \033[K clears what a longer line left. */
-		fprintf(r->out, "\r epoch %ld/%ld  step %ld/%ld  loss %.6f  %.0f samples/s  %.1f s  ETA %.1f s\033[K",
-			epoch, epochs, step, total, loss, samples_per_s, elapsed, eta);
+		fprintf(r->out, "\r epoch %ld/%ld  step %ld/%ld  loss %.6f", epoch, epochs, step, total, loss);
+		if (isfinite(acc))
+			fprintf(r->out, "  acc %.2f%%", 100.0 * acc);
+		fprintf(r->out, "  %.0f samples/s  %.1f s  ETA %.1f s\033[K", samples_per_s, elapsed, eta);
 		r->line_open = step != total;
 		if (!r->line_open)
 			fputc('\n', r->out);
 		fflush(r->out);
 	} else if (!r->quiet) {
 		if (!r->header_done) {
-			fprintf(r->out, "#%7s %13s %12s %14s %12s %10s\n", "epoch", "step", "loss",
-				"samples/s", "elapsed_s", "eta_s");
+			fprintf(r->out, "#%7s %13s %12s", "epoch", "step", "loss");
+			if (isfinite(acc))
+				fprintf(r->out, " %8s", "acc_%");
+			fprintf(r->out, " %14s %12s %10s\n", "samples/s", "elapsed_s", "eta_s");
 			r->header_done = 1;
 		}
-		fprintf(r->out, " %7ld %6ld/%-6ld %12.6f %14.0f %12.3f %10.1f\n", epoch, step, total, loss,
-			samples_per_s, elapsed, eta);
+		fprintf(r->out, " %7ld %6ld/%-6ld %12.6f", epoch, step, total, loss);
+		if (isfinite(acc))
+			fprintf(r->out, " %8.2f", 100.0 * acc);
+		fprintf(r->out, " %14.0f %12.3f %10.1f\n", samples_per_s, elapsed, eta);
 	}
-	metrics_line(r, json_pack("{s:s, s:I, s:I, s:f, s:f, s:f, s:f}", "type", "step", "step",
-				  (json_int_t)step, "epoch", (json_int_t)epoch, "loss", loss,
-				  "samples_per_s", samples_per_s, "elapsed_s", elapsed, "eta_s", eta));
+	obj = json_pack("{s:s, s:I, s:I, s:f}", "type", "step", "step", (json_int_t)step, "epoch",
+			(json_int_t)epoch, "loss", loss);
+	if (obj != NULL && isfinite(acc))
+		json_object_set_new(obj, "accuracy", json_real(acc));
+	if (obj != NULL) {
+		json_object_set_new(obj, "lr", json_real(lr));
+		json_object_set_new(obj, "samples_per_s", json_real(samples_per_s));
+		json_object_set_new(obj, "elapsed_s", json_real(elapsed));
+		json_object_set_new(obj, "eta_s", json_real(eta));
+	}
+	metrics_line(r, obj);
+}
+
+void report_eval(struct report *r, long step, long epoch, double loss, double acc, size_t n)
+{
+	json_t *obj;
+
+	if (!r->root)
+		return;
+	if (!r->quiet) {
+		if (r->line_open) { /* a redrawn progress line is on the terminal */
+			fputc('\n', r->out);
+			r->line_open = 0;
+		}
+		fprintf(r->out, "# eval after step %ld (epoch %ld): validation loss %.6f", step, epoch, loss);
+		if (isfinite(acc))
+			fprintf(r->out, ", accuracy %.2f%% (%.0f of %zu)", 100.0 * acc, acc * (double)n, n);
+		fprintf(r->out, "\n");
+		fflush(r->out);
+	}
+	obj = json_pack("{s:s, s:I, s:I, s:f}", "type", "eval", "step", (json_int_t)step, "epoch",
+			(json_int_t)epoch, "loss", loss);
+	if (obj != NULL && isfinite(acc))
+		json_object_set_new(obj, "accuracy", json_real(acc));
+	if (obj != NULL)
+		json_object_set_new(obj, "samples", json_integer((json_int_t)n));
+	metrics_line(r, obj);
 }
 
 const char *const dp_phase_names[DP_NPHASES] = {

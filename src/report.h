@@ -47,10 +47,14 @@ enum status report_init(struct report *r, int root, int quiet, const char *metri
 			struct diag *d);
 /* A '#' line (printf-style) on the terminal, unless quiet. */
 void report_note(struct report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* One logged optimizer step: epoch of epochs, step of total, the loss (mean since the last
- * line), samples/s, elapsed seconds and the steps this run has taken (for the ETA). */
+/* One logged optimizer step: epoch of epochs, step of total, the loss and accuracy (means
+ * since the last line; accuracy NaN when the loss has none), the step's lr, samples/s,
+ * elapsed seconds and the steps this run has taken (for the ETA). */
 void report_step(struct report *r, long epoch, long epochs, long step, long total, double loss,
-		 double samples_per_s, double elapsed, long steps_here);
+		 double acc, double lr, double samples_per_s, double elapsed, long steps_here);
+/* One evaluation of the validation set of n samples after `step` steps, in epoch (1-based):
+ * its mean loss and accuracy (NaN when the loss has none). */
+void report_eval(struct report *r, long step, long epoch, double loss, double acc, size_t n);
 
 struct report_summary {
 	long steps;

@@ -25,6 +25,7 @@
 #include "model.h"     /* struct model */
 #include "optimizer.h" /* struct optimizer */
 #include "report.h"    /* struct report, struct replica_stats */
+#include "schedule.h"  /* enum lr_schedule */
 #include "world.h"     /* struct world */
 
 #define TRAIN_MAX_REPLICAS 64 /* dp worker threads */
@@ -41,6 +42,10 @@ struct train_config {
 	int overlap;      /* ddp: all-reduce buckets during backward */
 	double bucket_mb; /* ddp: bucket cap */
 	struct loss loss;
+	enum lr_schedule schedule; /* the lr multiplier of each step (schedule.h) */
+	long warmup_steps;
+	double clip_grad_norm;     /* clip_grad_norm_ before each step; 0 = off */
+	long eval_every;           /* evaluate the validation set every N steps too; 0 = epochs */
 };
 
 struct train_result {
@@ -58,6 +63,10 @@ struct train_result {
  * run), and how to write a checkpoint. */
 struct train_ctl {
 	long start_step, start_epoch, start_mb; /* position to begin at (0, 0, 0 when fresh) */
+	const struct dataset *val;              /* the validation set, or NULL */
+	/* After each evaluation (collective in ddp mode: every rank calls it), e.g. to keep the
+	 * best weights; NULL for none. */
+	enum status (*evaluated)(void *arg, long step, long epoch, double loss, struct diag *d);
 	long every;                             /* checkpoint every N steps; 0 = none periodic */
 	/* Write a checkpoint after `step` steps, the next micro-batch being next_mb of epoch
 	 * (collective in ddp mode: every rank calls it); NULL when there is no --checkpoint. */
@@ -84,22 +93,46 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 long trainer_total_steps(const struct train_ctl *ctl, long nmicro, long grad_accum, long epochs,
 			 long max_steps);
 
+/* The optimizer step both loops take once the gradient of step `step` (0-based) of
+ * `total` is complete in the model's gradients: clip_grad_norm_ over the trainable
+ * parameters if asked, then opt's step at its lr times the schedule's multiplier. Frozen
+ * layers are not touched. Returns the lr used. */
+double trainer_optimizer_step(const struct train_config *tc, struct optimizer *opt, long step,
+			      long total);
+/* Whether a step's device work is the same every step (no per-step host scalars), so that
+ * it may be recorded once as a device graph and replayed. */
+int trainer_step_is_fixed(const struct train_config *tc, const struct optimizer *opt);
+
 /* The progress bookkeeping both loops share. */
 struct step_clock {
 	double t0, t_last;        /* start of the loop, of the current progress interval */
 	double consumed_at_last;  /* samples (all replicas) at the last progress line */
-	double loss_sum;          /* losses since the last progress line */
+	double loss_sum, acc_sum; /* losses and accuracies since the last progress line */
 	long loss_count;
 };
 
-/* After an optimizer step whose loss (mean over replicas and micro-batches) is `loss`:
+/* After an optimizer step whose loss (mean over replicas and micro-batches) is `loss`
+ * (and accuracy `acc`, for cross-entropy), taken at learning rate lr:
  * refuse a non-finite loss, count the step (*step), keep first and final losses, print
- * progress when due, write the checkpoint that is due (every ctl->every steps, at the
- * last step, or when stopping) and say whether to stop. consumed: samples so far, all
- * replicas. Returns ST_INTERRUPTED when stop is set. */
+ * progress when due, evaluate the validation set when due (every eval_every steps, at
+ * the end of an epoch and of training: eval(eval_arg, step, epoch) if eval is not NULL),
+ * write the checkpoint that is due (every ctl->every steps, at the last step, or when
+ * stopping) and say whether to stop. consumed: samples so far, all replicas. Returns
+ * ST_INTERRUPTED when stop is set. */
 enum status trainer_after_step(const struct train_ctl *ctl, const struct train_config *tc,
 			       struct step_clock *clk, struct train_result *res, long *step,
-			       long total, const struct batch *b, long nmicro, float loss,
-			       double consumed, int stop, struct report *r, struct diag *d);
+			       long total, const struct batch *b, long nmicro, float loss, float acc,
+			       double lr, double consumed, int stop,
+			       enum status (*eval)(void *eval_arg, long step, long epoch),
+			       void *eval_arg, struct report *r, struct diag *d);
+
+/* Evaluate m on this replica's share of the validation set val -- rows
+ * [rank V / world, (rank + 1) V / world) in micro-batches of up to m->max_batch rows --
+ * and, with a communicator, sum the shares over the ranks: the exact mean loss over all
+ * V rows (and the accuracy) in *loss and *acc (NaN without one). Uses act, target, dbuf
+ * and the gradient slots as scratch: call it between steps. Collective when c is set. */
+enum status trainer_evaluate(const struct train_config *tc, struct model *m, const struct dataset *val,
+			     int rank, int world, struct comm *c, struct world *w, double *loss,
+			     double *acc, struct diag *d);
 
 #endif

@@ -22,12 +22,19 @@ struct ddp {
 	struct model *m;
 	struct optimizer *opt;
 	struct comm *c;
+	const struct train_ctl *ctl;
+	struct report *r;
+	long step, total;           /* the step being taken (0-based), and the run's last */
+	double lr;                  /* the lr of the last optimizer step */
 	double wait;                /* host time blocked in wait_all */
 	float *stop_host;           /* (1) pinned: 1 if this rank was asked to stop */
 	const float *graph_x[2];    /* the host batch buffer each captured step reads */
 	int graph_off;              /* no (more) graphs: unsupported, or a capture failed */
-	struct bucket buckets[MODEL_MAX_LAYERS];
+	struct bucket buckets[MODEL_MAX_LAYERS + 1];
 	int nbuckets;
+	int slot_bucket;            /* the slots' own bucket (last layer frozen), or -1 */
+	int ydim;                   /* target columns: the output width, or 1 (class labels) */
+	int lowest;                 /* the first trainable layer: backward ends there */
 	int closes[MODEL_MAX_LAYERS]; /* bucket completed by layer l's backward, or -1 */
 	enum status hook_st;
 	struct diag *d;
@@ -41,7 +48,7 @@ static void ddp_layer_done(void *arg, int layer)
 
 	if (t->hook_st != ST_OK)
 		return;
-	if (b >= 0 && layer == 0) { /* the last bucket may complete here: watch and time it */
+	if (b >= 0 && layer == t->lowest) { /* the last bucket completes here: watch and time it */
 		double tw = clock_now();
 
 		world_watch_begin(t->w, "the gradient all-reduce");
@@ -84,13 +91,16 @@ static enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulat
 	double tw;
 
 	ops->to_device(bctx, m->act[0], b->x, (size_t)b->n * in);
-	ops->to_device(bctx, m->target, b->y, (size_t)b->n * loss_target_width(&t->tc->loss, out));
+	ops->to_device(bctx, m->target, b->y, (size_t)b->n * (size_t)t->ydim);
 	model_forward(m, b->n);
 	loss_apply(&t->tc->loss, m->be, m->dbuf[0], m->grads + m->nparams + MODEL_SLOT_LOSS,
 		   m->act[m->nlayers], m->target, b->n, out, scale, accumulate);
 	if (sync) /* before backward starts the bucket that carries it */
 		ops->to_device(bctx, m->grads + m->nparams + MODEL_SLOT_STOP, t->stop_host, 1);
 	t->hook_st = ST_OK;
+	if (sync && t->tc->overlap && t->slot_bucket >= 0) /* the slots alone: nothing to wait for */
+		t->hook_st = t->c->ops->allreduce_start(t->c->ctx, m->grads + m->nparams, MODEL_SLOTS, 0,
+							t->d);
 	model_backward(m, b->n, accumulate, sync && t->tc->overlap ? ddp_layer_done : NULL, t);
 	if (!sync)
 		return ST_OK;
@@ -105,7 +115,7 @@ static enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulat
 	world_watch_end(t->w);
 	t->wait += clock_now() - tw;
 	if (st == ST_OK)
-		optimizer_step(t->opt);
+		t->lr = trainer_optimizer_step(t->tc, t->opt, t->step, t->total);
 	return st;
 }
 
@@ -143,6 +153,21 @@ static enum status ddp_graph_step(struct ddp *t, const struct batch *b, float sc
 	return ops->graph_launch(bctx, slot, t->d);
 }
 
+/* trainer_after_step's eval: every rank its share of the validation set, then the sums. */
+static enum status ddp_eval(void *arg, long step, long epoch)
+{
+	struct ddp *t = arg;
+	double loss = 0.0, acc = 0.0;
+	enum status st;
+
+	st = trainer_evaluate(t->tc, t->m, t->ctl->val, t->w->rank, t->w->size, t->c, t->w, &loss,
+			      &acc, t->d);
+	if (st != ST_OK)
+		return st;
+	report_eval(t->r, step, epoch + 1, loss, acc, t->ctl->val->n);
+	return t->ctl->evaluated ? t->ctl->evaluated(t->ctl->arg, step, epoch, loss, t->d) : ST_OK;
+}
+
 enum status trainer_ddp(const struct train_config *tc, struct world *w, struct model *m,
 			struct optimizer *opt, struct comm *c, const struct dataset *ds,
 			const struct train_ctl *ctl, struct report *r, struct train_result *res,
@@ -152,13 +177,15 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	void *bctx = m->be->ctx;
 	const size_t cap = (size_t)(tc->bucket_mb * 1048576.0 / sizeof(float));
 	const size_t first_cap = cap < 262144 ? cap : 262144; /* PyTorch: first bucket 1 MiB */
-	struct ddp t = {.tc = tc, .w = w, .m = m, .opt = opt, .c = c, .d = d};
+	struct ddp t = {.tc = tc, .w = w, .m = m, .opt = opt, .c = c, .d = d, .ctl = ctl, .r = r,
+			.ydim = ds->out, .slot_bucket = -1};
 	struct loader L;
 	struct batch b;
 	float slots[MODEL_SLOTS] = {0};
 	struct step_clock clk = {0};
 	long steps_per_epoch, total, step = ctl->start_step;
 	double consumed = 0.0;
+	size_t reduced = 0; /* floats all-reduced per step */
 	int graphs;
 	enum status st;
 
@@ -177,17 +204,29 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	t.nbuckets = model_plan_buckets(m, cap ? cap : 1, first_cap ? first_cap : 1, t.buckets);
 	for (int l = 0; l < m->nlayers; l++)
 		t.closes[l] = -1;
-	for (int k = 0; k < t.nbuckets; k++)
-		t.closes[t.buckets[k].lo] = k;
+	for (int k = 0; k < t.nbuckets; k++) {
+		if (t.buckets[k].lo >= 0)
+			t.closes[t.buckets[k].lo] = k;
+		else
+			t.slot_bucket = k;
+		reduced += t.buckets[k].len;
+	}
+	while (t.lowest < m->nlayers - 1 && m->frozen[t.lowest])
+		t.lowest++;
 
 	steps_per_epoch = (L.nmicro + tc->grad_accum - 1) / tc->grad_accum;
 	total = trainer_total_steps(ctl, L.nmicro, tc->grad_accum, tc->epochs, tc->max_steps);
+	t.total = total;
 	report_note(r, "buckets: %d (cap %.3g MiB), %ld steps per epoch, %ld steps in all",
 		    t.nbuckets, tc->bucket_mb, steps_per_epoch, total);
+	if (reduced < m->nparams + MODEL_SLOTS)
+		report_note(r, "frozen layers: %zu of %zu parameters trained and all-reduced",
+			    reduced - MODEL_SLOTS, m->nparams);
 
 	/* Steps can be device graphs with a backend that records them and a communicator whose
 	 * collectives can be recorded (NCCL), for whole, single-micro-batch steps. */
-	graphs = ops->graph_begin != NULL && c->ops->capturable && tc->grad_accum == 1;
+	graphs = ops->graph_begin != NULL && c->ops->capturable && tc->grad_accum == 1 &&
+		 trainer_step_is_fixed(tc, opt);
 	t.graph_off = !graphs;
 	clk.t0 = clk.t_last = clock_now();
 	while (step < total && loader_next(&L, &b)) {
@@ -199,6 +238,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 
 		res->epochs = b.epoch + 1;
 		w->step = step + 1;
+		t.step = step;
 		t.stop_host[0] = signals_pending() ? 1.0f : 0.0f;
 		st = ST_OK;
 		if (graphs && b.n == tc->batch_size)
@@ -217,8 +257,9 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		ops->to_host(bctx, slots, m->grads + m->nparams, MODEL_SLOTS);
 		world_watch_end(w);
 		st = trainer_after_step(ctl, tc, &clk, res, &step, total, &b, L.nmicro,
-					slots[MODEL_SLOT_LOSS], consumed * w->size,
-					slots[MODEL_SLOT_STOP] != 0.0f, r, d);
+					slots[MODEL_SLOT_LOSS], slots[MODEL_SLOT_ACC], t.lr,
+					consumed * w->size, slots[MODEL_SLOT_STOP] != 0.0f, ddp_eval, &t,
+					r, d);
 		if (st != ST_OK)
 			break;
 	}
@@ -232,7 +273,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	res->rep[0].wait_s = t.wait;
 	res->rep[0].compute_s = res->seconds - t.wait;
 	res->rep[0].bytes_in = res->rep[0].bytes_out =
-		(double)step * (double)(m->nparams + MODEL_SLOTS) * sizeof(float);
+		(double)step * (double)reduced * sizeof(float);
 	res->rep[0].state_bytes = m->bytes;
 	ops->host_free(bctx, t.stop_host);
 	loader_free(&L);

@@ -48,6 +48,10 @@ struct dp_replica {
 
 struct dp {
 	const struct train_config *tc;
+	const struct train_ctl *ctl;
+	struct report *r;
+	struct diag *d;
+	int ydim;             /* target columns: the output width, or 1 (class labels) */
 	int g;
 	struct dp_replica rep[TRAIN_MAX_REPLICAS];
 	pthread_barrier_t go, done;
@@ -168,9 +172,9 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 			r0->st->bytes_out += (double)pbytes; /* replica 0's weights, replicated */
 	}
 	t = clock_now();
-	ops->to_device(c0, dp->targets, hy, (size_t)n * loss_target_width(&dp->tc->loss, out));
+	ops->to_device(c0, dp->targets, hy, (size_t)n * (size_t)dp->ydim);
 	phase_end(dp, m0->be, &r0->st->seconds[DP_SCATTER], t);
-	r0->st->bytes_in += (double)n * out * sizeof(float);
+	r0->st->bytes_in += (double)n * dp->ydim * sizeof(float);
 
 	loader_prefetch(l); /* the next batch, while the devices work on this one */
 	dispatch(dp, JOB_FORWARD);
@@ -302,6 +306,8 @@ static enum status dp_init(struct dp *dp, int g, struct model *m0, int max_batch
 		if (st == ST_OK)
 			st = model_init(&dp->rep[i].own, &dp->rep[i].own_be, m0->widths, m0->nlayers,
 					chunk, d);
+		if (st == ST_OK)
+			model_freeze(&dp->rep[i].own, m0->frozen);
 		if (st != ST_OK) {
 			dp_free(dp);
 			return st;
@@ -323,6 +329,21 @@ static enum status dp_init(struct dp *dp, int g, struct model *m0, int max_batch
 		dp->rep[i].started = 1;
 	}
 	return ST_OK;
+}
+
+/* trainer_after_step's eval: replica 0 alone runs the whole validation set (forward is
+ * the same on every replica). */
+static enum status dp_eval(void *arg, long step, long epoch)
+{
+	struct dp *dp = arg;
+	double loss = 0.0, acc = 0.0;
+	enum status st;
+
+	st = trainer_evaluate(dp->tc, dp->rep[0].m, dp->ctl->val, 0, 1, NULL, NULL, &loss, &acc, dp->d);
+	if (st != ST_OK)
+		return st;
+	report_eval(dp->r, step, epoch + 1, loss, acc, dp->ctl->val->n);
+	return dp->ctl->evaluated ? dp->ctl->evaluated(dp->ctl->arg, step, epoch, loss, dp->d) : ST_OK;
 }
 
 /* Peak device memory each replica held, where the backend can tell. */
@@ -348,7 +369,8 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 	struct loader L;
 	struct batch b;
 	struct dp dp;
-	float loss = 0.0f;
+	float loss[2] = {0.0f, 0.0f};
+	double lr;
 	long steps_per_epoch, total, step = ctl->start_step;
 	struct step_clock clk = {0};
 	double consumed = 0.0;
@@ -372,6 +394,10 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 		return st;
 	}
 	dp.tc = tc;
+	dp.ctl = ctl;
+	dp.r = r;
+	dp.d = d;
+	dp.ydim = ds->out;
 	steps_per_epoch = (L.nmicro + tc->grad_accum - 1) / tc->grad_accum;
 	total = trainer_total_steps(ctl, L.nmicro, tc->grad_accum, tc->epochs, tc->max_steps);
 	report_note(r, "dp: %d replicas on worker threads, %ld samples per step split in chunks of %ld, %ld steps per epoch, %ld steps in all",
@@ -390,11 +416,11 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 		if (gi != group - 1)
 			continue;
 		t = clock_now();
-		optimizer_step(opt);
+		lr = trainer_optimizer_step(tc, opt, step, total);
 		phase_end(&dp, m0->be, &res->rep[0].seconds[DP_STEP], t);
-		ops->to_host(c0, &loss, m0->grads + m0->nparams + MODEL_SLOT_LOSS, 1);
-		st = trainer_after_step(ctl, tc, &clk, res, &step, total, &b, L.nmicro, loss, consumed,
-					signals_pending() != 0, r, d);
+		ops->to_host(c0, loss, m0->grads + m0->nparams + MODEL_SLOT_LOSS, 2);
+		st = trainer_after_step(ctl, tc, &clk, res, &step, total, &b, L.nmicro, loss[0], loss[1],
+					lr, consumed, signals_pending() != 0, dp_eval, &dp, r, d);
 		if (st != ST_OK)
 			break;
 	}

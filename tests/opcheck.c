@@ -99,7 +99,8 @@ int main(int argc, char **argv)
 	printf("# %s, %d GPU(s); relative error max|gpu-cpu|/max|cpu|, tolerance %g\n", info, count, tol);
 	{
 		enum { N = 37, IN = 96, OUT = 64 };
-		struct pair x, w, b, y, dy, dx, dw, db, t, loss, p, g, m, acts;
+		struct pair x, w, b, y, dy, dx, dw, db, t, loss, p, g, m, acts, lab, ce, v, nrm;
+		struct adamw_hparams ha = {0.9995f, 0.9f, 0.999f, 0.1f, 0.001f, 0.05f, 0.0447f, 1e-8f};
 
 		pair_init(&x, N * IN, 1);
 		pair_init(&w, OUT * IN, 2);
@@ -115,6 +116,18 @@ int main(int argc, char **argv)
 		pair_init(&g, 5000, 12);
 		pair_init(&m, 5000, 13);
 		pair_init(&acts, N * OUT, 14);
+		pair_init(&lab, N, 15);
+		pair_init(&ce, 2, 16);
+		pair_init(&v, 5000, 17);
+		pair_init(&nrm, 1, 18);
+		for (int i = 0; i < N; i++) /* class labels in [0, OUT), as floats */
+			lab.h[i] = (float)((i * 7) % OUT);
+		memcpy(lab.c, lab.h, N * sizeof(float));
+		gpu.ops->to_device(gpu.ctx, lab.g, lab.h, N);
+		for (size_t i = 0; i < v.n; i++) /* exp_avg_sq is never negative */
+			v.h[i] = fabsf(v.h[i]);
+		memcpy(v.c, v.h, v.n * sizeof(float));
+		gpu.ops->to_device(gpu.ctx, v.g, v.h, v.n);
 
 		cpu.ops->linear_forward(cpu.ctx, acts.c, x.c, w.c, b.c, N, IN, OUT, 1);
 		gpu.ops->linear_forward(gpu.ctx, acts.g, x.g, w.g, b.g, N, IN, OUT, 1);
@@ -122,6 +135,11 @@ int main(int argc, char **argv)
 		cpu.ops->linear_forward(cpu.ctx, y.c, x.c, w.c, b.c, N, IN, OUT, 0);
 		gpu.ops->linear_forward(gpu.ctx, y.g, x.g, w.g, b.g, N, IN, OUT, 0);
 		check("linear_forward", &y);
+		/* a frozen layer: dx only, dw and db untouched */
+		cpu.ops->linear_backward(cpu.ctx, dx.c, NULL, db.c, dy.c, x.c, w.c, N, IN, OUT, 0);
+		gpu.ops->linear_backward(gpu.ctx, dx.g, NULL, db.g, dy.g, x.g, w.g, N, IN, OUT, 0);
+		check("linear_backward dx (frozen)", &dx);
+		check("linear_backward db untouched", &db);
 		for (int acc = 0; acc < 2; acc++) {
 			cpu.ops->linear_backward(cpu.ctx, dx.c, dw.c, db.c, dy.c, x.c, w.c, N, IN, OUT, acc);
 			gpu.ops->linear_backward(gpu.ctx, dx.g, dw.g, db.g, dy.g, x.g, w.g, N, IN, OUT, acc);
@@ -143,6 +161,12 @@ int main(int argc, char **argv)
 			check(acc ? "mse loss (accumulate)" : "mse loss", &loss);
 			check("mse gradient", &dy);
 		}
+		for (int acc = 0; acc < 2; acc++) {
+			cpu.ops->cross_entropy(cpu.ctx, dy.c, ce.c, y.c, lab.c, N, OUT, 0.5f, acc);
+			gpu.ops->cross_entropy(gpu.ctx, dy.g, ce.g, y.g, lab.g, N, OUT, 0.5f, acc);
+			check(acc ? "cross_entropy loss+acc (acc)" : "cross_entropy loss+acc", &ce);
+			check("cross_entropy gradient", &dy);
+		}
 		/* The three forms optimizer.c uses: SGD without momentum (z is y), the momentum
 		 * buffer (z another buffer), the step along the buffer (no z). */
 		cpu.ops->axpbz(cpu.ctx, p.c, 1.0f, -0.01f, g.c, 0.001f, p.c, p.n);
@@ -154,6 +178,21 @@ int main(int argc, char **argv)
 		cpu.ops->axpbz(cpu.ctx, p.c, 1.0f, -0.01f, m.c, 0.0f, NULL, p.n);
 		gpu.ops->axpbz(gpu.ctx, p.g, 1.0f, -0.01f, m.g, 0.0f, NULL, p.n);
 		check("axpbz (no z)", &p);
+		for (int k = 0; k < 2; k++) {
+			cpu.ops->adamw(cpu.ctx, p.c, g.c, m.c, v.c, p.n, &ha);
+			gpu.ops->adamw(gpu.ctx, p.g, g.g, m.g, v.g, p.n, &ha);
+			check("adamw params", &p);
+			check("adamw exp_avg", &m);
+			check("adamw exp_avg_sq", &v);
+		}
+		cpu.ops->sumsq(cpu.ctx, nrm.c, g.c, 3000, 0);
+		gpu.ops->sumsq(gpu.ctx, nrm.g, g.g, 3000, 0);
+		cpu.ops->sumsq(cpu.ctx, nrm.c, g.c + 3000, 2000, 1);
+		gpu.ops->sumsq(gpu.ctx, nrm.g, g.g + 3000, 2000, 1);
+		check("sumsq (two slices)", &nrm);
+		cpu.ops->clip(cpu.ctx, g.c, g.n, nrm.c, 1.0f);
+		gpu.ops->clip(gpu.ctx, g.g, g.n, nrm.g, 1.0f);
+		check("clip to norm 1", &g);
 		cpu.ops->add(cpu.ctx, g.c, m.c, g.n);
 		gpu.ops->add(gpu.ctx, g.g, m.g, g.n);
 		check("add", &g);
@@ -169,6 +208,10 @@ int main(int argc, char **argv)
 		}
 		pair_free(&x);
 		pair_free(&w);
+		pair_free(&lab);
+		pair_free(&ce);
+		pair_free(&v);
+		pair_free(&nrm);
 	}
 	printf("# %s\n", failures ? "FAILED" : "all operations agree");
 	return failures ? 1 : 0;

@@ -211,7 +211,7 @@ static void test_init_reads_the_weights_of_save_and_of_a_checkpoint(void **state
 
 	rig_init(&a, widths, 2, 0.9f, 1.0f);
 	rig_init(&b, widths, 2, 0.0f, -5.0f);
-	assert_int_equal(checkpoint_write_weights(path_in_dir("w.st"), &a.m, a.host, &d), ST_OK);
+	assert_int_equal(checkpoint_write_weights(path_in_dir("w.st"), "--save", &a.m, a.host, &d), ST_OK);
 	assert_int_equal(checkpoint_read_weights(path_in_dir("w.st"), &b.m, b.host, &d), ST_OK);
 	assert_memory_equal(b.host, a.host, a.m.nparams * sizeof(float));
 	/* A checkpoint's momentum buffers are not weights: skipped, not refused. */
@@ -232,7 +232,7 @@ static void test_init_is_strict_about_names_and_shapes(void **state)
 	rig_init(&a, widths, 2, 0.0f, 1.0f);
 	rig_init(&deep, deeper, 3, 0.0f, 1.0f);
 	rig_init(&wide, wider, 2, 0.0f, 1.0f);
-	assert_int_equal(checkpoint_write_weights(path_in_dir("deep.st"), &deep.m, deep.host, &d), ST_OK);
+	assert_int_equal(checkpoint_write_weights(path_in_dir("deep.st"), "--save", &deep.m, deep.host, &d), ST_OK);
 	assert_int_equal(checkpoint_read_weights(path_in_dir("deep.st"), &a.m, a.host, &d), ST_RUNTIME);
 	assert_non_null(strstr(d.msg, "unexpected tensor 'net3.weight': --layers has net1 to net2"));
 	memset(&d, 0, sizeof d); /* a diag keeps its first message */

@@ -16,8 +16,8 @@ static void test_synthetic_sample_depends_only_on_seed_and_index(void **state)
 	const uint32_t order1[3] = {7, 3, 999}, order2[2] = {999, 7};
 	float x1[3 * 10], y1[3 * 5], x2[2 * 10], y2[2 * 5];
 
-	assert_int_equal(data_init_synthetic(&a, 42, 1000, 10, 5, &d), ST_OK);
-	assert_int_equal(data_init_synthetic(&b, 42, 1000, 10, 5, &d), ST_OK);
+	assert_int_equal(data_init_synthetic(&a, 42, 0, 1000, 10, 5, 0, &d), ST_OK);
+	assert_int_equal(data_init_synthetic(&b, 42, 0, 1000, 10, 5, 0, &d), ST_OK);
 	data_fill(&a, order1, 3, x1, y1);
 	data_fill(&b, order2, 2, x2, y2);
 	assert_memory_equal(x1, x2 + 10, 10 * sizeof(float));     /* sample 7 */
@@ -35,8 +35,8 @@ static void test_synthetic_seed_changes_the_data(void **state)
 	const uint32_t idx[1] = {5};
 	float xa[10], ya[5], xb[10], yb[5];
 
-	assert_int_equal(data_init_synthetic(&a, 1, 10, 10, 5, &d), ST_OK);
-	assert_int_equal(data_init_synthetic(&b, 2, 10, 10, 5, &d), ST_OK);
+	assert_int_equal(data_init_synthetic(&a, 1, 0, 10, 10, 5, 0, &d), ST_OK);
+	assert_int_equal(data_init_synthetic(&b, 2, 0, 10, 10, 5, 0, &d), ST_OK);
 	data_fill(&a, idx, 1, xa, ya);
 	data_fill(&b, idx, 1, xb, yb);
 	assert_memory_not_equal(xa, xb, sizeof xa);
@@ -55,7 +55,7 @@ static void test_synthetic_inputs_have_unit_variance_and_targets_are_learnable(v
 
 	for (uint32_t i = 0; i < N; i++)
 		idx[i] = i;
-	assert_int_equal(data_init_synthetic(&a, 0, N, 10, 5, &d), ST_OK);
+	assert_int_equal(data_init_synthetic(&a, 0, 0, N, 10, 5, 0, &d), ST_OK);
 	data_fill(&a, idx, N, x, y);
 	for (int i = 0; i < N * 10; i++)
 		mean += x[i];
@@ -78,12 +78,55 @@ static void test_synthetic_inputs_have_unit_variance_and_targets_are_learnable(v
 	data_free(&a);
 }
 
+/* Classification labels are the argmax of the regression targets of the same samples,
+ * and a validation set from index `first` is the continuation of the same generator. */
+static void test_synthetic_labels_are_the_teachers_argmax_and_val_continues_the_stream(void **state)
+{
+	struct dataset reg, cls, val;
+	struct diag d = {0};
+	uint32_t idx[50], vidx[10];
+	float x[50 * 10], y[50 * 5], xc[50 * 10], lab[50], xv[10 * 10], lv[10];
+	int seen[5] = {0};
+
+	for (uint32_t i = 0; i < 50; i++)
+		idx[i] = i;
+	for (uint32_t i = 0; i < 10; i++)
+		vidx[i] = i;
+	assert_int_equal(data_init_synthetic(&reg, 7, 0, 50, 10, 5, 0, &d), ST_OK);
+	assert_int_equal(data_init_synthetic(&cls, 7, 0, 40, 10, 5, 1, &d), ST_OK);
+	assert_int_equal(data_init_synthetic(&val, 7, 40, 10, 10, 5, 1, &d), ST_OK);
+	assert_int_equal(cls.out, 1);
+	assert_int_equal(cls.classes, 5);
+	data_fill(&reg, idx, 50, x, y);
+	data_fill(&cls, idx, 50, xc, lab);
+	data_fill(&val, vidx, 10, xv, lv);
+	assert_memory_equal(x, xc, sizeof x);
+	for (int i = 0; i < 50; i++) {
+		int best = 0;
+
+		for (int k = 1; k < 5; k++)
+			if (y[i * 5 + k] > y[i * 5 + best])
+				best = k;
+		assert_true(lab[i] == (float)best);
+		seen[best]++;
+	}
+	for (int k = 0; k < 5; k++)
+		assert_true(seen[k] > 0); /* every class occurs: a task, not a constant */
+	assert_memory_equal(xv, x + 40 * 10, sizeof xv);
+	assert_memory_equal(lv, lab + 40, sizeof lv);
+	assert_int_equal(data_init_synthetic(&val, 7, 0, 10, 10, 1, 1, &d), ST_USAGE);
+	data_free(&reg);
+	data_free(&cls);
+	data_free(&val);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_synthetic_sample_depends_only_on_seed_and_index),
 		cmocka_unit_test(test_synthetic_seed_changes_the_data),
 		cmocka_unit_test(test_synthetic_inputs_have_unit_variance_and_targets_are_learnable),
+		cmocka_unit_test(test_synthetic_labels_are_the_teachers_argmax_and_val_continues_the_stream),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -22,7 +22,7 @@ static int setup(void **state)
 
 	if (backend_init(&be, &backend_cpu_ops, &cfg, &d) != ST_OK)
 		return -1;
-	return data_init_synthetic(&ds, 3, N, IN, OUT, &d) == ST_OK ? 0 : -1;
+	return data_init_synthetic(&ds, 3, 0, N, IN, OUT, 0, &d) == ST_OK ? 0 : -1;
 }
 
 static int teardown(void **state)

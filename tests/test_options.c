@@ -277,9 +277,11 @@ static void test_options_settings_text_comes_from_the_table_and_parses_back(void
 	assert_int_equal(parse(&o, &d, "--layers=8,4,2", "--lr=0.05", "--momentum=0.9",
 			       "--no-shuffle", "--mode=dp", "--epochs=3", NULL), ST_OK);
 	options_format_settings(&o, OPT_SCOPE_RESUME, text, sizeof text);
-	assert_string_equal(text, "--layers=8,4,2\n--batch-size=20\n--lr=0.05\n--momentum=0.9\n"
-				  "--weight-decay=0\n--grad-accum=1\n--seed=0\n--shuffle=0\n"
-				  "--drop-last=0\n--mode=dp\n");
+	assert_string_equal(text, "--layers=8,4,2\n--batch-size=20\n--loss=mse\n--optimizer=sgd\n"
+				  "--lr=0.05\n--momentum=0.9\n--nesterov=0\n--weight-decay=0\n"
+				  "--betas=0.9,0.999\n--eps=1e-08\n--lr-schedule=constant\n"
+				  "--warmup-steps=0\n--clip-grad-norm=0\n--grad-accum=1\n--seed=0\n"
+				  "--shuffle=0\n--drop-last=0\n--mode=dp\n");
 	/* The run scope adds the rest, after what is already in the buffer. */
 	options_format_settings(&o, OPT_SCOPE_RUN, text, sizeof text);
 	assert_non_null(strstr(text, "--mode=dp\n--epochs=3\n--max-steps=0\n"));
@@ -289,7 +291,8 @@ static void test_options_settings_text_comes_from_the_table_and_parses_back(void
 	options_format_settings(&o, OPT_SCOPE_RESUME, text, sizeof text);
 	argv[argc++] = "ddptrain";
 	for (line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n"))
-		if (strncmp(line, "--shuffle=", 10) != 0 && strncmp(line, "--drop-last=", 12) != 0)
+		if (strncmp(line, "--shuffle=", 10) != 0 && strncmp(line, "--drop-last=", 12) != 0 &&
+		    strncmp(line, "--nesterov=", 11) != 0)
 			argv[argc++] = line; /* switches: printed as 0/1, set by their own flags */
 	argv[argc++] = "--no-shuffle";
 	argv[argc] = NULL;
@@ -299,12 +302,49 @@ static void test_options_settings_text_comes_from_the_table_and_parses_back(void
 	assert_true(again.lr == o.lr && again.momentum == o.momentum);
 	assert_int_equal(again.mode, MODE_DP);
 	assert_int_equal(again.shuffle, 0);
+	/* A schedule brings the run's length into the resume text (its shape depends on it);
+	 * frozen layers are listed as --freeze takes them. */
+	assert_int_equal(parse(&o, &d, "--layers=8,4,4,2", "--lr-schedule=cosine", "--epochs=7",
+			       "--freeze=3,1", "--optimizer=adamw", "--betas=0.8,0.99", NULL), ST_OK);
+	text[0] = '\0';
+	options_format_settings(&o, OPT_SCOPE_RESUME, text, sizeof text);
+	assert_non_null(strstr(text, "--epochs=7\n--max-steps=0\n--loss=mse\n--optimizer=adamw\n"));
+	assert_non_null(strstr(text, "--betas=0.8,0.99\n"));
+	assert_non_null(strstr(text, "--lr-schedule=cosine\n"));
+	assert_non_null(strstr(text, "--freeze=1,3\n"));
+}
+
+/* The new flags' combinations that the flags alone decide. */
+static void test_options_refuse_contradictory_trainer_settings(void **state)
+{
+	struct options o;
+	struct diag d;
+
+	assert_int_equal(parse(&o, &d, "--freeze=2", "--layers=4,4", NULL), ST_USAGE);
+	assert_non_null(strstr(d.msg, "--freeze: layer 2 is not one of the 1 layers"));
+	assert_int_equal(parse(&o, &d, "--layers=4,4,4", "--freeze=1,2,1", NULL), ST_USAGE);
+	assert_non_null(strstr(d.msg, "freezes every layer"));
+	assert_int_equal(parse(&o, &d, "--freeze=1,", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--betas=0.9", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--eps=0", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--val-inputs=x.npy", "--inputs=a.npy", "--targets=b.npy", NULL),
+			 ST_USAGE);
+	assert_non_null(strstr(d.msg, "--val-inputs given without --val-targets"));
+	assert_int_equal(parse(&o, &d, "--val-inputs=x.npy", "--val-targets=y.npy", NULL), ST_USAGE);
+	assert_non_null(strstr(d.msg, "--val-inputs needs --inputs"));
+	assert_int_equal(parse(&o, &d, "--eval-every=5", NULL), ST_USAGE);
+	assert_non_null(strstr(d.msg, "--eval-every needs a validation set"));
+	assert_int_equal(parse(&o, &d, "--optimizer=adamw", "--nesterov", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--val-samples=10", "--eval-every=5", "--save-best=b.st",
+			       "--loss=cross-entropy", "--freeze=1", "--clip-grad-norm=1", NULL), ST_OK);
+	assert_true(o.frozen[0] && !o.frozen[1]);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_options_defaults_are_the_seed_toymodel),
+		cmocka_unit_test(test_options_refuse_contradictory_trainer_settings),
 		cmocka_unit_test(test_options_accept_both_value_spellings),
 		cmocka_unit_test(test_options_last_shuffle_flag_wins),
 		cmocka_unit_test(test_options_unknown_flag_is_a_usage_error),

@@ -77,7 +77,8 @@ static void test_after_step_counts_and_checkpoints_when_due(void **state)
 		struct batch b = {.epoch = k / 3, .mb = k % 3};
 
 		assert_int_equal(trainer_after_step(&ctl, &tc, &clk, &res, &step, 6, &b, 3,
-						    (float)(6 - k), 0.0, 0, &r, &d),
+						    (float)(6 - k), 0.0f, 0.1, 0.0, 0, NULL, NULL,
+						    &r, &d),
 				 ST_OK);
 	}
 	assert_int_equal(step, 6);
@@ -111,17 +112,63 @@ static void test_after_step_stops_with_a_checkpoint_and_refuses_nan(void **state
 	long step = 0;
 
 	assert_int_equal(report_init(&r, 0, 1, NULL, &d), ST_OK);
-	assert_int_equal(trainer_after_step(&ctl, &tc, &clk, &res, &step, 10, &b, 10, 1.0f, 0.0, 1,
-					    &r, &d),
+	assert_int_equal(trainer_after_step(&ctl, &tc, &clk, &res, &step, 10, &b, 10, 1.0f, 0.0f, 0.1, 0.0,
+					    1, NULL, NULL, &r, &d),
 			 ST_INTERRUPTED);
 	assert_int_equal(step, 1);
 	assert_int_equal(log.calls, 1);
 	b.mb = 1;
-	assert_int_equal(trainer_after_step(&ctl, &tc, &clk, &res, &step, 10, &b, 10, NAN, 0.0, 0,
-					    &r, &d),
+	assert_int_equal(trainer_after_step(&ctl, &tc, &clk, &res, &step, 10, &b, 10, NAN, 0.0f, 0.1, 0.0,
+					    0, NULL, NULL, &r, &d),
 			 ST_RUNTIME);
 	assert_int_equal(step, 1); /* a diverged step is not counted */
 	assert_non_null(strstr(d.msg, "training diverged"));
+	report_free(&r);
+}
+
+/* trainer_after_step's eval hook: records the steps and epochs it is called at. */
+struct eval_log {
+	int calls;
+	long step[16], epoch[16];
+};
+
+static enum status record_eval(void *arg, long step, long epoch)
+{
+	struct eval_log *e = arg;
+
+	e->step[e->calls] = step;
+	e->epoch[e->calls++] = epoch;
+	return ST_OK;
+}
+
+/* With a validation set: after every eval_every steps, at each epoch's end (here 4 steps
+ * an epoch) and at the last step (10, cut short by max-steps), once each. */
+static void test_after_step_evaluates_every_n_steps_at_epoch_ends_and_at_the_end(void **state)
+{
+	struct dataset val = {.n = 5};
+	struct train_ctl ctl = {.val = &val};
+	struct train_config tc = {.epochs = 3, .eval_every = 3};
+	struct train_result res = {0};
+	struct step_clock clk = {0};
+	struct eval_log ev = {0};
+	struct report r;
+	struct diag d = {0};
+	const long want[] = {3, 4, 6, 8, 9, 10};
+	long step = 0;
+
+	assert_int_equal(report_init(&r, 0, 1, NULL, &d), ST_OK);
+	for (long k = 0; k < 10; k++) {
+		struct batch b = {.epoch = k / 4, .mb = k % 4};
+
+		assert_int_equal(trainer_after_step(&ctl, &tc, &clk, &res, &step, 10, &b, 4, 1.0f, 0.5f,
+						    0.1, 0.0, 0, record_eval, &ev, &r, &d),
+				 ST_OK);
+	}
+	assert_int_equal(ev.calls, 6);
+	for (int i = 0; i < 6; i++)
+		assert_int_equal(ev.step[i], want[i]);
+	assert_int_equal(ev.epoch[1], 0); /* step 4 ended epoch 0 (0-based) */
+	assert_int_equal(ev.epoch[5], 2);
 	report_free(&r);
 }
 
@@ -133,6 +180,7 @@ int main(void)
 		cmocka_unit_test(test_total_steps_of_a_resumed_run_match_the_straight_run),
 		cmocka_unit_test(test_after_step_counts_and_checkpoints_when_due),
 		cmocka_unit_test(test_after_step_stops_with_a_checkpoint_and_refuses_nan),
+		cmocka_unit_test(test_after_step_evaluates_every_n_steps_at_epoch_ends_and_at_the_end),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,27 +1,44 @@
 #!/usr/bin/env python3
 """torch_crosscheck.py - reference training runs in real PyTorch for tests/torch-crosscheck.sh.
 
-    torch_crosscheck.py gen DIR
+    torch_crosscheck.py gen DIR [CASE...]
         Writes the data sets (DIR/*.npy), one initial model per case
         (DIR/CASE.init.safetensors), the weights PyTorch ends with
-        (DIR/CASE.torch.safetensors) and DIR/cases.txt, one line per case:
-        "CASE NP ddptrain-args...".  ddptrain is to write DIR/CASE.ddp.safetensors.
+        (DIR/CASE.torch.safetensors), the validation results PyTorch saw
+        (DIR/CASE.torch.eval.json) and DIR/cases.txt, one line per case:
+        "CASE NP ddptrain-args...".  ddptrain is to write DIR/CASE.ddp.safetensors
+        and, for cases with a validation set, DIR/CASE.metrics.jsonl.
+        With CASE names, only those cases.
 
-    torch_crosscheck.py compare DIR
-        Compares every DIR/CASE.ddp.safetensors with DIR/CASE.torch.safetensors,
-        prints one line per case and exits 1 if a relative error
-        max|a-b| / max|b| (worst tensor) exceeds 1e-5.
+    torch_crosscheck.py compare DIR [CASE...]
+        Compares every DIR/CASE.ddp.safetensors with DIR/CASE.torch.safetensors
+        and every eval record of DIR/CASE.metrics.jsonl with PyTorch's, prints
+        one line per case and exits 1 if a relative error max|a-b| / max|b|
+        (worst tensor) or |loss_a - loss_b| / |loss_b| (worst evaluation)
+        exceeds 1e-5, or an accuracy differs by more than rounding (1e-6).
 
 PyTorch runs in one process and emulates DistributedDataParallel: each step
 it computes every rank's mean-loss gradient on that rank's batch (the
 rank's DistributedSampler index list, cut into consecutive batches), averages
 them over the ranks as DDP's all-reduce does, and with gradient accumulation
 averages over the micro-batches of the group (a short last group averages
-over what it has).  Only torch and numpy are used; safetensors files are read
-and written directly (8-byte little-endian header length, JSON header, raw
-little-endian data).
+over what it has).  Then, as a training script would: clip_grad_norm_ over the
+trainable parameters, optimizer.step(), LambdaLR.step() with the multipliers of
+transformers' get_{constant,linear,cosine}_schedule_with_warmup.  Frozen layers
+have requires_grad=False and are not given to the optimizer.  DataParallel
+(--mode=dp with G replicas) trains exactly as one process on batches of B*G:
+its loss is the mean over the whole gathered batch.
+
+Validation (--val-inputs/--val-targets) is evaluated after every --eval-every
+steps, at the end of every epoch and at the end of training: the mean loss
+over the whole validation set and, for cross-entropy, the accuracy.
+
+Only torch and numpy are used; safetensors files are read and written
+directly (8-byte little-endian header length, JSON header, raw little-endian
+data).
 """
 import json
+import math
 import os
 import struct
 import sys
@@ -29,6 +46,7 @@ import sys
 import numpy as np
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch.utils.data.distributed import DistributedSampler
 
 TOL = 1e-5
@@ -87,6 +105,21 @@ class ToyModel(nn.Module):
         return x
 
 
+# ---- learning-rate schedules: transformers' multipliers ----------------------
+def schedule_lambda(kind, warmup, total):
+    """get_{constant,linear,cosine}_schedule_with_warmup's lr_lambda (num_cycles 0.5)."""
+    def f(step):
+        if step < warmup:
+            return float(step) / float(max(1, warmup))
+        if kind == "constant":
+            return 1.0
+        if kind == "linear":
+            return max(0.0, float(total - step) / float(max(1, total - warmup)))
+        progress = float(step - warmup) / float(max(1, total - warmup))
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * 0.5 * 2.0 * progress)))
+    return f
+
+
 def rank_indices(n, world, rank, shuffle, seed, drop_last, epoch):
     s = DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=shuffle,
                            seed=seed, drop_last=drop_last)
@@ -94,28 +127,73 @@ def rank_indices(n, world, rank, shuffle, seed, drop_last, epoch):
     return list(s)
 
 
-def train_ddp(model, X, Y, world, batch, epochs, lr, momentum, wd, accum, shuffle, seed,
-              drop_last, max_steps=0):
-    """Single-process emulation of DDP over `world` ranks; returns the step count."""
-    params = list(model.parameters())
-    opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=wd)
-    loss_fn = nn.MSELoss()
+def loss_of(kind, out, y):
+    return F.cross_entropy(out, y) if kind == "cross-entropy" else F.mse_loss(out, y)
+
+
+def evaluate(model, kind, Xv, Yv):
+    """Mean loss over the whole validation set and (cross-entropy) the accuracy."""
+    with torch.no_grad():
+        out = model(Xv)
+        if kind == "cross-entropy":
+            loss = F.cross_entropy(out.double(), Yv, reduction="sum").item() / Xv.shape[0]
+            acc = (out.argmax(1) == Yv).double().mean().item()
+            return loss, acc
+        return F.mse_loss(out.double(), Yv.double(), reduction="sum").item() / Yv.numel(), None
+
+
+def steps_per_epoch(c, n):
+    world, batch = (1, c["batch"] * c["replicas"]) if c["mode"] == "dp" else (c["np"], c["batch"])
+    per_rank = len(rank_indices(n, world, 0, False, 0, c["drop_last"], 0))
+    nmicro = (per_rank + batch - 1) // batch
+    return (nmicro + c["accum"] - 1) // c["accum"]
+
+
+def train(model, c, X, Y, Xv, Yv):
+    """Single-process emulation of DDP over c["np"] ranks (or DP over c["replicas"]).
+    Returns (steps, evals) with evals a list of (step, epoch, loss, accuracy)."""
+    if c["mode"] == "dp":
+        world, batch = 1, c["batch"] * c["replicas"]
+    else:
+        world, batch = c["np"], c["batch"]
+    frozen = set(c["freeze"])
+    for li in frozen:
+        for p in getattr(model, "net%d" % li).parameters():
+            p.requires_grad_(False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    if c["optimizer"] == "adamw":
+        opt = torch.optim.AdamW(params, lr=c["lr"], betas=c["betas"], eps=c["eps"],
+                                weight_decay=c["wd"])
+    else:
+        opt = torch.optim.SGD(params, lr=c["lr"], momentum=c["momentum"], weight_decay=c["wd"],
+                              nesterov=c["nesterov"])
     n = X.shape[0]
+    total = steps_per_epoch(c, n) * c["epochs"]
+    if c["max_steps"]:
+        total = min(total, c["max_steps"])
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule_lambda(c["schedule"], c["warmup"], total))
+    evals = []
+
+    def do_eval(step, epoch):
+        if Xv is not None and (not evals or evals[-1][0] != step):
+            evals.append((step, epoch) + evaluate(model, c["loss"], Xv, Yv))
+
     steps = 0
-    for epoch in range(epochs):
-        per_rank = [rank_indices(n, world, r, shuffle, seed, drop_last, epoch) for r in range(world)]
+    for epoch in range(c["epochs"]):
+        per_rank = [rank_indices(n, world, r, c["shuffle"], c["seed"], c["drop_last"], epoch)
+                    for r in range(world)]
         batches = [[idx[i:i + batch] for i in range(0, len(idx), batch)] for idx in per_rank]
         nmicro = len(batches[0])
         assert all(len(b) == nmicro for b in batches)
-        for g0 in range(0, nmicro, accum):
-            group = range(g0, min(g0 + accum, nmicro))
+        for g0 in range(0, nmicro, c["accum"]):
+            group = range(g0, min(g0 + c["accum"], nmicro))
             rank_grads = []
             for r in range(world):
                 acc = [torch.zeros_like(p) for p in params]
                 for mb in group:
                     idx = torch.tensor(batches[r][mb], dtype=torch.long)
                     model.zero_grad(set_to_none=True)
-                    loss = loss_fn(model(X[idx]), Y[idx])
+                    loss = loss_of(c["loss"], model(X[idx]), Y[idx])
                     loss.backward()
                     for a, p in zip(acc, params):
                         a += p.grad
@@ -123,115 +201,257 @@ def train_ddp(model, X, Y, world, batch, epochs, lr, momentum, wd, accum, shuffl
             # DDP all-reduce: mean over ranks.
             for i, p in enumerate(params):
                 p.grad = torch.stack([g[i] for g in rank_grads]).sum(0) / world
+            if c["clip"]:
+                torch.nn.utils.clip_grad_norm_(params, c["clip"])
             opt.step()
+            sched.step()
             steps += 1
-            if max_steps and steps >= max_steps:
-                return steps
-    return steps
+            if c["eval_every"] and steps % c["eval_every"] == 0:
+                do_eval(steps, epoch)
+            if steps >= total:
+                do_eval(steps, epoch)
+                return steps, evals
+        do_eval(steps, epoch)
+    return steps, evals
 
 
-def save_npy(path, a):
-    np.save(path, np.ascontiguousarray(a, dtype="<f4"))
+def save_npy(path, a, dtype="<f4"):
+    np.save(path, np.ascontiguousarray(a, dtype=dtype))
 
 
 # ---- the cases ---------------------------------------------------------------
-# name, data set, layers, ranks, batch, epochs, lr, momentum, wd, accum, shuffle, seed, drop_last
+DEFAULTS = dict(np=1, mode="ddp", replicas=1, batch=8, epochs=2, lr=0.05, momentum=0.0, wd=0.0,
+                accum=1, shuffle=True, seed=0, drop_last=False, max_steps=0, loss="mse",
+                optimizer="sgd", betas=(0.9, 0.999), eps=1e-8, nesterov=False,
+                schedule="constant", warmup=0, clip=0.0, freeze=(), val=None, eval_every=0)
+
+
+def case(name, ds, layers, **kw):
+    c = dict(DEFAULTS, name=name, ds=ds, layers=layers)
+    for k in kw:
+        assert k in DEFAULTS, k
+    c.update(kw)
+    return c
+
+
+# The full combination of issue 16: cross-entropy + AdamW + cosine warmup + clipping +
+# a frozen layer + grad-accum, with a validation set evaluated every 3 steps.
+COMBO = dict(loss="cross-entropy", optimizer="adamw", lr=0.01, betas=(0.8, 0.99), eps=1e-7,
+             wd=0.05, schedule="cosine", warmup=3, clip=0.5, accum=2, val="cls40", eval_every=3,
+             epochs=3)
+
 CASES = [
-    ("toy-np1-shuffle", "toy96", "10,10,5", 1, 16, 2, 0.05, 0.0, 0.0, 1, True, 0, False),
-    ("toy-np2-mom-wd", "toy96", "10,10,5", 2, 8, 2, 0.05, 0.9, 0.01, 1, True, 3, False),
-    ("toy-np3-pad", "toy95", "10,10,5", 3, 7, 2, 0.05, 0.0, 0.0, 1, True, 1, False),
-    ("toy-np2-accum2", "toy96", "10,10,5", 2, 7, 2, 0.05, 0.0, 0.0, 2, True, 2, False),
-    ("deep-np3-pad-mom", "deep95", "6,16,16,3", 3, 8, 2, 0.05, 0.9, 0.01, 1, True, 4, False),
-    ("deep-np3-droplast", "deep95", "6,16,16,3", 3, 8, 2, 0.05, 0.9, 0.0, 2, True, 5, True),
-    ("deep-np2-noshuffle-accum3", "deep95", "6,16,16,3", 2, 6, 2, 0.05, 0.5, 0.01, 3, False, 0, False),
+    case("toy-np1-shuffle", "toy96", "10,10,5", np=1, batch=16),
+    case("toy-np2-mom-wd", "toy96", "10,10,5", np=2, momentum=0.9, wd=0.01, seed=3),
+    case("toy-np3-pad", "toy95", "10,10,5", np=3, batch=7, seed=1),
+    case("toy-np2-accum2", "toy96", "10,10,5", np=2, batch=7, accum=2, seed=2),
+    case("deep-np3-pad-mom", "deep95", "6,16,16,3", np=3, momentum=0.9, wd=0.01, seed=4),
+    case("deep-np3-droplast", "deep95", "6,16,16,3", np=3, momentum=0.9, accum=2, seed=5,
+         drop_last=True),
+    case("deep-np2-noshuffle-accum3", "deep95", "6,16,16,3", np=2, batch=6, momentum=0.5,
+         wd=0.01, accum=3, shuffle=False),
+    # cross-entropy, each new optimizer and schedule on its own
+    case("ce-np1-adamw", "cls96", "8,16,4", loss="cross-entropy", optimizer="adamw", lr=0.01,
+         val="cls40"),
+    case("ce-np2-nesterov-linear", "cls96", "8,16,4", np=2, loss="cross-entropy", momentum=0.9,
+         nesterov=True, wd=0.01, schedule="linear", warmup=2, seed=6),
+    case("mse-np2-adamw-constwarm-clip", "deep95", "6,16,16,3", np=2, optimizer="adamw",
+         lr=0.01, wd=0.1, schedule="constant", warmup=4, clip=0.05, val="deep30", seed=7),
+    case("mse-np2-freeze-last", "deep95", "6,16,16,3", np=2, momentum=0.9, freeze=(3,),
+         val="deep30", eval_every=4, seed=8),
+    case("mse-np1-freeze-first-cosine-max", "deep95", "6,16,16,3", np=1, optimizer="adamw",
+         lr=0.01, freeze=(1,), schedule="cosine", warmup=2, max_steps=9, seed=9),
+    # the whole combination over 1, 2 and 3 ranks (uneven, padded) and in dp mode
+    case("combo-np1", "cls96", "8,16,16,4", np=1, freeze=(2,), seed=10, **COMBO),
+    case("combo-np2", "cls96", "8,16,16,4", np=2, freeze=(2,), seed=11, **COMBO),
+    case("combo-np3-pad", "cls95", "8,16,16,4", np=3, batch=5, freeze=(1,), seed=12, **COMBO),
+    case("combo-dp3", "cls95", "8,16,16,4", mode="dp", replicas=3, batch=4, freeze=(2,),
+         seed=13, **COMBO),
 ]
 
-DATA = {"toy96": (96, 10, 5), "toy95": (95, 10, 5), "deep95": (95, 6, 3)}
+# name: rows, inputs, outputs (classes for "cls")
+DATA = {"toy96": (96, 10, 5), "toy95": (95, 10, 5), "deep95": (95, 6, 3), "deep30": (30, 6, 3),
+        "cls96": (96, 8, 4), "cls95": (95, 8, 4), "cls40": (40, 8, 4)}
 
 
-def gen(d):
-    torch.set_num_threads(1)
+def make_data(d):
     rng = np.random.default_rng(20240607)
     data = {}
     for name, (n, win, wout) in DATA.items():
         X = rng.standard_normal((n, win)).astype(np.float32)
         W = rng.standard_normal((win, wout)).astype(np.float32)
-        Y = (np.tanh(X @ W) + 0.1 * rng.standard_normal((n, wout))).astype(np.float32)
         save_npy(os.path.join(d, name + ".x.npy"), X)
-        save_npy(os.path.join(d, name + ".y.npy"), Y)
-        data[name] = (torch.from_numpy(X), torch.from_numpy(Y))
+        if name.startswith("cls"):
+            # Labels from a random linear teacher, with some noise so it is not separable.
+            Y = np.argmax(X @ W + 0.5 * rng.standard_normal((n, wout)), axis=1)
+            # int64 for two of the sets, uint8 for the other: both dtypes are read.
+            dt = "<u1" if name == "cls95" else "<i8"
+            np.save(os.path.join(d, name + ".y.npy"), Y.astype(dt))
+            data[name] = (torch.from_numpy(X), torch.from_numpy(Y.astype(np.int64)))
+        else:
+            Y = (np.tanh(X @ W) + 0.1 * rng.standard_normal((n, wout))).astype(np.float32)
+            save_npy(os.path.join(d, name + ".y.npy"), Y)
+            data[name] = (torch.from_numpy(X), torch.from_numpy(Y))
+    return data
+
+
+def ddptrain_args(c, d):
+    def fmt(v):
+        return "%r" % v
+    a = ["--layers=" + c["layers"], "--batch-size=%d" % c["batch"], "--epochs=%d" % c["epochs"],
+         "--lr=" + fmt(c["lr"]), "--weight-decay=" + fmt(c["wd"]),
+         "--grad-accum=%d" % c["accum"], "--seed=%d" % c["seed"],
+         "--inputs=" + os.path.join(d, c["ds"] + ".x.npy"),
+         "--targets=" + os.path.join(d, c["ds"] + ".y.npy"),
+         "--shuffle" if c["shuffle"] else "--no-shuffle",
+         "--init=" + os.path.join(d, c["name"] + ".init.safetensors"),
+         "--save=" + os.path.join(d, c["name"] + ".ddp.safetensors"), "--quiet"]
+    # The flags of the features added after the first cases only when they differ from
+    # the defaults, so the old cases run with the command lines they always had.
+    if c["optimizer"] == "sgd":
+        a.append("--momentum=" + fmt(c["momentum"]))
+    if c["drop_last"]:
+        a.append("--drop-last")
+    if c["mode"] == "dp":
+        a += ["--mode=dp", "--replicas=%d" % c["replicas"]]
+    if c["max_steps"]:
+        a.append("--max-steps=%d" % c["max_steps"])
+    if c["loss"] != "mse":
+        a.append("--loss=" + c["loss"])
+    if c["optimizer"] != "sgd":
+        a += ["--optimizer=" + c["optimizer"], "--betas=%r,%r" % c["betas"], "--eps=" + fmt(c["eps"])]
+    if c["nesterov"]:
+        a.append("--nesterov")
+    if c["schedule"] != "constant" or c["warmup"]:
+        a += ["--lr-schedule=" + c["schedule"], "--warmup-steps=%d" % c["warmup"]]
+    if c["clip"]:
+        a.append("--clip-grad-norm=" + fmt(c["clip"]))
+    if c["freeze"]:
+        a.append("--freeze=" + ",".join(str(x) for x in c["freeze"]))
+    if c["val"]:
+        a += ["--val-inputs=" + os.path.join(d, c["val"] + ".x.npy"),
+              "--val-targets=" + os.path.join(d, c["val"] + ".y.npy"),
+              "--metrics=" + os.path.join(d, c["name"] + ".metrics.jsonl")]
+        if c["eval_every"]:
+            a.append("--eval-every=%d" % c["eval_every"])
+    return a
+
+
+def selected(names):
+    return [c for c in CASES if not names or c["name"] in names]
+
+
+def gen(d, names):
+    torch.set_num_threads(1)
+    data = make_data(d)
     lines = []
-    for ci, (case, ds, layers, world, batch, epochs, lr, mom, wd, accum, shuffle, seed,
-             drop_last) in enumerate(CASES):
+    for ci, c in enumerate(CASES):
+        if c not in selected(names):
+            continue
         torch.manual_seed(1000 + ci)
-        model = ToyModel([int(w) for w in layers.split(",")])
-        st_write(os.path.join(d, case + ".init.safetensors"), model.state_dict())
-        X, Y = data[ds]
-        steps = train_ddp(model, X, Y, world, batch, epochs, lr, mom, wd, accum, shuffle, seed,
-                          drop_last)
-        st_write(os.path.join(d, case + ".torch.safetensors"), model.state_dict())
-        args = ["--layers=" + layers, "--batch-size=%d" % batch, "--epochs=%d" % epochs,
-                "--lr=%r" % lr, "--momentum=%r" % mom, "--weight-decay=%r" % wd,
-                "--grad-accum=%d" % accum, "--seed=%d" % seed,
-                "--inputs=" + os.path.join(d, ds + ".x.npy"),
-                "--targets=" + os.path.join(d, ds + ".y.npy"),
-                "--shuffle" if shuffle else "--no-shuffle",
-                "--init=" + os.path.join(d, case + ".init.safetensors"),
-                "--save=" + os.path.join(d, case + ".ddp.safetensors"), "--quiet"]
-        if drop_last:
-            args.append("--drop-last")
-        lines.append(" ".join([case, str(world)] + args))
-        print("torch: %-26s %d ranks, %d steps" % (case, world, steps))
+        model = ToyModel([int(w) for w in c["layers"].split(",")])
+        st_write(os.path.join(d, c["name"] + ".init.safetensors"), model.state_dict())
+        X, Y = data[c["ds"]]
+        Xv, Yv = data[c["val"]] if c["val"] else (None, None)
+        steps, evals = train(model, c, X, Y, Xv, Yv)
+        st_write(os.path.join(d, c["name"] + ".torch.safetensors"), model.state_dict())
+        with open(os.path.join(d, c["name"] + ".torch.eval.json"), "w") as f:
+            json.dump(evals, f)
+        np_ = 1 if c["mode"] == "dp" else c["np"]
+        lines.append(" ".join([c["name"], str(np_)] + ddptrain_args(c, d)))
+        print("torch: %-32s %d ranks, %d steps, %d evaluations" % (c["name"], np_, steps, len(evals)))
     with open(os.path.join(d, "cases.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
-def compare(d):
+def compare_evals(d, c):
+    """Worst relative error of the validation losses and worst accuracy difference, or a
+    string saying what is wrong."""
+    with open(os.path.join(d, c["name"] + ".torch.eval.json")) as f:
+        ref = json.load(f)
+    path = os.path.join(d, c["name"] + ".metrics.jsonl")
+    if not os.path.exists(path):
+        return "no --metrics file from ddptrain"
+    got = []
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("type") == "eval":
+                got.append(r)
+    if [r["step"] for r in got] != [e[0] for e in ref]:
+        return "eval records at steps %s, want %s" % ([r["step"] for r in got], [e[0] for e in ref])
+    lerr, aerr = 0.0, 0.0
+    for r, (step, epoch, loss, acc) in zip(got, ref):
+        if r["epoch"] != epoch + 1:
+            return "eval at step %d says epoch %s, want %d" % (step, r["epoch"], epoch + 1)
+        lerr = max(lerr, abs(r["loss"] - loss) / max(abs(loss), 1e-30))
+        if acc is not None:
+            if "accuracy" not in r:
+                return "eval at step %d has no accuracy" % step
+            aerr = max(aerr, abs(r["accuracy"] - acc))
+    return lerr, aerr, len(ref)
+
+
+def compare(d, names):
     bad = 0
-    for c in CASES:
-        case = c[0]
-        ref = st_read(os.path.join(d, case + ".torch.safetensors"))
-        init = st_read(os.path.join(d, case + ".init.safetensors"))
-        path = os.path.join(d, case + ".ddp.safetensors")
+    for c in selected(names):
+        name = c["name"]
+        ref = st_read(os.path.join(d, name + ".torch.safetensors"))
+        init = st_read(os.path.join(d, name + ".init.safetensors"))
+        path = os.path.join(d, name + ".ddp.safetensors")
         if not os.path.exists(path):
-            print("%-26s no output from ddptrain" % case)
+            print("%-32s no output from ddptrain" % name)
             bad += 1
             continue
         got = st_read(path)
         if sorted(got) != sorted(ref):
-            print("%-26s tensors %s, want %s" % (case, sorted(got), sorted(ref)))
+            print("%-32s tensors %s, want %s" % (name, sorted(got), sorted(ref)))
             bad += 1
             continue
         worst, wname, dworst = 0.0, "", 0.0
-        for name in sorted(ref):
-            a, b = got[name], ref[name]
+        for tname in sorted(ref):
+            a, b = got[tname], ref[tname]
             if a.shape != b.shape:
-                print("%-26s %s has shape %s, want %s" % (case, name, a.shape, b.shape))
+                print("%-32s %s has shape %s, want %s" % (name, tname, a.shape, b.shape))
                 bad += 1
                 break
             rel = np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30)
             # The same error relative to how far training moved the tensor (informational).
-            upd = np.max(np.abs(b - init[name]))
-            drel = np.max(np.abs(a - b)) / max(upd, 1e-30)
+            upd = np.max(np.abs(b - init[tname]))
+            drel = np.max(np.abs(a - b)) / max(upd, 1e-30) if upd > 0 else 0.0
+            if upd == 0 and np.any(a != b):
+                print("%-32s %s is frozen in PyTorch but ddptrain changed it" % (name, tname))
+                bad += 1
             if rel > worst or not wname:
-                worst, wname = rel, name
+                worst, wname = rel, tname
             dworst = max(dworst, drel)
         else:
             ok = worst <= TOL
-            print("%-26s max rel err %.3e (%s)  err/update %.3e  %s"
-                  % (case, worst, wname, dworst, "ok" if ok else "FAIL (> %g)" % TOL))
+            ev = ""
+            if c["val"]:
+                e = compare_evals(d, c)
+                if isinstance(e, str):
+                    ev, ok = "  eval: " + e, False
+                else:
+                    ev = "  val loss rel err %.3e, acc diff %.3g (%d evals)" % e
+                    # The accuracy is a count over V rows, carried as a float: equal counts
+                    # differ by rounding only (well under 1/V).
+                    ok = ok and e[0] <= TOL and e[1] <= 1e-6
+            print("%-32s max rel err %.3e (%s)  err/update %.3e%s  %s"
+                  % (name, worst, wname, dworst, ev, "ok" if ok else "FAIL (> %g)" % TOL))
             bad += not ok
     return 1 if bad else 0
 
 
 def main():
-    if len(sys.argv) != 3 or sys.argv[1] not in ("gen", "compare"):
-        print("usage: torch_crosscheck.py gen|compare DIR", file=sys.stderr)
+    if len(sys.argv) < 3 or sys.argv[1] not in ("gen", "compare"):
+        print("usage: torch_crosscheck.py gen|compare DIR [CASE...]", file=sys.stderr)
         return 2
+    names = sys.argv[3:]
     if sys.argv[1] == "gen":
-        gen(sys.argv[2])
+        gen(sys.argv[2], names)
         return 0
-    return compare(sys.argv[2])
+    return compare(sys.argv[2], names)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 /*
  * backend_cuda.cu - the CUDA backend: cuBLAS for the matrix products, small
- * kernels for the element-wise work, the loss and the SGD update, all on one
+ * kernels for the element-wise work, the losses (MSE, softmax cross-entropy),
+ * the optimizers (SGD, AdamW) and the gradient norm and clipping, all on one
  * stream per instance.
  *
  * Nothing in a step allocates or waits for the device; errors are recorded
@@ -150,6 +151,61 @@ __global__ void k_mse_pass2(float *loss, const float *partials, int nparts, doub
 		*loss = (accumulate ? *loss : 0.0f) + (float)((double)scale * sum / m);
 }
 
+/* Pass 1 of the cross-entropy: one row per thread (max, log-sum-exp, argmax, the row's
+ * gradient), one partial loss sum and one partial count of correct rows per block. */
+__global__ void k_xent_pass1(float *dy, float *partials, const float *z, const float *labels,
+			     int n, int classes, float g)
+{
+	double s = 0.0, right = 0.0, sum;
+
+	for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+		const float *r = z + (size_t)i * classes;
+		float *dr = dy + (size_t)i * classes;
+		int t = (int)labels[i], best = 0;
+		float mx = r[0], e = 0.0f, lse;
+
+		for (int k = 1; k < classes; k++) {
+			if (r[k] > mx) {
+				mx = r[k];
+				best = k;
+			}
+		}
+		for (int k = 0; k < classes; k++)
+			e += expf(r[k] - mx);
+		lse = mx + logf(e);
+		s += (double)(lse - r[t]);
+		right += best == t;
+		for (int k = 0; k < classes; k++)
+			dr[k] = g * (expf(r[k] - lse) - (k == t ? 1.0f : 0.0f));
+	}
+	sum = block_sum(s);
+	if (threadIdx.x == 0)
+		partials[blockIdx.x] = (float)sum;
+	__syncthreads(); /* every thread has read block_sum's result before it is reused */
+	sum = block_sum(right);
+	if (threadIdx.x == 0)
+		partials[CUDA_PARTIALS + blockIdx.x] = (float)sum;
+}
+
+/* Pass 2 (one block): out[0] (+)= scale * loss sum / n, out[1] (+)= scale * correct / n. */
+__global__ void k_xent_pass2(float *out, const float *partials, int nparts, double n, float scale,
+			     int accumulate)
+{
+	double s = 0.0, right = 0.0, sum;
+
+	for (int i = threadIdx.x; i < nparts; i += blockDim.x) {
+		s += partials[i];
+		right += partials[CUDA_PARTIALS + i];
+	}
+	sum = block_sum(s);
+	if (threadIdx.x == 0)
+		out[0] = (accumulate ? out[0] : 0.0f) + (float)((double)scale * sum / n);
+	__syncthreads();
+	sum = block_sum(right);
+	if (threadIdx.x == 0)
+		out[1] = (accumulate ? out[1] : 0.0f) + (float)((double)scale * sum / n);
+}
+
 /* y = a y + c (x + b z), or a y + c x without z; (x + b z) rounded first, as on the CPU. */
 __global__ void k_axpbz(float *y, float a, float c, const float *x, float b, const float *z,
 			size_t n)
@@ -160,6 +216,59 @@ __global__ void k_axpbz(float *y, float a, float c, const float *x, float b, con
 
 		y[i] = __fadd_rn(__fmul_rn(a, y[i]), __fmul_rn(c, t));
 	}
+}
+
+__global__ void k_adamw(float *p, const float *g, float *m, float *v, size_t n,
+			struct adamw_hparams h)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float gi = g[i], mi, vi;
+
+		p[i] *= h.decay;
+		mi = m[i] * h.beta1 + h.one_minus_beta1 * gi;
+		vi = v[i] * h.beta2 + h.one_minus_beta2 * gi * gi;
+		m[i] = mi;
+		v[i] = vi;
+		p[i] += -h.step_size * (mi / (sqrtf(vi) / h.bc2_sqrt + h.eps));
+	}
+}
+
+/* Pass 1 of a sum of squares: one partial per block. */
+__global__ void k_sumsq_pass1(float *partials, const float *x, size_t n)
+{
+	double s = 0.0, sum;
+
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		s += (double)x[i] * x[i];
+	sum = block_sum(s);
+	if (threadIdx.x == 0)
+		partials[blockIdx.x] = (float)sum;
+}
+
+/* Pass 2 (one block): *out (+)= sum(partials). */
+__global__ void k_sumsq_pass2(float *out, const float *partials, int nparts, int accumulate)
+{
+	double s = 0.0, sum;
+
+	for (int i = threadIdx.x; i < nparts; i += blockDim.x)
+		s += partials[i];
+	sum = block_sum(s);
+	if (threadIdx.x == 0)
+		*out = (accumulate ? *out : 0.0f) + (float)sum;
+}
+
+/* clip_grad_norm_: x *= min(1, max_norm / (sqrt(*sumsq) + 1e-6)), read on the device. */
+__global__ void k_clip(float *x, size_t n, const float *sumsq, float max_norm)
+{
+	float coef = max_norm / (sqrtf(*sumsq) + 1e-6f);
+
+	if (coef >= 1.0f)
+		return;
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		x[i] *= coef;
 }
 
 __global__ void k_add(float *dst, const float *src, size_t n)
@@ -187,7 +296,7 @@ extern "C" enum status cuda_init(void **out, const struct backend_config *cfg, s
 	    !CUDA_NOTE(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) &&
 	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming)) &&
 	    !CUDA_NOTE(c, cudaMalloc(&c->blas_workspace, ws)) &&
-	    !CUDA_NOTE(c, cudaMalloc((void **)&c->partials, CUDA_PARTIALS * sizeof(float)))) {
+	    !CUDA_NOTE(c, cudaMalloc((void **)&c->partials, 2 * CUDA_PARTIALS * sizeof(float)))) {
 		bs = cublasCreate(&c->blas);
 		blas_note(c, bs, "cublasCreate");
 		if (bs == CUBLAS_STATUS_SUCCESS) {
@@ -350,11 +459,15 @@ extern "C" void cuda_linear_backward(void *ctx, float *dx, float *dw, float *db,
 	const float one = 1.0f, zero = 0.0f;
 
 	use(c);
-	/* dw (out, in) row-major = (in, out) column-major = x^T (in, n) dy (n, out) */
-	blas_note(c, cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy, out,
-				 accumulate ? &one : &zero, dw, in), "cublasSgemm(weight grad)");
-	k_bias_grad<<<(out + THREADS - 1) / THREADS, THREADS, 0, c->stream>>>(db, dy, n, out, accumulate);
-	LAUNCH_CHECK(c, "k_bias_grad");
+	/* dw (out, in) row-major = (in, out) column-major = x^T (in, n) dy (n, out); none for a
+	 * frozen layer (dw NULL) */
+	if (dw != NULL) {
+		blas_note(c, cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy,
+					 out, accumulate ? &one : &zero, dw, in), "cublasSgemm(weight grad)");
+		k_bias_grad<<<(out + THREADS - 1) / THREADS, THREADS, 0, c->stream>>>(db, dy, n, out,
+										  accumulate);
+		LAUNCH_CHECK(c, "k_bias_grad");
+	}
 	/* dx (n, in) row-major = (in, n) column-major = w^T (in, out) dy^T (out, n) */
 	if (dx != NULL)
 		blas_note(c, cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, in, dy,
@@ -394,6 +507,20 @@ extern "C" void cuda_mse(void *ctx, float *dy, float *loss, const float *y, cons
 	LAUNCH_CHECK(c, "k_mse_pass2");
 }
 
+extern "C" void cuda_cross_entropy(void *ctx, float *dy, float *out, const float *z,
+				   const float *labels, int n, int classes, float scale, int accumulate)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	k_xent_pass1<<<CUDA_PARTIALS, THREADS, 0, c->stream>>>(dy, c->partials, z, labels, n, classes,
+								scale / (float)n);
+	LAUNCH_CHECK(c, "k_xent_pass1");
+	k_xent_pass2<<<1, THREADS, 0, c->stream>>>(out, c->partials, CUDA_PARTIALS, (double)n, scale,
+						   accumulate);
+	LAUNCH_CHECK(c, "k_xent_pass2");
+}
+
 extern "C" void cuda_axpbz(void *ctx, float *y, float a, float c, const float *x, float b,
 			   const float *z, size_t n)
 {
@@ -402,6 +529,36 @@ extern "C" void cuda_axpbz(void *ctx, float *y, float a, float c, const float *x
 	use(cx);
 	k_axpbz<<<blocks_for(n), THREADS, 0, cx->stream>>>(y, a, c, x, b, z, n);
 	LAUNCH_CHECK(cx, "k_axpbz");
+}
+
+extern "C" void cuda_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n,
+			   const struct adamw_hparams *h)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	k_adamw<<<blocks_for(n), THREADS, 0, c->stream>>>(p, g, m, v, n, *h);
+	LAUNCH_CHECK(c, "k_adamw");
+}
+
+extern "C" void cuda_sumsq(void *ctx, float *out, const float *x, size_t n, int accumulate)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	k_sumsq_pass1<<<CUDA_PARTIALS, THREADS, 0, c->stream>>>(c->partials, x, n);
+	LAUNCH_CHECK(c, "k_sumsq_pass1");
+	k_sumsq_pass2<<<1, THREADS, 0, c->stream>>>(out, c->partials, CUDA_PARTIALS, accumulate);
+	LAUNCH_CHECK(c, "k_sumsq_pass2");
+}
+
+extern "C" void cuda_clip(void *ctx, float *x, size_t n, const float *sumsq, float max_norm)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	k_clip<<<blocks_for(n), THREADS, 0, c->stream>>>(x, n, sumsq, max_norm);
+	LAUNCH_CHECK(c, "k_clip");
 }
 
 extern "C" enum status cuda_sync(void *ctx, struct diag *d)

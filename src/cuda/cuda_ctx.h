@@ -18,7 +18,7 @@ struct cuda_ctx {
 	cudaStream_t stream;          /* all compute, in order */
 	cublasHandle_t blas;
 	void *blas_workspace;         /* fixed, so cuBLAS never allocates (graph capture) */
-	float *partials;              /* (CUDA_PARTIALS) loss reduction scratch */
+	float *partials;              /* (2 * CUDA_PARTIALS) reduction scratch: loss and accuracy */
 	cudaEvent_t ev;               /* cross-stream ordering for copy_peer */
 	cudaGraphExec_t exec[BACKEND_GRAPHS];
 	size_t allocated;             /* bytes from alloc, never decreased: the peak held */

@@ -41,6 +41,12 @@ void cuda_relu_forward(void *ctx, float *y, size_t n);
 void cuda_relu_backward(void *ctx, float *dy, const float *y, size_t n);
 void cuda_mse(void *ctx, float *dy, float *loss, const float *y, const float *t, int n, int width,
 	      float scale, int accumulate);
+void cuda_cross_entropy(void *ctx, float *dy, float *out, const float *z, const float *labels,
+			int n, int classes, float scale, int accumulate);
+void cuda_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n,
+		const struct adamw_hparams *h);
+void cuda_sumsq(void *ctx, float *out, const float *x, size_t n, int accumulate);
+void cuda_clip(void *ctx, float *x, size_t n, const float *sumsq, float max_norm);
 void cuda_axpbz(void *ctx, float *y, float a, float c, const float *x, float b, const float *z,
 		size_t n);
 enum status cuda_sync(void *ctx, struct diag *d);
