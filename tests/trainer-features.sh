@@ -1,0 +1,94 @@
+#!/bin/bash
+# The trainer's features beyond MSE and SGD (cross-entropy, AdamW, Nesterov, lr schedules,
+# gradient clipping, frozen layers, validation) together: ranks against one rank
+# (equivalence), stop and --resume bit-identical in both modes, the eval records and
+# --save-best, and the bad-input messages. tests/torch-crosscheck.sh checks the same
+# features against PyTorch itself.
+. "$(dirname "$0")/setup.sh"
+cd "$TMPD"
+
+same() { "$STCOMPARE" --exact "$1" "$2" >/dev/null || fail "$3: $("$STCOMPARE" "$1" "$2" 0)"; }
+
+# Synthetic classification (4 classes from the teacher), a synthetic validation set.
+F="--layers=8,16,16,4 --loss=cross-entropy --samples=240 --val-samples=50 --epochs=3 --seed=5
+   --optimizer=adamw --lr=0.01 --betas=0.8,0.99 --weight-decay=0.05 --lr-schedule=cosine
+   --warmup-steps=4 --clip-grad-norm=0.5 --freeze=2 --quiet"
+
+# 1. Equivalence: 2 ranks of batch 6 train what 1 rank of batch 12 trains, with every feature on.
+run_mpi 1 $F --batch-size=12 --save=one.st || fail "1 rank"
+run_mpi 2 $F --batch-size=6 --save=two.st || fail "2 ranks"
+out=$("$STCOMPARE" two.st one.st 1e-5) || fail "2 ranks against 1: $out"
+echo "AdamW + cosine warmup + clipping + freeze + cross-entropy, 2 ranks B=6 vs 1 rank B=12: $out"
+"$DDPTRAIN" --mode=dp --replicas=2 $F --batch-size=6 --save=dp.st || fail "dp"
+out=$("$STCOMPARE" dp.st one.st 1e-5) || fail "dp against 1 rank: $out"
+echo "the same in --mode=dp --replicas=2: $out"
+
+# 2. Stop and resume, bit-identical: AdamW's moments, the step count and the schedule all
+#    continue. A schedule's shape depends on the run's length, so the stops are the periodic
+#    checkpoints of a whole run (mid-epoch, and at the epoch boundary: 10 steps per epoch);
+#    dp mode and SGD with Nesterov too.
+A="$F --batch-size=6 --grad-accum=2"
+run_mpi 2 $A --save=straight.st --checkpoint=ck.st --checkpoint-every=5 --keep-checkpoints=6 ||
+	fail "straight run"
+for k in 5 10; do
+	run_mpi 2 $A --resume="$(printf 'ck.st.step-%08d' $k)" --save=resumed.st || fail "resume from step $k"
+	same resumed.st straight.st "AdamW resume after step $k"
+done
+"$DDPTRAIN" --mode=dp $A --save=dpstraight.st --checkpoint=dpck.st --checkpoint-every=10 \
+	--keep-checkpoints=3 || fail "dp straight"
+"$DDPTRAIN" --mode=dp $A --resume=dpck.st.step-00000010 --save=dpresumed.st || fail "dp resume"
+same dpresumed.st dpstraight.st "dp AdamW resume"
+N="--samples=200 --epochs=2 --batch-size=8 --momentum=0.9 --nesterov --lr-schedule=linear --warmup-steps=3 --quiet"
+run_mpi 2 $N --save=nstraight.st --checkpoint=nck.st --checkpoint-every=5 --keep-checkpoints=6 ||
+	fail "nesterov straight"
+run_mpi 2 $N --resume=nck.st.step-00000005 --save=nresumed.st || fail "nesterov resume"
+same nresumed.st nstraight.st "Nesterov + linear schedule resume"
+echo "stop and --resume: bit-identical (AdamW at 2 ranks and in dp mode, SGD Nesterov)"
+# The optimizer and the schedule's length must match on resume.
+rc=0; run_mpi 2 ${A/--optimizer=adamw/--optimizer=sgd} --resume=ck.st.step-00000005 2>err || rc=$?
+[ $rc -eq 2 ] && grep -q "written with --optimizer=adamw; this run has --optimizer=sgd" err || fail "optimizer change on resume ($rc): $(cat err)"
+rc=0; run_mpi 2 $A --max-steps=20 --resume=ck.st.step-00000005 2>err || rc=$?
+[ $rc -eq 2 ] && grep -q "written with --max-steps=0; this run has --max-steps=20" err ||
+	fail "schedule length change ($rc): $(cat err)"
+
+# 3. Validation: an eval record after every epoch (20 steps each) and every 7 steps, the
+#    frozen layer untouched, --save-best written.
+run_mpi 2 $A --eval-every=7 --metrics=m.jsonl --save-best=best.st --save=last.st --init=one.st ||
+	fail "validation run"
+steps=$(grep '"type":"eval"' m.jsonl | sed 's/.*"step":\([0-9]*\).*/\1/' | tr '\n' ' ')
+[ "$steps" = "7 10 14 20 21 28 30 " ] || fail "eval records at steps '$steps', want '7 10 14 20 21 28 30 '"
+grep '"type":"eval"' m.jsonl | grep -q '"accuracy":' || fail "eval records without accuracy"
+grep '"type":"step"' m.jsonl | grep -q '"lr":' || fail "step records without lr"
+[ -f best.st ] || fail "no --save-best file"
+run_mpi 1 $A --init=best.st --max-steps=1 || fail "--save-best file is not loadable weights"
+python3 - one.st last.st <<'PY' || fail "the frozen layer changed"
+import json, struct, sys
+def tensor(path, name):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n])[name]
+    b, e = h["data_offsets"]
+    return raw[8 + n + b:8 + n + e]
+for name in ("net2.weight", "net2.bias"):
+    assert tensor(sys.argv[1], name) == tensor(sys.argv[2], name), name
+assert tensor(sys.argv[1], "net1.weight") != tensor(sys.argv[2], "net1.weight")
+PY
+echo "validation: eval records at steps $steps; --save-best; frozen net2 unchanged"
+
+# 4. Bad input: one line, the flag named, the same exit code on every rank.
+dict="{'descr': '|u1', 'fortran_order': False, 'shape': (4,), }" # labels 0 3 7 1 as uint8
+{ printf '\x93NUMPY\x01\x00\x76\x00%s%*s\n' "$dict" $((118 - ${#dict} - 1)) ''; printf '\x00\x03\x07\x01'; } >lab.npy
+"$MKNPY" x4.npy 4 8 f4 1 >/dev/null
+expect_fail 1 "--targets: lab.npy: row 2 has label 7, outside [0, 4) (--layers ends with 4 classes)" 2 \
+	--layers=8,4 --loss=cross-entropy --inputs=x4.npy --targets=lab.npy --batch-size=2
+"$MKNPY" y4.npy 4 4 f4 2 >/dev/null
+expect_fail 1 "--targets: y4.npy: dtype '<f4' is not supported for class labels" 1 \
+	--layers=8,4 --loss=cross-entropy --inputs=x4.npy --targets=y4.npy
+expect_fail 2 "--freeze: layer 4 is not one of the 3 layers" 2 --layers=8,16,16,4 --freeze=4
+expect_fail 2 "--freeze=1,2 freezes every layer" 1 --layers=8,16,4 --freeze=1,2
+expect_fail 2 "--nesterov needs --momentum greater than 0" 1 --nesterov
+expect_fail 2 "--momentum applies to --optimizer=sgd" 1 --optimizer=adamw --momentum=0.9
+expect_fail 2 "--save-best needs a validation set" 1 --save-best=b.st
+expect_fail 2 "--betas: 0.9,1: each must be in [0, 1)" 1 --betas=0.9,1
+expect_fail 2 "--lr-schedule: 'step' is not one of constant|linear|cosine" 1 --lr-schedule=step
+echo "trainer-features: ok"
