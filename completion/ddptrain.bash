@@ -57,8 +57,8 @@ _ddptrain_value() {
 	local flag value=$2 prefix=$3 entry pattern='' words='' w
 	flag=$(_ddptrain_resolve "$1")
 	case $flag in
-	--inputs | --targets) pattern='*.npy' ;;
-	--init | --save | --resume | --checkpoint) pattern='*.safetensors' ;;
+	--inputs | --targets | --val-inputs | --val-targets) pattern='*.npy' ;;
+	--init | --save | --resume | --checkpoint | --save-best) pattern='*.safetensors' ;;
 	--metrics) pattern='*' ;;
 	esac
 	if [ -n "$pattern" ]; then

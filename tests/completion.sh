@@ -47,13 +47,16 @@ mkdir -p data runs
 expect "--mode= --momentum=" --mo
 expect "--mode=" --mod
 expect "--quiet" --qu
-expect "--samples= --save= --seed= --shuffle" --s
+expect "--samples= --save-best= --save= --seed= --shuffle" --s
 expect "ddp dp" --mode =
 expect "ddp" --mode = dd
 expect "auto cpu cuda" --device =
 expect "nccl" --backend = n
 expect "ddp dp" --mode ""
 expect "auto mpi nccl" --backend ""
+expect "cross-entropy mse" --loss =
+expect "constant cosine linear" --lr-schedule ""
+expect "x.npy" --val-targets = x
 expect "data runs x.npy y.npy" --inputs =
 expect "x.npy" --targets = x
 expect "data/train.npy" --inputs = data/
