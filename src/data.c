@@ -22,8 +22,6 @@ enum status data_init_synthetic(struct dataset *ds, uint64_t seed, uint64_t firs
 	ds->synthetic = 1;
 	ds->first = first;
 	ds->key_data = rng_key(seed, RNG_DATA);
-	if (classify && out < 2)
-		return diag_set(d, ST_USAGE, "--loss=cross-entropy needs at least 2 classes: --layers ends with %d", out);
 	ds->tap_idx = malloc(taps * sizeof *ds->tap_idx);
 	ds->tap_w = malloc(taps * sizeof *ds->tap_w);
 	if (ds->tap_idx == NULL || ds->tap_w == NULL) {

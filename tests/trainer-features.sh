@@ -86,6 +86,7 @@ expect_fail 1 "--targets: y4.npy: dtype '<f4' is not supported for class labels"
 	--layers=8,4 --loss=cross-entropy --inputs=x4.npy --targets=y4.npy
 expect_fail 2 "--freeze: layer 4 is not one of the 3 layers" 2 --layers=8,16,16,4 --freeze=4
 expect_fail 2 "--freeze=1,2 freezes every layer" 1 --layers=8,16,4 --freeze=1,2
+expect_fail 2 "--loss=cross-entropy needs at least 2 classes: --layers ends with width 1" 1 --layers=8,1 --loss=cross-entropy
 expect_fail 2 "--nesterov needs --momentum greater than 0" 1 --nesterov
 expect_fail 2 "--momentum applies to --optimizer=sgd" 1 --optimizer=adamw --momentum=0.9
 expect_fail 2 "--save-best needs a validation set" 1 --save-best=b.st
