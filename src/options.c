@@ -62,7 +62,7 @@ static const struct opt_def opt_table[] = {
 	{"optimizer", K_OPTIM, "sgd|adamw", "sgd", "torch.optim.SGD or torch.optim.AdamW", R},
 	{"lr", K_LR, "F", "0.001", "peak learning rate", R},
 	{"momentum", K_MOMENTUM, "F", "0", "SGD momentum (dampening 0)", R},
-	{"nesterov", K_NESTEROV, NULL, "off", "SGD with Nesterov momentum (needs --momentum)", R},
+	{"nesterov", K_NESTEROV, NULL, NULL, "SGD with Nesterov momentum (needs --momentum; default: off)", R},
 	{"weight-decay", K_WD, "F", "0", "SGD: L2 penalty added to the gradient; AdamW: decoupled decay", R},
 	{"betas", K_BETAS, "B1,B2", "0.9,0.999", "AdamW's moment decay rates", R},
 	{"eps", K_EPS, "F", "1e-08", "AdamW's denominator term", R},
