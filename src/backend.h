@@ -50,11 +50,14 @@ struct backend_ops {
 	/* Host memory that to_device reads fastest (pinned for CUDA), or NULL. */
 	float *(*host_alloc)(void *ctx, size_t n);
 	void (*host_free)(void *ctx, float *p);
-	/* Queue a copy from host memory; src must stay unchanged until the next to_host or
-	 * sync (the trainers double-buffer their host batches for this). */
+	/* Queue a copy from host memory; src must stay unchanged until the copy has run: until
+	 * the next to_host or sync, or until host_wait on a mark recorded after it (the loader
+	 * double-buffers its host batches and waits on each buffer's mark before refilling it). */
 	void (*to_device)(void *ctx, float *dst, const float *src, size_t n);
-	/* Copy to host memory; returns when dst holds the data (waits for queued work). */
-	void (*to_host)(void *ctx, float *dst, const float *src, size_t n);
+	/* Copy to host memory; returns when dst holds the data (waits for queued work). An
+	 * error in that work, or in the communicator ordered with it, is returned here with
+	 * the failing call: dst is then not valid. */
+	enum status (*to_host)(void *ctx, float *dst, const float *src, size_t n, struct diag *d);
 	/* dst = src, both device memory of this backend. */
 	void (*copy)(void *ctx, float *dst, const float *src, size_t n);
 	/* dst (this instance's memory) = src (the memory of instance src_ctx, maybe another
@@ -109,9 +112,25 @@ struct backend_ops {
 	enum status (*graph_begin)(void *ctx, struct diag *d);
 	enum status (*graph_end)(void *ctx, int slot, struct diag *d);
 	enum status (*graph_launch)(void *ctx, int slot, struct diag *d);
+	/* Optional: destroy every recorded graph. A graph that recorded a collective must be
+	 * gone before its communicator is (NCCL's destroy waits for such graphs). */
+	void (*graph_reset)(void *ctx);
+	/* Optional (NULL where to_device copies at once): host_mark(slot) marks the point
+	 * after the work queued so far; host_wait(slot) returns when the device has passed
+	 * the last mark of that slot (0..BACKEND_MARKS-1), with the first error, if any. */
+	void (*host_mark)(void *ctx, int slot);
+	enum status (*host_wait)(void *ctx, int slot, struct diag *d);
+	/* Optional (NULL where the host clock times device work, as on the CPU): timer_mark(id)
+	 * marks the point after the work queued so far (id 0..BACKEND_TIMERS-1, reusable after
+	 * a sync); timer_ms(a, b) is the device time from mark a to mark b, in milliseconds,
+	 * once both have passed (after a sync), or negative if unknown. */
+	void (*timer_mark)(void *ctx, int id);
+	double (*timer_ms)(void *ctx, int a, int b);
 };
 
 #define BACKEND_GRAPHS 4
+#define BACKEND_MARKS 2
+#define BACKEND_TIMERS 64
 
 struct backend {
 	const struct backend_ops *ops;

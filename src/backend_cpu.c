@@ -45,6 +45,12 @@ static void cpu_copy(void *ctx, float *dst, const float *src, size_t n)
 		memcpy(dst, src, n * sizeof(float));
 }
 
+static enum status cpu_to_host(void *ctx, float *dst, const float *src, size_t n, struct diag *d)
+{
+	cpu_copy(ctx, dst, src, n);
+	return ST_OK;
+}
+
 static void cpu_copy_peer(void *ctx, float *dst, void *src_ctx, const float *src, size_t n)
 {
 	cpu_copy(ctx, dst, src, n);
@@ -246,7 +252,7 @@ const struct backend_ops backend_cpu_ops = {
 	.host_alloc = cpu_alloc,
 	.host_free = cpu_free,
 	.to_device = cpu_copy,
-	.to_host = cpu_copy,
+	.to_host = cpu_to_host,
 	.copy = cpu_copy,
 	.copy_peer = cpu_copy_peer,
 	.add = cpu_add,

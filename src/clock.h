@@ -8,7 +8,15 @@
 #ifndef DDPT_CLOCK_H
 #define DDPT_CLOCK_H
 
+#ifdef __cplusplus
+extern "C" { /* the CUDA module's .cu files use it too */
+#endif
+
 /* Seconds on CLOCK_MONOTONIC (an arbitrary origin; only differences mean anything). */
 double clock_now(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

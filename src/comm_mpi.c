@@ -2,10 +2,13 @@
  * comm_mpi.c - gradient all-reduce with non-blocking MPI (MPI_Iallreduce in
  * place), progressed with MPI_Testall between layers.
  *
- * Device memory: with a CUDA-aware MPI the device pointers go to MPI after
- * the backend's queued work is done; otherwise each bucket is copied into a
- * pinned host mirror of the gradient buffer, reduced there, and copied back
- * when the step's all-reduces complete.
+ * Device memory: each bucket is copied into a pinned host mirror of the
+ * gradient buffer, reduced there, and copied back when the step's all-reduces
+ * complete -- except, with an MPI that says at run time that it is CUDA-aware,
+ * the last bucket, whose blocking MPI_Allreduce gets the device pointer after
+ * the backend's queued work is done. Only the blocking reductions take device
+ * memory: Open MPI 4's coll/cuda component stages those, but not the
+ * non-blocking ones (libnbc would read device memory from the host).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -22,18 +25,25 @@ struct comm_mpi {
 	enum mpi_path path;
 	struct backend *be;
 	float *base;        /* the device gradient buffer */
-	float *stage;       /* PATH_STAGED: its pinned host mirror */
+	float *stage;       /* device memory: its pinned host mirror */
 	size_t nfloats;
 	MPI_Request req[COMM_MAX_INFLIGHT];
-	float *dev[COMM_MAX_INFLIGHT]; /* PATH_STAGED: where each result goes back */
+	float *dev[COMM_MAX_INFLIGHT]; /* staged: where each result goes back, or NULL */
 	size_t len[COMM_MAX_INFLIGHT];
 	int nreq;
 };
 
 int comm_mpi_cuda_aware(void)
 {
-#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
-	return MPIX_Query_cuda_support();
+	/* For the tests' fake GPU module, whose device memory is host memory: force it. */
+	const char *force = getenv("DDPTRAIN_MPI_CUDA_AWARE");
+
+	if (force != NULL && *force != '\0')
+		return strcmp(force, "0") != 0;
+	/* The library decides, not the header: Debian's mpi-ext.h says MPIX_CUDA_AWARE_SUPPORT
+	 * 0 whatever the libmpi found at run time was built with. */
+#if defined(OMPI_HAVE_MPI_EXT_CUDA) && OMPI_HAVE_MPI_EXT_CUDA
+	return MPIX_Query_cuda_support() == 1;
 #else
 	return 0;
 #endif
@@ -50,11 +60,16 @@ static enum status mpi_allreduce_start(void *ctx, float *buf, size_t n, int last
 				COMM_MAX_INFLIGHT);
 	if (n > (size_t)1 << 30)
 		return diag_set(d, ST_RUNTIME, "internal: all-reduce of %zu floats is too large", n);
-	if (c->path == PATH_STAGED) {
+	c->dev[c->nreq] = NULL;
+	if (c->path == PATH_STAGED || (c->path == PATH_DEVICE && !last)) {
+		enum status st;
+
 		if (buf < c->base || buf + n > c->base + c->nfloats)
 			return diag_set(d, ST_RUNTIME, "internal: all-reduce outside the gradient buffer");
 		target = c->stage + (buf - c->base);
-		c->be->ops->to_host(c->be->ctx, target, buf, n); /* waits for the backward so far */
+		st = c->be->ops->to_host(c->be->ctx, target, buf, n, d); /* waits for the backward so far */
+		if (st != ST_OK)
+			return st;
 		c->dev[c->nreq] = buf;
 		c->len[c->nreq] = n;
 	} else if (c->path == PATH_DEVICE) {
@@ -70,7 +85,7 @@ static enum status mpi_allreduce_start(void *ctx, float *buf, size_t n, int last
 		rc = MPI_Allreduce(MPI_IN_PLACE, target, (int)n, MPI_FLOAT, MPI_SUM, c->comm);
 		if (rc != MPI_SUCCESS)
 			return world_mpi_error(d, rc, "MPI_Allreduce");
-		if (c->path == PATH_STAGED) /* wait_all copies it back with the others */
+		if (c->dev[c->nreq] != NULL) /* wait_all copies it back with the others */
 			c->req[c->nreq++] = MPI_REQUEST_NULL;
 		return ST_OK;
 	}
@@ -98,9 +113,10 @@ static enum status mpi_wait_all(void *ctx, struct diag *d)
 
 	if (c->nreq > 0)
 		rc = MPI_Waitall(c->nreq, c->req, MPI_STATUSES_IGNORE);
-	if (rc == MPI_SUCCESS && c->path == PATH_STAGED)
+	if (rc == MPI_SUCCESS)
 		for (int i = 0; i < c->nreq; i++)
-			c->be->ops->to_device(c->be->ctx, c->dev[i], c->stage + (c->dev[i] - c->base),
+			if (c->dev[i] != NULL)
+				c->be->ops->to_device(c->be->ctx, c->dev[i], c->stage + (c->dev[i] - c->base),
 					      c->len[i]);
 	c->nreq = 0;
 	if (rc != MPI_SUCCESS)
@@ -119,7 +135,7 @@ static enum status mpi_bcast(void *ctx, float *buf, size_t n, int root, struct d
 		host = malloc((n ? n : 1) * sizeof *host);
 		if (host == NULL)
 			return diag_set(d, ST_RUNTIME, "comm: out of memory for the broadcast");
-		c->be->ops->to_host(c->be->ctx, host, buf, n);
+		st = c->be->ops->to_host(c->be->ctx, host, buf, n, d);
 	}
 	for (size_t off = 0; off < n && st == ST_OK; off += chunk) {
 		size_t len = n - off < chunk ? n - off : chunk;
@@ -171,7 +187,7 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, f
 	m->base = base;
 	m->nfloats = nfloats;
 	m->path = be->ops->host_memory ? PATH_HOST : comm_mpi_cuda_aware() ? PATH_DEVICE : PATH_STAGED;
-	if (m->path == PATH_STAGED) {
+	if (m->path != PATH_HOST) {
 		m->stage = be->ops->host_alloc(be->ctx, nfloats);
 		if (m->stage == NULL) {
 			free(m);

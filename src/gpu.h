@@ -19,7 +19,7 @@
 #include "comm.h"
 #include "status.h"
 
-#define GPU_MODULE_ABI 1
+#define GPU_MODULE_ABI 2
 #define GPU_MODULE_SYMBOL "ddptrain_gpu_module"
 #define GPU_MODULE_FILE "ddptrain-cuda.so"
 #define GPU_NCCL_ID_BYTES 128 /* sizeof(ncclUniqueId) */
@@ -39,14 +39,23 @@ struct gpu_module {
 	/* ncclGetUniqueId, for rank 0 to broadcast over MPI. */
 	enum status (*nccl_unique_id)(unsigned char id[GPU_NCCL_ID_BYTES], struct diag *d);
 	/* ncclCommInitRank with that id; the communicator all-reduces on its own stream,
-	 * ordered after be's compute stream by events. */
+	 * ordered after be's compute stream by events, and be's waits (to_host, sync) watch
+	 * its asynchronous errors. ncclCommInitRank blocks until every rank has called it, so
+	 * each rank first calls ready(arg, 1 if its own set-up succeeded, else 0) -- a
+	 * collective that returns 1 only if every rank is ready -- and calls the init only on
+	 * 1; a rank that was ready itself then returns ST_STOP (the failed rank reports). The
+	 * communicator aborts (ncclCommAbort) instead of destroying itself once an
+	 * error was seen. */
 	enum status (*nccl_comm_init)(struct comm *c, struct backend *be,
 				      const unsigned char id[GPU_NCCL_ID_BYTES], int rank, int size,
-				      int timeout_s, struct diag *d);
-	/* Time cublasSgemm C (m, n) = A (m, k) B (k, n) on device dev, float32 (TF32 if tf32),
-	 * median of iters runs after a warm-up: the ceiling for the matrix products. */
-	enum status (*bench_sgemm)(int dev, int m, int n, int k, int tf32, int iters,
-				   double *tflops, struct diag *d);
+				      int timeout_s, int (*ready)(void *arg, int ok), void *arg,
+				      struct diag *d);
+	/* Time cublasSgemm C (m, n) = op(A) (m, k) op(B) (k, n), column-major, op transposing
+	 * when trans_a / trans_b is set (the layout each of a step's products uses), on
+	 * device dev, float32 (TF32 if tf32), median of iters runs after a warm-up: the
+	 * ceiling for the matrix products. */
+	enum status (*bench_sgemm)(int dev, int trans_a, int trans_b, int m, int n, int k, int tf32,
+				   int iters, double *tflops, struct diag *d);
 };
 
 struct gpu {

@@ -18,7 +18,10 @@ struct batch {
 	int n;            /* rows */
 	const float *x;   /* (n, in) host */
 	const float *y;   /* (n, out) host */
+	int buf;          /* the loader's host buffer holding x and y (0 or 1) */
 };
+
+#define LOADER_MAX_USERS 64 /* backends that may read one host buffer (dp: one per replica) */
 
 struct loader {
 	const struct dataset *ds;
@@ -33,6 +36,11 @@ struct loader {
 	int buf;             /* buffer the next prepared batch goes into */
 	long next_epoch, next_mb;
 	int fresh_epoch;     /* the sampler has not been set for next_epoch yet */
+	/* Backends with copies from buffer i queued (loader_copied), waited for before it is
+	 * refilled: a pinned buffer is read by the device when the copy runs, not when it is
+	 * queued. */
+	struct backend *users[2][LOADER_MAX_USERS];
+	int nusers[2];
 };
 
 /* Batches of `batch` rows over this rank's DistributedSampler(world, rank) shard; with
@@ -45,8 +53,12 @@ void loader_seek(struct loader *l, long epoch, long mb);
 /* The next batch (prepared earlier or now); 0 when all epochs are done. Valid until the
  * call after next of loader_next. */
 int loader_next(struct loader *l, struct batch *b);
-/* Prepare the batch after the one loader_next returned last, into the other buffer. */
-void loader_prefetch(struct loader *l);
+/* Say that be has queued copies from b's host buffers: before that buffer is refilled,
+ * the loader waits until be's device has run them. */
+void loader_copied(struct loader *l, const struct batch *b, struct backend *be);
+/* Prepare the batch after the one loader_next returned last, into the other buffer, once
+ * the copies queued from it have run; an error of that wait is returned. */
+enum status loader_prefetch(struct loader *l, struct diag *d);
 /* Safe to call twice. */
 void loader_free(struct loader *l);
 

@@ -132,9 +132,10 @@ static enum status write_checkpoint(void *arg, long step, long epoch, long next_
 	memcpy(pos.lineage, a->lineage, sizeof pos.lineage);
 	if (a->w.rank == 0) {
 		resume_text(a, text, sizeof text);
-		model_state_to_host(&a->m, 0, a->m.narenas, a->ckpt_host);
-		st = checkpoint_save(a->o.checkpoint, (int)a->o.keep_checkpoints, &a->m, a->ckpt_host,
-				     &pos, text, d);
+		st = model_state_to_host(&a->m, 0, a->m.narenas, a->ckpt_host, d);
+		if (st == ST_OK)
+			st = checkpoint_save(a->o.checkpoint, (int)a->o.keep_checkpoints, &a->m,
+					     a->ckpt_host, &pos, text, d);
 	}
 	return agree(a, st);
 }
@@ -200,8 +201,9 @@ static enum status keep_best(void *arg, long step, long epoch, double loss, stru
 		if (host == NULL) {
 			st = diag_set(d, ST_RUNTIME, "--save-best: out of memory");
 		} else {
-			model_state_to_host(&a->m, 0, 1, host);
-			st = checkpoint_write_weights(a->o.save_best, "--save-best", &a->m, host, d);
+			st = model_state_to_host(&a->m, 0, 1, host, d);
+			if (st == ST_OK)
+				st = checkpoint_write_weights(a->o.save_best, "--save-best", &a->m, host, d);
 			free(host);
 		}
 		if (st == ST_OK)
@@ -241,6 +243,7 @@ static enum status check_memory(struct app *a)
 static void run_settings(struct app *a)
 {
 	const struct options *o = &a->o;
+	const char *graphs;
 
 	a->hp.kind = o->optimizer == OPT_OPTIM_ADAMW ? OPTIM_ADAMW : OPTIM_SGD;
 	a->hp.lr = (float)o->lr;
@@ -265,6 +268,8 @@ static void run_settings(struct app *a)
 	a->tc.warmup_steps = o->warmup_steps;
 	a->tc.clip_grad_norm = o->clip_grad_norm;
 	a->tc.eval_every = o->eval_every;
+	graphs = getenv("DDPTRAIN_CUDA_GRAPHS");
+	a->tc.graphs = graphs == NULL || strcmp(graphs, "0") != 0;
 }
 
 /* Before any work, rank 0 checks that --save, --checkpoint and --metrics can be written
@@ -532,12 +537,12 @@ static enum status run(struct app *a)
 		if (host == NULL) {
 			st = diag_set(&a->d, ST_RUNTIME, "out of memory");
 		} else {
-			model_state_to_host(&a->m, 0, 1, host);
+			st = model_state_to_host(&a->m, 0, 1, host, &a->d);
 			/* Data and starting weights were checked finite when loaded: this is divergence. */
-			if (!model_all_finite(host, a->m.nparams))
+			if (st == ST_OK && !model_all_finite(host, a->m.nparams))
 				st = diag_set(&a->d, ST_RUNTIME, "training diverged: the weights are not finite after step %ld; lower --lr (--save: %s was not written)",
 					      a->res.steps, a->o.save);
-			else
+			else if (st == ST_OK)
 				st = checkpoint_write_weights(a->o.save, "--save", &a->m, host, &a->d);
 		}
 		free(host);

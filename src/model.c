@@ -180,11 +180,15 @@ int model_state_dict(const struct model *m, int first, int last, struct model_te
 	return k;
 }
 
-void model_state_to_host(const struct model *m, int first, int last, float *host)
+enum status model_state_to_host(const struct model *m, int first, int last, float *host,
+				struct diag *d)
 {
-	for (int a = first; a < last; a++)
-		m->be->ops->to_host(m->be->ctx, host + (size_t)(a - first) * m->nparams,
-				    m->arena[a].data, m->nparams);
+	enum status st = ST_OK;
+
+	for (int a = first; a < last && st == ST_OK; a++)
+		st = m->be->ops->to_host(m->be->ctx, host + (size_t)(a - first) * m->nparams,
+					 m->arena[a].data, m->nparams, d);
+	return st;
 }
 
 void model_state_to_device(struct model *m, int first, int last, const float *host)

@@ -105,8 +105,10 @@ int model_state_dict(const struct model *m, int first, int last, struct model_te
 /* Tensors per arena (2 per layer). */
 int model_tensors_per_arena(const struct model *m);
 /* Copy arenas [first, last) to host, laid out arena after arena (nparams floats each),
- * or back to the backend. to_host waits; to_device is queued (sync before reusing host). */
-void model_state_to_host(const struct model *m, int first, int last, float *host);
+ * or back to the backend. to_host waits, and returns the device's error, if any (host
+ * is then not valid); to_device is queued (sync before reusing host). */
+enum status model_state_to_host(const struct model *m, int first, int last, float *host,
+				struct diag *d);
 void model_state_to_device(struct model *m, int first, int last, const float *host);
 /* Are all n host floats finite? (Weights are checked before every write: a file never
  * holds a NaN or an infinity.) */

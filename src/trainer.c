@@ -147,8 +147,9 @@ enum status trainer_evaluate(const struct train_config *tc, struct model *m, con
 			st = c->ops->wait_all(c->ctx, d);
 		world_watch_end(w);
 	}
+	if (st == ST_OK)
+		st = ops->to_host(bc, res, slots, 2, d);
 	if (st == ST_OK) {
-		ops->to_host(bc, res, slots, 2);
 		*loss = res[0];
 		*acc = tc->loss.kind == LOSS_CROSS_ENTROPY ? res[1] : NAN;
 	}

@@ -41,6 +41,8 @@ struct train_config {
 	int shuffle, drop_last;
 	int overlap;      /* ddp: all-reduce buckets during backward */
 	double bucket_mb; /* ddp: bucket cap */
+	int graphs;       /* ddp: steps may be replayed as device graphs (off with
+			   * DDPTRAIN_CUDA_GRAPHS=0, to time one against the other) */
 	struct loss loss;
 	enum lr_schedule schedule; /* the lr multiplier of each step (schedule.h) */
 	long warmup_steps;

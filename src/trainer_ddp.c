@@ -120,37 +120,58 @@ static enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulat
 }
 
 /* A whole step as a device graph, where the backend and communicator allow it: recorded
- * on its second occurrence for each host buffer (the first warms up cuBLAS and NCCL),
- * replayed after that. Returns ST_OK with *done = 0 when the step must run eagerly. */
-static enum status ddp_graph_step(struct ddp *t, const struct batch *b, float scale, long step,
+ * on its second occurrence for each host buffer counted from this run's start (the first
+ * step of every run, resumed or not, warms up cuBLAS and NCCL eagerly: their lazy set-up
+ * cannot be captured), replayed after that. ran: steps taken since this run started.
+ * NCCL requires every rank to capture the same collectives, so the ranks agree on each
+ * capture's outcome (one small collective per capture, two per run) before any graph is
+ * launched: if a capture failed anywhere, every rank drops its graphs and runs eagerly.
+ * Returns ST_OK with *done = 0 when the step must run eagerly. */
+static enum status ddp_graph_step(struct ddp *t, const struct batch *b, float scale, long ran,
 				  int *done)
 {
 	const struct backend_ops *ops = t->m->be->ops;
 	void *bctx = t->m->be->ctx;
 	struct diag why = {0};
-	int slot = b->x == t->graph_x[0] ? 0 : b->x == t->graph_x[1] ? 1 : -1;
-	enum status st;
+	int slot = b->x == t->graph_x[0] ? 0 : b->x == t->graph_x[1] ? 1 : -1, ok;
+	enum status st = ST_OK;
 
 	*done = 0;
 	if (t->graph_off)
 		return ST_OK;
-	if (slot >= 0)
-		return ops->graph_launch(bctx, slot, t->d) == ST_OK ? (*done = 1, ST_OK) : ST_RUNTIME;
-	if (step < 1)
+	if (slot >= 0) {
+		st = ops->graph_launch(bctx, slot, t->d);
+		*done = st == ST_OK;
+		return st;
+	}
+	if (ran < 1)
 		return ST_OK;
 	slot = t->graph_x[0] == NULL ? 0 : 1;
-	if (t->graph_x[slot] != NULL || ops->graph_begin(bctx, &why) != ST_OK) {
+	if (t->graph_x[slot] != NULL) { /* a third host buffer: the same on every rank */
 		t->graph_off = 1;
 		return ST_OK;
 	}
-	st = ddp_micro(t, b, 0, 1, scale);
-	if (ops->graph_end(bctx, slot, &why) != ST_OK || st != ST_OK) {
+	ok = ops->graph_begin(bctx, &why) == ST_OK;
+	if (ok) {
+		struct diag *caller = t->d;
+
+		t->d = &why; /* a failure while capturing only turns graphs off */
+		st = ddp_micro(t, b, 0, 1, scale);
+		t->d = caller;
+		ok = ops->graph_end(bctx, slot, &why) == ST_OK && st == ST_OK;
+	}
+	if (!world_all(t->w, ok)) {
+		/* Nothing captured ran: the caller runs the step eagerly, on every rank. */
+		ops->graph_reset(bctx);
 		t->graph_off = 1;
-		return ST_OK; /* nothing ran: the caller runs the step eagerly */
+		report_note(t->r, "CUDA graphs off from step %ld: a capture failed%s%s", t->w->step,
+			    ok ? " on another rank" : ": ", ok ? "" : why.msg);
+		return ST_OK;
 	}
 	t->graph_x[slot] = b->x;
-	*done = 1;
-	return ops->graph_launch(bctx, slot, t->d);
+	st = ops->graph_launch(bctx, slot, t->d);
+	*done = st == ST_OK;
+	return st;
 }
 
 /* trainer_after_step's eval: every rank its share of the validation set, then the sums. */
@@ -225,8 +246,8 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 
 	/* Steps can be device graphs with a backend that records them and a communicator whose
 	 * collectives can be recorded (NCCL), for whole, single-micro-batch steps. */
-	graphs = ops->graph_begin != NULL && c->ops->capturable && tc->grad_accum == 1 &&
-		 trainer_step_is_fixed(tc, opt);
+	graphs = ops->graph_begin != NULL && ops->graph_reset != NULL && c->ops->capturable &&
+		 tc->grad_accum == 1 && tc->graphs && trainer_step_is_fixed(tc, opt);
 	t.graph_off = !graphs;
 	clk.t0 = clk.t_last = clock_now();
 	while (step < total && loader_next(&L, &b)) {
@@ -242,20 +263,26 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		t.stop_host[0] = signals_pending() ? 1.0f : 0.0f;
 		st = ST_OK;
 		if (graphs && b.n == tc->batch_size)
-			st = ddp_graph_step(&t, &b, scale, step, &done);
+			st = ddp_graph_step(&t, &b, scale, step - ctl->start_step, &done);
 		if (st == ST_OK && !done)
 			st = ddp_micro(&t, &b, gi > 0, sync, scale);
 		if (st != ST_OK)
 			break;
-		loader_prefetch(&L); /* the next batch, while the device works on this one */
+		loader_copied(&L, &b, m->be);
+		st = loader_prefetch(&L, d); /* the next batch, while the device works on this one */
+		if (st != ST_OK)
+			break;
 		consumed += b.n;
 		if (!sync)
 			continue;
 		/* The step's one host synchronisation: its loss, for the finiteness check, and
-		 * whether any rank was asked to stop. */
+		 * whether any rank was asked to stop. A device or communicator error stops the
+		 * run here, before anything (a checkpoint) is taken from this step. */
 		world_watch_begin(w, "the gradient all-reduce");
-		ops->to_host(bctx, slots, m->grads + m->nparams, MODEL_SLOTS);
+		st = ops->to_host(bctx, slots, m->grads + m->nparams, MODEL_SLOTS, d);
 		world_watch_end(w);
+		if (st != ST_OK)
+			break;
 		st = trainer_after_step(ctl, tc, &clk, res, &step, total, &b, L.nmicro,
 					slots[MODEL_SLOT_LOSS], slots[MODEL_SLOT_ACC], t.lr,
 					consumed * w->size, slots[MODEL_SLOT_STOP] != 0.0f, ddp_eval, &t,
@@ -265,6 +292,10 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	}
 	if (st == ST_OK)
 		st = ops->sync(bctx, d);
+	/* The graphs go before the communicator: NCCL's destroy waits for every graph that
+	 * holds one of its collectives. */
+	if (graphs)
+		ops->graph_reset(bctx);
 	res->steps = step;
 	res->seconds = clock_now() - clk.t0;
 	res->wait_s = t.wait;

@@ -30,6 +30,8 @@
 
 enum dp_job { JOB_FORWARD, JOB_BACKWARD, JOB_QUIT };
 
+#define DP_MAX_SPANS (BACKEND_TIMERS / 2)
+
 struct dp;
 
 struct dp_replica {
@@ -44,6 +46,12 @@ struct dp_replica {
 	size_t row0;          /* first row of the chunk in the batch */
 	int accumulate;       /* backward adds to the gradients (replica 0 inside a group) */
 	struct replica_stats *st;
+	struct diag err;      /* the first error of this replica's device */
+	struct dp_span {      /* a phase between two timer marks, not yet read */
+		enum dp_phase phase;
+		int a, b;
+	} span[DP_MAX_SPANS];
+	int nspans, nmarks;
 };
 
 struct dp {
@@ -61,15 +69,84 @@ struct dp {
 	float *dout;          /* replica 0: (batch, out) gradient of the loss wrt outputs */
 	float *scratch;       /* replica 0: (nparams) another replica's gradients, when the
 			       * replicas do not share host memory */
-	int timed_sync;       /* sync after each phase so host timers measure device work */
+	int timed_sync;       /* device memory but no timer marks: sync after each phase so
+			       * host timers measure device work */
 };
 
-/* Close a timed phase begun at t0: wait for the device when timing device work. */
-static void phase_end(struct dp *dp, struct backend *be, double *acc, double t0)
+/* A timed phase of a replica: device time between two marks on its stream where the
+ * backend has them (read when the step ends, with one wait per replica and step), else
+ * host time (the CPU backend's work is done when its call returns). */
+struct phase {
+	double t0; /* host clock at the start */
+	int mark;  /* the start's timer mark, or -1 */
+};
+
+static void dp_collect(struct dp_replica *r);
+
+static struct phase phase_begin(struct dp *dp, struct dp_replica *r)
 {
-	if (dp->timed_sync)
-		be->ops->sync(be->ctx, NULL);
-	*acc += clock_now() - t0;
+	const struct backend_ops *ops = r->m->be->ops;
+	struct phase p = {clock_now(), -1};
+
+	if (ops->timer_mark == NULL)
+		return p;
+	if (r->nmarks + 2 > BACKEND_TIMERS || r->nspans == DP_MAX_SPANS)
+		dp_collect(r);
+	p.mark = r->nmarks++;
+	ops->timer_mark(r->m->be->ctx, p.mark);
+	return p;
+}
+
+static void phase_end(struct dp *dp, struct dp_replica *r, enum dp_phase phase, struct phase p)
+{
+	if (p.mark < 0) {
+		if (dp->timed_sync && r->err.st == ST_OK) /* device work without timer marks */
+			r->m->be->ops->sync(r->m->be->ctx, &r->err);
+		r->st->seconds[phase] += clock_now() - p.t0;
+		return;
+	}
+	r->m->be->ops->timer_mark(r->m->be->ctx, r->nmarks);
+	r->span[r->nspans++] = (struct dp_span){phase, p.mark, r->nmarks++};
+}
+
+/* Wait for replica r's device (keeping its first error) and add up its timed phases. */
+static void dp_collect(struct dp_replica *r)
+{
+	const struct backend_ops *ops = r->m->be->ops;
+
+	if (r->nmarks == 0)
+		return;
+	if (r->err.st == ST_OK)
+		ops->sync(r->m->be->ctx, &r->err);
+	for (int i = 0; i < r->nspans && r->err.st == ST_OK; i++) {
+		double ms = ops->timer_ms(r->m->be->ctx, r->span[i].a, r->span[i].b);
+
+		if (ms >= 0)
+			r->st->seconds[r->span[i].phase] += ms * 1e-3;
+	}
+	r->nspans = r->nmarks = 0;
+}
+
+/* The first error any replica has seen (after a dispatch, or at the end of the run). */
+static enum status dp_status(struct dp *dp, struct diag *d)
+{
+	for (int i = 0; i < dp->g; i++)
+		if (dp->rep[i].err.st != ST_OK)
+			return diag_set(d, dp->rep[i].err.st, "replica %d: %s", i, dp->rep[i].err.msg);
+	return ST_OK;
+}
+
+/* Wait for every replica's device: an error on any of them is the run's error. */
+static enum status dp_sync_all(struct dp *dp, struct diag *d)
+{
+	for (int i = 0; i < dp->g; i++) {
+		struct dp_replica *r = &dp->rep[i];
+
+		dp_collect(r);
+		if (r->err.st == ST_OK)
+			r->m->be->ops->sync(r->m->be->ctx, &r->err);
+	}
+	return dp_status(dp, d);
 }
 
 /* The parallel part of a job, run by replica r's thread. */
@@ -78,24 +155,24 @@ static void run_job(struct dp_replica *r, enum dp_job job)
 	struct dp *dp = r->dp;
 	struct model *m0 = dp->rep[0].m;
 	const struct backend_ops *ops = r->m->be->ops;
-	double t;
+	struct phase t;
 
 	if (r->n == 0)
 		return;
 	if (job == JOB_FORWARD) {
 		if (r->id > 0) {
-			t = clock_now();
+			t = phase_begin(dp, r);
 			ops->copy_peer(r->m->be->ctx, r->m->params, m0->be->ctx, m0->params, m0->nparams);
-			phase_end(dp, r->m->be, &r->st->seconds[DP_REPLICATE], t);
+			phase_end(dp, r, DP_REPLICATE, t);
 			r->st->bytes_in += (double)m0->nparams * sizeof(float);
 		}
-		t = clock_now();
+		t = phase_begin(dp, r);
 		model_forward(r->m, r->n);
-		phase_end(dp, r->m->be, &r->st->seconds[DP_FORWARD], t);
+		phase_end(dp, r, DP_FORWARD, t);
 	} else if (job == JOB_BACKWARD) {
-		t = clock_now();
+		t = phase_begin(dp, r);
 		model_backward(r->m, r->n, r->accumulate, NULL, NULL);
-		phase_end(dp, r->m->be, &r->st->seconds[DP_BACKWARD], t);
+		phase_end(dp, r, DP_BACKWARD, t);
 	}
 }
 
@@ -104,7 +181,8 @@ static void *worker_main(void *arg)
 	struct dp_replica *r = arg;
 	struct dp *dp = r->dp;
 
-	r->m->be->ops->bind(r->m->be->ctx, NULL); /* this thread drives replica r's device */
+	/* This thread drives replica r's device; a failure is reported after the first job. */
+	r->m->be->ops->bind(r->m->be->ctx, &r->err);
 	for (;;) {
 		enum dp_job job;
 
@@ -143,8 +221,8 @@ static void plan_chunks(struct dp *dp, int n)
 }
 
 /* One micro-batch b; scale = 1 / micro-batches in this step. */
-static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *b, float scale,
-			   int first_in_group)
+static enum status dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *b, float scale,
+			   int first_in_group, struct diag *d)
 {
 	const float *hx = b->x, *hy = b->y;
 	const int n = b->n;
@@ -154,7 +232,8 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 	void *c0 = m0->be->ctx;
 	const int in = m0->widths[0], out = m0->widths[m0->nlayers], L = m0->nlayers;
 	const size_t pbytes = m0->nparams * sizeof(float);
-	double t;
+	struct phase t;
+	enum status st;
 
 	plan_chunks(dp, n);
 	/* Scatter the inputs (and the targets to replica 0, where the loss is computed). */
@@ -163,24 +242,32 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 
 		if (r->n == 0)
 			continue;
-		t = clock_now();
+		t = phase_begin(dp, r);
 		r->m->be->ops->to_device(r->m->be->ctx, r->m->act[0], hx + r->row0 * in,
 					 (size_t)r->n * in);
-		phase_end(dp, r->m->be, &r->st->seconds[DP_SCATTER], t);
+		phase_end(dp, r, DP_SCATTER, t);
 		r->st->bytes_in += (double)r->n * in * sizeof(float);
 		if (i > 0)
 			r0->st->bytes_out += (double)pbytes; /* replica 0's weights, replicated */
 	}
-	t = clock_now();
+	t = phase_begin(dp, r0);
 	ops->to_device(c0, dp->targets, hy, (size_t)n * (size_t)dp->ydim);
-	phase_end(dp, m0->be, &r0->st->seconds[DP_SCATTER], t);
+	phase_end(dp, r0, DP_SCATTER, t);
 	r0->st->bytes_in += (double)n * dp->ydim * sizeof(float);
 
-	loader_prefetch(l); /* the next batch, while the devices work on this one */
+	for (int i = 0; i < dp->g; i++)
+		if (dp->rep[i].n > 0 || i == 0)
+			loader_copied(l, b, dp->rep[i].m->be);
+	st = loader_prefetch(l, d); /* the next batch, while the devices work on this one */
+	if (st != ST_OK)
+		return st;
 	dispatch(dp, JOB_FORWARD);
+	st = dp_status(dp, d);
+	if (st != ST_OK)
+		return st;
 
 	/* Gather the outputs onto replica 0. */
-	t = clock_now();
+	t = phase_begin(dp, r0);
 	for (int i = 0; i < dp->g; i++) {
 		struct dp_replica *r = &dp->rep[i];
 
@@ -193,13 +280,13 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 			r0->st->bytes_in += (double)r->n * out * sizeof(float);
 		}
 	}
-	phase_end(dp, m0->be, &r0->st->seconds[DP_GATHER], t);
+	phase_end(dp, r0, DP_GATHER, t);
 
 	/* The loss over the whole batch, on replica 0. */
-	t = clock_now();
+	t = phase_begin(dp, r0);
 	loss_apply(&dp->tc->loss, m0->be, dp->dout, m0->grads + m0->nparams + MODEL_SLOT_LOSS,
 		   dp->outputs, dp->targets, n, out, scale, !first_in_group);
-	phase_end(dp, m0->be, &r0->st->seconds[DP_LOSS], t);
+	phase_end(dp, r0, DP_LOSS, t);
 
 	/* Scatter the output gradient back with the same chunks. */
 	for (int i = 0; i < dp->g; i++) {
@@ -207,10 +294,10 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 
 		if (r->n == 0)
 			continue;
-		t = clock_now();
+		t = phase_begin(dp, r);
 		r->m->be->ops->copy_peer(r->m->be->ctx, r->m->dbuf[0], c0, dp->dout + r->row0 * out,
 					 (size_t)r->n * out);
-		phase_end(dp, r->m->be, &r->st->seconds[DP_SCATTER], t);
+		phase_end(dp, r, DP_SCATTER, t);
 		if (i > 0) {
 			r->st->bytes_in += (double)r->n * out * sizeof(float);
 			r0->st->bytes_out += (double)r->n * out * sizeof(float);
@@ -218,9 +305,12 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 	}
 	r0->accumulate = !first_in_group;
 	dispatch(dp, JOB_BACKWARD);
+	st = dp_status(dp, d);
+	if (st != ST_OK)
+		return st;
 
 	/* Sum the replicas' gradients onto replica 0 (serially, as reduce_add does). */
-	t = clock_now();
+	t = phase_begin(dp, r0);
 	for (int i = 1; i < dp->g; i++) {
 		struct dp_replica *r = &dp->rep[i];
 
@@ -235,7 +325,8 @@ static void dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *
 		r->st->bytes_out += (double)pbytes;
 		r0->st->bytes_in += (double)pbytes;
 	}
-	phase_end(dp, m0->be, &r0->st->seconds[DP_REDUCE], t);
+	phase_end(dp, r0, DP_REDUCE, t);
+	return dp_status(dp, d);
 }
 
 static void dp_free(struct dp *dp)
@@ -282,7 +373,7 @@ static enum status dp_init(struct dp *dp, int g, struct model *m0, int max_batch
 
 	memset(dp, 0, sizeof *dp);
 	dp->rep[0].m = m0;
-	dp->timed_sync = !ops->host_memory;
+	dp->timed_sync = !ops->host_memory && ops->timer_mark == NULL;
 	for (int i = 0; i < g; i++) {
 		dp->rep[i].dp = dp;
 		dp->rep[i].id = i;
@@ -315,7 +406,11 @@ static enum status dp_init(struct dp *dp, int g, struct model *m0, int max_batch
 		dp->rep[i].m = &dp->rep[i].own;
 		res->rep[i].state_bytes = dp->rep[i].own.bytes;
 	}
-	ops->bind(m0->be->ctx, NULL); /* this thread drives replica 0 */
+	st = ops->bind(m0->be->ctx, d); /* this thread drives replica 0 */
+	if (st != ST_OK) {
+		dp_free(dp);
+		return st;
+	}
 	dp->g = g;
 	pthread_barrier_init(&dp->go, NULL, (unsigned)g);
 	pthread_barrier_init(&dp->done, NULL, (unsigned)g);
@@ -408,29 +503,37 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 		long gi = b.mb % tc->grad_accum;
 		long group = L.nmicro - (b.mb - gi) < tc->grad_accum ? L.nmicro - (b.mb - gi)
 								     : tc->grad_accum;
-		double t;
+		struct phase t;
 
 		res->epochs = b.epoch + 1;
-		dp_micro_batch(&dp, &L, &b, 1.0f / (float)group, gi == 0);
+		st = dp_micro_batch(&dp, &L, &b, 1.0f / (float)group, gi == 0, d);
+		if (st != ST_OK)
+			break;
 		consumed += b.n;
 		if (gi != group - 1)
 			continue;
-		t = clock_now();
+		t = phase_begin(&dp, &dp.rep[0]);
 		lr = trainer_optimizer_step(tc, opt, step, total);
-		phase_end(&dp, m0->be, &res->rep[0].seconds[DP_STEP], t);
-		ops->to_host(c0, loss, m0->grads + m0->nparams + MODEL_SLOT_LOSS, 2);
+		phase_end(&dp, &dp.rep[0], DP_STEP, t);
+		/* Every replica's device must be sound before this step counts (a checkpoint);
+		 * this also reads the step's phase times. */
+		st = dp_sync_all(&dp, d);
+		if (st == ST_OK)
+			st = ops->to_host(c0, loss, m0->grads + m0->nparams + MODEL_SLOT_LOSS, 2, d);
+		if (st != ST_OK)
+			break;
 		st = trainer_after_step(ctl, tc, &clk, res, &step, total, &b, L.nmicro, loss[0], loss[1],
 					lr, consumed, signals_pending() != 0, dp_eval, &dp, r, d);
 		if (st != ST_OK)
 			break;
 	}
 	if (st == ST_OK)
-		st = ops->sync(c0, d);
+		st = dp_sync_all(&dp, d);
 	res->steps = step;
 	res->seconds = clock_now() - clk.t0;
 	res->samples = consumed;
 	dp_memory(&dp, res);
+	loader_free(&L); /* first: it waits for the replicas' copies from its buffers */
 	dp_free(&dp);
-	loader_free(&L);
 	return st;
 }

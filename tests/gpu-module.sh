@@ -11,6 +11,11 @@ ldd "$MODULE" | grep -q 'libcublas' || fail "the module does not link cuBLAS"
 ldd "$MODULE" | grep -q 'libnccl' || fail "the module does not link NCCL"
 ! ldd "$MODULE" | grep -q 'libcuda\.so' || fail "the module links the driver library (-lcuda)"
 ! ldd "$MODULE" | grep -q 'not found' || fail "the module's libraries are not found: $(ldd "$MODULE" | grep 'not found')"
+# The C++ runtime that nvcc's objects use is linked by name, not found by luck through
+# cuBLAS or NCCL (defect 11 of issue 12).
+if nm -D --undefined-only "$MODULE" | grep -Eq '__gxx_personality|__cxa_'; then
+	readelf -d "$MODULE" | grep -q 'NEEDED.*libstdc++' || fail "the module uses the C++ runtime but does not link libstdc++"
+fi
 
 # A CPU run loads none of them (LD_DEBUG lists every library the loader opens).
 LD_DEBUG=libs run_mpi 1 --device=cpu --max-steps=2 --quiet 2>"$TMPD/ld" || fail "CPU run"

@@ -5,7 +5,8 @@
  *   opcheck [--tf32]              exit 0 if every operation's relative error
  *                                 max|gpu - cpu| / max|cpu| is at most 1e-6
  *                                 (TF32 off); 77 if no GPU can be used
- *   opcheck --sgemm M N K         print the cuBLAS SGEMM rate in TFLOP/s
+ *   opcheck --sgemm M N K [TA TB] print the cuBLAS SGEMM rate in TFLOP/s of C (M, N) =
+ *                                 op(A) (M, K) op(B) (K, N), op = N or T (column-major)
  */
 #include <math.h>
 #include <stdio.h>
@@ -49,8 +50,14 @@ static void check(const char *what, const struct pair *p)
 {
 	float *back = malloc(p->n * sizeof(float));
 	double maxd = 0, maxc = 0, rel;
+	struct diag d = {0};
 
-	gpu.ops->to_host(gpu.ctx, back, p->g, p->n);
+	if (gpu.ops->to_host(gpu.ctx, back, p->g, p->n, &d) != ST_OK) {
+		printf("%-28s FAIL: %s\n", what, d.msg);
+		failures++;
+		free(back);
+		return;
+	}
 	for (size_t i = 0; i < p->n; i++) {
 		/* NaN must be where the CPU has it (ReLU propagates it, as torch.relu) */
 		double dd = isnan(back[i]) != isnan(p->c[i]) ? INFINITY :
@@ -77,10 +84,12 @@ int main(int argc, char **argv)
 		printf("SKIP: %s\n", d.msg);
 		return 77;
 	}
-	if (argc == 5 && strcmp(argv[1], "--sgemm") == 0) {
+	if ((argc == 5 || argc == 7) && strcmp(argv[1], "--sgemm") == 0) {
 		double tf = 0;
+		int ta = argc == 7 && argv[5][0] == 'T', tb = argc == 7 && argv[6][0] == 'T';
 
-		if (mod.mod->bench_sgemm(0, atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), 0, 20, &tf, &d) != ST_OK) {
+		if (mod.mod->bench_sgemm(0, ta, tb, atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), 0, 20, &tf,
+					 &d) != ST_OK) {
 			fprintf(stderr, "opcheck: %s\n", d.msg);
 			return 1;
 		}

@@ -110,7 +110,7 @@ static int stream(long seek_epoch, long seek_mb, int prefetch, float *first, lon
 		mb[n] = b.mb;
 		n++;
 		if (prefetch)
-			loader_prefetch(&l);
+			assert_int_equal(loader_prefetch(&l, &d), ST_OK);
 	}
 	loader_free(&l);
 	return n;
@@ -143,6 +143,52 @@ static void test_loader_seek_resumes_with_the_same_batches(void **state)
 	assert_memory_equal(mb, ma + 5, (size_t)nb * sizeof *mb);
 }
 
+/* A backend whose copies from host memory run later (a GPU's): the loader must wait for
+ * the mark after a buffer's copies before it refills that buffer. */
+static int marked[2], waited[2], refilled_unwaited;
+static const float *buf_of[2];
+
+static void rec_mark(void *ctx, int slot)
+{
+	marked[slot]++;
+}
+
+static enum status rec_wait(void *ctx, int slot, struct diag *d)
+{
+	waited[slot] = marked[slot];
+	return ST_OK;
+}
+
+static void test_loader_waits_for_a_buffers_copies_before_refilling_it(void **state)
+{
+	struct backend_ops ops = backend_cpu_ops;
+	struct backend gpu = {&ops, NULL};
+	struct loader l;
+	struct batch b;
+	struct diag d = {0};
+	int batches = 0;
+
+	ops.host_mark = rec_mark;
+	ops.host_wait = rec_wait;
+	assert_int_equal(loader_init(&l, &ds, 1, 0, 0, 0, 7, 2, 0, 2, &gpu, &d), ST_OK);
+	buf_of[0] = l.hx[0];
+	buf_of[1] = l.hx[1];
+	while (loader_next(&l, &b)) {
+		/* This batch's buffer was refilled only after its last copies were waited for. */
+		refilled_unwaited += waited[b.buf] != marked[b.buf];
+		assert_ptr_equal(b.x, buf_of[b.buf]);
+		loader_copied(&l, &b, &gpu); /* the trainer queued its copies */
+		assert_int_equal(loader_prefetch(&l, &d), ST_OK);
+		batches++;
+	}
+	loader_free(&l);
+	assert_int_equal(batches, 10); /* 5 batches of 2 per epoch, 2 epochs */
+	assert_int_equal(refilled_unwaited, 0);
+	assert_int_equal(marked[0] + marked[1], 10);
+	assert_int_equal(waited[0], marked[0]); /* loader_free waited for the last ones too */
+	assert_int_equal(waited[1], marked[1]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -150,6 +196,7 @@ int main(void)
 		cmocka_unit_test(test_loader_drop_short_drops_the_last_short_batch),
 		cmocka_unit_test(test_loader_refuses_a_batch_larger_than_the_shard_when_dropping),
 		cmocka_unit_test(test_loader_prefetch_does_not_change_the_stream),
+		cmocka_unit_test(test_loader_waits_for_a_buffers_copies_before_refilling_it),
 		cmocka_unit_test(test_loader_seek_resumes_with_the_same_batches),
 	};
 

@@ -10,9 +10,11 @@
  * reduced in a fixed order (two passes, no atomics), so a run is
  * reproducible bit for bit.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "clock.h"
 #include "cuda_ctx.h"
 #include "cuda_module.h" /* this file's prototypes, as module.c sees them */
 
@@ -60,6 +62,42 @@ static void blas_note(struct cuda_ctx *c, cublasStatus_t s, const char *call)
 static void use(struct cuda_ctx *c)
 {
 	CUDA_NOTE(c, cudaSetDevice(c->device));
+}
+
+/* The first error, if any, as the caller's status. */
+static enum status report(struct cuda_ctx *c, struct diag *d)
+{
+	if (c->err.st != ST_OK && d != NULL)
+		diag_set(d, c->err.st, "%s", c->err.msg);
+	return c->err.st;
+}
+
+/* Wait on the host until ev has passed (the whole stream if ev is NULL), watching the
+ * communicator's asynchronous errors and its timeout: a dead peer leaves NCCL's kernels
+ * spinning, which cudaStreamSynchronize would wait for forever. */
+static enum status wait_for(struct cuda_ctx *c, cudaEvent_t ev, const char *what, struct diag *d)
+{
+	double t0 = clock_now();
+
+	while (c->err.st == ST_OK) {
+		cudaError_t q = ev != NULL ? cudaEventQuery(ev) : cudaStreamQuery(c->stream);
+
+		if (q == cudaSuccess)
+			break;
+		if (q != cudaErrorNotReady) {
+			cuda_note(c, q, what, __FILE__, __LINE__);
+			break;
+		}
+		if (c->poll != NULL && c->poll(c->poll_arg, &c->err) != ST_OK)
+			break;
+		if (c->timeout_s > 0 && clock_now() - t0 > c->timeout_s) {
+			diag_set(&c->err, ST_RUNTIME, "GPU %d: %s: no progress for %d s: a peer rank is gone or stalled",
+				 c->device, what, c->timeout_s);
+			break;
+		}
+		sched_yield();
+	}
+	return report(c, d);
 }
 
 /* ---- kernels --------------------------------------------------------------- */
@@ -295,6 +333,8 @@ extern "C" enum status cuda_init(void **out, const struct backend_config *cfg, s
 	if (!CUDA_NOTE(c, cudaSetDevice(c->device)) &&
 	    !CUDA_NOTE(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) &&
 	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming)) &&
+	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->host_ev[0], cudaEventDisableTiming)) &&
+	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->host_ev[1], cudaEventDisableTiming)) &&
 	    !CUDA_NOTE(c, cudaMalloc(&c->blas_workspace, ws)) &&
 	    !CUDA_NOTE(c, cudaMalloc((void **)&c->partials, 2 * CUDA_PARTIALS * sizeof(float)))) {
 		bs = cublasCreate(&c->blas);
@@ -325,7 +365,8 @@ extern "C" void cuda_fini(void *ctx)
 	if (c == NULL)
 		return;
 	cudaSetDevice(c->device);
-	cudaStreamSynchronize(c->stream);
+	if (c->err.st == ST_OK) /* after an error, queued work may never finish */
+		cudaStreamSynchronize(c->stream);
 	for (int i = 0; i < BACKEND_GRAPHS; i++)
 		if (c->exec[i] != NULL)
 			cudaGraphExecDestroy(c->exec[i]);
@@ -333,6 +374,12 @@ extern "C" void cuda_fini(void *ctx)
 	cudaFree(c->partials);
 	cudaFree(c->blas_workspace);
 	cudaEventDestroy(c->ev);
+	for (int i = 0; i < BACKEND_MARKS; i++)
+		if (c->host_ev[i] != NULL)
+			cudaEventDestroy(c->host_ev[i]);
+	for (int i = 0; i < BACKEND_TIMERS; i++)
+		if (c->timer[i] != NULL)
+			cudaEventDestroy(c->timer[i]);
 	cudaStreamDestroy(c->stream);
 	free(c);
 }
@@ -354,7 +401,9 @@ extern "C" float *cuda_alloc(void *ctx, size_t n)
 	use(c);
 	if (cudaMalloc(&p, bytes) != cudaSuccess)
 		return NULL;
-	if (cudaMemset(p, 0, bytes) != cudaSuccess) {
+	/* On the compute stream, which every later use is ordered after (cudaMemset would run
+	 * on the legacy stream, unordered with the non-blocking compute stream). */
+	if (cudaMemsetAsync(p, 0, bytes, c->stream) != cudaSuccess) {
 		cudaFree(p);
 		return NULL;
 	}
@@ -395,13 +444,14 @@ extern "C" void cuda_to_device(void *ctx, float *dst, const float *src, size_t n
 	CUDA_NOTE(c, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, c->stream));
 }
 
-extern "C" void cuda_to_host(void *ctx, float *dst, const float *src, size_t n)
+extern "C" enum status cuda_to_host(void *ctx, float *dst, const float *src, size_t n,
+				   struct diag *d)
 {
 	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
 
 	use(c);
 	CUDA_NOTE(c, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
-	CUDA_NOTE(c, cudaStreamSynchronize(c->stream));
+	return wait_for(c, NULL, "cudaMemcpyAsync(device to host)", d);
 }
 
 extern "C" void cuda_copy(void *ctx, float *dst, const float *src, size_t n)
@@ -417,6 +467,21 @@ extern "C" void cuda_copy_peer(void *ctx, float *dst, void *src_ctx, const float
 {
 	struct cuda_ctx *c = (struct cuda_ctx *)ctx, *s = (struct cuda_ctx *)src_ctx;
 
+	/* Without peer access the copy is staged through host memory. */
+	if (s->device != c->device && s->device < 64 && !(c->peer_on >> s->device & 1)) {
+		int can = 0;
+
+		use(c);
+		if (cudaDeviceCanAccessPeer(&can, c->device, s->device) == cudaSuccess && can) {
+			cudaError_t rc = cudaDeviceEnablePeerAccess(s->device, 0);
+
+			if (rc == cudaErrorPeerAccessAlreadyEnabled)
+				cudaGetLastError(); /* not an error: another instance on this device did it */
+			else
+				CUDA_NOTE(c, rc);
+		}
+		c->peer_on |= 1ull << s->device; /* asked once, whatever the answer */
+	}
 	if (s != c) {
 		use(s);
 		CUDA_NOTE(c, cudaEventRecord(s->ev, s->stream));
@@ -567,10 +632,7 @@ extern "C" enum status cuda_sync(void *ctx, struct diag *d)
 	enum status st;
 
 	use(c);
-	CUDA_NOTE(c, cudaStreamSynchronize(c->stream));
-	st = c->err.st;
-	if (st != ST_OK && d != NULL)
-		diag_set(d, st, "%s", c->err.msg);
+	st = wait_for(c, NULL, "cudaStreamSynchronize", d);
 	return st;
 }
 
@@ -585,6 +647,8 @@ extern "C" enum status cuda_graph_begin(void *ctx, struct diag *d)
 	cudaError_t rc;
 
 	use(c);
+	if (c->err.st != ST_OK) /* graph_end forgets the errors made while capturing only */
+		return report(c, d);
 	rc = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
 	if (rc != cudaSuccess)
 		return diag_set(d, ST_RUNTIME, "cudaStreamBeginCapture: %s", cudaGetErrorString(rc));
@@ -625,5 +689,57 @@ extern "C" enum status cuda_graph_launch(void *ctx, int slot, struct diag *d)
 	if (c->exec[slot] == NULL)
 		return diag_set(d, ST_RUNTIME, "internal: no CUDA graph in slot %d", slot);
 	CUDA_NOTE(c, cudaGraphLaunch(c->exec[slot], c->stream));
-	return ST_OK;
+	return report(c, d);
+}
+
+extern "C" void cuda_graph_reset(void *ctx)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	for (int i = 0; i < BACKEND_GRAPHS; i++)
+		if (c->exec[i] != NULL) {
+			cudaGraphExecDestroy(c->exec[i]);
+			c->exec[i] = NULL;
+		}
+}
+
+extern "C" void cuda_host_mark(void *ctx, int slot)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	CUDA_NOTE(c, cudaEventRecord(c->host_ev[slot], c->stream));
+}
+
+extern "C" enum status cuda_host_wait(void *ctx, int slot, struct diag *d)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	return wait_for(c, c->host_ev[slot], "cudaEventQuery(host buffer copied)", d);
+}
+
+extern "C" void cuda_timer_mark(void *ctx, int id)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	if (c->timer[id] == NULL && CUDA_NOTE(c, cudaEventCreate(&c->timer[id])))
+		return;
+	CUDA_NOTE(c, cudaEventRecord(c->timer[id], c->stream));
+}
+
+extern "C" double cuda_timer_ms(void *ctx, int a, int b)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+	float ms = 0.0f;
+
+	use(c);
+	if (c->timer[a] == NULL || c->timer[b] == NULL ||
+	    cudaEventElapsedTime(&ms, c->timer[a], c->timer[b]) != cudaSuccess) {
+		cudaGetLastError(); /* not sticky: a mark that did not complete is no device fault */
+		return -1.0;
+	}
+	return ms;
 }

@@ -6,8 +6,12 @@
  * exchange can be captured into a CUDA graph.
  *
  * NCCL failures are looked for with ncclCommGetAsyncError wherever the host
- * waits, and a wait longer than the timeout aborts the communicator, so a
- * failed or missing peer ends the run with a message instead of a hang.
+ * waits -- here, and in every wait of the backend (its poll hook), which is
+ * where a replayed graph's all-reduce is waited for -- and a wait longer than
+ * the timeout aborts the communicator, so a failed or missing peer ends the
+ * run with a message instead of a hang. Once an error was seen the teardown
+ * aborts the communicator (ncclCommAbort) rather than destroying it, which
+ * could wait for peers that will never come.
  */
 #include <nccl.h>
 #include <stdlib.h>
@@ -27,7 +31,17 @@ struct nccl_ctx {
 	cudaEvent_t done;
 	int n;                        /* all-reduces since the last wait_all */
 	int timeout_s;
+	int failed;                   /* an error was seen: abort at teardown */
 };
+
+/* Abort the communicator: kernels waiting for a dead peer return, nothing waits. */
+static void nccl_abort(struct nccl_ctx *c)
+{
+	c->failed = 1;
+	if (c->comm != NULL)
+		ncclCommAbort(c->comm);
+	c->comm = NULL;
+}
 
 static enum status nccl_fail(struct diag *d, ncclResult_t r, const char *call)
 {
@@ -55,13 +69,11 @@ static enum status wait_stream(struct nccl_ctx *c, cudaStream_t s, const char *w
 			return cuda_fail(d, q, what);
 		ncclCommGetAsyncError(c->comm, &async);
 		if (async != ncclSuccess && async != ncclInProgress) {
-			ncclCommAbort(c->comm);
-			c->comm = NULL;
+			nccl_abort(c);
 			return nccl_fail(d, async, what);
 		}
 		if (c->timeout_s > 0 && clock_now() - t0 > c->timeout_s) {
-			ncclCommAbort(c->comm);
-			c->comm = NULL;
+			nccl_abort(c);
 			return diag_set(d, ST_RUNTIME, "%s: no progress for %d s: a peer rank is gone or stalled",
 					what, c->timeout_s);
 		}
@@ -94,6 +106,22 @@ static void nccl_progress(void *ctx)
 {
 }
 
+/* The backend's poll hook: an asynchronous error aborts the communicator and is the
+ * error of the wait that saw it. */
+static enum status nccl_poll(void *arg, struct diag *d)
+{
+	struct nccl_ctx *c = arg;
+	ncclResult_t async = ncclSuccess;
+
+	if (c->comm == NULL)
+		return c->failed ? diag_set(d, ST_RUNTIME, "NCCL communicator aborted after an error") : ST_OK;
+	if (ncclCommGetAsyncError(c->comm, &async) == ncclSuccess &&
+	    (async == ncclSuccess || async == ncclInProgress))
+		return ST_OK;
+	nccl_abort(c);
+	return nccl_fail(d, async, "NCCL all-reduce (ncclCommGetAsyncError)");
+}
+
 static enum status nccl_wait_all(void *ctx, struct diag *d)
 {
 	struct nccl_ctx *c = ctx;
@@ -107,8 +135,10 @@ static enum status nccl_wait_all(void *ctx, struct diag *d)
 	if (rc != cudaSuccess)
 		return cuda_fail(d, rc, "cudaStreamWaitEvent(all-reduces done)");
 	if (ncclCommGetAsyncError(c->comm, &async) == ncclSuccess && async != ncclSuccess &&
-	    async != ncclInProgress)
+	    async != ncclInProgress) {
+		nccl_abort(c);
 		return nccl_fail(d, async, "NCCL all-reduce");
+	}
 	return ST_OK;
 }
 
@@ -129,7 +159,23 @@ static void nccl_fini(void *ctx)
 
 	if (c == NULL)
 		return;
-	if (c->comm != NULL) {
+	if (c->cu != NULL) {
+		/* ncclCommDestroy waits until every graph holding one of its collectives is
+		 * destroyed: they go first (the trainer normally did this already). */
+		cudaSetDevice(c->cu->device);
+		for (int i = 0; i < BACKEND_GRAPHS; i++)
+			if (c->cu->exec[i] != NULL) {
+				cudaGraphExecDestroy(c->cu->exec[i]);
+				c->cu->exec[i] = NULL;
+			}
+		if (c->cu->err.st != ST_OK)
+			c->failed = 1; /* the device failed: peers may be stuck in a collective */
+		c->cu->poll = NULL;
+		c->cu->poll_arg = NULL;
+	}
+	if (c->comm != NULL && c->failed) {
+		nccl_abort(c);
+	} else if (c->comm != NULL) {
 		cudaStreamSynchronize(c->stream);
 		ncclCommDestroy(c->comm);
 	}
@@ -166,29 +212,40 @@ enum status nccl_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], struct diag *d)
 
 enum status nccl_comm_init(struct comm *out, struct backend *be,
 			   const unsigned char id[GPU_NCCL_ID_BYTES], int rank, int size,
-			   int timeout_s, struct diag *d)
+			   int timeout_s, int (*ready)(void *arg, int ok), void *arg,
+			   struct diag *d)
 {
 	struct nccl_ctx *c = calloc(1, sizeof *c);
 	ncclUniqueId u;
 	ncclResult_t r;
-	cudaError_t rc;
+	cudaError_t rc = cudaSuccess;
+	enum status st = ST_OK;
 
 	out->ops = NULL;
 	out->ctx = NULL;
-	if (c == NULL)
-		return diag_set(d, ST_RUNTIME, "nccl: out of memory");
-	c->cu = be->ctx;
-	c->timeout_s = timeout_s;
-	rc = cudaSetDevice(c->cu->device);
-	if (rc == cudaSuccess)
-		rc = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
-	for (int i = 0; i < COMM_MAX_INFLIGHT && rc == cudaSuccess; i++)
-		rc = cudaEventCreateWithFlags(&c->ready[i], cudaEventDisableTiming);
-	if (rc == cudaSuccess)
-		rc = cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming);
-	if (rc != cudaSuccess) {
+	if (c == NULL) {
+		st = diag_set(d, ST_RUNTIME, "nccl: out of memory");
+	} else {
+		c->timeout_s = timeout_s;
+		rc = cudaSetDevice(((struct cuda_ctx *)be->ctx)->device);
+		if (rc == cudaSuccess)
+			rc = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+		for (int i = 0; i < COMM_MAX_INFLIGHT && rc == cudaSuccess; i++)
+			rc = cudaEventCreateWithFlags(&c->ready[i], cudaEventDisableTiming);
+		if (rc == cudaSuccess)
+			rc = cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming);
+		if (rc != cudaSuccess)
+			st = cuda_fail(d, rc, "nccl: stream and event set-up");
+	}
+	/* Every rank reaches this point, failed or not: the init below blocks until all
+	 * ranks are in it, so a rank that cannot get there must stop the others first. */
+	if (!ready(arg, st == ST_OK)) {
 		nccl_fini(c);
-		return cuda_fail(d, rc, "nccl: stream and event set-up");
+		return st != ST_OK ? st : ST_STOP;
+	}
+	if (st != ST_OK) {
+		nccl_fini(c);
+		return st;
 	}
 	memcpy(&u, id, sizeof u);
 	r = ncclCommInitRank(&c->comm, size, u, rank);
@@ -197,6 +254,10 @@ enum status nccl_comm_init(struct comm *out, struct backend *be,
 		nccl_fini(c);
 		return nccl_fail(d, r, "ncclCommInitRank");
 	}
+	c->cu = be->ctx;
+	c->cu->poll = nccl_poll;
+	c->cu->poll_arg = c;
+	c->cu->timeout_s = timeout_s;
 	out->ops = &comm_nccl_ops;
 	out->ctx = c;
 	return ST_OK;

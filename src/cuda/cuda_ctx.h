@@ -20,9 +20,17 @@ struct cuda_ctx {
 	void *blas_workspace;         /* fixed, so cuBLAS never allocates (graph capture) */
 	float *partials;              /* (2 * CUDA_PARTIALS) reduction scratch: loss and accuracy */
 	cudaEvent_t ev;               /* cross-stream ordering for copy_peer */
+	cudaEvent_t host_ev[BACKEND_MARKS]; /* host_mark / host_wait */
+	cudaEvent_t timer[BACKEND_TIMERS]; /* timer_mark / timer_ms, created on first use */
 	cudaGraphExec_t exec[BACKEND_GRAPHS];
+	unsigned long long peer_on;   /* bit i: this device reads device i's memory directly */
 	size_t allocated;             /* bytes from alloc, never decreased: the peak held */
-	struct diag err;              /* first error since the last sync */
+	struct diag err;              /* first error (sticky: the device is not trusted after it) */
+	/* Set by the NCCL communicator ordered with this stream: every host wait also watches
+	 * its asynchronous errors, and gives up after timeout_s (0: never). */
+	enum status (*poll)(void *arg, struct diag *d);
+	void *poll_arg;
+	int timeout_s;
 };
 
 #ifdef __cplusplus

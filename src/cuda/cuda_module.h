@@ -29,7 +29,7 @@ void cuda_free(void *ctx, float *p);
 float *cuda_host_alloc(void *ctx, size_t n);
 void cuda_host_free(void *ctx, float *p);
 void cuda_to_device(void *ctx, float *dst, const float *src, size_t n);
-void cuda_to_host(void *ctx, float *dst, const float *src, size_t n);
+enum status cuda_to_host(void *ctx, float *dst, const float *src, size_t n, struct diag *d);
 void cuda_copy(void *ctx, float *dst, const float *src, size_t n);
 void cuda_copy_peer(void *ctx, float *dst, void *src_ctx, const float *src, size_t n);
 void cuda_add(void *ctx, float *dst, const float *src, size_t n);
@@ -54,11 +54,16 @@ size_t cuda_mem_used(void *ctx);
 enum status cuda_graph_begin(void *ctx, struct diag *d);
 enum status cuda_graph_end(void *ctx, int slot, struct diag *d);
 enum status cuda_graph_launch(void *ctx, int slot, struct diag *d);
+void cuda_graph_reset(void *ctx);
+void cuda_host_mark(void *ctx, int slot);
+enum status cuda_host_wait(void *ctx, int slot, struct diag *d);
+void cuda_timer_mark(void *ctx, int id);
+double cuda_timer_ms(void *ctx, int a, int b);
 /* comm_nccl.c */
 enum status nccl_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], struct diag *d);
 enum status nccl_comm_init(struct comm *out, struct backend *be,
 			   const unsigned char id[GPU_NCCL_ID_BYTES], int rank, int size,
-			   int timeout_s, struct diag *d);
+			   int timeout_s, int (*ready)(void *arg, int ok), void *arg, struct diag *d);
 
 #ifdef __cplusplus
 }

@@ -43,6 +43,11 @@ static const struct backend_ops backend_cuda_ops = {
 	.graph_begin = cuda_graph_begin,
 	.graph_end = cuda_graph_end,
 	.graph_launch = cuda_graph_launch,
+	.graph_reset = cuda_graph_reset,
+	.host_mark = cuda_host_mark,
+	.host_wait = cuda_host_wait,
+	.timer_mark = cuda_timer_mark,
+	.timer_ms = cuda_timer_ms,
 };
 
 static enum status probe(int *count, char *info, size_t len, struct diag *d)
@@ -84,8 +89,8 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static enum status bench_sgemm(int dev, int m, int n, int k, int tf32, int iters, double *tflops,
-			       struct diag *d)
+static enum status bench_sgemm(int dev, int trans_a, int trans_b, int m, int n, int k, int tf32,
+			       int iters, double *tflops, struct diag *d)
 {
 	float *a = NULL, *b = NULL, *c = NULL, ms = 0.0f;
 	const float one = 1.0f, zero = 0.0f;
@@ -110,7 +115,8 @@ static enum status bench_sgemm(int dev, int m, int n, int k, int tf32, int iters
 	cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH);
 	for (int i = -2; i < iters; i++) {
 		cudaEventRecord(e0, 0);
-		if (cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, &one, a, m, b, k, &zero, c, m) !=
+		if (cublasSgemm(h, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+				m, n, k, &one, a, trans_a ? k : m, b, trans_b ? n : k, &zero, c, m) !=
 		    CUBLAS_STATUS_SUCCESS) {
 			st = diag_set(d, ST_RUNTIME, "bench_sgemm: cublasSgemm failed");
 			goto out;
