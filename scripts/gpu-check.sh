@@ -120,7 +120,7 @@ table() {
 	echo
 	printf '%-44s %-8s %s\n' "check" "result" "figures"
 	printf '%s\n' "${rows[@]}"
-	echo "# $((${#rows[@]} - fails)) passed, $fails failed, in $((SECONDS - t_start)) s"
+	echo "# $((${#rows[@]} - fails)) passed, $fails failed, in $((SECONDS - t_start)) s$([ $((SECONDS - t_start)) -lt "${BUDGET:-450}" ] || echo " (time budget spent: the last runs were cut short)")"
 }
 
 B=${GPUCHECK_BUILD:-$PWD} # the build tree (here: the repository root)
@@ -171,7 +171,12 @@ fi
 NGPU=${GPUCHECK_NGPU:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
 [ "$NGPU" -gt 0 ] || NGPU=1
 
-mpi() { local np=$1; shift; timeout -k 5 180 "$MPIRUN" --oversubscribe -np "$np" "$D" "$@"; }
+# Each run is limited to what is left of the budget (GPUCHECK_BUDGET, 450 s: the whole
+# call stays under 8 minutes even if runs hang), and ddptrain's own --timeout turns a
+# stalled collective into exit 1 with a message.
+BUDGET=${GPUCHECK_BUDGET:-450}
+lim() { local l=$((BUDGET - (SECONDS - t_start))); [ "$l" -lt "$1" ] || l=$1; [ "$l" -gt 0 ] || l=1; echo "$l"; }
+mpi() { local np=$1; shift; timeout -k 5 "$(lim 180)" "$MPIRUN" --oversubscribe -np "$np" "$D" --timeout=60 "$@"; }
 cmp_row() { # NAME A B
 	local out
 	if out=$("$B/tests/stcompare" "$2" "$3" 1e-5 2>&1); then row "$1" ok "${out#stcompare: }"
@@ -179,7 +184,7 @@ cmp_row() { # NAME A B
 }
 
 # 1. operations
-if out=$(timeout 120 "$B/tests/opcheck" 2>&1); then
+if out=$(timeout "$(lim 120)" "$B/tests/opcheck" 2>&1); then
 	row "backend ops vs CPU (TF32 off)" ok "$(echo "$out" | grep -v '^#' | awk '{ if ($(NF-1) > m) m = $(NF-1) } END { printf "worst rel err %.3g over %d ops", m, NR }')"
 else
 	row "backend ops vs CPU (TF32 off)" FAIL "$(echo "$out" | grep -E 'FAIL|SKIP|opcheck' | head -3 | tr '\n' ' ')"
@@ -206,8 +211,8 @@ if [ "$NGPU" -ge 2 ]; then
 	mpi 2 $c --device=cuda --backend=nccl --save="$TMP/nccl2.st" &&
 		cmp_row "-np 2 --backend=nccl (2 GPUs) vs CPU" "$TMP/nccl2.st" "$TMP/cpu2.st" || row "-np 2 --backend=nccl vs CPU" FAIL "run failed"
 fi
-timeout 180 "$D" --mode=dp --replicas="$NGPU" --device=cpu $c --save="$TMP/dpcpu.st" &&
-	timeout 180 "$D" --mode=dp --replicas="$NGPU" --device=cuda $c --save="$TMP/dpgpu.st" &&
+timeout "$(lim 180)" "$D" --mode=dp --replicas="$NGPU" --device=cpu $c --save="$TMP/dpcpu.st" &&
+	timeout "$(lim 180)" "$D" --mode=dp --replicas="$NGPU" --device=cuda $c --save="$TMP/dpgpu.st" &&
 	cmp_row "dp on $NGPU GPU(s) vs CPU dp" "$TMP/dpgpu.st" "$TMP/dpcpu.st" || row "dp on $NGPU GPU(s) vs CPU dp" FAIL "run failed"
 
 # 6. the graph path with a real NCCL communicator (1 rank: graphs are captured and replayed)
@@ -234,9 +239,9 @@ if mpi 1 --device=cuda --layers=$WD,$WD,$WD,$WD,$WD --batch-size=$WB --samples=$
 	# (T,N WDxWBxWD) x4, weight grad (N,T WDxWDxWB) x4, input grad (N,N WDxWBxWD) x3 (the
 	# first layer has none). Same FLOPs each: the ceiling is their harmonic mean, weighted
 	# by count.
-	f=$(timeout 60 "$B/tests/opcheck" --sgemm $WD $WB $WD T N 2>/dev/null || echo 0)
-	w=$(timeout 60 "$B/tests/opcheck" --sgemm $WD $WD $WB N T 2>/dev/null || echo 0)
-	i=$(timeout 60 "$B/tests/opcheck" --sgemm $WD $WB $WD N N 2>/dev/null || echo 0)
+	f=$(timeout "$(lim 60)" "$B/tests/opcheck" --sgemm $WD $WB $WD T N 2>/dev/null || echo 0)
+	w=$(timeout "$(lim 60)" "$B/tests/opcheck" --sgemm $WD $WD $WB N T 2>/dev/null || echo 0)
+	i=$(timeout "$(lim 60)" "$B/tests/opcheck" --sgemm $WD $WB $WD N N 2>/dev/null || echo 0)
 	peak=$(awk -v f="$f" -v w="$w" -v i="$i" 'BEGIN { if (f > 0 && w > 0 && i > 0) printf "%.2f", 11 / (4 / f + 4 / w + 3 / i); else print 0 }')
 	tf=$(awk -v d=$WD -v b=$WB -v ms="$ms" 'BEGIN { printf "%.2f", 2 * b * d * d * 11 / (ms * 1e-3) / 1e12 }')
 	[ "$peak" != 0 ] && r=ok || r=FAIL # no SGEMM timing: the comparison is the point
@@ -245,7 +250,7 @@ else
 	row "${WD}x5 batch $WB, 1 rank" FAIL "$(grep ddptrain: "$TMP/wide.out" | head -1)"
 fi
 # dp's phases, timed by CUDA events on each replica's stream: one row per replica.
-if timeout 180 "$D" --mode=dp --replicas="$NGPU" --device=cuda --layers=$DPW,$DPW,$DPW,$DPW --batch-size=256 \
+if timeout "$(lim 180)" "$D" --mode=dp --replicas="$NGPU" --device=cuda --layers=$DPW,$DPW,$DPW,$DPW --batch-size=256 \
 	--samples=$((50 * 256 * NGPU)) --epochs=1 --log-every=0 >"$TMP/dp.out" 2>&1; then
 	mapfile -t reps < <(awk '/^#replica/ { split($0, h); t = 1; next }
 		t && /^# +[0-9]+ / { s = ""; for (i = 3; i <= 10; i++) s = s sprintf("%s %s  ", h[i - 1], $i); print $2 "|" s; next }

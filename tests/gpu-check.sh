@@ -18,15 +18,15 @@ export GPUCHECK_GLIBC=2.36 GPUCHECK_GLIBC_WANT=2.36
 
 # 1. python3 says where its nvidia package is (no search needed).
 out=$(GPUCHECK_SEARCH_ROOT=$TMPD/nothing-here PYTHONPATH=$SP "$GC" --find-libs libnccl.so.2 libcublas.so.13) ||
-	fail "python route: $out"
-echo "$out" | grep -qxF "libnccl.so.2 => $SP/nvidia/nccl/lib (python3's nvidia package)" || fail "python route: $out"
-echo "$out" | grep -qxF "libcublas.so.13 => $SP/nvidia/cublas/lib (python3's nvidia package)" || fail "python route: $out"
+	fail "python3 asked: $out"
+echo "$out" | grep -qxF "libnccl.so.2 => $SP/nvidia/nccl/lib (python3's nvidia package)" || fail "python3 asked: $out"
+echo "$out" | grep -qxF "libcublas.so.13 => $SP/nvidia/cublas/lib (python3's nvidia package)" || fail "python3 asked: $out"
 
 # 2. A python3 that does not know (another interpreter): the deep search finds it.
 out=$(GPUCHECK_SEARCH_ROOT=$R GPUCHECK_PYTHON=false "$GC" --find-libs libnccl.so.2 libcudart.so.13) ||
-	fail "search route: $out"
-echo "$out" | grep -qxF "libnccl.so.2 => $SP/nvidia/nccl/lib (search under $R)" || fail "search route: $out"
-echo "$out" | grep -qxF "libcudart.so.13 => $R/usr/local/cuda/lib64 (search under $R)" || fail "search route: $out"
+	fail "tree searched: $out"
+echo "$out" | grep -qxF "libnccl.so.2 => $SP/nvidia/nccl/lib (search under $R)" || fail "tree searched: $out"
+echo "$out" | grep -qxF "libcudart.so.13 => $R/usr/local/cuda/lib64 (search under $R)" || fail "tree searched: $out"
 
 # 3. Nowhere: "not found", exit 1.
 rc=0; out=$(GPUCHECK_SEARCH_ROOT=$R GPUCHECK_PYTHON=false "$GC" --find-libs libnccl.so.3) || rc=$?
