@@ -18,7 +18,8 @@
  *   - a collective replayed from a graph on some ranks and issued eagerly on others
  *     (NCCL requires capture to be uniform over ranks);
  *   - a host read or host synchronisation inside a capture (it invalidates the capture);
- *   - a host buffer rewritten while its queued copy to the device has not run;
+ *   - a pinned host buffer rewritten while its queued copy to the device has not run
+ *     (from pageable memory CUDA copies before returning, and so does the fake);
  *   - an operation issued from a thread that never selected a device (cudaSetDevice);
  *   - the first cuBLAS use, or the first all-reduce, of an instance inside a capture
  *     (both set up lazily, with allocations a capture cannot record).
@@ -54,6 +55,7 @@
 
 enum fk_kind {
 	K_TO_DEVICE, K_COPY, K_ADD, K_LIN_FWD, K_LIN_BWD, K_RELU_FWD, K_RELU_BWD, K_MSE, K_AXPBZ,
+	K_XENT, K_ADAMW, K_SUMSQ, K_CLIP,
 	K_ALLREDUCE, K_STEP_END, K_MARK, K_TIMER,
 };
 
@@ -67,6 +69,7 @@ struct fk_op {
 	size_t n;
 	int rows, in, out, flag;
 	float scale, a, b;
+	struct adamw_hparams ah;
 	struct fk_comm *comm;
 	uint64_t sum; /* K_TO_DEVICE: checksum of the source when it entered the queue */
 	int graph;    /* entered the queue through a graph launch */
@@ -283,6 +286,18 @@ static void run_op(struct fk_ctx *c, struct fk_op *o)
 		break;
 	case K_AXPBZ:
 		cpu->axpbz(NULL, o->dst, o->a, o->scale, o->s1, o->b, o->s2, o->n);
+		break;
+	case K_XENT:
+		cpu->cross_entropy(NULL, o->dst, o->o2, o->s1, o->s2, o->rows, o->out, o->scale, o->flag);
+		break;
+	case K_ADAMW:
+		cpu->adamw(NULL, o->dst, o->s1, o->o2, o->o3, o->n, &o->ah);
+		break;
+	case K_SUMSQ:
+		cpu->sumsq(NULL, o->dst, o->s1, o->n, o->flag);
+		break;
+	case K_CLIP:
+		cpu->clip(NULL, o->dst, o->n, o->s1, o->scale);
 		break;
 	case K_ALLREDUCE: {
 		struct fk_comm *m = o->comm;
@@ -510,11 +525,38 @@ static void fk_host_free(void *ctx, float *p)
 	free(p);
 }
 
+static int is_pinned(const float *p)
+{
+	int yes = 0;
+
+	pthread_mutex_lock(&G.mu);
+	for (int i = 0; i < G.npinned && !yes; i++)
+		yes = p >= G.pinned[i].p && p < G.pinned[i].p + G.pinned[i].n;
+	pthread_mutex_unlock(&G.mu);
+	return yes;
+}
+
+/* From pinned memory the copy is queued and reads src when it runs; from pageable memory
+ * CUDA waits for the stream and copies src before it returns, as here. */
 static void fk_to_device(void *ctx, float *dst, const float *src, size_t n)
 {
+	struct fk_ctx *c = ctx;
 	struct fk_op o = {.k = K_TO_DEVICE, .dst = dst, .s1 = src, .n = n};
 
-	issue(ctx, &o, "cudaMemcpyAsync(host to device)");
+	if (is_pinned(src)) {
+		issue(c, &o, "cudaMemcpyAsync(host to device)");
+		return;
+	}
+	enter(c, "cudaMemcpyAsync(pageable host to device)");
+	pthread_mutex_lock(&c->mu);
+	if (c->capturing) {
+		rule("cudaMemcpyAsync from pageable host memory on device %d inside a stream capture", c->device);
+	} else {
+		drain(c);
+		if (c->err.st == ST_OK)
+			memcpy(dst, src, n * sizeof(float));
+	}
+	pthread_mutex_unlock(&c->mu);
 }
 
 static enum status fk_to_host(void *ctx, float *dst, const float *src, size_t n, struct diag *d)
@@ -605,6 +647,37 @@ static void fk_axpbz(void *ctx, float *y, float a, float c, const float *x, floa
 			  .n = n};
 
 	issue(ctx, &o, "k_axpbz");
+}
+
+static void fk_cross_entropy(void *ctx, float *dy, float *out, const float *z,
+			     const float *labels, int n, int classes, float scale, int accumulate)
+{
+	struct fk_op o = {.k = K_XENT, .dst = dy, .o2 = out, .s1 = z, .s2 = labels, .rows = n,
+			  .out = classes, .scale = scale, .flag = accumulate};
+
+	issue(ctx, &o, "k_cross_entropy");
+}
+
+static void fk_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n,
+		     const struct adamw_hparams *h)
+{
+	struct fk_op o = {.k = K_ADAMW, .dst = p, .s1 = g, .o2 = m, .o3 = v, .n = n, .ah = *h};
+
+	issue(ctx, &o, "k_adamw");
+}
+
+static void fk_sumsq(void *ctx, float *out, const float *x, size_t n, int accumulate)
+{
+	struct fk_op o = {.k = K_SUMSQ, .dst = out, .s1 = x, .n = n, .flag = accumulate};
+
+	issue(ctx, &o, "k_sumsq");
+}
+
+static void fk_clip(void *ctx, float *x, size_t n, const float *sumsq, float max_norm)
+{
+	struct fk_op o = {.k = K_CLIP, .dst = x, .n = n, .s1 = sumsq, .scale = max_norm};
+
+	issue(ctx, &o, "k_clip");
 }
 
 static enum status fk_sync(void *ctx, struct diag *d)
@@ -748,6 +821,10 @@ static const struct backend_ops fake_backend = {
 	.relu_backward = fk_relu_backward,
 	.mse = fk_mse,
 	.axpbz = fk_axpbz,
+	.cross_entropy = fk_cross_entropy,
+	.adamw = fk_adamw,
+	.sumsq = fk_sumsq,
+	.clip = fk_clip,
 	.sync = fk_sync,
 	.mem_used = fk_mem_used,
 	.graph_begin = fk_graph_begin,
