@@ -202,6 +202,9 @@ static enum status keep_best(void *arg, long step, long epoch, double loss, stru
 			st = diag_set(d, ST_RUNTIME, "--save-best: out of memory");
 		} else {
 			st = model_state_to_host(&a->m, 0, 1, host, d);
+			if (st == ST_OK && !model_all_finite(host, a->m.nparams))
+				st = diag_set(d, ST_RUNTIME, "training diverged: the weights are not finite after step %ld; lower --lr (--save-best: %s was not written)",
+					      step, a->o.save_best);
 			if (st == ST_OK)
 				st = checkpoint_write_weights(a->o.save_best, "--save-best", &a->m, host, d);
 			free(host);
@@ -292,6 +295,9 @@ static enum status check_outputs(struct app *a)
 			{"--init", o->init, 0, 0},
 			{"--inputs", o->inputs, 0, 0},
 			{"--targets", o->targets, 0, 0},
+			{"--save-best", o->save_best, 1, 0},
+			{"--val-inputs", o->val_inputs, 0, 0},
+			{"--val-targets", o->val_targets, 0, 0},
 		};
 
 		/* --resume=F --checkpoint=F is how a run continues; every other pair is refused. */

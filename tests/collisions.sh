@@ -21,9 +21,12 @@ expect_fail 2 "--metrics and --targets name the same file (y.npy)" 2 $D --metric
 expect_fail 2 "--save and --checkpoint name the same file (c.st)" 1 --checkpoint=c.st --save=c.st
 expect_fail 2 "--save: c.st.step-00000010 is one of --checkpoint's rotation names" 1 \
 	--checkpoint=c.st --keep-checkpoints=2 --save=c.st.step-00000010
+expect_fail 2 "--save and --save-best name the same file (o)" 1 --val-samples=20 --save-best=o --save=o
+cp x.npy v.npy
+expect_fail 2 "--save-best and --val-inputs name the same file (v.npy)" 1 $D --val-inputs=v.npy --val-targets=y.npy --save-best=v.npy
 run_mpi 1 --max-steps=2 --checkpoint=c.st --quiet || fail "making a checkpoint"
 expect_fail 2 "--save and --resume name the same file (c.st)" 1 --resume=c.st --save=c.st
 expect_fail 2 "--metrics and --init name the same file (c.st)" 1 --init=c.st --metrics=c.st
 run_mpi 1 --max-steps=4 --checkpoint=c.st --resume=c.st --quiet || fail "--resume=F --checkpoint=F refused"
 cmp -s x.npy x.orig && [ ! -e o ] || fail "a refused run wrote something"
-echo "collisions: 9 refused, the resume pair allowed"
+echo "collisions: 11 refused, the resume pair allowed"
