@@ -126,6 +126,11 @@ struct backend_ops {
 	 * once both have passed (after a sync), or negative if unknown. */
 	void (*timer_mark)(void *ctx, int id);
 	double (*timer_ms)(void *ctx, int a, int b);
+	/* Optional (NULL if unsupported): call fn between the panels of linear_backward's long
+	 * products, so that communication can move while they compute: fn(arg, dw + o * in,
+	 * rows * in) when dw's rows [o, o + rows) are final (they come in increasing order),
+	 * fn(arg, NULL, 0) between dx's panels. fn NULL: stop. */
+	void (*set_progress)(void *ctx, void (*fn)(void *arg, float *done, size_t n), void *arg);
 };
 
 #define BACKEND_GRAPHS 4

@@ -1,7 +1,9 @@
 /*
  * backend_cpu.c - the CPU backend: CBLAS for the matrix products, plain loops
  * for the element-wise work. Single-threaded BLAS: parallelism comes from
- * the ranks (or dp threads), one core each.
+ * the ranks (or dp threads), one core each. With a progress hook set, the
+ * backward products run in row panels of about PANEL_FLOPS with the hook
+ * called between them (MPI moves messages only inside MPI calls).
  */
 #include <cblas.h>
 #include <math.h>
@@ -11,17 +13,49 @@
 #include "backend.h"
 #include "config.h"
 
+#define PANEL_FLOPS 16e6 /* about 0.3 ms at one core's SGEMM speed */
+#define PANEL_MIN_ROWS 32 /* below this a panel's SGEMM slows down */
+
+struct cpu {
+	void (*progress)(void *arg, float *done, size_t n); /* see set_progress, or NULL */
+	void *arg;
+};
+
 static enum status cpu_init(void **ctx, const struct backend_config *cfg, struct diag *d)
 {
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
 	openblas_set_num_threads(1);
 #endif
-	*ctx = NULL;
+	*ctx = calloc(1, sizeof(struct cpu));
+	if (*ctx == NULL)
+		return diag_set(d, ST_RUNTIME, "cpu backend: out of memory");
 	return ST_OK;
 }
 
 static void cpu_fini(void *ctx)
 {
+	free(ctx);
+}
+
+static void cpu_set_progress(void *ctx, void (*fn)(void *arg, float *done, size_t n), void *arg)
+{
+	struct cpu *c = ctx;
+
+	c->progress = fn;
+	c->arg = arg;
+}
+
+/* Rows per panel for a product of m rows costing flops_per_row each: m when there is no
+ * progress hook or the product is short. */
+static int panel_rows(const struct cpu *c, int m, double flops_per_row)
+{
+	double rows;
+
+	if (c == NULL || c->progress == NULL || (double)m * flops_per_row < 2.0 * PANEL_FLOPS)
+		return m;
+	rows = PANEL_FLOPS / flops_per_row;
+	rows = rows < PANEL_MIN_ROWS ? PANEL_MIN_ROWS : 16.0 * (int)((rows + 15.0) / 16.0);
+	return rows >= m ? m : (int)rows;
 }
 
 static enum status cpu_bind(void *ctx, struct diag *d)
@@ -92,10 +126,19 @@ static void cpu_linear_backward(void *ctx, float *dx, float *dw, float *db, cons
 				const float *x, const float *w, int n, int in, int out,
 				int accumulate)
 {
-	/* dw (out, in) = dy^T (out, n) @ x (n, in) */
+	const struct cpu *c = ctx;
+	int step = panel_rows(c, out, 2.0 * in * n);
+
+	/* dw (out, in) = dy^T (out, n) @ x (n, in), in panels of dw's rows */
 	if (dw != NULL) {
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in,
-			    accumulate ? 1.0f : 0.0f, dw, in);
+		for (int o = 0; o < out; o += step) {
+			int rows = out - o < step ? out - o : step;
+
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, in, n, 1.0f, dy + o,
+				    out, x, in, accumulate ? 1.0f : 0.0f, dw + (size_t)o * in, in);
+			if (step < out)
+				c->progress(c->arg, dw + (size_t)o * in, (size_t)rows * in);
+		}
 		if (!accumulate)
 			memset(db, 0, (size_t)out * sizeof(float));
 		for (int i = 0; i < n; i++) {
@@ -106,10 +149,18 @@ static void cpu_linear_backward(void *ctx, float *dx, float *dw, float *db, cons
 				s[k] += r[k];
 		}
 	}
-	/* dx (n, in) = dy (n, out) @ w (out, in) */
-	if (dx != NULL)
-		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, dy, out, w,
-			    in, 0.0f, dx, in);
+	/* dx (n, in) = dy (n, out) @ w (out, in), in panels of dx's rows */
+	if (dx == NULL)
+		return;
+	step = panel_rows(c, n, 2.0 * in * out);
+	for (int i = 0; i < n; i += step) {
+		int rows = n - i < step ? n - i : step;
+
+		if (c != NULL && c->progress != NULL)
+			c->progress(c->arg, NULL, 0);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out, 1.0f,
+			    dy + (size_t)i * out, out, w, in, 0.0f, dx + (size_t)i * in, in);
+	}
 }
 
 /* torch.relu: NaN passes through (fmaxf would turn it into 0 and hide bad data). */
@@ -268,4 +319,5 @@ const struct backend_ops backend_cpu_ops = {
 	.clip = cpu_clip,
 	.sync = cpu_sync,
 	.mem_used = cpu_mem_used,
+	.set_progress = cpu_set_progress,
 };

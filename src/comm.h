@@ -34,6 +34,9 @@ struct comm_ops {
 struct comm {
 	const struct comm_ops *ops;
 	void *ctx;
+	/* 1: this instance's all-reduces move while the caller computes (the MPI ring), so
+	 * the trainer streams gradient regions as backward finishes them */
+	int stream;
 };
 
 /* Safe to call twice. */

@@ -1,6 +1,9 @@
 /*
- * comm_mpi.c - gradient all-reduce with non-blocking MPI (MPI_Iallreduce in
- * place), progressed with MPI_Testall between layers.
+ * comm_mpi.c - gradient all-reduce over MPI: host-memory buckets of at least
+ * DDPTRAIN_RING_MIN_KB go through the pipelined ring (ring.h), progressed
+ * between layers and between the panels of backward's products; smaller ones,
+ * and device memory, through MPI_Iallreduce in place, progressed with
+ * MPI_Testall.
  *
  * Device memory: each bucket is copied into a pinned host mirror of the
  * gradient buffer, reduced there, and copied back when the step's all-reduces
@@ -14,6 +17,7 @@
 #include <string.h>
 
 #include "comm_mpi.h"
+#include "ring.h"
 #if __has_include(<mpi-ext.h>)
 #include <mpi-ext.h> /* MPIX_Query_cuda_support, where Open MPI provides it */
 #endif
@@ -31,7 +35,52 @@ struct comm_mpi {
 	float *dev[COMM_MAX_INFLIGHT]; /* staged: where each result goes back, or NULL */
 	size_t len[COMM_MAX_INFLIGHT];
 	int nreq;
+	int use_ring;       /* PATH_HOST on 2+ ranks, unless DDPTRAIN_ALLREDUCE=mpi */
+	size_t ring_min;    /* floats: smaller buckets go to MPI_Iallreduce */
+	struct ring ring;
 };
+
+/* The ring's settings, from rank 0's environment (so that every rank agrees). */
+struct ring_env {
+	int use;          /* DDPTRAIN_ALLREDUCE: 2 auto (default: ring across nodes), 1 ring, 0 mpi */
+	int chunk_kb;     /* DDPTRAIN_RING_CHUNK_KB: floats per piece x 4 / 1024 */
+	int window;       /* DDPTRAIN_RING_WINDOW: blocks in flight */
+	int min_kb;       /* DDPTRAIN_RING_MIN_KB: smallest bucket for the ring */
+	int bad;          /* 1-based index of the variable that is wrong, or 0 */
+};
+
+static int env_int(const char *name, int def, int lo, int hi, int *bad, int idx)
+{
+	const char *v = getenv(name);
+	char *end;
+	long x;
+
+	if (v == NULL || *v == '\0')
+		return def;
+	x = strtol(v, &end, 10);
+	if (*end != '\0' || x < lo || x > hi) {
+		*bad = *bad ? *bad : idx;
+		return def;
+	}
+	return (int)x;
+}
+
+static void ring_env_read(struct ring_env *e)
+{
+	const char *a = getenv("DDPTRAIN_ALLREDUCE");
+
+	memset(e, 0, sizeof *e);
+	e->use = 2;
+	if (a != NULL && strcmp(a, "mpi") == 0)
+		e->use = 0;
+	else if (a != NULL && strcmp(a, "ring") == 0)
+		e->use = 1;
+	else if (a != NULL && *a != '\0' && strcmp(a, "auto") != 0)
+		e->bad = 1;
+	e->chunk_kb = env_int("DDPTRAIN_RING_CHUNK_KB", 1024, 1, 1 << 20, &e->bad, 2);
+	e->window = env_int("DDPTRAIN_RING_WINDOW", 8, 1, RING_WINDOW, &e->bad, 3);
+	e->min_kb = env_int("DDPTRAIN_RING_MIN_KB", 64, 0, 1 << 22, &e->bad, 4);
+}
 
 int comm_mpi_cuda_aware(void)
 {
@@ -78,6 +127,8 @@ static enum status mpi_allreduce_start(void *ctx, float *buf, size_t n, int last
 		if (st != ST_OK)
 			return st;
 	}
+	if (c->use_ring && n >= c->ring_min)
+		return ring_start(&c->ring, target, n, d);
 	if (last) {
 		/* Open MPI's blocking all-reduce (coll/tuned) is several times faster than its
 		 * non-blocking one (libnbc) on large buffers, and with backward finished there
@@ -104,12 +155,15 @@ static void mpi_progress(void *ctx)
 
 	if (c->nreq > 0)
 		MPI_Testall(c->nreq, c->req, &done, MPI_STATUSES_IGNORE);
+	if (c->use_ring)
+		ring_progress(&c->ring);
 }
 
 static enum status mpi_wait_all(void *ctx, struct diag *d)
 {
 	struct comm_mpi *c = ctx;
 	int rc = MPI_SUCCESS;
+	enum status st = c->use_ring ? ring_wait(&c->ring, d) : ST_OK;
 
 	if (c->nreq > 0)
 		rc = MPI_Waitall(c->nreq, c->req, MPI_STATUSES_IGNORE);
@@ -121,7 +175,7 @@ static enum status mpi_wait_all(void *ctx, struct diag *d)
 	c->nreq = 0;
 	if (rc != MPI_SUCCESS)
 		return world_mpi_error(d, rc, "MPI_Waitall(gradient all-reduce)");
-	return ST_OK;
+	return st;
 }
 
 static enum status mpi_bcast(void *ctx, float *buf, size_t n, int root, struct diag *d)
@@ -158,8 +212,12 @@ static void mpi_fini(void *ctx)
 {
 	struct comm_mpi *c = ctx;
 
-	if (c != NULL && c->stage != NULL)
+	if (c == NULL)
+		return;
+	if (c->stage != NULL)
 		c->be->ops->host_free(c->be->ctx, c->stage);
+	if (c->use_ring)
+		ring_free(&c->ring);
 	free(c);
 }
 
@@ -180,6 +238,7 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, f
 
 	c->ops = NULL;
 	c->ctx = NULL;
+	c->stream = 0;
 	if (m == NULL)
 		return diag_set(d, ST_RUNTIME, "comm: out of memory");
 	m->comm = w->comm;
@@ -194,8 +253,37 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, f
 			return diag_set(d, ST_RUNTIME, "comm: out of pinned host memory for %zu floats", nfloats);
 		}
 	}
+	if (m->path == PATH_HOST && w->size > 1) {
+		static const char *const names[] = {"", "DDPTRAIN_ALLREDUCE: want auto, ring or mpi",
+			"DDPTRAIN_RING_CHUNK_KB: want 1 to 1048576", "DDPTRAIN_RING_WINDOW: want 1 to 8",
+			"DDPTRAIN_RING_MIN_KB: want 0 to 4194304"};
+		struct ring_env e;
+		enum status st = ST_OK;
+		int rc;
+
+		ring_env_read(&e);
+		rc = MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, 0, w->comm);
+		/* auto: the ring across nodes only; inside one node the all-reduce is a memory
+		 * copy with no spare core to overlap it, and MPI's own is as good. Every rank
+		 * sees the same answer: local_size < size on all of them or on none. */
+		if (e.use == 2)
+			e.use = w->local_size < w->size;
+		if (rc != MPI_SUCCESS)
+			st = world_mpi_error(d, rc, "MPI_Bcast(all-reduce settings)");
+		else if (e.bad)
+			st = diag_set(d, ST_USAGE, "%s", names[e.bad]);
+		else if (e.use)
+			st = ring_init(&m->ring, w->comm, (size_t)e.chunk_kb * 256, e.window, d);
+		if (st != ST_OK) {
+			free(m);
+			return st;
+		}
+		m->use_ring = e.use;
+		m->ring_min = (size_t)e.min_kb * 256;
+	}
 	c->ops = &comm_mpi_ops;
 	c->ctx = m;
+	c->stream = m->use_ring;
 	return ST_OK;
 }
 

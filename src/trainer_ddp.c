@@ -36,19 +36,103 @@ struct ddp {
 	int ydim;                   /* target columns: the output width, or 1 (class labels) */
 	int lowest;                 /* the first trainable layer: backward ends there */
 	int closes[MODEL_MAX_LAYERS]; /* bucket completed by layer l's backward, or -1 */
+	/* Streaming (the MPI ring, overlap on, no frozen layer): instead of whole buckets,
+	 * regions of at least `limit` floats start as soon as backward has finished them, down
+	 * to row panels of one layer's weight gradient, so the last layer's all-reduce is not
+	 * all exposed. */
+	int stream;
+	size_t limit;
+	int syncing;                /* this backward's gradients are all-reduced */
+	int layer;                  /* the layer backward is in */
+	size_t lay_hi;              /* end of the rows the panels reported for that layer */
+	size_t plo, phi;            /* finished, not started: grads[plo..phi); empty if equal */
+	int nstarted;               /* all-reduces started in this backward */
 	enum status hook_st;
 	struct diag *d;
 };
 
-/* Called by backward after each layer: start the bucket it completes, or progress MPI. */
+/* Start the all-reduce of grads[off..off+len); the last one may complete at once, so it
+ * is watched and timed as waiting. */
+static void start_region(struct ddp *t, size_t off, size_t len, int last)
+{
+	double tw = clock_now();
+
+	if (t->hook_st != ST_OK)
+		return;
+	if (last)
+		world_watch_begin(t->w, "the gradient all-reduce");
+	t->hook_st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + off, len, last, t->d);
+	if (last) {
+		world_watch_end(t->w);
+		t->wait += clock_now() - tw;
+	}
+	t->nstarted++;
+}
+
+/* Streaming: grads[a..b) is final. Grow the pending region with it when they touch, else
+ * start the pending one; start it once it reaches the limit (while the communicator has
+ * room for the flushes still to come: one per layer left, and the last), or when final. */
+static void stream_add(struct ddp *t, size_t a, size_t b, int final)
+{
+	if (t->plo == t->phi) {
+		t->plo = a;
+		t->phi = b;
+	} else if (t->plo == b) {
+		t->plo = a;
+	} else if (t->phi == a) {
+		t->phi = b;
+	} else {
+		start_region(t, t->plo, t->phi - t->plo, 0);
+		t->plo = a;
+		t->phi = b;
+	}
+	/* In the first layer, the last in backward, every panel goes at once: what is left
+	 * when backward ends is all exposed. */
+	if (final || (t->phi - t->plo >= (t->layer == 0 ? 0 : t->limit) &&
+		      t->nstarted + 2 * t->layer + 3 <= COMM_MAX_INFLIGHT)) {
+		start_region(t, t->plo, t->phi - t->plo, final);
+		t->plo = t->phi = 0;
+	}
+}
+
+/* Called by the backend between the panels of backward's products: dw's rows done[0..n)
+ * are final (streaming), or n is 0; either way, let the all-reduces move. */
+static void ddp_panel(void *arg, float *done, size_t n)
+{
+	struct ddp *t = arg;
+
+	if (t->hook_st != ST_OK)
+		return;
+	if (t->stream && t->syncing && n > 0) {
+		size_t a = (size_t)(done - t->m->grads);
+
+		t->lay_hi = a + n;
+		stream_add(t, a, a + n, 0);
+	}
+	t->c->ops->progress(t->c->ctx);
+}
+
+/* Called by backward after each layer: start what it completes (its bucket, or streaming:
+ * the rest of its gradient), or progress MPI. */
 static void ddp_layer_done(void *arg, int layer)
 {
 	struct ddp *t = arg;
+	const struct model *m = t->m;
 	int b = t->closes[layer];
 
 	if (t->hook_st != ST_OK)
 		return;
-	if (b >= 0 && layer == t->lowest) { /* the last bucket completes here: watch and time it */
+	if (t->stream) {
+		size_t end = m->b_off[layer] + (size_t)m->widths[layer + 1] +
+			     (layer == m->nlayers - 1 ? MODEL_SLOTS : 0);
+
+		stream_add(t, t->lay_hi > m->w_off[layer] ? t->lay_hi : m->w_off[layer], end,
+			   layer == 0);
+		if (layer > 0)
+			t->lay_hi = m->w_off[layer - 1];
+		t->layer = layer - 1;
+		t->c->ops->progress(t->c->ctx);
+	} else if (b >= 0 && layer == t->lowest) { /* the last bucket completes here: watch and time it */
 		double tw = clock_now();
 
 		world_watch_begin(t->w, "the gradient all-reduce");
@@ -101,7 +185,13 @@ static enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulat
 	if (sync && t->tc->overlap && t->slot_bucket >= 0) /* the slots alone: nothing to wait for */
 		t->hook_st = t->c->ops->allreduce_start(t->c->ctx, m->grads + m->nparams, MODEL_SLOTS, 0,
 							t->d);
-	model_backward(m, b->n, accumulate, sync && t->tc->overlap ? ddp_layer_done : NULL, t);
+	t->syncing = sync && t->tc->overlap;
+	t->layer = m->nlayers - 1;
+	t->lay_hi = m->w_off[m->nlayers - 1];
+	t->plo = t->phi = 0;
+	t->nstarted = 0;
+	model_backward(m, b->n, accumulate, t->syncing ? ddp_layer_done : NULL, t);
+	t->syncing = 0;
 	if (!sync)
 		return ST_OK;
 	st = t->hook_st;
@@ -222,7 +312,17 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		return diag_set(d, ST_RUNTIME, "trainer: out of host memory");
 	}
 	t.stop_host[0] = 0.0f;
-	t.nbuckets = model_plan_buckets(m, cap ? cap : 1, first_cap ? first_cap : 1, t.buckets);
+	/* Streaming where the communicator's all-reduces move during compute and the backend
+	 * reports finished panels; each region then is at most the first bucket's size (the
+	 * cap still caps it), and whole-layer regions follow the bucket plan with that limit,
+	 * which is what the report shows. Frozen layers keep the bucket plan. */
+	t.stream = c->stream && tc->overlap && ops->set_progress != NULL && w->size > 1 &&
+		   m->nlayers <= COMM_MAX_INFLIGHT / 4;
+	for (int l = 0; l < m->nlayers; l++)
+		if (m->frozen[l])
+			t.stream = 0;
+	t.limit = first_cap ? first_cap : 1;
+	t.nbuckets = model_plan_buckets(m, t.stream ? t.limit : cap ? cap : 1, t.limit, t.buckets);
 	for (int l = 0; l < m->nlayers; l++)
 		t.closes[l] = -1;
 	for (int k = 0; k < t.nbuckets; k++) {
@@ -238,8 +338,10 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	steps_per_epoch = (L.nmicro + tc->grad_accum - 1) / tc->grad_accum;
 	total = trainer_total_steps(ctl, L.nmicro, tc->grad_accum, tc->epochs, tc->max_steps);
 	t.total = total;
-	report_note(r, "buckets: %d (cap %.3g MiB), %ld steps per epoch, %ld steps in all",
-		    t.nbuckets, tc->bucket_mb, steps_per_epoch, total);
+	report_note(r, "buckets: %d (cap %.3g MiB%s), %ld steps per epoch, %ld steps in all",
+		    t.nbuckets, tc->bucket_mb,
+		    t.stream ? "; streamed: regions of 1 bucket's size start as backward finishes them" : "",
+		    steps_per_epoch, total);
 	if (reduced < m->nparams + MODEL_SLOTS)
 		report_note(r, "frozen layers: %zu of %zu parameters trained and all-reduced",
 			    reduced - MODEL_SLOTS, m->nparams);
@@ -249,6 +351,8 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	graphs = ops->graph_begin != NULL && ops->graph_reset != NULL && c->ops->capturable &&
 		 tc->grad_accum == 1 && tc->graphs && trainer_step_is_fixed(tc, opt);
 	t.graph_off = !graphs;
+	if (t.stream)
+		ops->set_progress(bctx, ddp_panel, &t);
 	clk.t0 = clk.t_last = clock_now();
 	while (step < total && loader_next(&L, &b)) {
 		long gi = b.mb % tc->grad_accum;
@@ -296,6 +400,8 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	 * holds one of its collectives. */
 	if (graphs)
 		ops->graph_reset(bctx);
+	if (ops->set_progress != NULL)
+		ops->set_progress(bctx, NULL, NULL);
 	res->steps = step;
 	res->seconds = clock_now() - clk.t0;
 	res->wait_s = t.wait;

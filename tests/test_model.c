@@ -119,6 +119,68 @@ static void test_linear_backward_accumulates_weight_and_bias_gradients(void **st
 		assert_float_equal(db2[i], 2 * db1[i], 1e-6);
 }
 
+/* What the progress hook saw: dw's rows reported in increasing order, without gaps. */
+struct seen {
+	float *dw;
+	size_t next; /* floats of dw reported so far */
+	int calls, gaps;
+};
+
+static void record(void *arg, float *done, size_t n)
+{
+	struct seen *s = arg;
+
+	s->calls++;
+	if (n == 0)
+		return;
+	if (done != s->dw + s->next)
+		s->gaps++;
+	s->next += n;
+}
+
+static void test_linear_backward_in_panels_is_bit_identical_and_reports_rows_in_order(void **state)
+{
+	enum { N = 64, IN = 512, OUT = 512 }; /* long enough for panels (2 N IN OUT > 32 MFLOP) */
+	struct backend be;
+	struct backend_config cfg = {0};
+	struct diag d = {0};
+	float *x = malloc(sizeof(float) * N * IN), *w = malloc(sizeof(float) * OUT * IN),
+	      *dy = malloc(sizeof(float) * N * OUT);
+	float *dx[2], *dw[2], *db[2];
+	struct seen s = {0};
+
+	assert_int_equal(backend_init(&be, ops, &cfg, &d), ST_OK);
+	assert_non_null(ops->set_progress);
+	for (int k = 0; k < 2; k++) {
+		dx[k] = malloc(sizeof(float) * N * IN);
+		dw[k] = malloc(sizeof(float) * OUT * IN);
+		db[k] = malloc(sizeof(float) * OUT);
+	}
+	fill(x, N * IN, 11);
+	fill(w, OUT * IN, 12);
+	fill(dy, N * OUT, 13);
+	ops->linear_backward(be.ctx, dx[0], dw[0], db[0], dy, x, w, N, IN, OUT, 0);
+	s.dw = dw[1];
+	ops->set_progress(be.ctx, record, &s);
+	ops->linear_backward(be.ctx, dx[1], dw[1], db[1], dy, x, w, N, IN, OUT, 0);
+	ops->set_progress(be.ctx, NULL, NULL);
+	assert_true(s.calls > 2); /* it did split */
+	assert_int_equal(s.gaps, 0);
+	assert_int_equal(s.next, (size_t)OUT * IN);
+	assert_memory_equal(dw[0], dw[1], sizeof(float) * OUT * IN);
+	assert_memory_equal(dx[0], dx[1], sizeof(float) * N * IN);
+	assert_memory_equal(db[0], db[1], sizeof(float) * OUT);
+	for (int k = 0; k < 2; k++) {
+		free(dx[k]);
+		free(dw[k]);
+		free(db[k]);
+	}
+	free(x);
+	free(w);
+	free(dy);
+	backend_free(&be);
+}
+
 static void test_relu_forward_and_backward(void **state)
 {
 	float y[5] = {-2, -0.0f, 0.5f, 3, -1e-30f}, dy[5] = {1, 2, 3, 4, 5};
@@ -546,6 +608,7 @@ int main(void)
 		cmocka_unit_test(test_linear_forward_fuses_relu),
 		cmocka_unit_test(test_linear_backward_matches_finite_differences),
 		cmocka_unit_test(test_linear_backward_accumulates_weight_and_bias_gradients),
+		cmocka_unit_test(test_linear_backward_in_panels_is_bit_identical_and_reports_rows_in_order),
 		cmocka_unit_test(test_relu_forward_and_backward),
 		cmocka_unit_test(test_relu_propagates_nan_like_torch),
 		cmocka_unit_test(test_mse_matches_hand_computed_values),

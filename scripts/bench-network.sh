@@ -1,0 +1,350 @@
+#!/bin/bash
+# bench-network.sh - issue #15's network bench: 2 "hosts" x 1 rank over an
+# emulated link (two network namespaces on a bridge, each host's egress
+# limited by the kernel's tbf), for the wide MLP and a deep 16 x 512 MLP.
+#
+#   scripts/bench-network.sh [--reps N] [--smoke] [--links LIST] [--models LIST]
+#                            [--no-torch] [--extra NAME=ARGS]... [--keep-raw DIR]
+#
+# Per link (Gbit/s; 0 = no limit) and model it prints: the 1-rank compute-only
+# step, the 2-host step, the same with --no-overlap, the all-reduce alone
+# (the --no-overlap run's all-reduce wait, mean over the ranks), the link
+# floor (each rank sends the whole gradient once: half in the reduce-scatter,
+# half in the all-gather), the share of the all-reduce hidden behind backward,
+# 1 - (step - compute) / all-reduce, and PyTorch DDP (gloo, scripts/
+# torch_ddp_bench.py) launched across the same namespaces. Step times are
+# steady state: from the elapsed time logged after the first LOGSTEP steps to
+# the end. Every figure is the median of N runs (default 3), taken in rounds
+# (each configuration once per round) so that load hits every row alike; the
+# load average is printed with the table.
+#
+# --links "1 10 25 0" and --models "wide deep" are the defaults. --extra
+# NAME=ARGS adds a 2-host ddptrain row with extra arguments, run in the same
+# rounds: VAR=VALUE words are set in every rank's environment (mpirun -x;
+# OMPI_MCA_* ones set Open MPI parameters; DDPTRAIN=PATH runs another build),
+# the others go to ddptrain, e.g. --extra 'mpi=DDPTRAIN_ALLREDUCE=mpi'. --smoke: one run of a few steps
+# on one link, only to check the plumbing. --keep-raw DIR keeps every run's
+# output there.
+#
+# Needs root (network namespaces), ip, unshare and tc with tbf; without them
+# it says so and exits 77. Names carry "nb" and a free id; everything it
+# creates is removed on every exit path.
+#
+# Environment: DDPTRAIN (default: the build tree's), MPIRUN (default mpirun),
+# TORCH_PYTHON (default /usr/bin/python3), QUIET and QUIET_WAIT (before each
+# run, wait up to QUIET_WAIT seconds, default 30, for at most QUIET runnable
+# tasks, default 0: do not wait).
+set -euo pipefail
+export LC_ALL=C
+
+me=bench-network.sh
+usage() {
+	sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"
+	exit "${1:-0}"
+}
+skip() {
+	echo "$me: SKIP: $*" >&2
+	exit 77
+}
+die() {
+	echo "$me: $*" >&2
+	exit 1
+}
+
+reps=3 smoke=0 torch=auto links="1 10 25 0" models="wide deep" raw=
+extras=()
+while [ $# -gt 0 ]; do
+	case $1 in
+	--reps) [ $# -ge 2 ] || usage 2; reps=$2; shift 2 ;;
+	--reps=*) reps=${1#*=}; shift ;;
+	--smoke) smoke=1; reps=1; links=10; shift ;;
+	--links) [ $# -ge 2 ] || usage 2; links=$2; shift 2 ;;
+	--links=*) links=${1#*=}; shift ;;
+	--models) [ $# -ge 2 ] || usage 2; models=$2; shift 2 ;;
+	--models=*) models=${1#*=}; shift ;;
+	--extra) [ $# -ge 2 ] || usage 2; extras+=("$2"); shift 2 ;;
+	--extra=*) extras+=("${1#*=}"); shift ;;
+	--no-torch) torch=no; shift ;;
+	--keep-raw) [ $# -ge 2 ] || usage 2; raw=$2; shift 2 ;;
+	--keep-raw=*) raw=${1#*=}; shift ;;
+	-h | --help) usage 0 ;;
+	*) echo "$me: unknown option '$1' (see --help)" >&2; exit 2 ;;
+	esac
+done
+case $reps in *[!0-9]* | '' | 0*) echo "$me: --reps: '$reps' is not a positive integer" >&2; exit 2 ;; esac
+for l in $links; do
+	case $l in *[!0-9]* | '') echo "$me: --links: '$l' is not a whole number of Gbit/s" >&2; exit 2 ;; esac
+done
+for m in $models; do
+	case $m in wide | deep) ;; *) echo "$me: --models: '$m' is not wide or deep" >&2; exit 2 ;; esac
+done
+for e in "${extras[@]}"; do
+	case $e in [a-z]*=*) ;; *) echo "$me: --extra: '$e' is not NAME=ARGS" >&2; exit 2 ;; esac
+done
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+: "${DDPTRAIN:=$here/src/ddptrain}"
+[ -x "$DDPTRAIN" ] || die "no $DDPTRAIN (build it, or set DDPTRAIN)"
+MPIRUN=${MPIRUN:-mpirun}
+QUIET=${QUIET:-0} QUIET_WAIT=${QUIET_WAIT:-30}
+TORCH_PYTHON=${TORCH_PYTHON:-/usr/bin/python3}
+TORCH_SCRIPT=$here/scripts/torch_ddp_bench.py
+if [ "$torch" = auto ]; then
+	if "$TORCH_PYTHON" -c 'import torch' 2>/dev/null && [ -r "$TORCH_SCRIPT" ]; then torch=yes; else
+		echo "$me: $TORCH_PYTHON cannot import torch: no PyTorch rows" >&2
+		torch=no
+	fi
+fi
+
+[ "$(id -u)" -eq 0 ] || skip "network namespaces need root"
+for c in ip unshare tc; do command -v "$c" >/dev/null 2>&1 || skip "no $c command"; done
+unshare --uts true 2>/dev/null || skip "unshare --uts fails here"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+# ---- two hosts on a private bridge ------------------------------------------------
+# Claim an id by creating the bridge (atomic); names and addresses carry it.
+ID= NS1= NS2= BR=
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-network.XXXXXX")
+cleanup() {
+	if [ -n "$ID" ]; then
+		# the veths first: deleting a namespace removes its peer only later, asynchronously
+		ip link del "nb${ID}v1" 2>/dev/null || true
+		ip link del "nb${ID}v2" 2>/dev/null || true
+		ip netns del "$NS1" 2>/dev/null || true
+		ip netns del "$NS2" 2>/dev/null || true
+		ip link del "$BR" 2>/dev/null || true
+		ID=
+	fi
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+first=$(($$ % 200 + 20))
+for try in $(seq 0 19); do
+	id=$((first + try))
+	ip -4 addr show 2>/dev/null | grep -q "inet 10\.215\.$id\." && continue
+	if err=$(ip link add "nb${id}b" type bridge 2>&1); then
+		ID=$id
+		break
+	fi
+	case $err in *"File exists"*) continue ;; esac
+	skip "cannot create a bridge: $err"
+done
+[ -n "$ID" ] || skip "no free nb<N>b bridge name among 20 tried"
+BR=nb${ID}b NS1=nb${ID}h1 NS2=nb${ID}h2
+NET=10.215.$ID
+A=$NET.2 B=$NET.3
+{ ip addr add "$NET.1/24" dev "$BR" && ip link set "$BR" up; } || die "configuring $BR"
+for i in 1 2; do
+	ns=nb${ID}h$i
+	ip netns add "$ns" 2>"$tmp/err" || skip "cannot create a network namespace: $(cat "$tmp/err")"
+	ip link add "nb${ID}v$i" type veth peer name eth0 netns "$ns" || die "veth for $ns"
+	{ ip link set "nb${ID}v$i" master "$BR" && ip link set "nb${ID}v$i" up; } || die "veth up"
+	ip netns exec "$ns" ip addr add "$NET.$((i + 1))/24" dev eth0 || die "address in $ns"
+	{ ip netns exec "$ns" ip link set eth0 up && ip netns exec "$ns" ip link set lo up; } || die "links up in $ns"
+done
+ip netns exec "$NS1" tc qdisc add dev eth0 root tbf rate 1gbit burst 4mb latency 50ms 2>"$tmp/err" ||
+	skip "no tbf queueing discipline: $(cat "$tmp/err")"
+ip netns exec "$NS1" tc qdisc del dev eth0 root
+
+# set_link GBIT: each host's egress limited to GBIT Gbit/s (0: no limit)
+set_link() {
+	local ns
+	for ns in "$NS1" "$NS2"; do
+		ip netns exec "$ns" tc qdisc del dev eth0 root 2>/dev/null || true
+		[ "$1" -eq 0 ] || ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$1gbit" burst 4mb latency 50ms ||
+			die "tbf at $1 Gbit/s"
+	done
+}
+
+# Open MPI calls the agent in place of ssh; it runs the command in the host's namespace,
+# under the host's own name, so the two ranks are on two nodes.
+AGENT=$tmp/agent
+cat >"$AGENT" <<EOF
+#!/bin/bash
+host=\$1
+shift
+case \$host in
+$A) ns=$NS1 hn=nbhost1 ;;
+$B) ns=$NS2 hn=nbhost2 ;;
+*) echo "agent: unknown host \$host" >&2; exit 1 ;;
+esac
+exec ip netns exec "\$ns" unshare --uts /bin/sh -c "hostname \$hn; exec \$*"
+EOF
+chmod +x "$AGENT"
+# TCP on the bridge's network, the agent in place of ssh, no binding (each namespace looks
+# like a whole machine to Open MPI, which would put both ranks on core 0).
+# shellcheck disable=SC2054 # commas inside values
+HOSTS=(--host "$A:1,$B:1" -np 2 --bind-to none --mca pml ob1 --mca btl self,tcp
+	--mca btl_tcp_if_include "$NET.0/24" --mca oob_tcp_if_include "$NET.0/24"
+	--mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1)
+
+# ---- the runs ------------------------------------------------------------------
+# Steps per run by link: enough for a steady state after LOGSTEP steps.
+steps_for() {
+	if [ "$smoke" = 1 ]; then echo 6; return; fi
+	case $1 in 1) echo 16 ;; 10) echo 40 ;; *) echo 60 ;; esac
+}
+LOGSTEP=3
+model_args() {
+	case $1 in
+	wide) echo "--layers=1024,1024,1024,1024,1024 --batch-size=128" ;;
+	deep) echo "--layers=$(printf '512,%.0s' $(seq 16))512 --batch-size=128" ;;
+	esac
+}
+
+# ddp OUT WHERE ARGS...: ddptrain on 1 rank here (WHERE=local) or on the 2 hosts, with
+# mpirun's options MPIENV (-x VAR=VALUE...)
+MPIENV=()
+ddp() {
+	local out=$1 where=$2
+	shift 2
+	if [ "$where" = local ]; then
+		timeout -k 5 300 $MPIRUN -np 1 --bind-to none "$DDPTRAIN" "$@" >"$out" 2>"$out.err"
+	else
+		timeout -k 5 300 $MPIRUN "${HOSTS[@]}" "${MPIENV[@]}" "$DDPTRAIN" "$@" >"$out" 2>"$out.err"
+	fi
+}
+
+# run_torch OUT ARGS...: torch_ddp_bench.py on the 2 hosts, gloo over eth0
+run_torch() {
+	local out=$1
+	shift
+	timeout -k 5 300 $MPIRUN "${HOSTS[@]}" -x MASTER_ADDR="$A" -x MASTER_PORT=$((29500 + RANDOM % 1000)) \
+		-x GLOO_SOCKET_IFNAME=eth0 "$TORCH_PYTHON" "$TORCH_SCRIPT" "$@" >"$out" 2>"$out.err"
+}
+
+# steady FILE: ms per step after the first LOGSTEP steps, from ddptrain's log
+steady() {
+	awk -v k="$LOGSTEP" '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+\/[0-9]+$/ {
+		split($2, s, "/"); if (s[1] == k) { s0 = s[1]; e0 = $5 } n = s[1]; e = $5 }
+		END { if (s0 != "" && n > s0) printf "%.4f\n", 1000 * (e - e0) / (n - s0) }' "$1"
+}
+# arwait FILE: all-reduce wait per step, mean over the ranks (ms)
+arwait() {
+	awk '/^# +[0-9]+ / && NF == 9 { w += $4; n++ } END { if (n) printf "%.4f\n", w / n }' "$1"
+}
+# torchstep FILE: PyTorch's ms per step
+torchstep() {
+	awk '/^# summary:/ { for (i = 3; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "ms_per_step") print kv[2] } }' "$1"
+}
+
+# quiet: wait (at most QUIET_WAIT s) until at most QUIET tasks are runnable in 3 looks in a
+# row, 0.2 s apart; the machine is shared and its load comes and goes
+quiet() {
+	local t0=$SECONDS ok=0 n
+	[ "$QUIET" -gt 0 ] || return 0
+	while [ "$ok" -lt 3 ] && [ $((SECONDS - t0)) -lt "$QUIET_WAIT" ]; do
+		n=$(awk '{ split($4, a, "/"); print a[1] }' /proc/loadavg)
+		if [ "$n" -le "$QUIET" ]; then ok=$((ok + 1)); else ok=0; fi
+		sleep 0.2
+	done
+}
+
+# run_one NAME ROUND LINK MODEL: one configuration's run, its figures appended to $tmp/figs
+run_one() {
+	local name=$1 round=$2 link=$3 model=$4 out n margs extra rc
+	out=$tmp/$name.$link.$model.$round
+	n=$(steps_for "$link")
+	read -ra margs <<<"$(model_args "$model")"
+	local common=("${margs[@]}" --samples=4096 --epochs=100000 --max-steps="$n" --log-every=1)
+	quiet
+	echo "$link $model $name load $(cut -d' ' -f1 /proc/loadavg)" >>"$tmp/figs"
+	case $name in
+	compute) ddp "$out" local "${common[@]}" ;;
+	overlap) ddp "$out" hosts "${common[@]}" ;;
+	noov) ddp "$out" hosts "${common[@]}" --no-overlap ;;
+	torch) run_torch "$out" "${margs[@]}" --steps="$n" --warmup="$LOGSTEP" ;;
+	x.*)
+		local env=() args=() tok
+		for extra in "${extras[@]}"; do [ "${extra%%=*}" != "${name#x.}" ] || break; done
+		local bin=$DDPTRAIN
+		for tok in ${extra#*=}; do
+			case $tok in DDPTRAIN=*) bin=${tok#*=} ;; [A-Z]*=*) env+=(-x "$tok") ;; *) args+=("$tok") ;; esac
+		done
+		MPIENV=("${env[@]}")
+		DDPTRAIN=$bin ddp "$out" hosts "${common[@]}" "${args[@]}"
+		rc=$?
+		MPIENV=()
+		[ "$rc" -eq 0 ] ;;
+	esac || { echo "$me: $name at $link Gbit/s, $model: failed: $(tail -n 3 "$out.err")" >&2; return 0; }
+	[ -z "$raw" ] || cp "$out" "$raw/"
+	case $name in
+	torch) echo "$link $model $name step $(torchstep "$out")" ;;
+	*)
+		echo "$link $model $name step $(steady "$out")"
+		echo "$link $model $name wait $(arwait "$out")" ;;
+	esac >>"$tmp/figs"
+}
+
+[ -z "$raw" ] || mkdir -p "$raw"
+names=(compute overlap noov)
+for e in "${extras[@]}"; do names+=("x.${e%%=*}"); done
+[ "$torch" = no ] || names+=(torch)
+: >"$tmp/figs"
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+started=$SECONDS
+for ((round = 1; round <= reps; round++)); do
+	for link in $links; do
+		set_link "$link"
+		for model in $models; do
+			echo "$me: round $round/$reps, $link Gbit/s, $model ($((SECONDS - started)) s so far, load $(cut -d' ' -f1 /proc/loadavg))" >&2
+			for name in "${names[@]}"; do run_one "$name" "$round" "$link" "$model"; done
+		done
+	done
+done
+load_end=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# ---- the table ----------------------------------------------------------------------
+nparams() {
+	case $1 in wide) echo 4198400 ;; deep) echo $((15 * (512 * 512 + 512))) ;; esac
+}
+{
+	echo "# bench-network: $("$DDPTRAIN" --version | head -n 1), 2 hosts x 1 rank (netns + veth + bridge, tbf on each host's egress), $(nproc) CPUs"
+	echo "# median of $reps run(s) in rounds; steady-state ms per step after $LOGSTEP steps; load average $load_start at the start, $load_end at the end"
+	echo "# wide = 1024 x 4 layers, deep = 512 x 15 layers, batch 128 per rank; floor = gradient bytes x 8 / link rate"
+	echo "# hidden = 1 - (step - compute) / allreduce; pt = PyTorch $([ "$torch" = yes ] && "$TORCH_PYTHON" -c 'import torch; print(torch.__version__)') DDP (gloo) step; x pt = PyTorch step / ddptrain step"
+} >"$tmp/head"
+awk -v headfile="$tmp/head" -v np_wide="$(nparams wide)" -v np_deep="$(nparams deep)" -v links="$links" \
+	-v models="$models" -v names="${names[*]}" '
+function median(key,   n, a, i, j, t, m) {
+	n = split(v[key], a, " ")
+	if (n == 0 || v[key] == "") return ""
+	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+	m = n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+	return m
+}
+function f(x, fmt) { return x == "" ? "-" : sprintf(fmt, x) }
+NF == 5 { v[$1 " " $2 " " $3 " " $4] = v[$1 " " $2 " " $3 " " $4] " " $5 }
+END {
+	while ((getline h < headfile) > 0) print h
+	printf "# %-5s %-5s %9s %9s %9s %9s %9s %8s %9s %9s %7s", "Gbit", "model", "compute", "step",
+		"noov", "allreduce", "floor", "hidden", "step/cmp", "pt", "x pt"
+	nn = split(names, nm, " ")
+	for (i = 1; i <= nn; i++) if (nm[i] ~ /^x\./) printf " %12s %7s", substr(nm[i], 3), "hidden"
+	printf "\n"
+	nl = split(links, L, " "); nmod = split(models, M, " ")
+	for (i = 1; i <= nl; i++) for (j = 1; j <= nmod; j++) {
+		k = L[i] " " M[j]
+		c = median(k " compute step"); s = median(k " overlap step"); no = median(k " noov step")
+		ar = median(k " noov wait"); pt = median(k " torch step")
+		np = M[j] == "wide" ? np_wide : np_deep
+		fl = L[i] > 0 ? np * 4 * 8 / (L[i] * 1e9) * 1000 : ""
+		hid = (c != "" && s != "" && ar > 0) ? 100 * (1 - (s - c) / ar) : ""
+		printf "  %-5s %-5s %9s %9s %9s %9s %9s %8s %9s %9s %7s", (L[i] > 0 ? L[i] : "none"), M[j], f(c, "%.2f"),
+			f(s, "%.2f"), f(no, "%.2f"), f(ar, "%.2f"), f(fl, "%.2f"), f(hid, "%.0f%%"),
+			(c != "" && s != "") ? sprintf("%.2fx", s / c) : "-", f(pt, "%.2f"),
+			(pt != "" && s != "") ? sprintf("%.2fx", pt / s) : "-"
+		for (q = 1; q <= nn; q++) if (nm[q] ~ /^x\./) {
+			xs = median(k " " nm[q] " step")
+			xh = (c != "" && xs != "" && ar > 0) ? 100 * (1 - (xs - c) / ar) : ""
+			printf " %12s %7s", f(xs, "%.2f"), f(xh, "%.0f%%")
+		}
+		printf "\n"
+	}
+	print "# every run (ms):"
+	for (key in v) printf "#   %s:%s\n", key, v[key] | "sort"
+}' "$tmp/figs"
+echo "$me: $((SECONDS - started)) s" >&2

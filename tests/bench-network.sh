@@ -1,0 +1,31 @@
+#!/bin/bash
+# scripts/bench-network.sh --smoke: two hosts (network namespaces) over a 10 Gbit/s
+# tbf link, the wide MLP for a few steps, no PyTorch. Timings are never judged: the row
+# must be there with a number in every ddptrain column, and nothing the bench made (its
+# namespaces, bridge and veths) may be left behind. Skips where the bench skips (not
+# root, no namespaces, no tbf).
+. "$(dirname "$0")/setup.sh"
+
+BENCH=$TOP_SRCDIR/scripts/bench-network.sh
+bash -n "$BENCH" || fail "syntax"
+"$BENCH" --links=x >/dev/null 2>&1 && fail "--links=x accepted"
+"$BENCH" --bogus >/dev/null 2>&1 && fail "--bogus accepted"
+
+# The namespaces need the real launcher settings, not setup.sh's loopback-only ones.
+unset OMPI_MCA_btl OMPI_MCA_pml OMPI_MCA_plm_rsh_agent
+before=$(ip -o link show 2>/dev/null | grep -c ' nb[0-9]*[bv]' || true)
+rc=0
+timeout -k 5 120 "$BENCH" --smoke --no-torch --models=wide >"$TMPD/out" 2>"$TMPD/err" || rc=$?
+[ "$rc" -ne 77 ] || skip "$(tail -n 1 "$TMPD/err")"
+[ "$rc" -eq 0 ] || fail "exited $rc: $(tail -n 5 "$TMPD/err")"
+cat "$TMPD/out"
+num='[0-9]+\.[0-9]+'
+grep -Eq "^  10 +wide +$num +$num +$num +$num +13\.43 +-?[0-9]+% +$num""x +- +- *$" "$TMPD/out" ||
+	fail "no whole 10 Gbit/s row: $(grep '^  10' "$TMPD/out")"
+for _ in 1 2 3 4 5 6 7 8 9 10; do # the kernel may take a moment to remove a veth
+	after=$(ip -o link show 2>/dev/null | grep -c ' nb[0-9]*[bv]' || true)
+	[ "$after" -gt "$before" ] || break
+	sleep 0.2
+done
+[ "$after" -le "$before" ] || fail "links left behind: $(ip -o link show | grep ' nb[0-9]*[bv]')"
+echo "bench-network: ok"
