@@ -113,6 +113,18 @@ enum status checkpoint_write_weights(const char *path, const char *flag, const s
 	return st_save(path, flag, e, (size_t)n, meta, 2, d);
 }
 
+enum status checkpoint_stage_weights(const char *path, const char *flag, const struct model *m,
+				     const float *host, struct st_pending *out, struct diag *d)
+{
+	struct model_tensor t[2 * MODEL_MAX_LAYERS];
+	struct st_entry e[2 * MODEL_MAX_LAYERS];
+	const char *meta[] = {"format", "pt", "producer", "ddptrain " PACKAGE_VERSION};
+	int n = model_state_dict(m, 0, 1, t);
+
+	tensor_entries(m, t, n, 0, host, e);
+	return st_write(out, path, flag, e, (size_t)n, meta, 2, d);
+}
+
 /* The JSON header of an opened safetensors file (st_open validated its length). */
 static json_t *header_json(const struct st_file *f)
 {

@@ -18,6 +18,7 @@
 #include <stddef.h>
 
 #include "model.h"
+#include "safetensors.h" /* struct st_pending */
 #include "status.h"
 
 /* 2: the SHA-256 covers the header (format 1 covered only the tensor data). */
@@ -69,6 +70,10 @@ enum status checkpoint_read_weights(const char *path, const struct model *m, flo
  * as a safetensors file, atomically. */
 enum status checkpoint_write_weights(const char *path, const char *flag, const struct model *m,
 				     const float *host, struct diag *d);
+/* The same, written to a temporary file beside path's target and put in place by
+ * st_commit(out) (or removed by st_discard(out)): --save, once the whole run succeeded. */
+enum status checkpoint_stage_weights(const char *path, const char *flag, const struct model *m,
+				     const float *host, struct st_pending *out, struct diag *d);
 
 /* The first line of `want` that `have` lacks or sets differently, as "--flag=value" for
  * both; returns 0 when they agree. */

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "filemap.h"
+#include "signals.h"
 
 enum status filemap_open(const char *path, const char *what, size_t min_len, const char *kind,
 			 void **map, size_t *len, struct diag *d)
@@ -15,7 +16,8 @@ enum status filemap_open(const char *path, const char *what, size_t min_len, con
 
 	*map = NULL;
 	*len = 0;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: opening a FIFO for reading would wait for a writer; it is refused below. */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0)
 		return diag_errno(d, errno, "%s", what);
 	if (fstat(fd, &sb) != 0) {
@@ -41,11 +43,14 @@ enum status filemap_open(const char *path, const char *what, size_t min_len, con
 		return diag_errno(d, errno, "%s: mmap", what);
 	}
 	*len = (size_t)sb.st_size;
+	signals_map_add(*map, *len, what); /* names the file if it is truncated under us (SIGBUS) */
 	return ST_OK;
 }
 
 void filemap_close(void *map, size_t len)
 {
-	if (map != NULL)
+	if (map != NULL) {
+		signals_map_remove(map);
 		munmap(map, len);
+	}
 }

@@ -2,7 +2,9 @@
  * filemap.h - a whole input file mapped read-only: the one way the .npy and
  * safetensors readers open their files, so both refuse the same things with
  * the same words (a missing file, a directory or device, a file too short
- * for its format).
+ * for its format). A FIFO is refused at once, not waited on; a mapped file is
+ * named to the SIGBUS handler (signals.h), so a file truncated while mapped
+ * ends the run with its name.
  */
 #ifndef DDPT_FILEMAP_H
 #define DDPT_FILEMAP_H

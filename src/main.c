@@ -23,7 +23,8 @@
 #include "options.h"    /* options_parse, options_print_help, options_format_settings */
 #include "placement.h"  /* placement_decide, placement_check_memory */
 #include "outfile.h"    /* outfile_check, outfile_distinct */
-#include "report.h"     /* report_init, report_note, report_ranks, report_finish, report_free */
+#include "report.h"     /* report_init, report_open_metrics, report_finish, report_end */
+#include "safetensors.h" /* st_commit, st_discard */
 #include "signals.h"    /* signals_install */
 #include "status.h"     /* enum status, struct diag, status_exit_code */
 #include "trainer.h"    /* trainer_ddp, trainer_dp, struct train_config */
@@ -31,6 +32,9 @@
 
 _Static_assert(OPT_MAX_LAYERS == MODEL_MAX_LAYERS, "--layers and the model agree on the depth");
 _Static_assert(OPT_MAX_REPLICAS == TRAIN_MAX_REPLICAS, "--replicas and the trainer agree");
+
+/* Room for every setting as "--flag=value" lines, paths included. */
+#define CONFIG_TEXT_MAX (8 * 4096 + 4096)
 
 struct app {
 	struct world w;
@@ -89,6 +93,8 @@ static enum status check_runnable(struct app *a, struct diag *d)
 {
 	struct options *o = &a->o;
 
+	if (world_check_launch(&a->w, d) != ST_OK)
+		return ST_USAGE;
 	if (o->mode == MODE_DP && a->w.size > 1)
 		return diag_set(d, ST_USAGE, "--mode=dp runs in one process (one thread per replica), but %d MPI ranks were started: run it without mpirun, or use --mode=ddp for one process per replica",
 				a->w.size);
@@ -114,11 +120,16 @@ static void resume_text(const struct app *a, char *buf, size_t len)
 static int replicas(const struct app *a);
 
 /* "--flag=value" lines of every setting that must be equal on all ranks: those a
- * checkpoint must share, and those that shape the run. */
-static void config_text(const struct app *a, char *buf, size_t len)
+ * checkpoint must share, those that shape the run or its sequence of collectives, and
+ * those that say what is written where (only rank 0 writes: another rank's different
+ * --save would silently come to nothing). all: every setting instead, for the metrics
+ * file's record of the run. */
+static void config_text(const struct app *a, char *buf, size_t len, int all)
 {
 	resume_text(a, buf, len);
-	options_format_settings(&a->o, OPT_SCOPE_RUN, buf, len);
+	if (all) /* the data line, then every flag */
+		buf[strcspn(buf, "\n") + 1] = '\0';
+	options_format_settings(&a->o, all ? OPT_SCOPE_ALL : OPT_SCOPE_RUN, buf, len);
 }
 
 /* train_ctl.checkpoint: rank 0 writes, every rank learns the outcome. */
@@ -137,6 +148,8 @@ static enum status write_checkpoint(void *arg, long step, long epoch, long next_
 			st = checkpoint_save(a->o.checkpoint, (int)a->o.keep_checkpoints, &a->m,
 					     a->ckpt_host, &pos, text, d);
 	}
+	/* Waiting for rank 0 to write a big checkpoint is not a stall, even when stopping. */
+	world_expect_wait(&a->w, "the checkpoint write on rank 0");
 	return agree(a, st);
 }
 
@@ -161,6 +174,7 @@ static enum status resume(struct app *a)
 			st = a->be.ops->sync(a->be.ctx, &a->d);
 		}
 	}
+	world_expect_wait(&a->w, "the checkpoint read on rank 0");
 	st = agree(a, st);
 	if (st == ST_OK)
 		st = agree(a, world_bcast(&a->w, &pos, sizeof pos, 0, &a->d));
@@ -320,7 +334,7 @@ static enum status setup(struct app *a)
 {
 	struct options *o = &a->o;
 	const int classify = o->loss == OPT_LOSS_CROSS_ENTROPY;
-	char text[4096];
+	char text[CONFIG_TEXT_MAX];
 	float *host = NULL;
 	enum status st;
 
@@ -355,7 +369,7 @@ static enum status setup(struct app *a)
 						&a->d));
 	if (st != ST_OK)
 		return st;
-	config_text(a, text, sizeof text);
+	config_text(a, text, sizeof text, 0);
 	st = agree(a, world_check_config(&a->w, text, &a->d));
 	if (st != ST_OK)
 		return st;
@@ -382,8 +396,8 @@ static enum status setup(struct app *a)
 					a->m.nparams + MODEL_SLOTS, a->o.timeout, &a->d));
 	if (st != ST_OK)
 		return st;
-	st = report_init(&a->r, a->w.rank == 0, o->quiet, o->metrics, &a->d);
-	if (st == ST_OK && a->w.rank == 0 && (o->checkpoint || o->resume)) {
+	report_init(&a->r, a->w.rank == 0, o->quiet);
+	if (a->w.rank == 0 && (o->checkpoint || o->resume)) {
 		a->ckpt_host = calloc(a->m.nparams * (size_t)a->m.narenas, sizeof *a->ckpt_host);
 		if (a->ckpt_host == NULL)
 			st = diag_set(&a->d, ST_RUNTIME, "out of memory for checkpoint buffers");
@@ -407,11 +421,16 @@ static enum status setup(struct app *a)
 		}
 	}
 	free(host);
+	world_expect_wait(&a->w, "the --init read on rank 0");
 	st = agree(a, st);
 	if (st != ST_OK)
 		return st;
 	if (o->resume != NULL)
 		st = resume(a);
+	if (st != ST_OK)
+		return st;
+	config_text(a, text, sizeof text, 1);
+	st = agree(a, report_open_metrics(&a->r, o->metrics, o->resume != NULL, text, &a->d));
 	if (st != ST_OK)
 		return st;
 	/* Every replica starts from rank 0's weights. */
@@ -524,6 +543,7 @@ static enum status run(struct app *a)
 {
 	struct report_summary sum = {0};
 	struct replica_stats *ranks = NULL;
+	struct st_pending saved = {.slot = -1};
 	double *rss = NULL;
 	float *host = NULL;
 	enum status st;
@@ -549,19 +569,29 @@ static enum status run(struct app *a)
 				st = diag_set(&a->d, ST_RUNTIME, "training diverged: the weights are not finite after step %ld; lower --lr (--save: %s was not written)",
 					      a->res.steps, a->o.save);
 			else if (st == ST_OK)
-				st = checkpoint_write_weights(a->o.save, "--save", &a->m, host, &a->d);
+				st = checkpoint_stage_weights(a->o.save, "--save", &a->m, host, &saved,
+							      &a->d);
 		}
 		free(host);
 	}
+	world_expect_wait(&a->w, "the --save write on rank 0");
 	st = agree(a, st);
-	if (st != ST_OK)
-		return st;
-	ranks = calloc((size_t)a->w.size, sizeof *ranks);
-	rss = calloc((size_t)a->w.size, sizeof *rss);
-	st = ranks && rss ? summarize(a, &sum, ranks, rss) : diag_set(&a->d, ST_RUNTIME, "out of memory");
-	st = agree(a, st);
-	if (st == ST_OK)
-		st = agree(a, report_finish(&a->r, &sum, 1, &a->d));
+	if (st == ST_OK) {
+		ranks = calloc((size_t)a->w.size, sizeof *ranks);
+		rss = calloc((size_t)a->w.size, sizeof *rss);
+		st = ranks && rss ? summarize(a, &sum, ranks, rss)
+				  : diag_set(&a->d, ST_RUNTIME, "out of memory");
+		st = agree(a, st);
+	}
+	/* The weights go into place only when everything else succeeded: a run that exits
+	 * non-zero leaves no new --save file. */
+	if (st == ST_OK) {
+		st = report_finish(&a->r, &sum, 1, &a->d);
+		if (st == ST_OK && a->w.rank == 0 && a->o.save != NULL)
+			st = st_commit(&saved, &a->d);
+		st = agree(a, st);
+	}
+	st_discard(&saved);
 	free(ranks);
 	free(rss);
 	return st;
@@ -573,6 +603,8 @@ int main(int argc, char **argv)
 	enum status st;
 
 	memset(&a, 0, sizeof a);
+	/* Handlers first: a stop signal during MPI's start-up is a graceful stop too. */
+	signals_install();
 	/* The command line alone decides --help, --version (ST_STOP) and usage errors. */
 	st = options_parse(&a.o, argc, argv, &a.d);
 	if (st == ST_OK && (a.o.help || a.o.version))
@@ -590,10 +622,15 @@ int main(int argc, char **argv)
 	}
 	{
 		struct diag d = {0};
-		enum status wst = world_init(&a.w, &argc, &argv, &d);
+		/* The watchdog watches MPI's start-up and every collective after it, to
+		 * MPI_Finalize. */
+		enum status wst = world_watchdog_start(&a.w, a.o.timeout, &d);
 
+		if (wst == ST_OK)
+			wst = world_init(&a.w, &argc, &argv, &d);
 		if (wst != ST_OK) {
 			fprintf(stderr, "ddptrain: %s\n", d.msg);
+			world_free(&a.w);
 			return status_exit_code(wst);
 		}
 	}
@@ -603,15 +640,13 @@ int main(int argc, char **argv)
 		st = agree(&a, check_runnable(&a, &a.d));
 	if (st == ST_OK)
 		run_settings(&a);
-	if (st == ST_OK) {
-		signals_install();
-		st = agree(&a, world_watchdog_start(&a.w, a.o.timeout, &a.d));
-	}
 	if (st == ST_OK)
 		st = setup(&a);
 	if (st == ST_OK)
 		st = run(&a);
 
+	report_end(&a.r, status_exit_code(st),
+		   st == ST_INTERRUPTED ? "stopped by a signal" : a.d.st != ST_OK ? a.d.msg : NULL);
 	free(a.ckpt_host);
 	report_free(&a.r);
 	model_free(&a.m);

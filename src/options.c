@@ -83,11 +83,11 @@ static const struct opt_def opt_table[] = {
 	{"shuffle", K_SHUFFLE, NULL, "on", "reshuffle the data every epoch (DistributedSampler)", R},
 	{"no-shuffle", K_NO_SHUFFLE, NULL, NULL, "keep the data in file order", 0},
 	{"drop-last", K_DROP_LAST, NULL, "off", "drop the tail that does not divide evenly over the ranks", R},
-	{"init", K_INIT, "FILE", NULL, "start from these safetensors weights instead of random init", 0},
-	{"save", K_SAVE, "FILE", NULL, "write the final weights as safetensors (rank 0, atomically)", 0},
-	{"checkpoint", K_CHECKPOINT, "FILE", NULL, "write a checkpoint here (at the end, every --checkpoint-every steps, on a stop signal)", 0},
+	{"init", K_INIT, "FILE", NULL, "start from these safetensors weights instead of random init", C},
+	{"save", K_SAVE, "FILE", NULL, "write the final weights as safetensors (rank 0, atomically)", C},
+	{"checkpoint", K_CHECKPOINT, "FILE", NULL, "write a checkpoint here (at the end, every --checkpoint-every steps, on a stop signal)", C},
 	{"checkpoint-every", K_CKPT_EVERY, "N", "0", "optimizer steps between checkpoints (0 = only at the end and on a stop)", C},
-	{"keep-checkpoints", K_KEEP, "K", "0", "also keep the last K checkpoints as FILE.step-NNNNNNNN (0 = none)", 0},
+	{"keep-checkpoints", K_KEEP, "K", "0", "also keep the last K checkpoints as FILE.step-NNNNNNNN (0 = none)", C},
 	{"resume", K_RESUME, "FILE", NULL, "continue from this checkpoint: weights, momentum, step and data position", C},
 	{"timeout", K_TIMEOUT, "SECONDS", "600", "give up when a collective waits this long for another rank (0 = never)", 0},
 	{"mode", K_MODE, "ddp|dp", "ddp", "ddp: one process per replica; dp: threads in one process", R},
@@ -97,9 +97,9 @@ static const struct opt_def opt_table[] = {
 	{"tf32", K_TF32, NULL, "off", "let cuBLAS use TF32 tensor cores (faster; results no longer match float32)", C},
 	{"bucket-mb", K_BUCKET, "F", "25", "gradient bucket cap in MiB", C},
 	{"no-overlap", K_NO_OVERLAP, NULL, NULL, "all-reduce only after the whole backward", C},
-	{"log-every", K_LOG_EVERY, "N", "250", "optimizer steps between progress lines (0 = none)", 0},
-	{"quiet", K_QUIET, NULL, NULL, "print errors only", 0},
-	{"metrics", K_METRICS, "FILE", NULL, "write JSON Lines metrics (one object per logged step)", 0},
+	{"log-every", K_LOG_EVERY, "N", "250", "optimizer steps between progress lines (0 = none)", C},
+	{"quiet", K_QUIET, NULL, NULL, "print errors only", C},
+	{"metrics", K_METRICS, "FILE", NULL, "write JSON Lines metrics (one object per logged step)", C},
 	{"help", K_HELP, NULL, NULL, "show this help and exit", 0},
 	{"version", K_VERSION, NULL, NULL, "show the version and exit", 0},
 };
@@ -549,7 +549,6 @@ static void format_value(const struct options *o, int key, char *buf, size_t len
 	case K_REPLICAS: snprintf(buf, len, "%d", o->replicas); return;
 	case K_TF32: snprintf(buf, len, "%d", o->tf32); return;
 	case K_CKPT_EVERY: snprintf(buf, len, "%ld", o->checkpoint_every); return;
-	case K_RESUME: snprintf(buf, len, "%d", o->resume != NULL); return;
 	case K_LOSS: snprintf(buf, len, "%s", options_loss_names[o->loss]); return;
 	case K_OPTIM: snprintf(buf, len, "%s", options_optim_names[o->optimizer]); return;
 	case K_NESTEROV: snprintf(buf, len, "%d", o->nesterov); return;
@@ -561,7 +560,21 @@ static void format_value(const struct options *o, int key, char *buf, size_t len
 	case K_FREEZE: format_frozen(o, buf, len); return;
 	case K_VAL_SAMPLES: snprintf(buf, len, "%ld", o->val_samples); return;
 	case K_EVAL_EVERY: snprintf(buf, len, "%ld", o->eval_every); return;
-	case K_SAVE_BEST: snprintf(buf, len, "%d", o->save_best != NULL); return;
+	case K_SAVE_BEST: snprintf(buf, len, "%s", o->save_best ? o->save_best : ""); return;
+	case K_VAL_INPUTS: snprintf(buf, len, "%s", o->val_inputs ? o->val_inputs : ""); return;
+	case K_VAL_TARGETS: snprintf(buf, len, "%s", o->val_targets ? o->val_targets : ""); return;
+	case K_SAMPLES: snprintf(buf, len, "%ld", o->samples); return;
+	case K_INPUTS: snprintf(buf, len, "%s", o->inputs ? o->inputs : ""); return;
+	case K_TARGETS: snprintf(buf, len, "%s", o->targets ? o->targets : ""); return;
+	case K_INIT: snprintf(buf, len, "%s", o->init ? o->init : ""); return;
+	case K_SAVE: snprintf(buf, len, "%s", o->save ? o->save : ""); return;
+	case K_CHECKPOINT: snprintf(buf, len, "%s", o->checkpoint ? o->checkpoint : ""); return;
+	case K_KEEP: snprintf(buf, len, "%ld", o->keep_checkpoints); return;
+	case K_RESUME: snprintf(buf, len, "%s", o->resume ? o->resume : ""); return;
+	case K_TIMEOUT: snprintf(buf, len, "%.9g", o->timeout); return;
+	case K_LOG_EVERY: snprintf(buf, len, "%ld", o->log_every); return;
+	case K_QUIET: snprintf(buf, len, "%d", o->quiet); return;
+	case K_METRICS: snprintf(buf, len, "%s", o->metrics ? o->metrics : ""); return;
 	}
 	snprintf(buf, len, "?");
 }
@@ -571,18 +584,20 @@ void options_format_settings(const struct options *o, int scope, char *buf, size
 	size_t used = strlen(buf);
 
 	for (size_t i = 0; i < N_OPTS && used < len; i++) {
-		char value[1024];
-
-		int in = opt_table[i].scope & scope;
+		char value[4200]; /* a path */
+		int key = opt_table[i].key, in = opt_table[i].scope & scope;
 
 		/* A schedule's multipliers depend on the run's length: with one, a resumed run
 		 * must have the same --epochs and --max-steps. */
 		if ((opt_table[i].scope & OPT_SCOPE_SCHEDULE) && (scope & OPT_SCOPE_RESUME) &&
 		    (o->schedule != SCHED_CONSTANT || o->warmup_steps > 0))
 			in = 1;
+		/* OPT_SCOPE_ALL: every setting (--no-shuffle is --shuffle's value) */
+		if ((scope & OPT_SCOPE_ALL) && key != K_HELP && key != K_VERSION && key != K_NO_SHUFFLE)
+			in = 1;
 		if (!in)
 			continue;
-		format_value(o, opt_table[i].key, value, sizeof value);
+		format_value(o, key, value, sizeof value);
 		if (opt_table[i].key == K_FREEZE && value[0] == '\0')
 			continue; /* nothing frozen: no --freeze, as on the command line */
 		used += (size_t)snprintf(buf + used, len - used, "--%s=%s\n", opt_table[i].name, value);

@@ -82,8 +82,10 @@ void options_format_widths(const struct options *o, char *buf, size_t len);
 
 /* Which settings options_format_settings writes. */
 #define OPT_SCOPE_RESUME 1 /* must match between a checkpoint and the run resuming it */
-#define OPT_SCOPE_RUN 2    /* must also match on every rank of one run */
+#define OPT_SCOPE_RUN 2    /* must also match on every rank of one run: all that shapes the
+			    * sequence of collectives or says what is written where */
 #define OPT_SCOPE_SCHEDULE 4 /* in the resume text when a learning-rate schedule is set */
+#define OPT_SCOPE_ALL 8    /* every setting (the --metrics file's record of the run) */
 /* Append "--flag=value" lines of the options in scope (a mask of OPT_SCOPE_*), in table
  * order, to the string in buf (len bytes in all). */
 void options_format_settings(const struct options *o, int scope, char *buf, size_t len);

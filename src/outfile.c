@@ -1,4 +1,6 @@
-/* outfile.c - the start-up checks that output files can be written and do not collide. */
+/* outfile.c - output targets, their temporary files, and the start-up checks that output
+ * files can be written and do not collide. */
+#include <dirent.h>
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
@@ -10,26 +12,142 @@
 #include <unistd.h>
 
 #include "outfile.h"
+#include "signals.h"
+
+#define TMP_SUFFIX ".tmp."
+#define TMP_RANDOM 6 /* mkstemp's XXXXXX */
+
+char *outfile_target(const char *path)
+{
+	char *cur = strdup(path);
+
+	for (int hops = 0; cur != NULL; hops++) {
+		struct stat sb;
+		char link[PATH_MAX], *next;
+		ssize_t n;
+
+		if (lstat(cur, &sb) != 0 || !S_ISLNK(sb.st_mode))
+			return cur; /* absent or not a link: write here */
+		if (hops == 40) {
+			free(cur);
+			errno = ELOOP;
+			return NULL;
+		}
+		n = readlink(cur, link, sizeof link - 1);
+		if (n < 0) {
+			free(cur);
+			return NULL;
+		}
+		link[n] = '\0';
+		if (link[0] == '/' || strchr(cur, '/') == NULL) {
+			next = strdup(link);
+		} else { /* relative to the link's directory */
+			size_t dlen = (size_t)(strrchr(cur, '/') - cur) + 1;
+
+			next = malloc(dlen + (size_t)n + 1);
+			if (next != NULL) {
+				memcpy(next, cur, dlen);
+				memcpy(next + dlen, link, (size_t)n + 1);
+			}
+		}
+		free(cur);
+		cur = next;
+	}
+	errno = ENOMEM;
+	return NULL;
+}
+
+int outfile_tmp_create(const char *target, char **tmp, int *slot)
+{
+	mode_t mask;
+	int fd;
+
+	*slot = -1;
+	*tmp = malloc(strlen(target) + sizeof TMP_SUFFIX + TMP_RANDOM);
+	if (*tmp == NULL) {
+		errno = ENOMEM;
+		return -1;
+	}
+	sprintf(*tmp, "%s" TMP_SUFFIX "XXXXXX", target);
+	fd = mkstemp(*tmp);
+	if (fd < 0) {
+		int e = errno;
+
+		free(*tmp);
+		*tmp = NULL;
+		errno = e;
+		return -1;
+	}
+	*slot = signals_tmp_add(*tmp);
+	mask = umask(0); /* mkstemp makes 0600; give the file the usual mode */
+	umask(mask);
+	fchmod(fd, 0666 & ~mask);
+	return fd;
+}
+
+void outfile_tmp_done(int slot)
+{
+	signals_tmp_remove(slot);
+}
+
+int outfile_remove_stale(const char *target)
+{
+	char *dcopy = strdup(target), *bcopy = strdup(target);
+	const char *dir, *base;
+	struct dirent *e;
+	size_t blen;
+	int removed = 0;
+	DIR *dp;
+
+	if (dcopy == NULL || bcopy == NULL)
+		goto out;
+	dir = dirname(dcopy);
+	base = basename(bcopy);
+	blen = strlen(base);
+	dp = opendir(dir);
+	while (dp != NULL && (e = readdir(dp)) != NULL) {
+		const char *rest = e->d_name + blen;
+		char path[PATH_MAX];
+
+		if (strncmp(e->d_name, base, blen) != 0 || strncmp(rest, TMP_SUFFIX, strlen(TMP_SUFFIX)) != 0)
+			continue;
+		rest += strlen(TMP_SUFFIX);
+		if (strlen(rest) != TMP_RANDOM ||
+		    strspn(rest, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789") != TMP_RANDOM)
+			continue;
+		if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, e->d_name) < sizeof path &&
+		    unlink(path) == 0)
+			removed++;
+	}
+	if (dp != NULL)
+		closedir(dp);
+out:
+	free(dcopy);
+	free(bcopy);
+	return removed;
+}
 
 enum status outfile_check(const char *path, const char *flag, size_t need_bytes, struct diag *d)
 {
 	struct stat sb;
 	struct statvfs vfs;
 	enum status st = ST_OK;
-	char *probe;
-	int fd;
+	char *target, *probe;
+	int fd, slot;
 
-	if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
-		return diag_set(d, ST_RUNTIME, "%s: %s: exists and is not a regular file", flag, path);
-	/* The same name pattern the writers use for their temporary file. */
-	probe = malloc(strlen(path) + 16);
-	if (probe == NULL)
-		return diag_set(d, ST_RUNTIME, "%s: out of memory", flag);
-	sprintf(probe, "%s.tmp.XXXXXX", path);
-	fd = mkstemp(probe);
+	target = outfile_target(path);
+	if (target == NULL)
+		return diag_errno(d, errno, "%s: %s", flag, path);
+	if (stat(target, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+		st = diag_set(d, ST_RUNTIME, "%s: %s: exists and is not a regular file", flag, path);
+		goto out_target;
+	}
+	outfile_remove_stale(target);
+	/* The same kind of temporary file the writers use. */
+	fd = outfile_tmp_create(target, &probe, &slot);
 	if (fd < 0) {
 		st = diag_errno(d, errno, "%s: %s: cannot create a file beside it", flag, path);
-		goto out_free;
+		goto out_target;
 	}
 	if (need_bytes > 0 && fstatvfs(fd, &vfs) == 0 &&
 	    (unsigned long long)vfs.f_bavail * vfs.f_frsize < need_bytes)
@@ -37,8 +155,10 @@ enum status outfile_check(const char *path, const char *flag, size_t need_bytes,
 			      flag, path, need_bytes, (unsigned long long)vfs.f_bavail * vfs.f_frsize);
 	close(fd);
 	unlink(probe);
-out_free:
+	outfile_tmp_done(slot);
 	free(probe);
+out_target:
+	free(target);
 	return st;
 }
 

@@ -1,14 +1,21 @@
 /*
- * outfile.h - can an output file be written? Checked at start-up, so a run
- * does not train for hours and then fail to save.
+ * outfile.h - output files: can one be written (checked at start-up, so a run
+ * does not train for hours and then fail to save), where its bytes go, and
+ * the temporary file it is written through.
  *
- * ddptrain writes its outputs (--save, --metrics) atomically: a temporary file
- * beside the final name, renamed over it when complete, so a failed run
- * leaves a previous file untouched. The target must therefore be absent or a
- * regular file, and its directory must take a new file. That is checked by
- * creating and removing such a file: permission bits alone do not tell the
- * truth for root, read-only mounts or ACLs. It is not a guarantee (the disk
- * can fill later); the writers still check every write.
+ * ddptrain writes --save and --checkpoint atomically: a temporary file
+ * "<target>.tmp.XXXXXX" beside the final name, renamed over it when complete,
+ * so a failed run leaves a previous file untouched. When the name is a
+ * symbolic link, the target is the file the link names: the link is kept and
+ * what it points to is replaced. The target must be absent or a regular file,
+ * and its directory must take a new file. That is checked by creating and
+ * removing such a file: permission bits alone do not tell the truth for root,
+ * read-only mounts or ACLs. It is not a guarantee (the disk can fill later);
+ * the writers still check every write.
+ *
+ * Temporary files are removed on every exit ddptrain makes (errors, a second
+ * signal, the watchdog, SIGBUS: see signals.h); those a kill -9 leaves behind
+ * are removed by the next run that writes the same target (outfile_check).
  */
 #ifndef DDPT_OUTFILE_H
 #define DDPT_OUTFILE_H
@@ -18,7 +25,8 @@
 #include "status.h"
 
 /* ST_RUNTIME naming `flag` and path if path cannot be written atomically, or if its
- * file system has fewer than need_bytes free (0: no size check). */
+ * file system has fewer than need_bytes free (0: no size check). Also removes the
+ * temporary files an earlier, killed run left beside path's target. */
 enum status outfile_check(const char *path, const char *flag, size_t need_bytes, struct diag *d);
 
 /* One file named on the command line, for outfile_distinct. */
@@ -35,5 +43,19 @@ struct named_path {
  * into p, or -1) may name the same file: --resume and --checkpoint continue one run. */
 enum status outfile_distinct(const struct named_path *p, int n, int allow_a, int allow_b,
 			     struct diag *d);
+/* The file a write to path replaces: path, or the file a symbolic link (or a chain of
+ * them, dangling or not) finally names. Caller frees; NULL with errno set on failure. */
+char *outfile_target(const char *path);
+
+/* A temporary file beside target, open for writing, with the mode the umask gives new
+ * files, tracked for removal on a fatal exit. *tmp (caller frees) and *slot are for
+ * outfile_tmp_done. Returns the descriptor, or -1 with errno set. */
+int outfile_tmp_create(const char *target, char **tmp, int *slot);
+/* The temporary file is renamed or removed: stop tracking it. */
+void outfile_tmp_done(int slot);
+
+/* Remove "<target>.tmp.XXXXXX" files (exactly ddptrain's pattern) beside target;
+ * returns how many. */
+int outfile_remove_stale(const char *target);
 
 #endif

@@ -1,5 +1,6 @@
-/* report.c - progress lines, summary and the JSON Lines metrics file. */
+/* report.c - progress lines, summary and the streamed JSON Lines metrics file. */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <jansson.h>
 #include <stdarg.h>
@@ -8,8 +9,10 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "config.h" /* PACKAGE_VERSION */
 #include "report.h"
 
 /* The parent of process pid, from /proc/pid/stat ("pid (comm) state ppid ..."), or -1. */
@@ -67,40 +70,142 @@ static int output_is_terminal(void)
 	return 0;
 }
 
-enum status report_init(struct report *r, int root, int quiet, const char *metrics_path,
-			struct diag *d)
+/* Wall-clock time now as ISO 8601 UTC with milliseconds ("2026-11-30T14:12:00.123Z"). */
+static void wall_time(char *buf, size_t len)
 {
-	int fd;
+	struct timespec ts;
+	struct tm tm;
 
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	snprintf(buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+		 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000L);
+}
+
+/* Append one record as a whole line with one write(): a reader (tail -f) or a killed run
+ * sees whole lines only. A short write (full disk) is cut back off the file. Every
+ * record gets the wall-clock time as its "time". */
+static void metrics_write(struct report *r, json_t *obj)
+{
+	char when[64], *text = NULL;
+	size_t len;
+
+	if (r->metrics_fd >= 0 && obj != NULL && r->metrics_err == 0) {
+		wall_time(when, sizeof when);
+		json_object_set_new(obj, "time", json_string(when));
+		text = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	}
+	if (text != NULL) {
+		struct stat sb;
+		off_t before = fstat(r->metrics_fd, &sb) == 0 ? sb.st_size : -1;
+		ssize_t w;
+
+		len = strlen(text);
+		text[len] = '\n'; /* json_dumps's terminator: the line is len + 1 bytes */
+		do
+			w = write(r->metrics_fd, text, len + 1);
+		while (w < 0 && errno == EINTR);
+		if (w != (ssize_t)(len + 1)) {
+			r->metrics_err = w < 0 ? errno : ENOSPC;
+			if (w > 0 && before >= 0 && ftruncate(r->metrics_fd, before) != 0)
+				r->metrics_err = errno;
+		}
+		free(text);
+	}
+	json_decref(obj);
+}
+
+/* The file is opened, and its "start" record written, with the first record of the run
+ * proper: a run refused before that leaves a previous file alone. */
+static int metrics_ready(struct report *r)
+{
+	json_t *first = r->metrics_start;
+
+	if (r->metrics_fd >= 0)
+		return 1;
+	if (first == NULL || r->metrics_err != 0)
+		return 0;
+	r->metrics_start = NULL;
+	/* Streamed in place (tail -f works, a stopped or crashed run keeps its lines); a
+	 * resumed run appends to the attempts before it. */
+	r->metrics_fd = open(r->metrics_path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK |
+					      (r->metrics_append ? O_APPEND : O_TRUNC), 0666);
+	if (r->metrics_fd < 0) {
+		r->metrics_err = errno;
+		json_decref(first);
+		return 0;
+	}
+	metrics_write(r, first);
+	return 1;
+}
+
+static void metrics_line(struct report *r, json_t *obj)
+{
+	if (metrics_ready(r))
+		metrics_write(r, obj);
+	else
+		json_decref(obj);
+}
+
+/* Is the standard output still taking our lines? After a write error the report stops
+ * printing: a closed pipe (EPIPE) is not an error (training goes on, one note on stderr);
+ * anything else (a full disk) is reported at the end and makes the run fail. */
+static void out_check(struct report *r)
+{
+	if (r->out_err != 0 || !ferror(r->out))
+		return;
+	r->out_err = errno != 0 ? errno : EIO;
+	r->quiet = 1;
+	if (r->out_err == EPIPE)
+		fputs("ddptrain: standard output was closed: training goes on without progress lines\n",
+		      stderr);
+}
+
+void report_init(struct report *r, int root, int quiet)
+{
 	memset(r, 0, sizeof *r);
+	r->metrics_fd = -1;
 	r->root = root;
 	r->quiet = quiet;
 	r->out = stdout;
 	r->tty = root && output_is_terminal();
-	if (!root || metrics_path == NULL)
+	if (root)
+		setvbuf(stdout, NULL, _IOLBF, 0); /* whole lines, and a write error seen at once */
+}
+
+enum status report_open_metrics(struct report *r, const char *metrics_path, int append,
+				const char *config, struct diag *d)
+{
+	json_t *cfg;
+	char started[64];
+
+	if (!r->root || metrics_path == NULL)
 		return ST_OK;
 	r->metrics_path = strdup(metrics_path);
-	r->metrics_tmp = malloc(strlen(metrics_path) + 16);
-	if (r->metrics_path == NULL || r->metrics_tmp == NULL)
+	if (r->metrics_path == NULL)
 		return diag_set(d, ST_RUNTIME, "--metrics: out of memory");
-	sprintf(r->metrics_tmp, "%s.tmp.XXXXXX", metrics_path);
-	fd = mkstemp(r->metrics_tmp);
-	if (fd < 0) {
-		free(r->metrics_tmp);
-		r->metrics_tmp = NULL;
-		return diag_errno(d, errno, "--metrics: %s: cannot create a file beside it", metrics_path);
-	}
-	{
-		mode_t mask = umask(0); /* mkstemp makes 0600; give the file the umask's mode */
+	r->metrics_append = append;
+	/* The first record of each attempt: who wrote it, when, and with which settings. */
+	cfg = json_object();
+	for (const char *line = config; line != NULL && *line != '\0';) {
+		size_t n = strcspn(line, "\n"), k = strcspn(line, "=");
+		char key[64], *val;
 
-		umask(mask);
-		fchmod(fd, 0666 & ~mask);
+		if (k < n && k < sizeof key) {
+			snprintf(key, sizeof key, "%.*s", (int)k - (line[0] == '-' && line[1] == '-' ? 2 : 0),
+				 line + (line[0] == '-' && line[1] == '-' ? 2 : 0));
+			val = strndup(line + k + 1, n - k - 1);
+			if (val != NULL)
+				json_object_set_new(cfg, key, json_string(val));
+			free(val);
+		}
+		line += n + (line[n] == '\n');
 	}
-	r->metrics = fdopen(fd, "w");
-	if (r->metrics == NULL) {
-		close(fd);
-		return diag_errno(d, errno, "--metrics: %s", metrics_path);
-	}
+	wall_time(started, sizeof started);
+	r->metrics_start = json_pack("{s:s, s:s, s:s, s:o}", "type", "start", "version",
+				     PACKAGE_VERSION, "start_time", started, "config", cfg);
+	if (r->metrics_start == NULL)
+		return diag_set(d, ST_RUNTIME, "--metrics: out of memory");
 	return ST_OK;
 }
 
@@ -120,15 +225,7 @@ void report_note(struct report *r, const char *fmt, ...)
 	va_end(ap);
 	diag_escape(line, sizeof line, raw); /* names from the command line, escaped */
 	fprintf(r->out, "# %s\n", line);
-}
-
-static void metrics_line(struct report *r, json_t *obj)
-{
-	if (r->metrics != NULL && obj != NULL) {
-		json_dumpf(obj, r->metrics, JSON_COMPACT | JSON_PRESERVE_ORDER);
-		fputc('\n', r->metrics);
-	}
-	json_decref(obj);
+	out_check(r);
 }
 
 void report_step(struct report *r, long epoch, long epochs, long step, long total, double loss,
@@ -162,6 +259,7 @@ void report_step(struct report *r, long epoch, long epochs, long step, long tota
 			fprintf(r->out, " %8.2f", 100.0 * acc);
 		fprintf(r->out, " %14.0f %12.3f %10.1f\n", samples_per_s, elapsed, eta);
 	}
+	out_check(r);
 	obj = json_pack("{s:s, s:I, s:I, s:f}", "type", "step", "step", (json_int_t)step, "epoch",
 			(json_int_t)epoch, "loss", loss);
 	if (obj != NULL && isfinite(acc))
@@ -191,6 +289,7 @@ void report_eval(struct report *r, long step, long epoch, double loss, double ac
 			fprintf(r->out, ", accuracy %.2f%% (%.0f of %zu)", 100.0 * acc, acc * (double)n, n);
 		fprintf(r->out, "\n");
 		fflush(r->out);
+		out_check(r);
 	}
 	obj = json_pack("{s:s, s:I, s:I, s:f}", "type", "eval", "step", (json_int_t)step, "epoch",
 			(json_int_t)epoch, "loss", loss);
@@ -306,10 +405,13 @@ enum status report_finish(struct report *r, const struct report_summary *s, int 
 			s->mode, s->replicas, s->steps, s->seconds, s->samples_per_s,
 			s->steps > 0 ? 1e3 * s->seconds / (double)s->steps : 0.0, s->state_mib);
 	}
-	fflush(r->out);
-	if (r->metrics == NULL)
-		return ST_OK;
-	if (success) {
+	if (fflush(r->out) != 0 || ferror(r->out))
+		out_check(r);
+	if (r->out_err != 0 && r->out_err != EPIPE)
+		st = diag_errno(d, r->out_err, "standard output: write error");
+	if (r->metrics_path == NULL)
+		return st;
+	if (success)
 		metrics_line(r, json_pack("{s:s, s:s, s:i, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:o}",
 					  "type", "summary", "mode", s->mode, "replicas", s->replicas,
 					  "steps", (json_int_t)s->steps, "epochs", (json_int_t)s->epochs,
@@ -317,34 +419,33 @@ enum status report_finish(struct report *r, const struct report_summary *s, int 
 					  "first_loss", s->first_loss, "final_loss", s->final_loss,
 					  "comm_wait_share", s->comm_wait_share, "per_replica",
 					  metrics_per_replica(s)));
-		if (fflush(r->metrics) != 0 || fsync(fileno(r->metrics)) != 0)
-			st = diag_errno(d, errno, "--metrics: %s: write", r->metrics_path);
-		else if (ferror(r->metrics)) /* an earlier buffered write failed; its errno is gone */
-			st = diag_set(d, ST_RUNTIME, "--metrics: %s: write failed", r->metrics_path);
-	}
-	if (fclose(r->metrics) != 0 && st == ST_OK && success)
-		st = diag_errno(d, errno, "--metrics: %s: close", r->metrics_path);
-	r->metrics = NULL;
-	if (success && st == ST_OK && rename(r->metrics_tmp, r->metrics_path) != 0)
-		st = diag_errno(d, errno, "--metrics: %s: rename", r->metrics_path);
-	if (!success || st != ST_OK)
-		unlink(r->metrics_tmp);
-	free(r->metrics_tmp);
-	r->metrics_tmp = NULL;
+	if (r->metrics_fd >= 0 && r->metrics_err == 0 && fsync(r->metrics_fd) != 0 && errno != EINVAL)
+		r->metrics_err = errno;
+	if (r->metrics_err != 0 && st == ST_OK)
+		st = diag_errno(d, r->metrics_err, "--metrics: %s: write", r->metrics_path);
+	r->finished = 1;
 	return st;
+}
+
+void report_end(struct report *r, int exit_code, const char *why)
+{
+	if (r->metrics_path == NULL || r->finished)
+		return;
+	r->finished = 1;
+	if (exit_code == 2 && r->metrics_fd < 0)
+		return; /* refused before its first record: the file is not touched */
+	metrics_line(r, json_pack("{s:s, s:i, s:s?}", "type", "end", "exit_code", exit_code,
+				  "reason", why));
 }
 
 void report_free(struct report *r)
 {
-	if (r->metrics != NULL) {
-		fclose(r->metrics);
-		r->metrics = NULL;
-	}
-	if (r->metrics_tmp != NULL)
-		unlink(r->metrics_tmp);
-	free(r->metrics_tmp);
+	if (r->metrics_fd >= 0)
+		close(r->metrics_fd);
+	r->metrics_fd = -1;
+	json_decref(r->metrics_start);
+	r->metrics_start = NULL;
 	free(r->metrics_path);
-	r->metrics_tmp = NULL;
 	r->metrics_path = NULL;
 }
 

@@ -1,8 +1,17 @@
 /*
  * report.h - what rank 0 tells the user: a '#' header, one progress line per
  * --log-every optimizer steps, a '#' summary, and the --metrics JSON Lines
- * file (written beside its final name and renamed into place only when the
- * run succeeds, so a failed run leaves no partial file).
+ * file.
+ *
+ * The metrics file is streamed: each record is one whole line, written with
+ * one write() as it happens, so `tail -f` follows a run and a stopped, failed
+ * or killed run keeps every record it wrote (whole lines only). Each attempt
+ * starts with a "start" record (version, start time, configuration); a resumed
+ * run appends to the file. Every record has the wall-clock "time".
+ *
+ * Standard output is line-buffered. When a write to it fails the report stops
+ * printing; a closed pipe is not an error, any other write error is reported
+ * by report_finish.
  *
  * Every function is a no-op on ranks other than 0.
  */
@@ -13,6 +22,8 @@
 
 #include "status.h"
 #include "world.h" /* struct world, world_gather */
+
+struct json_t; /* jansson's */
 
 /* Phases of a DataParallel step, as the dp report names them. */
 enum dp_phase {
@@ -34,17 +45,27 @@ struct report {
 	int root;           /* this rank prints */
 	int quiet;
 	FILE *out;          /* progress and summary (stdout) */
-	FILE *metrics;      /* JSON Lines, or NULL */
-	char *metrics_path; /* final name */
-	char *metrics_tmp;  /* name while the run lasts */
+	int metrics_fd;     /* JSON Lines, or -1 (not opened yet, or not asked for) */
+	char *metrics_path; /* or NULL: no --metrics */
+	int metrics_append; /* open for appending (resume), else start afresh */
+	struct json_t *metrics_start; /* the "start" record, until the file is opened */
+	int metrics_err;    /* errno of the first failed metrics write; no more are tried */
+	int out_err;        /* errno of the first failed write to out; printing stopped */
+	int finished;       /* the last record (summary or end) is written */
 	int header_done;
 	int tty;            /* stdout is a terminal: one progress line, redrawn in place */
 	int line_open;      /* a redrawn line awaits its newline */
 };
 
-/* Open the metrics file if asked; root is 1 on the rank that reports. */
-enum status report_init(struct report *r, int root, int quiet, const char *metrics_path,
-			struct diag *d);
+/* Start reporting; root is 1 on the rank that reports. */
+void report_init(struct report *r, int root, int quiet);
+/* Prepare the metrics file if asked (append: keep the records already there, as a
+ * resumed run does; else start it afresh) and its "start" record, whose "config" object
+ * has a key for each "--flag=value" line of config. The file is opened and the record
+ * written with the first record after it (a step, the summary, or the end of a run that
+ * failed), so a run refused before (exit 2) leaves a previous file alone. */
+enum status report_open_metrics(struct report *r, const char *metrics_path, int append,
+				const char *config, struct diag *d);
 /* A '#' line (printf-style) on the terminal, unless quiet. */
 void report_note(struct report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* One logged optimizer step: epoch of epochs, step of total, the loss and accuracy (means
@@ -81,10 +102,14 @@ void report_ranks(struct report *r, struct world *w, const char *device, const c
 double report_peak_rss_mib(void);
 
 /* Print the per-replica (dp) or per-rank (ddp) table and the summary, write the metrics
- * summary object and move the metrics file into place (success) or remove it (failure). */
+ * summary record and sync the file. Fails if standard output or the metrics file could
+ * not be written (a closed standard output excepted). */
 enum status report_finish(struct report *r, const struct report_summary *s, int success,
 			  struct diag *d);
-/* Safe to call twice; removes an unfinished metrics file. */
+/* A run that did not finish: its last metrics record, {"type":"end","exit_code":...,
+ * "reason":why (may be NULL)}. Nothing after report_finish. */
+void report_end(struct report *r, int exit_code, const char *why);
+/* Safe to call twice. */
 void report_free(struct report *r);
 
 #endif

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "filemap.h"
+#include "outfile.h"
 #include "safetensors.h"
 
 #define ST_MAX_HEADER (100u << 20) /* the reference implementation's limit */
@@ -320,68 +321,102 @@ char *st_header(const struct st_entry *e, size_t n, const char *const *meta,
 	return out;
 }
 
-enum status st_save(const char *path, const char *flag, const struct st_entry *e, size_t n,
-		    const char *const *meta, size_t nmeta, struct diag *d)
+enum status st_write(struct st_pending *p, const char *path, const char *flag,
+		     const struct st_entry *e, size_t n, const char *const *meta, size_t nmeta,
+		     struct diag *d)
 {
-	char what[600], *tmp, *dircopy, *header;
 	unsigned char lenbuf[8];
 	size_t hlen = 0;
 	enum status st = ST_OK;
-	int fd, dfd;
+	char *header;
+	int fd;
 
-	snprintf(what, sizeof what, "%s: %s", flag, path);
+	memset(p, 0, sizeof *p);
+	p->slot = -1;
+	snprintf(p->what, sizeof p->what, "%s: %s", flag, path);
+	p->target = outfile_target(path); /* through a symbolic link, to the file it names */
+	if (p->target == NULL)
+		return diag_errno(d, errno, "%s", p->what);
 	header = st_header(e, n, meta, nmeta, &hlen);
 	if (header == NULL)
-		return diag_set(d, ST_RUNTIME, "%s: cannot build the safetensors header", what);
-	tmp = malloc(strlen(path) + 16);
-	dircopy = strdup(path);
-	if (tmp == NULL || dircopy == NULL) {
-		st = diag_set(d, ST_RUNTIME, "%s: out of memory", what);
-		goto out_free;
-	}
-	sprintf(tmp, "%s.tmp.XXXXXX", path);
-	fd = mkstemp(tmp);
+		return diag_set(d, ST_RUNTIME, "%s: cannot build the safetensors header", p->what);
+	fd = outfile_tmp_create(p->target, &p->tmp, &p->slot);
 	if (fd < 0) {
-		st = diag_errno(d, errno, "%s: cannot create a temporary file beside it", what);
-		goto out_free;
-	}
-	{
-		mode_t mask = umask(0); /* mkstemp makes 0600; give the file the usual mode */
-
-		umask(mask);
-		fchmod(fd, 0666 & ~mask);
+		st = diag_errno(d, errno, "%s: cannot create a temporary file beside it", p->what);
+		goto out_header;
 	}
 	for (int b = 0; b < 8; b++)
 		lenbuf[b] = (unsigned char)((uint64_t)hlen >> (8 * b));
-	st = write_all(fd, lenbuf, 8, what, d);
+	st = write_all(fd, lenbuf, 8, p->what, d);
 	if (st == ST_OK)
-		st = write_all(fd, header, hlen, what, d);
+		st = write_all(fd, header, hlen, p->what, d);
 	for (size_t i = 0; i < n && st == ST_OK; i++) {
 		size_t count = 1;
 
 		for (int k = 0; k < e[i].ndim; k++)
 			count *= (size_t)e[i].shape[k];
-		st = write_all(fd, e[i].data, count * sizeof(float), what, d);
+		st = write_all(fd, e[i].data, count * sizeof(float), p->what, d);
 	}
 	if (st == ST_OK && fsync(fd) != 0)
-		st = diag_errno(d, errno, "%s: fsync", what);
+		st = diag_errno(d, errno, "%s: fsync", p->what);
 	if (close(fd) != 0 && st == ST_OK)
-		st = diag_errno(d, errno, "%s: close", what);
-	if (st == ST_OK && rename(tmp, path) != 0)
-		st = diag_errno(d, errno, "%s: rename", what);
-	if (st != ST_OK) {
-		unlink(tmp);
-		goto out_free;
+		st = diag_errno(d, errno, "%s: close", p->what);
+	if (st != ST_OK)
+		st_discard(p);
+out_header:
+	free(header);
+	return st;
+}
+
+enum status st_commit(struct st_pending *p, struct diag *d)
+{
+	char *dircopy;
+	int dfd;
+
+	if (p->tmp == NULL)
+		return ST_OK;
+	if (rename(p->tmp, p->target) != 0) {
+		enum status st = diag_errno(d, errno, "%s: rename", p->what);
+
+		st_discard(p);
+		return st;
 	}
+	outfile_tmp_done(p->slot);
+	free(p->tmp);
+	p->tmp = NULL;
 	/* Make the rename itself durable. */
-	dfd = open(dirname(dircopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	dircopy = strdup(p->target);
+	dfd = dircopy ? open(dirname(dircopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
 	if (dfd >= 0) {
 		fsync(dfd);
 		close(dfd);
 	}
-out_free:
-	free(tmp);
 	free(dircopy);
-	free(header);
+	st_discard(p);
+	return ST_OK;
+}
+
+void st_discard(struct st_pending *p)
+{
+	if (p->tmp != NULL) {
+		unlink(p->tmp);
+		outfile_tmp_done(p->slot);
+	}
+	free(p->tmp);
+	free(p->target);
+	p->tmp = NULL;
+	p->target = NULL;
+	p->slot = -1;
+}
+
+enum status st_save(const char *path, const char *flag, const struct st_entry *e, size_t n,
+		    const char *const *meta, size_t nmeta, struct diag *d)
+{
+	struct st_pending p;
+	enum status st = st_write(&p, path, flag, e, n, meta, nmeta, d);
+
+	if (st == ST_OK)
+		st = st_commit(&p, d);
+	st_discard(&p);
 	return st;
 }

@@ -6,7 +6,9 @@
  * and validates every entry (dtype, shape, offsets that tile the data
  * region). Writing is atomic: a temporary file in the same directory,
  * fsync, rename over the target, fsync of the directory, so a reader sees
- * the old file or the new one, never a partial one.
+ * the old file or the new one, never a partial one. The rename can wait
+ * (st_write, then st_commit or st_discard), so a run that fails after writing
+ * its weights leaves no new file.
  */
 #ifndef DDPT_SAFETENSORS_H
 #define DDPT_SAFETENSORS_H
@@ -61,8 +63,26 @@ void st_close(struct st_file *f);
  * so a checksum over the header can be computed before the file is written. */
 char *st_header(const struct st_entry *e, size_t n, const char *const *meta, size_t nmeta,
 		size_t *hlen);
+/* A file written but not yet in place: its temporary file beside the target (the file
+ * path names, through any symbolic link). */
+struct st_pending {
+	char *target, *tmp; /* owned; tmp NULL once committed or discarded */
+	int slot;           /* outfile_tmp_create's */
+	char what[600];     /* "--save: path", for messages */
+};
+
 /* Write n tensors (and optional string metadata pairs, meta[2k]=key, meta[2k+1]=value)
- * to path atomically. On failure nothing is left behind. */
+ * to a temporary file beside path's target, and fsync it. On failure nothing is left. */
+enum status st_write(struct st_pending *p, const char *path, const char *flag,
+		     const struct st_entry *e, size_t n, const char *const *meta, size_t nmeta,
+		     struct diag *d);
+/* Rename the written file over the target and make that durable; on failure the
+ * temporary file is removed and the target is untouched. */
+enum status st_commit(struct st_pending *p, struct diag *d);
+/* Remove an uncommitted temporary file and free p. Safe to call twice. */
+void st_discard(struct st_pending *p);
+
+/* st_write then st_commit: path written atomically. On failure nothing is left behind. */
 enum status st_save(const char *path, const char *flag, const struct st_entry *e, size_t n,
 		    const char *const *meta, size_t nmeta, struct diag *d);
 

@@ -1,19 +1,46 @@
 /*
- * signals.h - graceful stop on SIGTERM, SIGINT and SIGUSR1 (what Slurm and
- * PBS send before preemption or the time limit).
+ * signals.h - what ddptrain does when a signal arrives.
  *
- * The first signal only raises a flag: the trainers fold it into the step's
+ * Graceful stop: SIGTERM, SIGINT, SIGUSR1 (what Slurm and PBS send before
+ * preemption or the time limit) and SIGHUP (a closed terminal or session).
+ * The first one only raises a flag: the trainers fold it into the step's
  * gradient all-reduce, every rank stops after the same step, writes the
- * checkpoint and exits with EXIT_INTERRUPTED. A second signal ends the
- * process at once (exit 128 + signal number). The flag is the one piece of
+ * checkpoint and exits with EXIT_INTERRUPTED. A second one ends the process at
+ * once (exit 128 + signal number), removing the temporary files it had open.
+ *
+ * SIGPIPE is ignored: a write to a closed standard output fails with EPIPE
+ * and the report stops printing (training goes on).
+ *
+ * SIGBUS on a mapped input file (another process truncated it) ends the process
+ * with one line naming the file and exit 1, instead of a bare "Bus error".
+ *
+ * The flag, the table of mapped files and the table of temporary files are the
  * process-wide state in ddptrain, because a signal handler can reach no other.
  */
 #ifndef DDPT_SIGNALS_H
 #define DDPT_SIGNALS_H
 
-/* Install the handlers (once, before training). */
+#include <stddef.h>
+
+/* Install the handlers. Call it first thing in main (a signal during MPI start-up is
+ * then a graceful stop too) and again after MPI_Init, which may install its own SIGBUS
+ * handler. Idempotent. */
 void signals_install(void);
-/* The first signal received, or 0. */
+/* The first stop signal received, or 0. */
 int signals_pending(void);
+
+/* Name the file mapped at [addr, addr + len) for the SIGBUS message (what: e.g.
+ * "--inputs: x.npy"; copied). Forget it before unmapping. At most 8 at a time;
+ * further ones go unnamed. */
+void signals_map_add(const void *addr, size_t len, const char *what);
+void signals_map_remove(const void *addr);
+
+/* A temporary file this process is writing: removed by any exit a handler or the
+ * watchdog makes. Returns a slot for signals_tmp_remove, or -1 when the table
+ * (8 entries) is full or the path is too long, in which case it is not tracked. */
+int signals_tmp_add(const char *path);
+void signals_tmp_remove(int slot);
+/* Remove every tracked temporary file (async-signal-safe: only unlink). */
+void signals_tmp_cleanup(void);
 
 #endif

@@ -47,9 +47,13 @@ for np in 1 2; do
 		--save="$G/w.st" --metrics="$TMPD/no/dir/m.jsonl"
 	expect "--save: $TMPD/fifo: exists and is not a regular file" early $np --save="$TMPD/fifo"
 	expect "--metrics: $G: exists and is not a regular file" early $np --metrics="$G"
-	# A run that fails for another reason keeps the previous outputs too.
+	# A run that fails for another reason keeps the previous weights too; its metrics
+	# (a stream) are kept, ending with the failure.
 	expect "training diverged" late $np --lr=1e6 --momentum=0.9 --save="$G/w.st" --metrics="$G/m.jsonl"
-	keep "$G/w.st" "$G/m.jsonl"
+	keep "$G/w.st"
+	tail -n 1 "$G/m.jsonl" | grep -q '^{"type":"end","exit_code":1,"reason":"loss is' ||
+		fail "the failed run's metrics do not end with its failure: $(tail -n 1 "$G/m.jsonl")"
+	cp "$G/m.jsonl.orig" "$G/m.jsonl"
 done
 [ -p "$TMPD/fifo" ] || fail "the fifo was replaced"
 
@@ -91,10 +95,15 @@ if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=68k tmpfs "$FULL" 2>/dev/null;
 		expect "--save: $FULL/w.st: write: No space left on device" late $np $big --quiet --save="$FULL/w.st"
 		cmp -s "$FULL/w.st" "$TMPD/full-w.st.orig" || fail "previous --save changed by a failed save"
 		[ "$(ls "$FULL")" = w.st ] || fail "left behind on the full device: $(ls "$FULL")"
-		# Metrics outgrow the device during training: one line per step.
+		# Metrics outgrow the device during training: one line per step. The records
+		# written stay (whole lines only); the --save of the failed run is not written.
 		expect "--metrics: $FULL/m.jsonl: write: No space left on device" late $np \
-			--log-every=1 --quiet --metrics="$FULL/m.jsonl"
-		[ "$(ls "$FULL")" = w.st ] || fail "left behind on the full device: $(ls "$FULL")"
+			--log-every=1 --quiet --metrics="$FULL/m.jsonl" --save="$TMPD/full-run.st"
+		[ "$(ls "$FULL" | tr '\n' ' ')" = "m.jsonl w.st " ] || fail "left behind on the full device: $(ls "$FULL")"
+		python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$FULL/m.jsonl" ||
+			fail "the metrics on the full device hold a partial line"
+		[ ! -e "$TMPD/full-run.st" ] || fail "a run that failed wrote --save"
+		rm -f "$FULL/m.jsonl"
 	done
 else
 	echo "output-safety: cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN); full file system cases skipped"

@@ -1,0 +1,75 @@
+/*
+ * faultshim.c - an LD_PRELOAD library that makes one process misbehave the way a
+ * sick cluster node does, for the reliability tests (tests/hangs.sh, tests/signals.sh).
+ * Nothing in ddptrain knows about it. Set in the environment of the process:
+ *
+ *   DDPT_SHIM_STALL=first-collective  the first MPI_Allreduce (the ranks' agreement
+ *                                     on the options) never returns
+ *   DDPT_SHIM_STALL=finalize          MPI_Finalize never returns
+ *   DDPT_SHIM_SLOW_FSYNC=SECONDS      every fsync takes that long (a slow file system)
+ *   DDPT_SHIM_SLOW_INIT=SECONDS       MPI_Init_thread takes that much longer (a slow start)
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>  /* dlsym, RTLD_NEXT */
+#include <mpi.h>    /* PMPI_Allreduce, PMPI_Finalize */
+#include <stdlib.h> /* getenv, atof */
+#include <string.h> /* strcmp */
+#include <time.h>   /* nanosleep */
+#include <unistd.h> /* pause */
+
+static int stall_at(const char *what)
+{
+	const char *v = getenv("DDPT_SHIM_STALL");
+
+	return v != NULL && strcmp(v, what) == 0;
+}
+
+/* Sleep the seconds an environment variable says, signals or not. */
+static void sleep_for(const char *name)
+{
+	const char *v = getenv(name);
+	double s = v != NULL ? atof(v) : 0.0;
+	struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+
+	if (s > 0)
+		while (nanosleep(&ts, &ts) != 0)
+			;
+}
+
+static void stall(void)
+{
+	for (;;)
+		pause(); /* until a signal ends the process */
+}
+
+int MPI_Allreduce(const void *in, void *out, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm)
+{
+	static int calls;
+
+	if (calls++ == 0 && stall_at("first-collective"))
+		stall();
+	return PMPI_Allreduce(in, out, count, type, op, comm);
+}
+
+int MPI_Finalize(void)
+{
+	if (stall_at("finalize"))
+		stall();
+	return PMPI_Finalize();
+}
+
+int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
+{
+	sleep_for("DDPT_SHIM_SLOW_INIT");
+	return PMPI_Init_thread(argc, argv, required, provided);
+}
+
+int fsync(int fd)
+{
+	static int (*real)(int);
+
+	if (real == NULL)
+		real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
+	sleep_for("DDPT_SHIM_SLOW_FSYNC");
+	return real(fd);
+}
