@@ -139,6 +139,12 @@ static int metrics_ready(struct report *r)
 	return 1;
 }
 
+void report_training_starts(struct report *r)
+{
+	if (r->root)
+		metrics_ready(r);
+}
+
 static void metrics_line(struct report *r, json_t *obj)
 {
 	if (metrics_ready(r))

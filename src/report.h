@@ -62,10 +62,14 @@ void report_init(struct report *r, int root, int quiet);
 /* Prepare the metrics file if asked (append: keep the records already there, as a
  * resumed run does; else start it afresh) and its "start" record, whose "config" object
  * has a key for each "--flag=value" line of config. The file is opened and the record
- * written with the first record after it (a step, the summary, or the end of a run that
- * failed), so a run refused before (exit 2) leaves a previous file alone. */
+ * written when training starts (report_training_starts) or with the first record after
+ * it, so a run refused before that (exit 2) leaves a previous file alone. */
 enum status report_open_metrics(struct report *r, const char *metrics_path, int append,
 				const char *config, struct diag *d);
+/* Training begins (the trainers call it once their own checks passed): the metrics file
+ * is opened now and its "start" record written, so even a run killed before its first
+ * logged step leaves its attempt on record. */
+void report_training_starts(struct report *r);
 /* A '#' line (printf-style) on the terminal, unless quiet. */
 void report_note(struct report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* One logged optimizer step: epoch of epochs, step of total, the loss and accuracy (means

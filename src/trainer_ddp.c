@@ -338,6 +338,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	steps_per_epoch = (L.nmicro + tc->grad_accum - 1) / tc->grad_accum;
 	total = trainer_total_steps(ctl, L.nmicro, tc->grad_accum, tc->epochs, tc->max_steps);
 	t.total = total;
+	report_training_starts(r); /* nothing refuses the run now: the metrics stream opens */
 	report_note(r, "buckets: %d (cap %.3g MiB%s), %ld steps per epoch, %ld steps in all",
 		    t.nbuckets, tc->bucket_mb,
 		    t.stream ? "; streamed: regions of 1 bucket's size start as backward finishes them" : "",
