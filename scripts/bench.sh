@@ -8,7 +8,8 @@
 # and --no-overlap; the wide MLP (1024 x 4 layers, batch 128) in samples/s at 1
 # and 2 ranks, its weak-scaling efficiency and GFLOP/s per rank against the
 # SGEMM ceiling (tests/sgemm_ceiling); ddp against --mode=dp at 2 replicas;
-# the seed job (mpirun -np 2 ddptrain --max-steps=1): wall time and peak RSS
+# --trace's cost (ToyModel and wide MLP at 2 ranks, every step recorded: the
+# step time it adds to the same run untraced); the seed job (mpirun -np 2 ddptrain --max-steps=1): wall time and peak RSS
 # per rank against tests/mpi_floor launched the same way. With PyTorch
 # (TORCH_PYTHON imports torch), each row also runs in PyTorch DDP (gloo,
 # scripts/torch_ddp_bench.py) and shows how many times better ddptrain does.
@@ -188,6 +189,9 @@ config toy.dp2 run_dp 2 "${TOY[@]}" --max-steps="${toy_steps[1]}"
 config wide.np1 run_ddp 1 "${WIDE[@]}" --max-steps="$wide_steps"
 config wide.np2 run_ddp 2 "${WIDE[@]}" --max-steps="$wide_steps"
 config wide.dp2 run_dp 2 "${WIDE[@]}" --max-steps="$wide_steps"
+# --trace's cost: the same runs recording every step (the file goes to the scratch directory)
+config toy.np2.trace run_ddp 2 "${TOY[@]}" --max-steps="${toy_steps[1]}" --trace="$tmp/toy.trace.json"
+config wide.np2.trace run_ddp 2 "${WIDE[@]}" --max-steps="$wide_steps" --trace="$tmp/wide.trace.json"
 config job run_job "$DDPTRAIN" --max-steps=1
 [ -z "$MPI_FLOOR" ] || config floor run_job "$MPI_FLOOR"
 [ -z "$SGEMM_CEILING" ] || config sgemm run_sgemm
@@ -333,6 +337,10 @@ row toy.dp2 "ToyModel, 2 replicas: ddp vs dp" samples/s high "$(stat toy.np2 sam
 	dp "$(vals toy.dp2 samples_per_s | median)" x "$(printf '\t')" - "" "" ""
 row wide.dp2 "wide MLP, 2 replicas: ddp vs dp" samples/s high "$(stat wide.np2 samples_per_s 1)" \
 	dp "$(vals wide.dp2 samples_per_s | median)" x "$(printf '\t')" x 1 "" "ddp faster than dp"
+row toy.np2.trace "ToyModel, 2 ranks, --trace on" us/step low "$(stat toy.np2.trace ms_per_step 1000)" \
+	"trace off" "$(vals toy.np2 ms_per_step | median | awk 'NF { print $1 * 1000 }')" over "$(printf '\t')" - "" "" ""
+row wide.np2.trace "wide MLP, 2 ranks, --trace on" samples/s high "$(stat wide.np2.trace samples_per_s 1)" \
+	"trace off" "$(vals wide.np2 samples_per_s | median)" over "$(printf '\t')" - "" "" ""
 row job.wall "seed job (np 2, 1 step): wall" s low "$(stat job wall 1)" \
 	"MPI floor" "$(vals floor wall | median)" diff "$(t torch.job wall 1)" diff 0.1 "" "<=floor+0.1 s"
 row job.rss "seed job: peak RSS, largest rank" MiB low "$(stat job rss 1)" \
@@ -391,6 +399,7 @@ function jlist(s,   n, a, i, o) {
 		if (ak == "x") { acmp = better(v, av, dir); atext = times(acmp) }
 		else if (ak == "pct") { acmp = 100 * v / av; atext = sprintf("%.0f%%", acmp) }
 		else if (ak == "diff") { acmp = v - av; atext = sprintf(unit == "s" ? "%+.3f" : "%+.1f", acmp) }
+		else if (ak == "over") { acmp = 100 * (dir == "low" ? v / av - 1 : av / v - 1); atext = sprintf("%+.1f%%", acmp) }
 	}
 	tx = better(v, tv, dir)
 	# the target
@@ -425,7 +434,7 @@ END {
 		"against", "value", "ddpt:it", "PyTorch", "ddpt:pt", "target", "result"
 	for (i = 1; i <= n; i++) print line[i]
 	print "# ddpt:it and ddpt:pt: how many times better ddptrain is (rates divided, times and sizes inverted);"
-	print "# against SGEMM: % of the ceiling; against the MPI floor: what ddptrain adds"
+	print "# against SGEMM: % of the ceiling; against the MPI floor: what ddptrain adds; against trace off: the time --trace adds"
 	if (star) print "# *: against the issue\47s PyTorch figure (no PyTorch figure from this run)"
 	if (toywait2 != "" || wait2 != "")
 		printf "# all-reduce wait on 2 ranks (mean over the ranks): ToyModel %s%%, wide MLP %s%% of the step\n",

@@ -18,6 +18,8 @@
 
 #include "status.h"
 
+struct trace_dev; /* trace.h */
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -131,6 +133,9 @@ struct backend_ops {
 	 * rows * in) when dw's rows [o, o + rows) are final (they come in increasing order),
 	 * fn(arg, NULL, 0) between dx's panels. fn NULL: stop. */
 	void (*set_progress)(void *ctx, void (*fn)(void *arg, float *done, size_t n), void *arg);
+	/* Optional: a device clock for --trace (CUDA events on the compute stream, NVTX
+	 * ranges), driven with this backend's ctx; NULL: spans use host times. */
+	const struct trace_dev *trace_dev;
 };
 
 #define BACKEND_GRAPHS 4

@@ -15,6 +15,14 @@
 
 #define COMM_MAX_INFLIGHT 64
 
+/* Told when an all-reduce has completed: its order among this step's all-reduces (0: the
+ * first started), its length in floats, and when it was started and when it completed,
+ * in seconds on clock_now's clock. */
+struct comm_observer {
+	void (*done)(void *arg, int index, size_t n, double t0, double t1);
+	void *arg;
+};
+
 struct comm_ops {
 	const char *name;
 	int capturable; /* its collectives can be recorded into a device graph (NCCL) */
@@ -29,6 +37,10 @@ struct comm_ops {
 	/* Broadcast buf[0..n) from root. */
 	enum status (*bcast)(void *ctx, float *buf, size_t n, int root, struct diag *d);
 	void (*fini)(void *ctx);
+	/* Optional (NULL: not supported). Report each later all-reduce's times to obs, or
+	 * stop with obs NULL (reporting what is pending first). A communicator that reads
+	 * device events may report a step's times during the next step. */
+	void (*observe)(void *ctx, const struct comm_observer *obs);
 };
 
 struct comm {

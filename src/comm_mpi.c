@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "clock.h"    /* clock_now: the observer's times */
 #include "comm_mpi.h"
 #include "ring.h"
 #if __has_include(<mpi-ext.h>)
@@ -38,6 +39,15 @@ struct comm_mpi {
 	int use_ring;       /* PATH_HOST on 2+ ranks, unless DDPTRAIN_ALLREDUCE=mpi */
 	size_t ring_min;    /* floats: smaller buckets go to MPI_Iallreduce */
 	struct ring ring;
+	struct comm_observer obs;      /* obs.done NULL: nobody is told */
+	double t0[COMM_MAX_INFLIGHT];  /* observed: when each request was started */
+	size_t n[COMM_MAX_INFLIGHT];   /* observed: its length */
+	int order[COMM_MAX_INFLIGHT];  /* observed: its place among this step's all-reduces */
+	int started;                   /* all-reduces started since the last wait_all */
+	/* observed ring all-reduces: reported when wait_all has completed them */
+	double ring_t0[COMM_MAX_INFLIGHT];
+	size_t ring_n[COMM_MAX_INFLIGHT];
+	int ring_order[COMM_MAX_INFLIGHT], nring;
 };
 
 /* The ring's settings, from rank 0's environment (so that every rank agrees). */
@@ -127,8 +137,21 @@ static enum status mpi_allreduce_start(void *ctx, float *buf, size_t n, int last
 		if (st != ST_OK)
 			return st;
 	}
-	if (c->use_ring && n >= c->ring_min)
+	if (c->use_ring && n >= c->ring_min) {
+		if (c->obs.done != NULL && c->nring < COMM_MAX_INFLIGHT) {
+			c->ring_t0[c->nring] = clock_now();
+			c->ring_n[c->nring] = n;
+			c->ring_order[c->nring++] = c->started;
+		}
+		c->started++;
 		return ring_start(&c->ring, target, n, d);
+	}
+	if (c->obs.done != NULL) {
+		c->t0[c->nreq] = clock_now();
+		c->n[c->nreq] = n;
+		c->order[c->nreq] = c->started;
+	}
+	c->started++;
 	if (last) {
 		/* Open MPI's blocking all-reduce (coll/tuned) is several times faster than its
 		 * non-blocking one (libnbc) on large buffers, and with backward finished there
@@ -136,6 +159,8 @@ static enum status mpi_allreduce_start(void *ctx, float *buf, size_t n, int last
 		rc = MPI_Allreduce(MPI_IN_PLACE, target, (int)n, MPI_FLOAT, MPI_SUM, c->comm);
 		if (rc != MPI_SUCCESS)
 			return world_mpi_error(d, rc, "MPI_Allreduce");
+		if (c->obs.done != NULL)
+			c->obs.done(c->obs.arg, c->order[c->nreq], n, c->t0[c->nreq], clock_now());
 		if (c->dev[c->nreq] != NULL) /* wait_all copies it back with the others */
 			c->req[c->nreq++] = MPI_REQUEST_NULL;
 		return ST_OK;
@@ -151,12 +176,34 @@ static enum status mpi_allreduce_start(void *ctx, float *buf, size_t n, int last
 static void mpi_progress(void *ctx)
 {
 	struct comm_mpi *c = ctx;
-	int done;
+	int done, idx[COMM_MAX_INFLIGHT];
 
-	if (c->nreq > 0)
-		MPI_Testall(c->nreq, c->req, &done, MPI_STATUSES_IGNORE);
 	if (c->use_ring)
 		ring_progress(&c->ring);
+	if (c->nreq == 0)
+		return;
+	if (c->obs.done == NULL) {
+		MPI_Testall(c->nreq, c->req, &done, MPI_STATUSES_IGNORE);
+		return;
+	}
+	/* Observed: which ones completed, so each gets its own completion time. */
+	if (MPI_Testsome(c->nreq, c->req, &done, idx, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
+	    done != MPI_UNDEFINED)
+		for (int i = 0; i < done; i++)
+			c->obs.done(c->obs.arg, c->order[idx[i]], c->n[idx[i]], c->t0[idx[i]],
+				    clock_now());
+}
+
+/* Complete every request, telling the observer of each as it completes. */
+static int wait_observed(struct comm_mpi *c)
+{
+	for (;;) {
+		int i, rc = MPI_Waitany(c->nreq, c->req, &i, MPI_STATUS_IGNORE);
+
+		if (rc != MPI_SUCCESS || i == MPI_UNDEFINED)
+			return rc;
+		c->obs.done(c->obs.arg, c->order[i], c->n[i], c->t0[i], clock_now());
+	}
 }
 
 static enum status mpi_wait_all(void *ctx, struct diag *d)
@@ -165,14 +212,20 @@ static enum status mpi_wait_all(void *ctx, struct diag *d)
 	int rc = MPI_SUCCESS;
 	enum status st = c->use_ring ? ring_wait(&c->ring, d) : ST_OK;
 
+	for (int i = 0; i < c->nring && c->obs.done != NULL; i++)
+		c->obs.done(c->obs.arg, c->ring_order[i], c->ring_n[i], c->ring_t0[i], clock_now());
+	c->nring = 0;
+
 	if (c->nreq > 0)
-		rc = MPI_Waitall(c->nreq, c->req, MPI_STATUSES_IGNORE);
+		rc = c->obs.done != NULL ? wait_observed(c)
+					 : MPI_Waitall(c->nreq, c->req, MPI_STATUSES_IGNORE);
 	if (rc == MPI_SUCCESS)
 		for (int i = 0; i < c->nreq; i++)
 			if (c->dev[i] != NULL)
 				c->be->ops->to_device(c->be->ctx, c->dev[i], c->stage + (c->dev[i] - c->base),
 					      c->len[i]);
 	c->nreq = 0;
+	c->started = 0;
 	if (rc != MPI_SUCCESS)
 		return world_mpi_error(d, rc, "MPI_Waitall(gradient all-reduce)");
 	return st;
@@ -221,6 +274,13 @@ static void mpi_fini(void *ctx)
 	free(c);
 }
 
+static void mpi_observe(void *ctx, const struct comm_observer *obs)
+{
+	struct comm_mpi *c = ctx;
+
+	c->obs = obs != NULL ? *obs : (struct comm_observer){NULL, NULL};
+}
+
 static const struct comm_ops comm_mpi_ops = {
 	.name = "mpi",
 	.capturable = 0,
@@ -229,6 +289,7 @@ static const struct comm_ops comm_mpi_ops = {
 	.wait_all = mpi_wait_all,
 	.bcast = mpi_bcast,
 	.fini = mpi_fini,
+	.observe = mpi_observe,
 };
 
 enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, float *base,

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h> /* gethostname */
 
 #include "backend.h"    /* backend_cpu_ops, backend_init, backend_free */
 #include "checkpoint.h" /* checkpoint_save/load, checkpoint_read/write_weights */
@@ -23,10 +24,13 @@
 #include "options.h"    /* options_parse, options_print_help, options_format_settings */
 #include "placement.h"  /* placement_decide, placement_check_memory */
 #include "outfile.h"    /* outfile_check, outfile_distinct */
+#include "prometheus.h" /* prometheus_init */
 #include "report.h"     /* report_init, report_open_metrics, report_finish, report_end */
 #include "safetensors.h" /* st_commit, st_discard */
 #include "signals.h"    /* signals_install */
 #include "status.h"     /* enum status, struct diag, status_exit_code */
+#include "straggler.h"  /* straggler_init, straggler_mine, straggler_free */
+#include "trace.h"      /* trace_init, trace_sync_clocks, trace_write, trace_free */
 #include "trainer.h"    /* trainer_ddp, trainer_dp, struct train_config */
 #include "world.h"      /* world_init, world_agree, world_check_config, world_free */
 
@@ -52,6 +56,9 @@ struct app {
 	struct report r;
 	struct train_result res;
 	struct train_ctl ctl;
+	struct trace trace;
+	struct straggler strag;
+	struct prometheus prom;
 	float *ckpt_host;   /* rank 0: the whole state dict, for checkpoints (narenas x nparams) */
 	char lineage[CKPT_LINEAGE]; /* rank 0: this run's id in its checkpoints */
 	double best_loss;   /* --save-best: the best validation loss so far */
@@ -312,6 +319,8 @@ static enum status check_outputs(struct app *a)
 			{"--save-best", o->save_best, 1, 0},
 			{"--val-inputs", o->val_inputs, 0, 0},
 			{"--val-targets", o->val_targets, 0, 0},
+			{"--trace", o->trace, 1, 0},
+			{"--prometheus", o->prometheus, 1, 0},
 		};
 
 		/* --resume=F --checkpoint=F is how a run continues; every other pair is refused. */
@@ -327,7 +336,40 @@ static enum status check_outputs(struct app *a)
 		st = outfile_check(o->save_best, "--save-best", weight_bytes, &a->d);
 	if (a->w.rank == 0 && o->metrics != NULL && st == ST_OK)
 		st = outfile_check(o->metrics, "--metrics", 0, &a->d);
+	if (a->w.rank == 0 && o->trace != NULL && st == ST_OK)
+		st = outfile_check(o->trace, "--trace", 0, &a->d);
+	if (a->w.rank == 0 && o->prometheus != NULL && st == ST_OK)
+		st = outfile_check(o->prometheus, "--prometheus", 0, &a->d);
 	return agree(a, st);
+}
+
+/* --trace (clocks aligned now, just before training), the step-time samples, --prometheus. */
+static enum status observers_init(struct app *a)
+{
+	const struct options *o = &a->o;
+	const int dp = o->mode == MODE_DP;
+	enum status st;
+
+	st = trace_init(&a->trace, o->trace, o->trace_lo, o->trace_hi, dp ? a->pl.replicas : 1, dp,
+			(size_t)1 << 20, &a->d);
+	if (st == ST_OK)
+		st = trace_sync_clocks(&a->trace, &a->w, &a->d);
+	if (st == ST_OK && !dp) {
+		char host[64] = "?";
+
+		gethostname(host, sizeof host - 1);
+		st = straggler_init(&a->strag, &a->w, o->straggler_warn, host, &a->d);
+	}
+	if (st != ST_OK)
+		return st;
+	a->ctl.trace = o->trace != NULL ? &a->trace : NULL;
+	a->ctl.straggler = dp ? NULL : &a->strag;
+	if (a->w.rank == 0 && o->prometheus != NULL) {
+		prometheus_init(&a->prom, o->prometheus, o->prometheus_every, options_mode_names[o->mode],
+				replicas(a));
+		a->ctl.prom = &a->prom;
+	}
+	return ST_OK;
 }
 
 static enum status setup(struct app *a)
@@ -437,7 +479,10 @@ static enum status setup(struct app *a)
 	world_watch_begin(&a->w, "the weight broadcast");
 	st = a->c.ops->bcast(a->c.ctx, a->m.params, a->m.nparams, 0, &a->d);
 	world_watch_end(&a->w);
-	return agree(a, st);
+	st = agree(a, st);
+	if (st == ST_OK)
+		st = agree(a, observers_init(a));
+	return st;
 }
 
 /* Replicas of this run: MPI ranks (ddp) or worker threads (dp). */
@@ -510,7 +555,7 @@ static void print_header(struct app *a)
 
 /* Fill the summary; in ddp mode rank 0 gathers every rank's figures into ranks/rss. */
 static enum status summarize(struct app *a, struct report_summary *sum, struct replica_stats *ranks,
-			     double *rss)
+			     double *rss, struct straggler_rank *strag)
 {
 	double mine = report_peak_rss_mib(), state = 0.0;
 	enum status st = ST_OK;
@@ -527,11 +572,21 @@ static enum status summarize(struct app *a, struct report_summary *sum, struct r
 	if (a->o.mode == MODE_DP) {
 		sum->rep = a->res.rep;
 	} else {
+		struct straggler_rank me;
+		char host[64] = "?";
+
+		gethostname(host, sizeof host - 1);
+		straggler_mine(&a->strag, host, &me);
 		st = world_gather(&a->w, &a->res.rep[0], sizeof a->res.rep[0], ranks, &a->d);
 		if (st == ST_OK)
 			st = world_gather(&a->w, &mine, sizeof mine, rss, &a->d);
+		if (st == ST_OK)
+			st = world_gather(&a->w, &me, sizeof me, strag, &a->d);
 		sum->rep = ranks;
 		sum->rss_mib = rss;
+		sum->strag = strag;
+		sum->nbuckets = a->res.nbuckets;
+		sum->buckets = a->res.buckets;
 	}
 	for (int i = 0; i < sum->replicas && a->w.rank == 0; i++)
 		state = (double)sum->rep[i].state_bytes > state ? (double)sum->rep[i].state_bytes : state;
@@ -539,11 +594,35 @@ static enum status summarize(struct app *a, struct report_summary *sum, struct r
 	return st;
 }
 
+/* After training: rank 0 writes the merged trace and the last --prometheus file. */
+static enum status finish_observers(struct app *a)
+{
+	const char *meta[4] = {NULL};
+	char mode[32], host[64] = "?";
+	enum status st = ST_OK;
+
+	snprintf(mode, sizeof mode, "mode=%s", options_mode_names[a->o.mode]);
+	meta[0] = "producer=ddptrain " PACKAGE_VERSION;
+	meta[1] = mode;
+	gethostname(host, sizeof host - 1);
+	if (a->o.trace != NULL)
+		st = agree(a, trace_write(&a->trace, &a->w, meta, host, &a->d));
+	if (st == ST_OK && a->ctl.prom != NULL) {
+		double el = a->res.seconds;
+
+		st = trainer_prometheus(&a->ctl, &a->res, a->res.steps, a->res.steps, a->res.final_loss,
+					el > 0 ? a->res.samples / el : 0.0, el > 0 ? a->res.wait_s / el : 0.0,
+					0, replicas(a), &a->d);
+	}
+	return agree(a, st);
+}
+
 static enum status run(struct app *a)
 {
 	struct report_summary sum = {0};
 	struct replica_stats *ranks = NULL;
 	struct st_pending saved = {.slot = -1};
+	struct straggler_rank *strag = NULL;
 	double *rss = NULL;
 	float *host = NULL;
 	enum status st;
@@ -556,6 +635,8 @@ static enum status run(struct app *a)
 		st = trainer_ddp(&a->tc, &a->w, &a->m, &a->opt, &a->c, &a->ds, &a->ctl, &a->r, &a->res,
 				 &a->d);
 	st = agree(a, st);
+	if (st == ST_OK)
+		st = finish_observers(a);
 	if (st != ST_OK)
 		return st;
 	if (a->o.save != NULL && a->w.rank == 0) {
@@ -579,8 +660,9 @@ static enum status run(struct app *a)
 	if (st == ST_OK) {
 		ranks = calloc((size_t)a->w.size, sizeof *ranks);
 		rss = calloc((size_t)a->w.size, sizeof *rss);
-		st = ranks && rss ? summarize(a, &sum, ranks, rss)
-				  : diag_set(&a->d, ST_RUNTIME, "out of memory");
+		strag = calloc((size_t)a->w.size, sizeof *strag);
+		st = ranks && rss && strag ? summarize(a, &sum, ranks, rss, strag)
+					   : diag_set(&a->d, ST_RUNTIME, "out of memory");
 		st = agree(a, st);
 	}
 	/* The weights go into place only when everything else succeeded: a run that exits
@@ -594,6 +676,7 @@ static enum status run(struct app *a)
 	st_discard(&saved);
 	free(ranks);
 	free(rss);
+	free(strag);
 	return st;
 }
 
@@ -648,6 +731,8 @@ int main(int argc, char **argv)
 	report_end(&a.r, status_exit_code(st),
 		   st == ST_INTERRUPTED ? "stopped by a signal" : a.d.st != ST_OK ? a.d.msg : NULL);
 	free(a.ckpt_host);
+	trace_free(&a.trace);
+	straggler_free(&a.strag);
 	report_free(&a.r);
 	model_free(&a.m);
 	comm_free(&a.c);

@@ -205,9 +205,11 @@ void model_forward(struct model *m, int n)
 
 	for (int l = 0; l < m->nlayers; l++) {
 		int in = m->widths[l], out = m->widths[l + 1];
+		long span = trace_begin(m->trace, TR_FORWARD, l);
 
 		ops->linear_forward(c, m->act[l + 1], m->act[l], m->params + m->w_off[l],
 				    m->params + m->b_off[l], n, in, out, m->act_fn[l] == ACT_RELU);
+		trace_end(m->trace, span);
 	}
 }
 
@@ -223,17 +225,19 @@ void model_backward(struct model *m, int n, int accumulate, void (*hook)(void *a
 	for (int l = m->nlayers - 1; l >= lowest; l--) {
 		int in = m->widths[l], out = m->widths[l + 1];
 		float *dx = l > lowest ? m->dbuf[1 - cur] : NULL;
+		long span = trace_begin(m->trace, TR_BACKWARD, l);
 
 		ops->linear_backward(c, dx, m->frozen[l] ? NULL : m->grads + m->w_off[l],
 				     m->grads + m->b_off[l], m->dbuf[cur], m->act[l],
 				     m->params + m->w_off[l], n, in, out, accumulate);
+		/* the activation before this layer is part of its backward span */
+		if (dx != NULL && m->act_fn[l - 1] == ACT_RELU)
+			ops->relu_backward(c, dx, m->act[l], (size_t)n * (size_t)in);
+		trace_end(m->trace, span);
 		if (hook != NULL)
 			hook(arg, l);
-		if (dx != NULL) {
-			if (m->act_fn[l - 1] == ACT_RELU)
-				ops->relu_backward(c, dx, m->act[l], (size_t)n * (size_t)in);
+		if (dx != NULL)
 			cur = 1 - cur;
-		}
 	}
 }
 

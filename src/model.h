@@ -26,6 +26,7 @@
 
 #include "backend.h"
 #include "status.h"
+#include "trace.h"
 
 #define MODEL_MAX_LAYERS 64 /* Linear layers; widths has one more entry */
 #define MODEL_MAX_ARENAS 4  /* the parameters and up to 3 optimizer state arenas */
@@ -65,6 +66,7 @@ struct model {
 	float *target;                /* (batch, widths[nlayers]) */
 	float *dbuf[2];               /* (batch, max width) ping-pong gradients of activations */
 	size_t bytes;                 /* backend memory held by all of the above */
+	struct trace_buf *trace;      /* borrowed: per-layer spans go here, or NULL (off) */
 };
 
 /* Bytes model_init allocates for these widths and batch, plus state_arenas optimizer

@@ -18,7 +18,9 @@
 #include <string.h>
 
 #include "config.h"
+#include "build.h"   /* build_print */
 #include "options.h"
+#include "trace.h"  /* trace_parse_steps */
 
 const char *const options_mode_names[] = {"ddp", "dp", NULL};
 const char *const options_device_names[] = {"auto", "cpu", "cuda", NULL};
@@ -37,6 +39,7 @@ enum opt_key {
 	K_CHECKPOINT, K_CKPT_EVERY, K_KEEP, K_RESUME, K_TIMEOUT,
 	K_LOSS, K_OPTIM, K_BETAS, K_EPS, K_NESTEROV, K_SCHED, K_WARMUP, K_CLIP, K_FREEZE,
 	K_VAL_INPUTS, K_VAL_TARGETS, K_VAL_SAMPLES, K_EVAL_EVERY, K_SAVE_BEST,
+	K_TRACE, K_TRACE_STEPS, K_STRAGGLER_WARN, K_PROMETHEUS, K_PROM_EVERY,
 };
 
 struct opt_def {
@@ -100,6 +103,11 @@ static const struct opt_def opt_table[] = {
 	{"log-every", K_LOG_EVERY, "N", "250", "optimizer steps between progress lines (0 = none)", C},
 	{"quiet", K_QUIET, NULL, NULL, "print errors only", C},
 	{"metrics", K_METRICS, "FILE", NULL, "write JSON Lines metrics (one object per logged step)", C},
+	{"trace", K_TRACE, "FILE", NULL, "write a Chrome trace-event timeline of every rank (Perfetto, chrome://tracing)", C},
+	{"trace-steps", K_TRACE_STEPS, "A:B", "all", "trace only optimizer steps A to B", C},
+	{"straggler-warn", K_STRAGGLER_WARN, "F", "0", "warn when a rank computes F times slower than the median (0 = off)", C},
+	{"prometheus", K_PROMETHEUS, "FILE", NULL, "keep a Prometheus textfile of the run's progress up to date", 0},
+	{"prometheus-every", K_PROM_EVERY, "SECONDS", "10", "seconds between rewrites of the --prometheus file", 0},
 	{"help", K_HELP, NULL, NULL, "show this help and exit", 0},
 	{"version", K_VERSION, NULL, NULL, "show the version and exit", 0},
 };
@@ -324,6 +332,21 @@ static enum status apply(struct options *o, int key, const char *arg, struct dia
 	case K_SAVE_BEST: o->save_best = arg; return ST_OK;
 	case K_QUIET: o->quiet = 1; return ST_OK;
 	case K_METRICS: o->metrics = arg; return ST_OK;
+	case K_TRACE: o->trace = arg; return ST_OK;
+	case K_TRACE_STEPS:
+		if (strcmp(arg, "all") == 0) {
+			o->trace_lo = 1;
+			o->trace_hi = 0;
+			return ST_OK;
+		}
+		return trace_parse_steps(arg, &o->trace_lo, &o->trace_hi, d);
+	case K_STRAGGLER_WARN:
+		st = parse_double(f, arg, 0, 0, 1e6, &o->straggler_warn, d);
+		if (st == ST_OK && o->straggler_warn != 0 && o->straggler_warn <= 1)
+			return diag_set(d, ST_USAGE, "--straggler-warn: %s must be above 1 (a ratio to the median rank), or 0 for off", arg);
+		return st;
+	case K_PROMETHEUS: o->prometheus = arg; return ST_OK;
+	case K_PROM_EVERY: return parse_double(f, arg, 0, 1, 1e6, &o->prometheus_every, d);
 	case K_HELP: o->help = 1; return ST_OK;
 	case K_VERSION: o->version = 1; return ST_OK;
 	}
@@ -368,6 +391,10 @@ static enum status check_combinations(struct options *o, struct diag *d)
 		return diag_set(d, ST_USAGE, "--init: empty file name");
 	if (o->metrics != NULL && o->metrics[0] == '\0')
 		return diag_set(d, ST_USAGE, "--metrics: empty file name");
+	if (o->trace != NULL && o->trace[0] == '\0')
+		return diag_set(d, ST_USAGE, "--trace: empty file name");
+	if (o->prometheus != NULL && o->prometheus[0] == '\0')
+		return diag_set(d, ST_USAGE, "--prometheus: empty file name");
 	if (o->checkpoint != NULL && o->checkpoint[0] == '\0')
 		return diag_set(d, ST_USAGE, "--checkpoint: empty file name");
 	if (o->resume != NULL && o->resume[0] == '\0')
@@ -503,7 +530,7 @@ void options_print_help(FILE *f)
 
 void options_print_version(FILE *f)
 {
-	fprintf(f, "ddptrain %s\n", PACKAGE_VERSION);
+	build_print(f); /* the version, the build and the licence */
 }
 
 void options_format_widths(const struct options *o, char *buf, size_t len)
@@ -575,6 +602,9 @@ static void format_value(const struct options *o, int key, char *buf, size_t len
 	case K_LOG_EVERY: snprintf(buf, len, "%ld", o->log_every); return;
 	case K_QUIET: snprintf(buf, len, "%d", o->quiet); return;
 	case K_METRICS: snprintf(buf, len, "%s", o->metrics ? o->metrics : ""); return;
+	case K_TRACE: snprintf(buf, len, "%d", o->trace != NULL); return; /* only rank 0 writes it */
+	case K_TRACE_STEPS: snprintf(buf, len, "%ld:%ld", o->trace_lo, o->trace_hi); return;
+	case K_STRAGGLER_WARN: snprintf(buf, len, "%.9g", o->straggler_warn); return;
 	}
 	snprintf(buf, len, "?");
 }

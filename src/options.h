@@ -65,6 +65,11 @@ struct options {
 	long keep_checkpoints;          /* numbered checkpoints to keep; 0 = only the latest */
 	const char *resume;             /* checkpoint to resume from, or NULL */
 	double timeout;                 /* seconds a blocking collective may take; 0 = forever */
+	const char *trace;              /* Chrome trace path or NULL */
+	long trace_lo, trace_hi;        /* optimizer steps traced, 1-based inclusive; hi 0 = to the end */
+	double straggler_warn;          /* compute-time ratio to the median that warns; 0 = off */
+	const char *prometheus;         /* Prometheus textfile path or NULL */
+	double prometheus_every;        /* seconds between its rewrites */
 	int help, version;              /* asked for --help / --version */
 };
 

@@ -1,7 +1,8 @@
 /* outfile.c - output targets, their temporary files, and the start-up checks that output
- * files can be written and do not collide. */
+ * files can be written and do not collide; the atomic text writer. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
@@ -230,4 +231,78 @@ enum status outfile_distinct(const struct named_path *p, int n, int allow_a, int
 		}
 	}
 	return ST_OK;
+}
+
+enum status outfile_open(struct outfile *of, const char *path, const char *flag, struct diag *d)
+{
+	mode_t mask;
+	int fd;
+
+	memset(of, 0, sizeof *of);
+	of->path = path;
+	of->flag = flag;
+	of->tmp = malloc(strlen(path) + 16);
+	if (of->tmp == NULL)
+		return diag_set(d, ST_RUNTIME, "%s: out of memory", flag);
+	sprintf(of->tmp, "%s.tmp.XXXXXX", path);
+	fd = mkstemp(of->tmp);
+	if (fd < 0) {
+		free(of->tmp);
+		of->tmp = NULL;
+		return diag_errno(d, errno, "%s: %s: cannot create a file beside it", flag, path);
+	}
+	mask = umask(0); /* mkstemp makes 0600; give the file the usual mode */
+	umask(mask);
+	fchmod(fd, 0666 & ~mask);
+	of->f = fdopen(fd, "w");
+	if (of->f == NULL) {
+		enum status st = diag_errno(d, errno, "%s: %s", flag, path);
+
+		close(fd);
+		outfile_abort(of);
+		return st;
+	}
+	return ST_OK;
+}
+
+enum status outfile_commit(struct outfile *of, struct diag *d)
+{
+	enum status st = ST_OK;
+	char *dir;
+	int dfd;
+
+	if (fflush(of->f) != 0 || fsync(fileno(of->f)) != 0)
+		st = diag_errno(d, errno, "%s: %s: write", of->flag, of->path);
+	else if (ferror(of->f)) /* an earlier buffered write failed; its errno is gone */
+		st = diag_set(d, ST_RUNTIME, "%s: %s: write failed", of->flag, of->path);
+	if (fclose(of->f) != 0 && st == ST_OK)
+		st = diag_errno(d, errno, "%s: %s: close", of->flag, of->path);
+	of->f = NULL;
+	if (st == ST_OK && rename(of->tmp, of->path) != 0)
+		st = diag_errno(d, errno, "%s: %s: rename", of->flag, of->path);
+	if (st != ST_OK) {
+		outfile_abort(of);
+		return st;
+	}
+	free(of->tmp);
+	of->tmp = NULL;
+	dir = strdup(of->path); /* make the rename itself durable */
+	dfd = dir ? open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	if (dfd >= 0) {
+		fsync(dfd);
+		close(dfd);
+	}
+	free(dir);
+	return ST_OK;
+}
+
+void outfile_abort(struct outfile *of)
+{
+	if (of->f != NULL)
+		fclose(of->f);
+	of->f = NULL;
+	if (of->tmp != NULL)
+		unlink(of->tmp);
+	free(of->tmp);
+	of->tmp = NULL;
 }

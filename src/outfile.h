@@ -21,6 +21,7 @@
 #define DDPT_OUTFILE_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include "status.h"
 
@@ -57,5 +58,20 @@ void outfile_tmp_done(int slot);
 /* Remove "<target>.tmp.XXXXXX" files (exactly ddptrain's pattern) beside target;
  * returns how many. */
 int outfile_remove_stale(const char *target);
+
+/* A text file being written atomically: f writes a temporary beside path, which
+ * outfile_commit renames over path (durably); outfile_abort removes it. */
+struct outfile {
+	FILE *f;
+	char *tmp;         /* the temporary's name */
+	const char *path;  /* borrowed */
+	const char *flag;  /* borrowed: names the file in messages, e.g. "--trace" */
+};
+
+enum status outfile_open(struct outfile *of, const char *path, const char *flag, struct diag *d);
+/* Flush, fsync, close and rename into place; on failure the temporary is removed. */
+enum status outfile_commit(struct outfile *of, struct diag *d);
+/* Remove the temporary; safe to call twice and after outfile_commit. */
+void outfile_abort(struct outfile *of);
 
 #endif

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "build.h" /* build_json: the summary names the build */
 #include "config.h" /* PACKAGE_VERSION */
 #include "report.h"
 
@@ -346,6 +347,49 @@ static void report_ddp_ranks(struct report *r, const struct replica_stats *rep, 
 	}
 }
 
+/* nccl-tests' figures for each bucket's all-reduce, as rank 0 saw them. */
+static void report_buckets(struct report *r, const struct report_summary *s)
+{
+	fprintf(r->out, "# all-reduce per bucket on rank 0 (launch to completion, mean over steps; busbw = algbw x 2(n-1)/n, n = %d)\n",
+		s->replicas);
+	fprintf(r->out, "#%7s %7s %12s %7s %10s %10s %11s %11s %11s\n", "bucket", "layers", "bytes",
+		"count", "time_ms", "best_ms", "algbw_GB/s", "busbw_GB/s", "best_busbw");
+	for (int b = 0; b < s->nbuckets; b++) {
+		const struct bucket_stats *x = &s->buckets[b];
+		double mean = x->count > 0 ? x->sum_s / (double)x->count : 0.0;
+		double algbw = mean > 0 ? x->bytes / mean / 1e9 : 0.0;
+		double best = x->min_s > 0 ? x->bytes / x->min_s / 1e9 : 0.0;
+		char layers[32];
+
+		if (x->lo < 0) /* frozen layers: a bucket of the loss and stop slots only */
+			snprintf(layers, sizeof layers, "slots");
+		else
+			snprintf(layers, sizeof layers, "%d-%d", x->hi, x->lo);
+		fprintf(r->out, "#%7d %7s %12.0f %7ld %10.4f %10.4f %11.3f %11.3f %11.3f\n", b, layers,
+			x->bytes, x->count, 1e3 * mean, 1e3 * x->min_s, algbw,
+			report_busbw(algbw, s->replicas), report_busbw(best, s->replicas));
+	}
+}
+
+/* Each rank's step-time percentiles and the slowest rank by compute time. */
+static void report_stragglers(struct report *r, const struct report_summary *s)
+{
+	double ratio;
+	int worst = straggler_slowest(s->strag, s->replicas, &ratio);
+
+	fprintf(r->out, "# step time per rank (ms): percentiles over the steps, and compute (the step less its all-reduce wait)\n");
+	fprintf(r->out, "#%7s %10s %10s %10s %12s  %s\n", "rank", "step_p50", "step_p99", "step_max",
+		"compute_p50", "host");
+	for (int i = 0; i < s->replicas; i++) {
+		const struct straggler_rank *x = &s->strag[i];
+
+		fprintf(r->out, "#%7d %10.4f %10.4f %10.4f %12.4f  %s\n", i, 1e3 * x->step_p50,
+			1e3 * x->step_p99, 1e3 * x->step_max, 1e3 * x->busy_p50, x->host);
+	}
+	fprintf(r->out, "# slowest rank: %d on %s, compute p50 %.4f ms per step, %.2fx the median rank's\n",
+		worst, s->strag[worst].host, 1e3 * s->strag[worst].busy_p50, ratio);
+}
+
 double report_peak_rss_mib(void)
 {
 	struct rusage ru;
@@ -384,6 +428,48 @@ static json_t *metrics_per_replica(const struct report_summary *s)
 	return arr;
 }
 
+/* The summary's all-reduce bandwidth per bucket and the step-time percentiles per rank. */
+static void metrics_observers(json_t *sum, const struct report_summary *s)
+{
+	if (sum == NULL)
+		return;
+	if (s->nbuckets > 0) {
+		json_t *arr = json_array();
+
+		for (int b = 0; b < s->nbuckets; b++) {
+			const struct bucket_stats *x = &s->buckets[b];
+			double mean = x->count > 0 ? x->sum_s / (double)x->count : 0.0;
+			double algbw = mean > 0 ? x->bytes / mean : 0.0;
+
+			json_array_append_new(arr, json_pack("{s:i, s:i, s:i, s:f, s:I, s:f, s:f, s:f, s:f}",
+							     "bucket", b, "first_layer", x->lo, "last_layer", x->hi,
+							     "bytes", x->bytes, "count", (json_int_t)x->count,
+							     "mean_s", mean, "min_s", x->min_s,
+							     "algbw_bytes_per_s", algbw, "busbw_bytes_per_s",
+							     report_busbw(algbw, s->replicas)));
+		}
+		json_object_set_new(sum, "allreduce_buckets", arr);
+	}
+	if (s->strag != NULL) {
+		json_t *arr = json_array();
+		double ratio;
+		int worst = straggler_slowest(s->strag, s->replicas, &ratio);
+
+		for (int i = 0; i < s->replicas; i++) {
+			const struct straggler_rank *x = &s->strag[i];
+
+			json_array_append_new(arr, json_pack("{s:i, s:s, s:f, s:f, s:f, s:f}", "rank", i, "host",
+							     x->host, "step_p50_s", x->step_p50, "step_p99_s",
+							     x->step_p99, "step_max_s", x->step_max, "compute_p50_s",
+							     x->busy_p50));
+		}
+		json_object_set_new(sum, "step_times", arr);
+		json_object_set_new(sum, "slowest_rank", json_pack("{s:i, s:s, s:f}", "rank", worst, "host",
+								   s->strag[worst].host, "ratio_to_median",
+								   ratio));
+	}
+}
+
 enum status report_finish(struct report *r, const struct report_summary *s, int success,
 			  struct diag *d)
 {
@@ -400,6 +486,10 @@ enum status report_finish(struct report *r, const struct report_summary *s, int 
 			report_dp_replicas(r, s->rep, s->replicas, s->steps);
 		else
 			report_ddp_ranks(r, s->rep, s->rss_mib, s->replicas, s->steps);
+		if (s->nbuckets > 0 && s->replicas > 1)
+			report_buckets(r, s);
+		if (s->strag != NULL && s->replicas > 1)
+			report_stragglers(r, s);
 		fprintf(r->out, "# done: %ld steps, %ld epochs in %.3f s, %.0f samples/s\n", s->steps,
 			s->epochs, s->seconds, s->samples_per_s);
 		fprintf(r->out, "# loss: first %.6f, final %.6f\n", s->first_loss, s->final_loss);
@@ -417,14 +507,20 @@ enum status report_finish(struct report *r, const struct report_summary *s, int 
 		st = diag_errno(d, r->out_err, "standard output: write error");
 	if (r->metrics_path == NULL)
 		return st;
-	if (success)
-		metrics_line(r, json_pack("{s:s, s:s, s:i, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:o}",
-					  "type", "summary", "mode", s->mode, "replicas", s->replicas,
-					  "steps", (json_int_t)s->steps, "epochs", (json_int_t)s->epochs,
-					  "seconds", s->seconds, "samples_per_s", s->samples_per_s,
-					  "first_loss", s->first_loss, "final_loss", s->final_loss,
-					  "comm_wait_share", s->comm_wait_share, "per_replica",
-					  metrics_per_replica(s)));
+	if (success) {
+		json_t *sumj = json_pack("{s:s, s:s, s:i, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:o}",
+					 "type", "summary", "mode", s->mode, "replicas", s->replicas,
+					 "steps", (json_int_t)s->steps, "epochs", (json_int_t)s->epochs,
+					 "seconds", s->seconds, "samples_per_s", s->samples_per_s,
+					 "first_loss", s->first_loss, "final_loss", s->final_loss,
+					 "comm_wait_share", s->comm_wait_share, "per_replica",
+					 metrics_per_replica(s));
+
+		metrics_observers(sumj, s);
+		if (sumj != NULL)
+			json_object_set_new(sumj, "build", build_json());
+		metrics_line(r, sumj);
+	}
 	if (r->metrics_fd >= 0 && r->metrics_err == 0 && fsync(r->metrics_fd) != 0 && errno != EINVAL)
 		r->metrics_err = errno;
 	if (r->metrics_err != 0 && st == ST_OK)

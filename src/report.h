@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "status.h"
+#include "straggler.h" /* struct straggler_rank */
 #include "world.h" /* struct world, world_gather */
 
 struct json_t; /* jansson's */
@@ -40,6 +41,23 @@ struct replica_stats {
 	double bytes_in, bytes_out; /* data moved into and out of this replica's memory */
 	size_t state_bytes;         /* backend memory held: weights, grads, optimizer, activations */
 };
+
+/* One gradient bucket's all-reduces over the run, as this rank saw them: from launch to
+ * completion, so with overlap they include time the collective waited for other ranks'
+ * backward (a lower bound on what the link can do, like a busy nccl-tests run). */
+struct bucket_stats {
+	int lo, hi;     /* the layers it holds */
+	double bytes;   /* payload per all-reduce */
+	long count;
+	double sum_s;   /* total launch-to-completion time */
+	double min_s;   /* the fastest one */
+};
+
+/* nccl-tests' bus bandwidth of an all-reduce over n ranks: algbw x 2(n-1)/n. */
+static inline double report_busbw(double algbw, int n)
+{
+	return n > 1 ? algbw * 2.0 * (double)(n - 1) / (double)n : 0.0;
+}
 
 struct report {
 	int root;           /* this rank prints */
@@ -95,6 +113,9 @@ struct report_summary {
 	 * wait, bytes, memory and (rss_mib) peak resident memory. */
 	const struct replica_stats *rep;
 	const double *rss_mib;  /* ddp only, one per rank */
+	int nbuckets;           /* ddp: rank 0's all-reduce figures per bucket */
+	const struct bucket_stats *buckets;
+	const struct straggler_rank *strag; /* ddp: each rank's step-time percentiles, or NULL */
 };
 
 /* One "#" line per rank (nccl-tests style), gathered onto rank 0: pid, host and node-local

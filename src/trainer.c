@@ -53,12 +53,17 @@ enum status trainer_after_step(const struct train_ctl *ctl, const struct train_c
 	}
 	if (ctl->checkpoint != NULL &&
 	    ((ctl->every > 0 && *step % ctl->every == 0) || *step == total || stop)) {
+		struct trace_buf *tb = trace_buf_for(ctl->trace, 0, *step);
+		long span = trace_begin(tb, TR_CHECKPOINT, -1);
+
 		st = ctl->checkpoint(ctl->arg, *step, epoch, next, d);
+		trace_end(tb, span);
 		if (st != ST_OK)
 			return st;
 	}
 	if (!stop)
 		return ST_OK;
+	trace_instant(trace_buf_for(ctl->trace, 0, *step), TR_STOP);
 	report_note(r, "stopped by a signal after step %ld of %ld%s", *step, total,
 		    ctl->checkpoint ? ": checkpoint written, continue with --resume"
 				    : " (no --checkpoint: nothing was saved)");
@@ -158,4 +163,27 @@ out:
 	ops->host_free(bc, hy);
 	free(idx);
 	return st;
+}
+
+enum status trainer_prometheus(const struct train_ctl *ctl, const struct train_result *res,
+			       long step, long total, double loss, double samples_per_s,
+			       double wait_share, int running, int nranks, struct diag *d)
+{
+	struct prom_sample ps = {0};
+
+	ps.step = step;
+	ps.total = total;
+	ps.loss = loss;
+	ps.samples_per_s = samples_per_s;
+	ps.wait_share = wait_share;
+	ps.running = running;
+	ps.nbuckets = res->nbuckets < PROM_MAX_BUCKETS ? res->nbuckets : PROM_MAX_BUCKETS;
+	for (int b = 0; b < ps.nbuckets; b++) {
+		const struct bucket_stats *x = &res->buckets[b];
+
+		ps.bucket_bytes[b] = x->bytes;
+		ps.bucket_busbw[b] = x->count > 0 && x->sum_s > 0 ?
+			report_busbw(x->bytes * (double)x->count / x->sum_s, nranks) : 0.0;
+	}
+	return prometheus_write(ctl->prom, &ps, clock_now(), d);
 }

@@ -24,8 +24,11 @@
 #include "loss.h"      /* struct loss */
 #include "model.h"     /* struct model */
 #include "optimizer.h" /* struct optimizer */
-#include "report.h"    /* struct report, struct replica_stats */
+#include "prometheus.h" /* struct prometheus */
+#include "report.h"    /* struct report, struct replica_stats, struct bucket_stats */
 #include "schedule.h"  /* enum lr_schedule */
+#include "straggler.h" /* struct straggler */
+#include "trace.h"     /* struct trace */
 #include "world.h"     /* struct world */
 
 #define TRAIN_MAX_REPLICAS 64 /* dp worker threads */
@@ -59,6 +62,8 @@ struct train_result {
 	double wait_s;      /* this rank's time blocked completing all-reduces */
 	int nreplicas;      /* dp: replicas in rep[]; ddp: 1 (this rank) */
 	struct replica_stats rep[TRAIN_MAX_REPLICAS];
+	int nbuckets;       /* ddp: gradient buckets, each all-reduced once per step */
+	struct bucket_stats buckets[MODEL_MAX_LAYERS];
 };
 
 /* What the caller asks of a training loop beyond the options: where to start (a resumed
@@ -74,6 +79,9 @@ struct train_ctl {
 	 * (collective in ddp mode: every rank calls it); NULL when there is no --checkpoint. */
 	enum status (*checkpoint)(void *arg, long step, long epoch, long next_mb, struct diag *d);
 	void *arg;
+	struct trace *trace;         /* --trace, or NULL */
+	struct straggler *straggler; /* ddp: step-time samples and the live check, or NULL */
+	struct prometheus *prom;     /* rank 0 with --prometheus, or NULL */
 };
 
 /* dp: G replicas on worker threads; the replica-0 model m0 holds the weights to train
@@ -108,6 +116,8 @@ int trainer_step_is_fixed(const struct train_config *tc, const struct optimizer 
 /* The progress bookkeeping both loops share. */
 struct step_clock {
 	double t0, t_last;        /* start of the loop, of the current progress interval */
+	double t_step;            /* end of the previous step */
+	double wait_step;         /* all-reduce wait counted up to the end of the previous step */
 	double consumed_at_last;  /* samples (all replicas) at the last progress line */
 	double loss_sum, acc_sum; /* losses and accuracies since the last progress line */
 	long loss_count;
@@ -136,5 +146,11 @@ enum status trainer_after_step(const struct train_ctl *ctl, const struct train_c
 enum status trainer_evaluate(const struct train_config *tc, struct model *m, const struct dataset *val,
 			     int rank, int world, struct comm *c, struct world *w, double *loss,
 			     double *acc, struct diag *d);
+
+/* Write the --prometheus file (rank 0): progress, throughput since the start, the
+ * all-reduce wait share and each bucket's bus bandwidth so far (res->buckets). */
+enum status trainer_prometheus(const struct train_ctl *ctl, const struct train_result *res,
+			       long step, long total, double loss, double samples_per_s,
+			       double wait_share, int running, int nranks, struct diag *d);
 
 #endif

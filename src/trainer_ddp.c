@@ -49,6 +49,8 @@ struct ddp {
 	int nstarted;               /* all-reduces started in this backward */
 	enum status hook_st;
 	struct diag *d;
+	struct trace_buf *tb;       /* this step's trace buffer, or NULL */
+	struct train_result *res;   /* per-bucket all-reduce figures */
 };
 
 /* Start the all-reduce of grads[off..off+len); the last one may complete at once, so it
@@ -112,6 +114,23 @@ static void ddp_panel(void *arg, float *done, size_t n)
 	t->c->ops->progress(t->c->ctx);
 }
 
+/* The communicator's observer: each all-reduce, launch to completion. Bucket figures only
+ * when the all-reduces are the buckets (streaming sends regions of other sizes). */
+static void ddp_allreduce_done(void *arg, int index, size_t n, double t0, double t1)
+{
+	struct ddp *t = arg;
+	struct bucket_stats *b;
+
+	trace_record(t->tb, TR_ALLREDUCE, index, TRACE_ASYNC, t0, t1, (double)n * sizeof(float));
+	if (t->stream || index < 0 || index >= t->nbuckets)
+		return;
+	b = &t->res->buckets[index];
+	b->count++;
+	b->sum_s += t1 - t0;
+	if (b->count == 1 || t1 - t0 < b->min_s)
+		b->min_s = t1 - t0;
+}
+
 /* Called by backward after each layer: start what it completes (its bucket, or streaming:
  * the rest of its gradient), or progress MPI. */
 static void ddp_layer_done(void *arg, int layer)
@@ -134,11 +153,13 @@ static void ddp_layer_done(void *arg, int layer)
 		t->c->ops->progress(t->c->ctx);
 	} else if (b >= 0 && layer == t->lowest) { /* the last bucket completes here: watch and time it */
 		double tw = clock_now();
+		long span = trace_begin(t->tb, TR_WAIT, -1);
 
 		world_watch_begin(t->w, "the gradient all-reduce");
 		t->hook_st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
 							t->buckets[b].len, 1, t->d);
 		world_watch_end(t->w);
+		trace_end(t->tb, span);
 		t->wait += clock_now() - tw;
 	} else if (b >= 0) {
 		t->hook_st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
@@ -173,12 +194,16 @@ static enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulat
 	const int in = m->widths[0], out = m->widths[m->nlayers];
 	enum status st;
 	double tw;
+	long span = trace_begin(t->tb, TR_LOAD, -1);
 
 	ops->to_device(bctx, m->act[0], b->x, (size_t)b->n * in);
 	ops->to_device(bctx, m->target, b->y, (size_t)b->n * (size_t)t->ydim);
+	trace_end(t->tb, span);
 	model_forward(m, b->n);
+	span = trace_begin(t->tb, TR_LOSS, -1);
 	loss_apply(&t->tc->loss, m->be, m->dbuf[0], m->grads + m->nparams + MODEL_SLOT_LOSS,
 		   m->act[m->nlayers], m->target, b->n, out, scale, accumulate);
+	trace_end(t->tb, span);
 	if (sync) /* before backward starts the bucket that carries it */
 		ops->to_device(bctx, m->grads + m->nparams + MODEL_SLOT_STOP, t->stop_host, 1);
 	t->hook_st = ST_OK;
@@ -200,12 +225,17 @@ static enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulat
 	if (st != ST_OK)
 		return st;
 	tw = clock_now();
+	span = trace_begin(t->tb, TR_WAIT, -1);
 	world_watch_begin(t->w, "the gradient all-reduce");
 	st = t->c->ops->wait_all(t->c->ctx, t->d);
 	world_watch_end(t->w);
+	trace_end(t->tb, span);
 	t->wait += clock_now() - tw;
-	if (st == ST_OK)
+	if (st == ST_OK) {
+		span = trace_begin(t->tb, TR_OPTIMIZER, -1);
 		t->lr = trainer_optimizer_step(t->tc, t->opt, t->step, t->total);
+		trace_end(t->tb, span);
+	}
 	return st;
 }
 
@@ -269,14 +299,38 @@ static enum status ddp_eval(void *arg, long step, long epoch)
 {
 	struct ddp *t = arg;
 	double loss = 0.0, acc = 0.0;
+	long span = trace_begin(t->tb, TR_VALIDATION, -1);
 	enum status st;
 
 	st = trainer_evaluate(t->tc, t->m, t->ctl->val, t->w->rank, t->w->size, t->c, t->w, &loss,
 			      &acc, t->d);
+	trace_end(t->tb, span);
 	if (st != ST_OK)
 		return st;
 	report_eval(t->r, step, epoch + 1, loss, acc, t->ctl->val->n);
 	return t->ctl->evaluated ? t->ctl->evaluated(t->ctl->arg, step, epoch, loss, t->d) : ST_OK;
+}
+
+/* After trainer_after_step: the straggler samples (and check), and --prometheus when due. */
+static enum status ddp_after_step(struct ddp *t, const struct train_ctl *ctl,
+				  struct step_clock *clk, long step, long total, float loss,
+				  double consumed, struct report *r)
+{
+	double now = clock_now(), step_s = now - clk->t_step, waited = t->wait - clk->wait_step;
+	enum status st = ST_OK;
+
+	clk->t_step = now;
+	clk->wait_step = t->wait;
+	if (ctl->straggler != NULL)
+		st = straggler_step(ctl->straggler, t->w, step, step_s, step_s - waited, r, t->d);
+	if (st == ST_OK && ctl->prom != NULL && prometheus_due(ctl->prom, now)) {
+		double el = now - clk->t0;
+
+		t->res->wait_s = t->wait;
+		st = trainer_prometheus(ctl, t->res, step, total, loss, el > 0 ? consumed / el : 0.0,
+					el > 0 ? t->wait / el : 0.0, 1, t->w->size, t->d);
+	}
+	return st;
 }
 
 enum status trainer_ddp(const struct train_config *tc, struct world *w, struct model *m,
@@ -289,7 +343,8 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	const size_t cap = (size_t)(tc->bucket_mb * 1048576.0 / sizeof(float));
 	const size_t first_cap = cap < 262144 ? cap : 262144; /* PyTorch: first bucket 1 MiB */
 	struct ddp t = {.tc = tc, .w = w, .m = m, .opt = opt, .c = c, .d = d, .ctl = ctl, .r = r,
-			.ydim = ds->out, .slot_bucket = -1};
+			.ydim = ds->out, .slot_bucket = -1, .res = res};
+	const struct comm_observer obs = {ddp_allreduce_done, &t};
 	struct loader L;
 	struct batch b;
 	float slots[MODEL_SLOTS] = {0};
@@ -334,6 +389,18 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	}
 	while (t.lowest < m->nlayers - 1 && m->frozen[t.lowest])
 		t.lowest++;
+	for (int k = 0; k < t.nbuckets; k++) {
+		res->buckets[k].bytes = (double)t.buckets[k].len * sizeof(float);
+		res->buckets[k].lo = t.buckets[k].lo;
+		res->buckets[k].hi = t.buckets[k].hi;
+	}
+	res->nbuckets = t.nbuckets;
+	if (c->ops->observe != NULL)
+		c->ops->observe(c->ctx, &obs);
+	if (ctl->trace != NULL && ctl->trace->path != NULL && ops->trace_dev != NULL) {
+		ctl->trace->buf[0].dev = ops->trace_dev;
+		ctl->trace->buf[0].dev_ctx = bctx;
+	}
 
 	steps_per_epoch = (L.nmicro + tc->grad_accum - 1) / tc->grad_accum;
 	total = trainer_total_steps(ctl, L.nmicro, tc->grad_accum, tc->epochs, tc->max_steps);
@@ -354,7 +421,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	t.graph_off = !graphs;
 	if (t.stream)
 		ops->set_progress(bctx, ddp_panel, &t);
-	clk.t0 = clk.t_last = clock_now();
+	clk.t0 = clk.t_last = clk.t_step = clock_now();
 	while (step < total && loader_next(&L, &b)) {
 		long gi = b.mb % tc->grad_accum;
 		long group = L.nmicro - (b.mb - gi) < tc->grad_accum ? L.nmicro - (b.mb - gi)
@@ -366,8 +433,9 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		w->step = step + 1;
 		t.step = step;
 		t.stop_host[0] = signals_pending() ? 1.0f : 0.0f;
+		t.tb = m->trace = trace_buf_for(ctl->trace, 0, step + 1);
 		st = ST_OK;
-		if (graphs && b.n == tc->batch_size)
+		if (graphs && b.n == tc->batch_size && t.tb == NULL) /* traced steps run eagerly */
 			st = ddp_graph_step(&t, &b, scale, step - ctl->start_step, &done);
 		if (st == ST_OK && !done)
 			st = ddp_micro(&t, &b, gi > 0, sync, scale);
@@ -388,13 +456,20 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		world_watch_end(w);
 		if (st != ST_OK)
 			break;
+		trace_resolve(t.tb);
 		st = trainer_after_step(ctl, tc, &clk, res, &step, total, &b, L.nmicro,
 					slots[MODEL_SLOT_LOSS], slots[MODEL_SLOT_ACC], t.lr,
 					consumed * w->size, slots[MODEL_SLOT_STOP] != 0.0f, ddp_eval, &t,
 					r, d);
+		if (st == ST_OK)
+			st = ddp_after_step(&t, ctl, &clk, step, total, slots[MODEL_SLOT_LOSS],
+					    consumed * w->size, r);
 		if (st != ST_OK)
 			break;
 	}
+	if (c->ops->observe != NULL)
+		c->ops->observe(c->ctx, NULL);
+	m->trace = NULL;
 	if (st == ST_OK)
 		st = ops->sync(bctx, d);
 	/* The graphs go before the communicator: NCCL's destroy waits for every graph that

@@ -52,6 +52,7 @@ struct dp_replica {
 		int a, b;
 	} span[DP_MAX_SPANS];
 	int nspans, nmarks;
+	struct trace_buf *tb; /* this step's trace buffer (this replica's thread), or NULL */
 };
 
 struct dp {
@@ -71,6 +72,14 @@ struct dp {
 			       * replicas do not share host memory */
 	int timed_sync;       /* device memory but no timer marks: sync after each phase so
 			       * host timers measure device work */
+	struct trace *trace;  /* --trace, or NULL */
+};
+
+/* The --trace span of each phase; forward and backward are traced per layer by the model. */
+static const signed char phase_trace[DP_NPHASES] = {
+	[DP_SCATTER] = TR_SCATTER, [DP_REPLICATE] = TR_REPLICATE, [DP_FORWARD] = -1,
+	[DP_GATHER] = TR_GATHER, [DP_LOSS] = TR_LOSS, [DP_BACKWARD] = -1, [DP_REDUCE] = TR_REDUCE,
+	[DP_STEP] = TR_OPTIMIZER,
 };
 
 /* A timed phase of a replica: device time between two marks on its stream where the
@@ -99,6 +108,12 @@ static struct phase phase_begin(struct dp *dp, struct dp_replica *r)
 
 static void phase_end(struct dp *dp, struct dp_replica *r, enum dp_phase phase, struct phase p)
 {
+	/* Traced in host time: with device timer marks, when the work was queued. */
+	if (r->tb != NULL && phase_trace[phase] >= 0) {
+		if (p.mark < 0 && dp->timed_sync && r->err.st == ST_OK)
+			r->m->be->ops->sync(r->m->be->ctx, &r->err);
+		trace_record(r->tb, phase_trace[phase], -1, TRACE_SPAN, p.t0, clock_now(), 0.0);
+	}
 	if (p.mark < 0) {
 		if (dp->timed_sync && r->err.st == ST_OK) /* device work without timer marks */
 			r->m->be->ops->sync(r->m->be->ctx, &r->err);
@@ -220,9 +235,9 @@ static void plan_chunks(struct dp *dp, int n)
 	}
 }
 
-/* One micro-batch b; scale = 1 / micro-batches in this step. */
+/* One micro-batch b of optimizer step `step` (1-based); scale = 1 / micro-batches in it. */
 static enum status dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *b, float scale,
-			   int first_in_group, struct diag *d)
+			   int first_in_group, long step, struct diag *d)
 {
 	const float *hx = b->x, *hy = b->y;
 	const int n = b->n;
@@ -234,7 +249,11 @@ static enum status dp_micro_batch(struct dp *dp, struct loader *l, const struct 
 	const size_t pbytes = m0->nparams * sizeof(float);
 	struct phase t;
 	enum status st;
+	long span;
 
+	/* Each replica's thread records into its own buffer; this thread is replica 0's. */
+	for (int i = 0; i < dp->g; i++)
+		dp->rep[i].tb = dp->rep[i].m->trace = trace_buf_for(dp->trace, i, step);
 	plan_chunks(dp, n);
 	/* Scatter the inputs (and the targets to replica 0, where the loss is computed). */
 	for (int i = 0; i < dp->g; i++) {
@@ -258,7 +277,9 @@ static enum status dp_micro_batch(struct dp *dp, struct loader *l, const struct 
 	for (int i = 0; i < dp->g; i++)
 		if (dp->rep[i].n > 0 || i == 0)
 			loader_copied(l, b, dp->rep[i].m->be);
+	span = trace_begin(r0->tb, TR_LOAD, -1);
 	st = loader_prefetch(l, d); /* the next batch, while the devices work on this one */
+	trace_end(r0->tb, span);
 	if (st != ST_OK)
 		return st;
 	dispatch(dp, JOB_FORWARD);
@@ -333,6 +354,8 @@ static void dp_free(struct dp *dp)
 {
 	struct backend *be = dp->rep[0].m ? dp->rep[0].m->be : NULL;
 
+	if (dp->rep[0].m != NULL)
+		dp->rep[0].m->trace = NULL; /* the caller's model outlives the trace */
 	if (dp->g > 0) {
 		int started = 0;
 
@@ -432,9 +455,11 @@ static enum status dp_eval(void *arg, long step, long epoch)
 {
 	struct dp *dp = arg;
 	double loss = 0.0, acc = 0.0;
+	long span = trace_begin(dp->rep[0].tb, TR_VALIDATION, -1);
 	enum status st;
 
 	st = trainer_evaluate(dp->tc, dp->rep[0].m, dp->ctl->val, 0, 1, NULL, NULL, &loss, &acc, dp->d);
+	trace_end(dp->rep[0].tb, span);
 	if (st != ST_OK)
 		return st;
 	report_eval(dp->r, step, epoch + 1, loss, acc, dp->ctl->val->n);
@@ -493,6 +518,7 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 	dp.r = r;
 	dp.d = d;
 	dp.ydim = ds->out;
+	dp.trace = ctl->trace;
 	steps_per_epoch = (L.nmicro + tc->grad_accum - 1) / tc->grad_accum;
 	total = trainer_total_steps(ctl, L.nmicro, tc->grad_accum, tc->epochs, tc->max_steps);
 	report_training_starts(r); /* nothing refuses the run now: the metrics stream opens */
@@ -507,7 +533,7 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 		struct phase t;
 
 		res->epochs = b.epoch + 1;
-		st = dp_micro_batch(&dp, &L, &b, 1.0f / (float)group, gi == 0, d);
+		st = dp_micro_batch(&dp, &L, &b, 1.0f / (float)group, gi == 0, step + 1, d);
 		if (st != ST_OK)
 			break;
 		consumed += b.n;
@@ -525,6 +551,12 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 			break;
 		st = trainer_after_step(ctl, tc, &clk, res, &step, total, &b, L.nmicro, loss[0], loss[1],
 					lr, consumed, signals_pending() != 0, dp_eval, &dp, r, d);
+		if (st == ST_OK && ctl->prom != NULL && prometheus_due(ctl->prom, clock_now())) {
+			double el = clock_now() - clk.t0;
+
+			st = trainer_prometheus(ctl, res, step, total, loss[0],
+						el > 0 ? consumed / el : 0.0, 0.0, 1, replicas, d);
+		}
 		if (st != ST_OK)
 			break;
 	}

@@ -42,20 +42,22 @@ wide.gflops.np2 GFLOP/s SGEMM
 wide.compute.np2 GFLOP/s SGEMM
 toy.dp2 samples/s dp
 wide.dp2 samples/s dp
+toy.np2.trace us/step trace off
+wide.np2.trace samples/s trace off
 job.wall s MPI floor
 job.rss MiB MPI floor
 EOF
-[ "$(grep -c '^  [a-z]' "$TMPD/out")" -eq 16 ] || fail "not 16 rows"
+[ "$(grep -c '^  [a-z]' "$TMPD/out")" -eq 18 ] || fail "not 18 rows"
 grep -Eq "^# SGEMM, 1 thread, .*FLOP-weighted ceiling $num$" "$TMPD/out" || fail "no SGEMM line"
 grep -q '^# PyTorch: not run' "$TMPD/out" || fail "no PyTorch line"
 grep -q '^# \*: against the issue' "$TMPD/out" || fail "no footnote for the issue's PyTorch figures"
 
-# The JSON: the same 16 rows, each with its figure and its runs
-[ "$(grep -c '{"id": ' "$TMPD/bench.json")" -eq 16 ] || fail "not 16 rows in the JSON"
-[ "$(grep -Ec "\"ddptrain\": $num, \"runs\": \\[$num\\]" "$TMPD/bench.json")" -eq 16 ] ||
+# The JSON: the same 18 rows, each with its figure and its runs
+[ "$(grep -c '{"id": ' "$TMPD/bench.json")" -eq 18 ] || fail "not 18 rows in the JSON"
+[ "$(grep -Ec "\"ddptrain\": $num, \"runs\": \\[$num\\]" "$TMPD/bench.json")" -eq 18 ] ||
 	fail "a JSON row without its figure: $(grep -v '"ddptrain": [0-9]' "$TMPD/bench.json" | grep '"id"')"
 if command -v python3 >/dev/null 2>&1; then
-	python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert len(d["rows"]) == 16' \
+	python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert len(d["rows"]) == 18' \
 		"$TMPD/bench.json" || fail "the JSON does not parse"
 fi
 

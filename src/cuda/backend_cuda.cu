@@ -8,15 +8,18 @@
  * with the failing call and the library's message and reported by sync().
  * TF32 is off unless asked for, so products match float32. The loss is
  * reduced in a fixed order (two passes, no atomics), so a run is
- * reproducible bit for bit.
+ * reproducible bit for bit. With --trace, a device clock (the end of this
+ * file) times spans with events on the stream.
  */
 #include <sched.h>
+#include <nvtx3/nvToolsExt.h> /* header-only NVTX 3: the --trace spans' ranges */
 #include <stdio.h>
 #include <string.h>
 
 #include "clock.h"
 #include "cuda_ctx.h"
 #include "cuda_module.h" /* this file's prototypes, as module.c sees them */
+#include "trace.h"              /* struct trace_dev, clock_now */
 
 #define THREADS 256
 
@@ -380,6 +383,11 @@ extern "C" void cuda_fini(void *ctx)
 	for (int i = 0; i < BACKEND_TIMERS; i++)
 		if (c->timer[i] != NULL)
 			cudaEventDestroy(c->timer[i]);
+	for (int i = 0; i < c->tcap; i++)
+		cudaEventDestroy(c->tev[i]);
+	free(c->tev);
+	if (c->tref != NULL)
+		cudaEventDestroy(c->tref);
 	cudaStreamDestroy(c->stream);
 	free(c);
 }
@@ -743,3 +751,69 @@ extern "C" double cuda_timer_ms(void *ctx, int a, int b)
 	}
 	return ms;
 }
+
+/* ---- --trace's device clock ----------------------------------------------------------
+ * A marker is a timing event recorded on the compute stream, so a span covers the work
+ * queued between its two markers as the GPU ran it; a span also opens and closes an NVTX
+ * range on the host thread, so Nsight Systems shows the same names. Elapsed times are
+ * float milliseconds, which lose precision far from their reference: each step takes a
+ * fresh reference, recorded on the idle stream at a known host time (the stream drains
+ * first; only traced steps pay for that). */
+static int cuda_trace_mark(void *ctx, const char *name, int begin)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	if (!c->tref_set) {
+		if (c->tref == NULL && CUDA_NOTE(c, cudaEventCreate(&c->tref)))
+			return -1;
+		CUDA_NOTE(c, cudaStreamSynchronize(c->stream));
+		c->tref_host = clock_now();
+		if (CUDA_NOTE(c, cudaEventRecord(c->tref, c->stream)))
+			return -1;
+		c->tref_set = 1;
+	}
+	if (c->tn == c->tcap) {
+		int cap = c->tcap ? 2 * c->tcap : 256;
+		cudaEvent_t *p = (cudaEvent_t *)realloc(c->tev, (size_t)cap * sizeof *p);
+
+		if (p == NULL)
+			return -1;
+		c->tev = p;
+		for (int i = c->tcap; i < cap; i++)
+			if (CUDA_NOTE(c, cudaEventCreate(&c->tev[i]))) {
+				c->tcap = i;
+				return -1;
+			}
+		c->tcap = cap;
+	}
+	if (begin)
+		nvtxRangePushA(name);
+	if (CUDA_NOTE(c, cudaEventRecord(c->tev[c->tn], c->stream)))
+		return -1;
+	if (!begin)
+		nvtxRangePop();
+	return c->tn++;
+}
+
+/* A marker's time on the host's monotonic clock; waits for it. */
+static double cuda_trace_time(void *ctx, int marker)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+	float ms = 0.0f;
+
+	if (marker < 0 || marker >= c->tn || CUDA_NOTE(c, cudaEventSynchronize(c->tev[marker])) ||
+	    CUDA_NOTE(c, cudaEventElapsedTime(&ms, c->tref, c->tev[marker])))
+		return c->tref_host;
+	return c->tref_host + 1e-3 * (double)ms;
+}
+
+static void cuda_trace_reset(void *ctx)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	c->tn = 0;
+	c->tref_set = 0;
+}
+
+extern "C" const struct trace_dev cuda_trace_dev = {cuda_trace_mark, cuda_trace_time,
+						    cuda_trace_reset};

@@ -12,10 +12,19 @@
  * run with a message instead of a hang. Once an error was seen the teardown
  * aborts the communicator (ncclCommAbort) rather than destroying it, which
  * could wait for peers that will never come.
+ *
+ * Observed (comm_ops.observe: --trace and the bandwidth table), each
+ * all-reduce is bracketed by two timing events on the communication stream
+ * and an NVTX range; their times are read at the start of the next step
+ * (when the host has long waited for them) or when the observer leaves.
+ * Steps captured into a CUDA graph are not observed.
  */
 #include <nccl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <nvtx3/nvToolsExt.h>
 
 #include "clock.h"
 #include "comm.h"
@@ -32,6 +41,12 @@ struct nccl_ctx {
 	int n;                        /* all-reduces since the last wait_all */
 	int timeout_s;
 	int failed;                   /* an error was seen: abort at teardown */
+	struct comm_observer obs;     /* obs.done NULL: not observed */
+	cudaEvent_t t0[COMM_MAX_INFLIGHT], t1[COMM_MAX_INFLIGHT]; /* observed: each one's span */
+	size_t len[COMM_MAX_INFLIGHT];
+	int pending;                  /* observed spans not yet reported */
+	cudaEvent_t ref;              /* recorded at host time ref_host on the idle stream */
+	double ref_host;
 };
 
 /* Abort the communicator: kernels waiting for a dead peer return, nothing waits. */
@@ -41,6 +56,31 @@ static void nccl_abort(struct nccl_ctx *c)
 	if (c->comm != NULL)
 		ncclCommAbort(c->comm);
 	c->comm = NULL;
+}
+
+/* Tell the observer of the spans recorded so far (waiting for them). */
+static void report_pending(struct nccl_ctx *c)
+{
+	for (int i = 0; i < c->pending; i++) {
+		float a = 0.0f, b = 0.0f;
+
+		if (cudaEventSynchronize(c->t1[i]) != cudaSuccess ||
+		    cudaEventElapsedTime(&a, c->ref, c->t0[i]) != cudaSuccess ||
+		    cudaEventElapsedTime(&b, c->ref, c->t1[i]) != cudaSuccess)
+			continue;
+		c->obs.done(c->obs.arg, i, c->len[i], c->ref_host + 1e-3 * a, c->ref_host + 1e-3 * b);
+	}
+	c->pending = 0;
+}
+
+/* Before an observed step's first all-reduce: report the last step's, and take a new
+ * reference (elapsed times are float milliseconds, so the reference must stay near). */
+static void observe_step(struct nccl_ctx *c)
+{
+	report_pending(c);
+	cudaStreamSynchronize(c->stream); /* idle by now: the previous step was waited for */
+	c->ref_host = clock_now();
+	cudaEventRecord(c->ref, c->stream);
 }
 
 static enum status nccl_fail(struct diag *d, ncclResult_t r, const char *call)
@@ -85,6 +125,7 @@ static enum status nccl_allreduce_start(void *ctx, float *buf, size_t n, int las
 	struct nccl_ctx *c = ctx;
 	ncclResult_t r;
 	cudaError_t rc;
+	int observed = 0;
 
 	if (c->n == COMM_MAX_INFLIGHT)
 		return diag_set(d, ST_RUNTIME, "internal: more than %d all-reduces in flight",
@@ -94,8 +135,29 @@ static enum status nccl_allreduce_start(void *ctx, float *buf, size_t n, int las
 		rc = cudaStreamWaitEvent(c->stream, c->ready[c->n], 0);
 	if (rc != cudaSuccess)
 		return cuda_fail(d, rc, "cudaStreamWaitEvent(bucket ready)");
+	if (c->obs.done != NULL) {
+		enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+
+		cudaStreamIsCapturing(c->cu->stream, &cap);
+		observed = cap == cudaStreamCaptureStatusNone;
+	}
+	if (observed) {
+		char name[48];
+
+		if (c->n == 0)
+			observe_step(c);
+		snprintf(name, sizeof name, "allreduce bucket %d", c->n);
+		nvtxRangePushA(name);
+		cudaEventRecord(c->t0[c->n], c->stream);
+	}
 	/* Gradients are pre-scaled by 1/world in the loss seed, so a sum is the mean. */
 	r = ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, c->stream);
+	if (observed) {
+		cudaEventRecord(c->t1[c->n], c->stream);
+		nvtxRangePop();
+		c->len[c->n] = n;
+		c->pending = c->n + 1;
+	}
 	if (r != ncclSuccess && r != ncclInProgress)
 		return nccl_fail(d, r, "ncclAllReduce");
 	c->n++;
@@ -153,12 +215,46 @@ static enum status nccl_bcast(void *ctx, float *buf, size_t n, int root, struct 
 	return wait_stream(c, c->stream, "ncclBroadcast(weights)", d);
 }
 
+/* comm_ops.observe: timing events are made on first use. */
+static void nccl_observe(void *ctx, const struct comm_observer *obs)
+{
+	struct nccl_ctx *c = ctx;
+	cudaError_t rc = cudaSuccess;
+
+	if (obs == NULL) {
+		if (c->obs.done != NULL && c->pending > 0) {
+			cudaStreamSynchronize(c->stream);
+			report_pending(c);
+		}
+		c->obs.done = NULL;
+		return;
+	}
+	if (c->ref == NULL)
+		rc = cudaEventCreate(&c->ref);
+	for (int i = 0; i < COMM_MAX_INFLIGHT && rc == cudaSuccess; i++) {
+		if (c->t0[i] == NULL)
+			rc = cudaEventCreate(&c->t0[i]);
+		if (rc == cudaSuccess && c->t1[i] == NULL)
+			rc = cudaEventCreate(&c->t1[i]);
+	}
+	if (rc == cudaSuccess) /* without its events the observer is simply not told */
+		c->obs = *obs;
+}
+
 static void nccl_fini(void *ctx)
 {
 	struct nccl_ctx *c = ctx;
 
 	if (c == NULL)
 		return;
+	for (int i = 0; i < COMM_MAX_INFLIGHT; i++) {
+		if (c->t0[i] != NULL)
+			cudaEventDestroy(c->t0[i]);
+		if (c->t1[i] != NULL)
+			cudaEventDestroy(c->t1[i]);
+	}
+	if (c->ref != NULL)
+		cudaEventDestroy(c->ref);
 	if (c->cu != NULL) {
 		/* ncclCommDestroy waits until every graph holding one of its collectives is
 		 * destroyed: they go first (the trainer normally did this already). */
@@ -197,6 +293,7 @@ static const struct comm_ops comm_nccl_ops = {
 	.wait_all = nccl_wait_all,
 	.bcast = nccl_bcast,
 	.fini = nccl_fini,
+	.observe = nccl_observe,
 };
 
 enum status nccl_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], struct diag *d)

@@ -31,6 +31,13 @@ struct cuda_ctx {
 	enum status (*poll)(void *arg, struct diag *d);
 	void *poll_arg;
 	int timeout_s;
+	/* --trace's device clock (backend_cuda.cu): markers are timing events on stream,
+	 * measured from tref, recorded at host time tref_host on the idle stream. */
+	cudaEvent_t *tev;             /* (tcap) */
+	int tn, tcap;
+	cudaEvent_t tref;
+	double tref_host;
+	int tref_set;
 };
 
 #ifdef __cplusplus

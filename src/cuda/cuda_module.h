@@ -59,6 +59,8 @@ void cuda_host_mark(void *ctx, int slot);
 enum status cuda_host_wait(void *ctx, int slot, struct diag *d);
 void cuda_timer_mark(void *ctx, int id);
 double cuda_timer_ms(void *ctx, int a, int b);
+/* --trace's device clock: timing events on the compute stream, NVTX ranges. */
+extern const struct trace_dev cuda_trace_dev;
 /* comm_nccl.c */
 enum status nccl_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], struct diag *d);
 enum status nccl_comm_init(struct comm *out, struct backend *be,

@@ -48,6 +48,7 @@ static const struct backend_ops backend_cuda_ops = {
 	.host_wait = cuda_host_wait,
 	.timer_mark = cuda_timer_mark,
 	.timer_ms = cuda_timer_ms,
+	.trace_dev = &cuda_trace_dev,
 };
 
 static enum status probe(int *count, char *info, size_t len, struct diag *d)
