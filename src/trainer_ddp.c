@@ -469,6 +469,8 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	}
 	if (c->ops->observe != NULL)
 		c->ops->observe(c->ctx, NULL);
+	if (ctl->trace != NULL && ctl->trace->path != NULL)
+		trace_resolve(&ctl->trace->buf[0]); /* the last step's checkpoint, on a device clock */
 	m->trace = NULL;
 	if (st == ST_OK)
 		st = ops->sync(bctx, d);
