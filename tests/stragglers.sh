@@ -58,7 +58,7 @@ grep -q "^# slowest rank: 1 on $host," "$TMPD/quiet" || fail "summary does not n
 # The Prometheus file: complete, final (running 0, step 60), with the bucket's busbw.
 grep -qx 'ddptrain_running{mode="ddp",replicas="2"} 0' "$TMPD/p.prom" || fail "prometheus: not final: $(cat "$TMPD/p.prom")"
 grep -qx 'ddptrain_step{mode="ddp",replicas="2"} 60' "$TMPD/p.prom" || fail "prometheus: step is not 60"
-grep -q '^ddptrain_bucket_busbw_bytes_per_second{mode="ddp",replicas="2",bucket="0",bytes="668"} [0-9]' "$TMPD/p.prom" ||
+grep -q '^ddptrain_bucket_busbw_bytes_per_second{mode="ddp",replicas="2",bucket="0",bytes="[0-9]*"} [0-9]' "$TMPD/p.prom" ||
 	fail "prometheus: no busbw for the bucket: $(grep busbw "$TMPD/p.prom")"
 [ "$(grep -c '^# TYPE' "$TMPD/p.prom")" -eq "$(grep -c '^# HELP' "$TMPD/p.prom")" ] || fail "prometheus: HELP/TYPE mismatch"
 ls "$TMPD" | grep -q 'p.prom.tmp' && fail "prometheus: a temporary file was left behind"
