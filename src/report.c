@@ -209,8 +209,9 @@ enum status report_open_metrics(struct report *r, const char *metrics_path, int 
 		line += n + (line[n] == '\n');
 	}
 	wall_time(started, sizeof started);
-	r->metrics_start = json_pack("{s:s, s:s, s:s, s:o}", "type", "start", "version",
-				     PACKAGE_VERSION, "start_time", started, "config", cfg);
+	r->metrics_start = json_pack("{s:s, s:s, s:s, s:o, s:o}", "type", "start", "version",
+				     PACKAGE_VERSION, "start_time", started, "config", cfg, "build",
+				     build_json());
 	if (r->metrics_start == NULL)
 		return diag_set(d, ST_RUNTIME, "--metrics: out of memory");
 	return ST_OK;

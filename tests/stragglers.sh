@@ -24,7 +24,9 @@ awk '{ bytes = $4; t = $6; best = $7; alg = $8; bus = $9; bbus = $10
 	"$TMPD/rows" || fail "the all-reduce table disagrees with busbw = algbw x 2(n-1)/n: $(cat "$TMPD/rows")"
 "$PY" - "$TMPD/m.jsonl" <<'PYEOF' || fail "metrics: allreduce_buckets or step_times wrong"
 import json, sys
-s = [json.loads(l) for l in open(sys.argv[1])][-1]
+recs = [json.loads(l) for l in open(sys.argv[1])]
+start, s = recs[0], recs[-1]
+assert start["type"] == "start" and start["build"]["license"] == "MIT" and "mpi" in start["build"], start
 b = s["allreduce_buckets"]
 assert len(b) == 3, b
 for x in b:
