@@ -303,7 +303,9 @@ grep -q "resuming from $TMPD/ck.st" rl2.out || fail "run-local.sh did not resume
 echo "run-local.sh: SIGTERM -> exit 3 with a checkpoint -> resumed to bit-identical weights"
 # A rank killed with kill -9 after a periodic checkpoint: the script retries from it, and
 # the run ends with the weights of the uninterrupted run.
-L="--samples=2000 --epochs=2000 --max-steps=30000 --batch-size=20 --log-every=0"
+# (100000 steps: about 2.5 s on a quiet machine, so the run is still going when the first
+# periodic checkpoint appears and the rank is killed; at 30000 it could finish first.)
+L="--samples=2000 --epochs=2000 --max-steps=100000 --batch-size=20 --log-every=0"
 rm -f ck.st
 CHECKPOINT='' DDPTRAIN=$DDPTRAIN "$TOP_SRCDIR/scripts/run-local.sh" -n 2 $L --save=straight2.st >/dev/null ||
 	fail "run-local.sh straight run 2"
@@ -312,9 +314,11 @@ CHECKPOINT=$TMPD/ck.st CHECKPOINT_EVERY=3000 DDPTRAIN=$DDPTRAIN "$TOP_SRCDIR/scr
 rl=$!
 for _ in $(seq 1 300); do [ -f ck.st ] && break; sleep 0.1; done
 [ -f ck.st ] || fail "no periodic checkpoint: $(cat rl3.out)"
+killed=0
 for p in $(pgrep -x ddptrain); do
-	if grep -q crashed.st "/proc/$p/cmdline" 2>/dev/null; then kill -9 "$p"; break; fi
+	if grep -q crashed.st "/proc/$p/cmdline" 2>/dev/null; then kill -9 "$p" && killed=1; break; fi
 done
+[ $killed = 1 ] || fail "no rank of the crash run to kill (it ended before its first checkpoint was seen): $(cat rl3.out)"
 rc=0; wait "$rl" || rc=$?
 [ $rc -eq 0 ] && grep -q "restart 1 of 3 from the last checkpoint" rl3.out && grep -q "attempt 1 (restart 1 of 3)" rl3.out ||
 	fail "run-local.sh after kill -9 of a rank: exit $rc: $(cat rl3.out)"
