@@ -61,6 +61,8 @@ SelectTypeParameters=CR_Core
 MpiDefault=none
 ReturnToService=2
 JobRequeue=1
+# Schedule every 2 s (default 60): a requeued job let go by "StartTime=now" starts at once.
+SchedulerParameters=sched_interval=2
 NodeName=$host CPUs=2 RealMemory=1000 State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 CONF
@@ -77,7 +79,9 @@ until_ok() {
 }
 step_of() { grep -ao '"step":"[0-9]*"' "$1" 2>/dev/null | head -1 | tr -dc 0-9; }
 
-L="--samples=2000 --epochs=2000 --max-steps=30000 --batch-size=20 --log-every=0 --quiet"
+# 300000 steps (about 8 s quiet): long enough that the USR1 and the kill -9 land while
+# training runs (at 30000 the run could end first on a quiet machine).
+L="--samples=2000 --epochs=2000 --max-steps=300000 --batch-size=20 --log-every=0 --quiet"
 run_mpi 2 --epochs=50 $L --save="$TMPD/straight.st" || fail "straight run"
 
 R=$TMPD/run
@@ -100,9 +104,11 @@ scontrol update jobid="$job" StartTime=now || fail "scontrol update StartTime"
 stepped() { [ "$(cat "$R/attempts" 2>/dev/null)" = 2 ] && [ "$(step_of "$R/checkpoint.safetensors")" -gt "$first" ]; }
 first=$(step_of "$R/checkpoint.safetensors")
 until_ok 120 stepped || fail "attempt 1 never checkpointed past step $first: $(log)"
+killed=0
 for p in $(pgrep -x ddptrain); do
-	if grep -q "$R/" "/proc/$p/cmdline" 2>/dev/null; then kill -9 "$p"; break; fi
+	if grep -q "$R/" "/proc/$p/cmdline" 2>/dev/null; then kill -9 "$p" && killed=1; break; fi
 done
+[ $killed = 1 ] || fail "attempt 1 ended before a rank could be killed: $(log)"
 
 # Attempt 2: the script's retry, from the periodic checkpoint, to the end.
 ended() { [ -z "$(squeue -h -j "$job" 2>/dev/null)" ]; }
