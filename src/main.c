@@ -195,9 +195,24 @@ static enum status resume(struct app *a)
 		return st;
 	/* Every rank has pos: the same verdict everywhere, no agreement needed. */
 	if (pos.epoch >= a->o.epochs || (a->o.max_steps > 0 && pos.step >= a->o.max_steps)) {
+		/* Nothing to train, but --save still gets the finished weights: a batch script
+		 * that retries a run killed after its last checkpoint must not lose the model. */
+		if (a->o.save != NULL && a->w.rank == 0) {
+			float *host = malloc(a->m.nparams * sizeof *host);
+
+			st = host == NULL ? diag_set(&a->d, ST_RUNTIME, "out of memory")
+					  : model_state_to_host(&a->m, 0, 1, host, &a->d);
+			if (st == ST_OK)
+				st = checkpoint_write_weights(a->o.save, "--save", &a->m, host, &a->d);
+			free(host);
+		}
+		world_expect_wait(&a->w, "the --save write on rank 0");
+		st = agree(a, st);
+		if (st != ST_OK)
+			return st;
 		report_note(&a->r, "--resume: %s is complete (step %ld, %s): nothing to do%s", a->o.resume,
 			    pos.step, pos.epoch >= a->o.epochs ? "all --epochs done" : "--max-steps reached",
-			    a->o.save ? "; --save not written" : "");
+			    a->o.save ? "; --save written from it" : "");
 		return ST_STOP;
 	}
 	report_note(&a->r, "resumed from %s: step %ld, epoch %ld, micro-batch %ld (written by %d replica%s)",

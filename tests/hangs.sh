@@ -31,21 +31,6 @@ hang_ends "step 2: MPI_Finalize did not complete within --timeout=5 s" \
 	-np 1 $P DDPT_SHIM_STALL=finalize "$DDPTRAIN" --timeout=5 --max-steps=2 --quiet
 echo "start-up, first agreement and MPI_Finalize stalls: each job ended after --timeout"
 
-# mpirun_bg ARGS...: mpirun in the background; $bg is mpirun's pid. started: training began.
-mpirun_bg() {
-	mpirun --oversubscribe "$@" >bg.out 2>bg.err &
-	bg=$!
-}
-started() {
-	for _ in $(seq 1 300); do grep -q "^# buckets:" bg.out 2>/dev/null && return 0; sleep 0.1; done
-	fail "the background run did not start: $(cat bg.err)"
-}
-finish() { # WANT: mpirun's exit code
-	local rc=0
-	wait "$bg" || rc=$?
-	[ $rc -eq "$1" ] || fail "exit $rc, want $1: $(grep -v '^[- ]*$' bg.err | head -5)"
-}
-
 # 4. A graceful stop while rank 0 writes a slow checkpoint (each fsync takes 3 s): the
 #    others wait for it (before: the second rank gave up after 2 s, exit 1, a temporary left).
 mpirun_bg -x LD_PRELOAD="$SHIM" -x DDPT_SHIM_SLOW_FSYNC=3 -np 2 "$DDPTRAIN" $L --checkpoint=slow.st

@@ -67,3 +67,18 @@ expect_fail() {
 	[ "$(wc -l <"$TMPD/stderr")" -eq 1 ] || fail "want one line on stderr: $*: $(cat "$TMPD/stderr")"
 	grep -qF -- "$want" "$TMPD/stderr" || fail "message lacks '$want': $(cat "$TMPD/stderr")"
 }
+
+# mpirun_bg ARGS...: mpirun in the background; $bg is mpirun's pid. started: training began.
+mpirun_bg() {
+	mpirun --oversubscribe "$@" >bg.out 2>bg.err &
+	bg=$!
+}
+started() {
+	for _ in $(seq 1 300); do grep -q "^# buckets:" bg.out 2>/dev/null && return 0; sleep 0.1; done
+	fail "the background run did not start: $(cat bg.err)"
+}
+finish() { # WANT: mpirun's exit code
+	local rc=0
+	wait "$bg" || rc=$?
+	[ $rc -eq "$1" ] || fail "exit $rc, want $1: $(grep -v '^[- ]*$' bg.err | head -5)"
+}
