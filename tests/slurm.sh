@@ -101,9 +101,13 @@ until_ok 30 waiting || fail "the requeued job is not pending: $(squeue -j "$job"
 scontrol update jobid="$job" StartTime=now || fail "scontrol update StartTime"
 
 # Attempt 1: resumes; a rank is killed after its first periodic checkpoint.
-stepped() { [ "$(cat "$R/attempts" 2>/dev/null)" = 2 ] && [ "$(step_of "$R/checkpoint.safetensors")" -gt "$first" ]; }
+# Slurm may set the requeued job's BeginTime again after the update: repeat it while it waits.
+stepped() {
+	! waiting || scontrol update jobid="$job" StartTime=now >/dev/null 2>&1
+	[ "$(cat "$R/attempts" 2>/dev/null)" = 2 ] && [ "$(step_of "$R/checkpoint.safetensors")" -gt "$first" ]
+}
 first=$(step_of "$R/checkpoint.safetensors")
-until_ok 120 stepped || fail "attempt 1 never checkpointed past step $first: $(log)"
+until_ok 120 stepped || fail "attempt 1 never checkpointed past step $first: $(log) $(scontrol show job "$job" | grep -E "JobState|Reason|StartTime"; sinfo -N -o "%N %T %E")"
 killed=0
 for p in $(pgrep -x ddptrain); do
 	if grep -q "$R/" "/proc/$p/cmdline" 2>/dev/null; then kill -9 "$p" && killed=1; break; fi
@@ -120,6 +124,6 @@ grep -q "ddptrain failed (exit 137) in attempt 1; restart 1 of 3 from the last c
 	fail "preempted, requeued, crashed and retried: the weights differ from a straight run"
 for a in 0 1 2; do
 	[ -s "$R/metrics.$a.jsonl" ] && [ "$(tail -c 1 "$R/metrics.$a.jsonl" | od -An -c | tr -d ' ')" = '\n' ] ||
-		fail "attempt $a's metrics did not survive: $(ls "$R")"
+		fail "attempt $a's metrics did not survive: $(ls "$R"): $(log)"
 done
 echo "slurm: job $job: USR1 -> exit 3 -> requeue -> resume -> kill -9 -> retry -> weights of a straight run"
