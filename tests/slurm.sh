@@ -98,12 +98,21 @@ grep -q "Exit code: *3" "$TMPD/job.out" || fail "attempt 0 did not exit 3: $(log
 # A requeued job waits about 2 minutes (BeginTime); let it start now.
 waiting() { squeue -h -j "$job" -o %t:%r | grep -q '^PD:BeginTime'; }
 until_ok 30 waiting || fail "the requeued job is not pending: $(squeue -j "$job" 2>&1)"
+# Let it start only once the old attempt is gone from the node: slurmd refuses to launch a
+# job whose previous batch step is still exiting ("already running, do not launch second
+# copy": the job ends FAILED), and a late terminate of the old attempt kills the new
+# one's ranks. Slurm's own BeginTime delay (about 2 minutes) is what prevents this on
+# a real cluster; a loaded machine here needs several seconds.
+old_gone() {
+	! pgrep -f "slurmstepd: \[$job\." >/dev/null && sinfo -h -o %t | grep -qx idle
+}
+until_ok 120 old_gone || fail "the preempted attempt never left the node: $(pgrep -af slurmstepd; sinfo 2>&1)"
 scontrol update jobid="$job" StartTime=now || fail "scontrol update StartTime"
 
 # Attempt 1: resumes; a rank is killed after its first periodic checkpoint.
 # Slurm may set the requeued job's BeginTime again after the update: repeat it while it waits.
 stepped() {
-	! waiting || scontrol update jobid="$job" StartTime=now >/dev/null 2>&1
+	! waiting || ! old_gone || scontrol update jobid="$job" StartTime=now >/dev/null 2>&1
 	[ "$(cat "$R/attempts" 2>/dev/null)" = 2 ] && [ "$(step_of "$R/checkpoint.safetensors")" -gt "$first" ]
 }
 first=$(step_of "$R/checkpoint.safetensors")
