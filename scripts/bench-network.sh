@@ -97,54 +97,21 @@ if [ "$torch" = auto ]; then
 fi
 
 [ "$(id -u)" -eq 0 ] || skip "network namespaces need root"
-for c in ip unshare tc; do command -v "$c" >/dev/null 2>&1 || skip "no $c command"; done
-unshare --uts true 2>/dev/null || skip "unshare --uts fails here"
+command -v tc >/dev/null 2>&1 || skip "no tc command (apt-get install iproute2)"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
-# ---- two hosts on a private bridge ------------------------------------------------
-# Claim an id by creating the bridge (atomic); names and addresses carry it.
-ID= NS1= NS2= BR=
+# ---- two hosts on a private bridge (scripts/netns-hosts.sh) -------------------------
+fail() { die "$@"; }
+. "$(dirname "$0")/netns-hosts.sh"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench-network.XXXXXX")
 cleanup() {
-	if [ -n "$ID" ]; then
-		# the veths first: deleting a namespace removes its peer only later, asynchronously
-		ip link del "nb${ID}v1" 2>/dev/null || true
-		ip link del "nb${ID}v2" 2>/dev/null || true
-		ip netns del "$NS1" 2>/dev/null || true
-		ip netns del "$NS2" 2>/dev/null || true
-		ip link del "$BR" 2>/dev/null || true
-		ID=
-	fi
+	netns_hosts_down
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
-first=$(($$ % 200 + 20))
-for try in $(seq 0 19); do
-	id=$((first + try))
-	ip -4 addr show 2>/dev/null | grep -q "inet 10\.215\.$id\." && continue
-	if err=$(ip link add "nb${id}b" type bridge 2>&1); then
-		ID=$id
-		break
-	fi
-	case $err in *"File exists"*) continue ;; esac
-	skip "cannot create a bridge: $err"
-done
-[ -n "$ID" ] || skip "no free nb<N>b bridge name among 20 tried"
-BR=nb${ID}b NS1=nb${ID}h1 NS2=nb${ID}h2
-NET=10.215.$ID
-A=$NET.2 B=$NET.3
-{ ip addr add "$NET.1/24" dev "$BR" && ip link set "$BR" up; } || die "configuring $BR"
-for i in 1 2; do
-	ns=nb${ID}h$i
-	ip netns add "$ns" 2>"$tmp/err" || skip "cannot create a network namespace: $(cat "$tmp/err")"
-	ip link add "nb${ID}v$i" type veth peer name eth0 netns "$ns" || die "veth for $ns"
-	{ ip link set "nb${ID}v$i" master "$BR" && ip link set "nb${ID}v$i" up; } || die "veth up"
-	ip netns exec "$ns" ip addr add "$NET.$((i + 1))/24" dev eth0 || die "address in $ns"
-	{ ip netns exec "$ns" ip link set eth0 up && ip netns exec "$ns" ip link set lo up; } || die "links up in $ns"
-done
+netns_hosts_up nb 10.215 nbhost1 nbhost2 "$tmp"
 ip netns exec "$NS1" tc qdisc add dev eth0 root tbf rate 1gbit burst 4mb latency 50ms 2>"$tmp/err" ||
 	skip "no tbf queueing discipline: $(cat "$tmp/err")"
 ip netns exec "$NS1" tc qdisc del dev eth0 root
@@ -159,21 +126,6 @@ set_link() {
 	done
 }
 
-# Open MPI calls the agent in place of ssh; it runs the command in the host's namespace,
-# under the host's own name, so the two ranks are on two nodes.
-AGENT=$tmp/agent
-cat >"$AGENT" <<EOF
-#!/bin/bash
-host=\$1
-shift
-case \$host in
-$A) ns=$NS1 hn=nbhost1 ;;
-$B) ns=$NS2 hn=nbhost2 ;;
-*) echo "agent: unknown host \$host" >&2; exit 1 ;;
-esac
-exec ip netns exec "\$ns" unshare --uts /bin/sh -c "hostname \$hn; exec \$*"
-EOF
-chmod +x "$AGENT"
 # TCP on the bridge's network, the agent in place of ssh, no binding (each namespace looks
 # like a whole machine to Open MPI, which would put both ranks on core 0).
 # shellcheck disable=SC2054 # commas inside values

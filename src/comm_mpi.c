@@ -19,6 +19,7 @@
 #include "clock.h"    /* clock_now: the observer's times */
 #include "comm_mpi.h"
 #include "ring.h"
+#include "shm.h"
 #if __has_include(<mpi-ext.h>)
 #include <mpi-ext.h> /* MPIX_Query_cuda_support, where Open MPI provides it */
 #endif
@@ -39,6 +40,13 @@ struct comm_mpi {
 	int use_ring;       /* PATH_HOST on 2+ ranks, unless DDPTRAIN_ALLREDUCE=mpi */
 	size_t ring_min;    /* floats: smaller buckets go to MPI_Iallreduce */
 	struct ring ring;
+	int use_shm;        /* PATH_HOST, 2+ ranks on each node: the shared-memory all-reduce */
+	int hier;           /* ... and across nodes: with the ring among node peers (shm.up) */
+	struct shm shm;
+	struct world *w;    /* for watching MPI_Win_free */
+	double shm_t0[SHM_QUEUE];  /* observed: when shared-memory all-reduce k was started */
+	int shm_order[SHM_QUEUE];  /* observed: its place among its step's all-reduces */
+	uint64_t shm_told;         /* observed: all-reduces reported so far */
 	struct comm_observer obs;      /* obs.done NULL: nobody is told */
 	double t0[COMM_MAX_INFLIGHT];  /* observed: when each request was started */
 	size_t n[COMM_MAX_INFLIGHT];   /* observed: its length */
@@ -52,7 +60,8 @@ struct comm_mpi {
 
 /* The ring's settings, from rank 0's environment (so that every rank agrees). */
 struct ring_env {
-	int use;          /* DDPTRAIN_ALLREDUCE: 2 auto (default: ring across nodes), 1 ring, 0 mpi */
+	int use;          /* DDPTRAIN_ALLREDUCE: 2 auto (default), 1 ring, 0 mpi, 3 shm; 4 shm with
+			   * the ring across nodes (hierarchical), never asked for by name */
 	int chunk_kb;     /* DDPTRAIN_RING_CHUNK_KB: floats per piece x 4 / 1024 */
 	int window;       /* DDPTRAIN_RING_WINDOW: blocks in flight */
 	int min_kb;       /* DDPTRAIN_RING_MIN_KB: smallest bucket for the ring */
@@ -85,6 +94,8 @@ static void ring_env_read(struct ring_env *e)
 		e->use = 0;
 	else if (a != NULL && strcmp(a, "ring") == 0)
 		e->use = 1;
+	else if (a != NULL && strcmp(a, "shm") == 0)
+		e->use = 3;
 	else if (a != NULL && *a != '\0' && strcmp(a, "auto") != 0)
 		e->bad = 1;
 	e->chunk_kb = env_int("DDPTRAIN_RING_CHUNK_KB", 1024, 1, 1 << 20, &e->bad, 2);
@@ -137,6 +148,14 @@ static enum status mpi_allreduce_start(void *ctx, float *buf, size_t n, int last
 		if (st != ST_OK)
 			return st;
 	}
+	if (c->use_shm) {
+		if (c->obs.done != NULL) {
+			c->shm_t0[c->shm.started % SHM_QUEUE] = clock_now();
+			c->shm_order[c->shm.started % SHM_QUEUE] = c->started;
+		}
+		c->started++;
+		return shm_start(&c->shm, target, n, d);
+	}
 	if (c->use_ring && n >= c->ring_min) {
 		if (c->obs.done != NULL && c->nring < COMM_MAX_INFLIGHT) {
 			c->ring_t0[c->nring] = clock_now();
@@ -173,11 +192,26 @@ static enum status mpi_allreduce_start(void *ctx, float *buf, size_t n, int last
 	return ST_OK;
 }
 
+/* Tell the observer of the shared-memory all-reduces completed on every rank so far. */
+static void shm_tell(struct comm_mpi *c, uint64_t complete)
+{
+	for (; c->shm_told < complete; c->shm_told++) {
+		int k = (int)(c->shm_told % SHM_QUEUE);
+
+		if (c->obs.done != NULL)
+			c->obs.done(c->obs.arg, c->shm_order[k], c->shm.q[k].n, c->shm_t0[k], clock_now());
+	}
+}
+
 static void mpi_progress(void *ctx)
 {
 	struct comm_mpi *c = ctx;
 	int done, idx[COMM_MAX_INFLIGHT];
 
+	if (c->use_shm) {
+		shm_tell(c, shm_progress(&c->shm));
+		return;
+	}
 	if (c->use_ring)
 		ring_progress(&c->ring);
 	if (c->nreq == 0)
@@ -211,6 +245,11 @@ static enum status mpi_wait_all(void *ctx, struct diag *d)
 	struct comm_mpi *c = ctx;
 	int rc = MPI_SUCCESS;
 	enum status st = c->use_ring ? ring_wait(&c->ring, d) : ST_OK;
+
+	if (c->use_shm) {
+		st = shm_wait(&c->shm, d);
+		shm_tell(c, st == ST_OK ? c->shm.started : c->shm.complete);
+	}
 
 	for (int i = 0; i < c->nring && c->obs.done != NULL; i++)
 		c->obs.done(c->obs.arg, c->ring_order[i], c->ring_n[i], c->ring_t0[i], clock_now());
@@ -271,6 +310,13 @@ static void mpi_fini(void *ctx)
 		c->be->ops->host_free(c->be->ctx, c->stage);
 	if (c->use_ring)
 		ring_free(&c->ring);
+	if (c->use_shm) { /* collective over the node: a rank that never comes is watched */
+		world_watch_begin(c->w, "freeing the shared-memory gradients");
+		shm_free(&c->shm);
+		world_watch_end(c->w);
+	}
+	if (c->hier)
+		ring_free(&c->ring);
 	free(c);
 }
 
@@ -300,9 +346,11 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, f
 	c->ops = NULL;
 	c->ctx = NULL;
 	c->stream = 0;
+	c->grads = NULL;
 	if (m == NULL)
 		return diag_set(d, ST_RUNTIME, "comm: out of memory");
 	m->comm = w->comm;
+	m->w = w;
 	m->be = be;
 	m->base = base;
 	m->nfloats = nfloats;
@@ -315,29 +363,87 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, f
 		}
 	}
 	if (m->path == PATH_HOST && w->size > 1) {
-		static const char *const names[] = {"", "DDPTRAIN_ALLREDUCE: want auto, ring or mpi",
+		static const char *const names[] = {"", "DDPTRAIN_ALLREDUCE: want auto, ring, shm or mpi",
 			"DDPTRAIN_RING_CHUNK_KB: want 1 to 1048576", "DDPTRAIN_RING_WINDOW: want 1 to 8",
 			"DDPTRAIN_RING_MIN_KB: want 0 to 4194304"};
 		struct ring_env e;
 		enum status st = ST_OK;
-		int rc;
+		int rc, asked;
 
 		ring_env_read(&e);
 		rc = MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, 0, w->comm);
-		/* auto: the ring across nodes only; inside one node the all-reduce is a memory
-		 * copy with no spare core to overlap it, and MPI's own is as good. Every rank
-		 * sees the same answer: local_size < size on all of them or on none. */
-		if (e.use == 2)
-			e.use = w->local_size < w->size;
+		asked = e.use;
+		/* auto and shm: the shared-memory all-reduce inside one node; across nodes with
+		 * the same number of ranks (2 or more) on each, shm inside them and the ring
+		 * between them; otherwise the ring over all ranks. Every rank sees the same
+		 * answer: local_size < size on all of them or on none. */
+		if (rc == MPI_SUCCESS && (e.use == 2 || e.use == 3)) {
+			int ls[2] = {w->local_size, -w->local_size};
+
+			if (w->local_size == w->size)
+				e.use = 3;
+			else if ((rc = MPI_Allreduce(MPI_IN_PLACE, ls, 2, MPI_INT, MPI_MIN, w->comm)) ==
+				 MPI_SUCCESS)
+				e.use = ls[0] == -ls[1] && ls[0] > 1 ? 4 : 1;
+		}
 		if (rc != MPI_SUCCESS)
-			st = world_mpi_error(d, rc, "MPI_Bcast(all-reduce settings)");
+			st = world_mpi_error(d, rc, "MPI_Bcast/MPI_Allreduce(all-reduce settings)");
 		else if (e.bad)
 			st = diag_set(d, ST_USAGE, "%s", names[e.bad]);
-		else if (e.use)
+		else if (e.use >= 3) {
+			if (e.use == 4) { /* the ring among the ranks with this node-local rank */
+				MPI_Comm peers;
+
+				rc = MPI_Comm_split(w->comm, w->local_rank, w->rank, &peers);
+				if (rc != MPI_SUCCESS)
+					st = world_mpi_error(d, rc, "MPI_Comm_split(node peers)");
+				else {
+					st = ring_init(&m->ring, peers, (size_t)e.chunk_kb * 256, e.window, d);
+					MPI_Comm_free(&peers); /* the ring keeps its own duplicate */
+				}
+				if (!world_all(w, st == ST_OK)) {
+					ring_free(&m->ring);
+					free(m);
+					return st != ST_OK ? st : diag_set(d, ST_RUNTIME, "another rank could not "
+									 "set up the ring across nodes");
+				}
+				m->hier = 1;
+			}
+			st = shm_init(&m->shm, w->local, nfloats, d);
+			/* Where the window cannot be had (a small /dev/shm in a container), auto
+			 * falls back on every rank (to MPI's all-reduce on one node, to the ring
+			 * across nodes); asked for, it is an error. */
+			if (!world_all(w, st == ST_OK)) {
+				if (st == ST_OK) /* another rank failed: a collective free could wait */
+					m->shm.win = MPI_WIN_NULL;
+				if (asked != 3 && m->hier) { /* the ring again, over all ranks */
+					ring_free(&m->ring);
+					m->hier = 0;
+					e.use = 1;
+					st = ring_init(&m->ring, w->comm, (size_t)e.chunk_kb * 256, e.window, d);
+				} else if (asked != 3) {
+					e.use = 0;
+					st = ST_OK;
+				} else if (st == ST_OK)
+					st = diag_set(d, ST_RUNTIME, "DDPTRAIN_ALLREDUCE=shm: another rank "
+						      "could not map the shared-memory gradients");
+			}
+		}
+		else if (e.use == 1)
 			st = ring_init(&m->ring, w->comm, (size_t)e.chunk_kb * 256, e.window, d);
 		if (st != ST_OK) {
+			if (m->hier)
+				ring_free(&m->ring);
 			free(m);
 			return st;
+		}
+		if (e.use >= 3) {
+			m->use_shm = 1;
+			if (m->hier)
+				m->shm.up = &m->ring;
+			memcpy(m->shm.mine, base, nfloats * sizeof *base);
+			c->grads = m->shm.mine;
+			e.use = 0;
 		}
 		m->use_ring = e.use;
 		m->ring_min = (size_t)e.min_kb * 256;
@@ -352,6 +458,11 @@ const char *comm_mpi_path_name(const struct comm *c)
 {
 	static const char *const names[] = {"host memory", "device memory (CUDA-aware MPI)",
 					    "staged through pinned host memory"};
+	const struct comm_mpi *m = c->ctx;
 
-	return names[((const struct comm_mpi *)c->ctx)->path];
+	if (m->path == PATH_HOST)
+		return m->hier      ? "hierarchical all-reduce (shared memory, ring across nodes)"
+		       : m->use_shm ? "shared-memory all-reduce"
+		       : m->use_ring ? "ring all-reduce" : "MPI all-reduce";
+	return names[m->path];
 }

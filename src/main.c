@@ -453,6 +453,8 @@ static enum status setup(struct app *a)
 					a->m.nparams + MODEL_SLOTS, a->o.timeout, &a->d));
 	if (st != ST_OK)
 		return st;
+	if (a->c.grads != NULL) /* the shared-memory all-reduce reads them where they are */
+		model_move_grads(&a->m, a->c.grads);
 	report_init(&a->r, a->w.rank == 0, o->quiet);
 	if (a->w.rank == 0 && (o->checkpoint || o->resume)) {
 		a->ckpt_host = calloc(a->m.nparams * (size_t)a->m.narenas, sizeof *a->ckpt_host);
@@ -525,7 +527,7 @@ static void print_ranks(struct app *a)
 			 a->pl.gpu_name);
 	else
 		snprintf(device, sizeof device, "cpu");
-	if (a->pl.comm == COMM_MPI && a->pl.device == DEVICE_CUDA)
+	if (a->pl.comm == COMM_MPI)
 		snprintf(path, sizeof path, "%s, %s", a->c.ops->name, comm_mpi_path_name(&a->c));
 	else
 		snprintf(path, sizeof path, "%s", a->c.ops->name);

@@ -284,7 +284,8 @@ void model_free(struct model *m)
 		ops->free(m->be->ctx, m->arena[a].data);
 	if (m->narenas == 0)
 		ops->free(m->be->ctx, m->params);
-	ops->free(m->be->ctx, m->grads);
+	if (!m->grads_lent)
+		ops->free(m->be->ctx, m->grads);
 	ops->free(m->be->ctx, m->norm);
 	for (int l = 0; l <= m->nlayers; l++)
 		ops->free(m->be->ctx, m->act[l]);
@@ -292,4 +293,13 @@ void model_free(struct model *m)
 	ops->free(m->be->ctx, m->dbuf[0]);
 	ops->free(m->be->ctx, m->dbuf[1]);
 	memset(m, 0, sizeof *m);
+}
+
+void model_move_grads(struct model *m, float *grads)
+{
+	memcpy(grads, m->grads, (m->nparams + MODEL_SLOTS) * sizeof *grads);
+	if (!m->grads_lent)
+		m->be->ops->free(m->be->ctx, m->grads);
+	m->grads = grads;
+	m->grads_lent = 1;
 }

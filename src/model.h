@@ -58,6 +58,7 @@ struct model {
 	struct backend *be;           /* borrowed */
 	float *params;                /* (nparams), = arena[0].data */
 	float *grads;                 /* (nparams + MODEL_SLOTS) */
+	int grads_lent;               /* grads belong to the communicator (model_move_grads) */
 	struct model_arena arena[MODEL_MAX_ARENAS];
 	int narenas;                  /* 1 + optimizer state arenas */
 	float *norm;                  /* (1) scratch: the squared gradient norm for clipping */
@@ -138,5 +139,9 @@ struct bucket {
 };
 /* Fill b (room for nlayers + 1 entries); returns the bucket count. */
 int model_plan_buckets(const struct model *m, size_t cap, size_t first_cap, struct bucket *b);
+
+/* Move the gradients (nparams + MODEL_SLOTS floats, with their contents) to host memory
+ * the communicator owns and frees (struct comm's grads); model_free leaves it alone. */
+void model_move_grads(struct model *m, float *grads);
 
 #endif

@@ -70,7 +70,8 @@ static void fill(struct ring *r)
 		b->step = 0;
 		b->tag = (int)(r->seq++ % (unsigned)r->tag_slots) * steps;
 		r->q[r->qhead].next += b->len;
-		if (r->q[r->qhead].next == r->q[r->qhead].n)
+		b->last = r->q[r->qhead].next == r->q[r->qhead].n;
+		if (b->last)
 			r->qhead++;
 		r->active++;
 		post(r, k);
@@ -110,6 +111,7 @@ static int advance(struct ring *r)
 			post(r, k);
 	}
 	while (r->active > 0 && r->slot[r->oldest].step < 0) {
+		r->finished += (unsigned)r->slot[r->oldest].last;
 		r->oldest = (r->oldest + 1) % r->window;
 		r->active--;
 	}
@@ -133,7 +135,8 @@ enum status ring_init(struct ring *r, MPI_Comm comm, size_t chunk, int window, s
 	}
 	MPI_Comm_rank(r->comm, &r->rank);
 	MPI_Comm_size(r->comm, &r->size);
-	MPI_Comm_get_attr(r->comm, MPI_TAG_UB, &ub, &flag);
+	/* MPI_TAG_UB is an attribute of MPI_COMM_WORLD (a split communicator has none). */
+	MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
 	r->chunk = chunk;
 	r->window = window;
 	r->tag_slots = 4 * window;
@@ -162,6 +165,7 @@ enum status ring_start(struct ring *r, float *buf, size_t n, struct diag *d)
 				RING_BUCKETS);
 	if (r->size < 2 || n == 0)
 		return ST_OK;
+	r->started++;
 	r->q[r->nq].buf = buf;
 	r->q[r->nq].n = n;
 	r->q[r->nq].next = 0;

@@ -32,6 +32,7 @@ struct ring_block {
 	size_t len;          /* floats */
 	int step;            /* 0..2(size-1)-1; -1: the slot is free */
 	int tag;             /* tag of step 0; step s uses tag + s */
+	int last;            /* the last block of its bucket */
 	MPI_Request req[2];  /* send, receive */
 };
 
@@ -48,6 +49,7 @@ struct ring {
 	MPI_Request req[2 * RING_WINDOW];    /* the slots' requests, for MPI_Testsome */
 	int oldest, active;  /* the oldest block's slot; blocks in flight */
 	unsigned seq;        /* blocks started since ring_init */
+	unsigned long long started, finished; /* buckets started and completed since ring_init */
 	int err;             /* first MPI error code seen in ring_progress, or MPI_SUCCESS */
 	const char *err_call;
 };
@@ -56,7 +58,10 @@ struct ring {
  * up to `window` blocks in flight. ST_RUNTIME if MPI refuses or memory runs out. */
 enum status ring_init(struct ring *r, MPI_Comm comm, size_t chunk, int window, struct diag *d);
 /* Queue buf[0..n) for summing over the ranks, in place; every rank queues the same sizes
- * in the same order. Starts what the window allows. */
+ * in the same order. Starts what the window allows. Buckets complete in the order they
+ * were started: the i-th (counting from 1 at ring_init) is complete once r->finished >=
+ * i, where i is r->started after its ring_start. Nothing to move (n == 0, one rank):
+ * nothing is queued and the counts stay. */
 enum status ring_start(struct ring *r, float *buf, size_t n, struct diag *d);
 /* Move every block as far as it can go now; never blocks. */
 void ring_progress(struct ring *r);

@@ -8,6 +8,9 @@
  *   DDPT_SHIM_STALL=finalize          MPI_Finalize never returns
  *   DDPT_SHIM_SLOW_FSYNC=SECONDS      every fsync takes that long (a slow file system)
  *   DDPT_SHIM_SLOW_INIT=SECONDS       MPI_Init_thread takes that much longer (a slow start)
+ *   DDPT_SHIM_NO_SHARED_WINDOW=1      MPI_Win_allocate_shared fails with MPI_ERR_NO_MEM, as
+ *                                     it does where /dev/shm is small (a container); set it
+ *                                     on every rank of a node (the call is collective)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>  /* dlsym, RTLD_NEXT */
@@ -56,6 +59,16 @@ int MPI_Finalize(void)
 	if (stall_at("finalize"))
 		stall();
 	return PMPI_Finalize();
+}
+
+int MPI_Win_allocate_shared(MPI_Aint size, int disp_unit, MPI_Info info, MPI_Comm comm, void *base,
+			    MPI_Win *win)
+{
+	const char *v = getenv("DDPT_SHIM_NO_SHARED_WINDOW");
+
+	if (v != NULL && strcmp(v, "1") == 0)
+		return MPI_ERR_NO_MEM;
+	return PMPI_Win_allocate_shared(size, disp_unit, info, comm, base, win);
 }
 
 int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
