@@ -128,11 +128,13 @@ struct backend_ops {
 	 * once both have passed (after a sync), or negative if unknown. */
 	void (*timer_mark)(void *ctx, int id);
 	double (*timer_ms)(void *ctx, int a, int b);
-	/* Optional (NULL if unsupported): call fn between the panels of linear_backward's long
-	 * products, so that communication can move while they compute: fn(arg, dw + o * in,
-	 * rows * in) when dw's rows [o, o + rows) are final (they come in increasing order),
-	 * fn(arg, NULL, 0) between dx's panels. fn NULL: stop. */
-	void (*set_progress)(void *ctx, void (*fn)(void *arg, float *done, size_t n), void *arg);
+	/* Optional (NULL if unsupported): call fn between the panels of linear_backward's
+	 * products longer than 2 x panel_flops (0: none is cut), so that communication can move
+	 * while they compute: fn(arg, dw + o * in, rows * in) when dw's rows [o, o + rows) are
+	 * final (they come in increasing order), fn(arg, NULL, 0) between dx's panels. The
+	 * panels depend only on the shapes and panel_flops. fn NULL: stop. */
+	void (*set_progress)(void *ctx, void (*fn)(void *arg, float *done, size_t n), void *arg,
+			     double panel_flops);
 	/* Optional: a device clock for --trace (CUDA events on the compute stream, NVTX
 	 * ranges), driven with this backend's ctx; NULL: spans use host times. */
 	const struct trace_dev *trace_dev;

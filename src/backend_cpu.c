@@ -1,9 +1,9 @@
 /*
  * backend_cpu.c - the CPU backend: CBLAS for the matrix products, plain loops
  * for the element-wise work. Single-threaded BLAS: parallelism comes from
- * the ranks (or dp threads), one core each. With a progress hook set, the
- * backward products run in row panels of about PANEL_FLOPS with the hook
- * called between them (MPI moves messages only inside MPI calls).
+ * the ranks (or dp threads), one core each. With a progress hook and a panel
+ * size set, the backward products run in row panels of about that many FLOP
+ * with the hook called between them (MPI moves messages only inside MPI calls).
  */
 #include <cblas.h>
 #include <math.h>
@@ -13,11 +13,11 @@
 #include "backend.h"
 #include "config.h"
 
-#define PANEL_FLOPS 16e6 /* about 0.3 ms at one core's SGEMM speed */
 #define PANEL_MIN_ROWS 32 /* below this a panel's SGEMM slows down */
 
 struct cpu {
 	void (*progress)(void *arg, float *done, size_t n); /* see set_progress, or NULL */
+	double panel;                                        /* FLOP per panel; 0: no panels */
 	void *arg;
 };
 
@@ -37,11 +37,13 @@ static void cpu_fini(void *ctx)
 	free(ctx);
 }
 
-static void cpu_set_progress(void *ctx, void (*fn)(void *arg, float *done, size_t n), void *arg)
+static void cpu_set_progress(void *ctx, void (*fn)(void *arg, float *done, size_t n), void *arg,
+			     double panel_flops)
 {
 	struct cpu *c = ctx;
 
 	c->progress = fn;
+	c->panel = fn != NULL && panel_flops > 0 ? panel_flops : 0;
 	c->arg = arg;
 }
 
@@ -51,9 +53,9 @@ static int panel_rows(const struct cpu *c, int m, double flops_per_row)
 {
 	double rows;
 
-	if (c == NULL || c->progress == NULL || (double)m * flops_per_row < 2.0 * PANEL_FLOPS)
+	if (c == NULL || c->progress == NULL || c->panel <= 0 || (double)m * flops_per_row < 2.0 * c->panel)
 		return m;
-	rows = PANEL_FLOPS / flops_per_row;
+	rows = c->panel / flops_per_row;
 	rows = rows < PANEL_MIN_ROWS ? PANEL_MIN_ROWS : 16.0 * (int)((rows + 15.0) / 16.0);
 	return rows >= m ? m : (int)rows;
 }

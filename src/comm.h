@@ -49,6 +49,9 @@ struct comm {
 	/* 1: this instance's all-reduces move while the caller computes (the MPI ring), so
 	 * the trainer streams gradient regions as backward finishes them */
 	int stream;
+	/* with stream: FLOP per panel of backward's products between progress calls (0: whole
+	 * products, progress between layers) */
+	double panel_flops;
 	/* non-NULL: the gradients must live here (the shared-memory all-reduce reads every
 	 * rank's directly); the caller moves them with model_move_grads */
 	float *grads;

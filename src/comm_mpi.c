@@ -65,6 +65,7 @@ struct ring_env {
 	int chunk_kb;     /* DDPTRAIN_RING_CHUNK_KB: floats per piece x 4 / 1024 */
 	int window;       /* DDPTRAIN_RING_WINDOW: blocks in flight */
 	int min_kb;       /* DDPTRAIN_RING_MIN_KB: smallest bucket for the ring */
+	int panel_mflop;  /* DDPTRAIN_PANEL_MFLOP: backward's panels between progress calls */
 	int bad;          /* 1-based index of the variable that is wrong, or 0 */
 };
 
@@ -101,6 +102,7 @@ static void ring_env_read(struct ring_env *e)
 	e->chunk_kb = env_int("DDPTRAIN_RING_CHUNK_KB", 1024, 1, 1 << 20, &e->bad, 2);
 	e->window = env_int("DDPTRAIN_RING_WINDOW", 8, 1, RING_WINDOW, &e->bad, 3);
 	e->min_kb = env_int("DDPTRAIN_RING_MIN_KB", 64, 0, 1 << 22, &e->bad, 4);
+	e->panel_mflop = env_int("DDPTRAIN_PANEL_MFLOP", 0, 0, 1 << 20, &e->bad, 5);
 }
 
 int comm_mpi_cuda_aware(void)
@@ -346,6 +348,7 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, f
 	c->ops = NULL;
 	c->ctx = NULL;
 	c->stream = 0;
+	c->panel_flops = 0;
 	c->grads = NULL;
 	if (m == NULL)
 		return diag_set(d, ST_RUNTIME, "comm: out of memory");
@@ -365,7 +368,7 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, f
 	if (m->path == PATH_HOST && w->size > 1) {
 		static const char *const names[] = {"", "DDPTRAIN_ALLREDUCE: want auto, ring, shm or mpi",
 			"DDPTRAIN_RING_CHUNK_KB: want 1 to 1048576", "DDPTRAIN_RING_WINDOW: want 1 to 8",
-			"DDPTRAIN_RING_MIN_KB: want 0 to 4194304"};
+			"DDPTRAIN_RING_MIN_KB: want 0 to 4194304", "DDPTRAIN_PANEL_MFLOP: want 0 to 1048576"};
 		struct ring_env e;
 		enum status st = ST_OK;
 		int rc, asked;
@@ -447,6 +450,7 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, f
 		}
 		m->use_ring = e.use;
 		m->ring_min = (size_t)e.min_kb * 256;
+		c->panel_flops = e.panel_mflop * 1e6;
 	}
 	c->ops = &comm_mpi_ops;
 	c->ctx = m;

@@ -420,7 +420,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		 tc->grad_accum == 1 && tc->graphs && trainer_step_is_fixed(tc, opt);
 	t.graph_off = !graphs;
 	if (t.stream)
-		ops->set_progress(bctx, ddp_panel, &t);
+		ops->set_progress(bctx, ddp_panel, &t, c->panel_flops);
 	clk.t0 = clk.t_last = clk.t_step = clock_now();
 	while (step < total && loader_next(&L, &b)) {
 		long gi = b.mb % tc->grad_accum;
@@ -479,7 +479,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	if (graphs)
 		ops->graph_reset(bctx);
 	if (ops->set_progress != NULL)
-		ops->set_progress(bctx, NULL, NULL);
+		ops->set_progress(bctx, NULL, NULL, 0);
 	res->steps = step;
 	res->seconds = clock_now() - clk.t0;
 	res->wait_s = t.wait;

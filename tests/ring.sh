@@ -3,7 +3,7 @@
 # backward's panels finish them): forced onto one node (DDPTRAIN_ALLREDUCE=ring;
 # by default only jobs across nodes use it) and onto small buffers with tiny
 # pieces (DDPTRAIN_RING_MIN_KB=0, DDPTRAIN_RING_CHUNK_KB=1) on a model whose products
-# split into panels, at 2 ranks (with and without overlap) and 3, it trains what MPI_Iallreduce trains
+# split into panels (DDPTRAIN_PANEL_MFLOP=1), at 2 ranks (with and without overlap) and 3, it trains what MPI_Iallreduce trains
 # (relative error at most 1e-6) and what one rank trains on the whole batch
 # (1e-5), bit-identically from run to run, with overlap and without; a bad
 # setting is refused with exit 2 and one line naming the variable.
@@ -16,10 +16,11 @@ for case in "2 " "2 --no-overlap" "3 "; do
 	b=$((96 / W))
 	{
 		DDPTRAIN_ALLREDUCE=mpi run_mpi "$W" $args --batch-size=$b $extra --save="$TMPD/mpi.st" || fail "W=$W mpi $extra"
-		export DDPTRAIN_ALLREDUCE=ring DDPTRAIN_RING_MIN_KB=0 DDPTRAIN_RING_CHUNK_KB=1 DDPTRAIN_RING_WINDOW=3
+		export DDPTRAIN_ALLREDUCE=ring DDPTRAIN_RING_MIN_KB=0 DDPTRAIN_RING_CHUNK_KB=1 DDPTRAIN_RING_WINDOW=3 \
+			DDPTRAIN_PANEL_MFLOP=1
 		run_mpi "$W" $args --batch-size=$b $extra --save="$TMPD/a.st" || fail "W=$W ring $extra"
 		run_mpi "$W" $args --batch-size=$b $extra --save="$TMPD/b.st" || fail "W=$W ring again $extra"
-		unset DDPTRAIN_ALLREDUCE DDPTRAIN_RING_MIN_KB DDPTRAIN_RING_CHUNK_KB DDPTRAIN_RING_WINDOW
+		unset DDPTRAIN_ALLREDUCE DDPTRAIN_RING_MIN_KB DDPTRAIN_RING_CHUNK_KB DDPTRAIN_RING_WINDOW DDPTRAIN_PANEL_MFLOP
 		"$STCOMPARE" --exact "$TMPD/a.st" "$TMPD/b.st" >/dev/null || fail "W=$W $extra: ring runs differ"
 		out=$("$STCOMPARE" "$TMPD/a.st" "$TMPD/mpi.st" 1e-6) || fail "W=$W $extra ring vs mpi: $out"
 		echo "W=$W $extra ring vs MPI_Iallreduce: $out"
@@ -35,4 +36,5 @@ n=$(run_mpi 2 ${args/--quiet/} --batch-size=48 --max-steps=1 | grep -c "^# bucke
 [ "$n" = 0 ] || fail "streamed on one node without DDPTRAIN_ALLREDUCE=ring"
 DDPTRAIN_RING_WINDOW=99 expect_fail 2 DDPTRAIN_RING_WINDOW 2 $args
 DDPTRAIN_ALLREDUCE=fast expect_fail 2 DDPTRAIN_ALLREDUCE 2 $args
+DDPTRAIN_PANEL_MFLOP=-1 expect_fail 2 DDPTRAIN_PANEL_MFLOP 2 $args
 echo "ring: ok"

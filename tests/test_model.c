@@ -161,9 +161,9 @@ static void test_linear_backward_in_panels_is_bit_identical_and_reports_rows_in_
 	fill(dy, N * OUT, 13);
 	ops->linear_backward(be.ctx, dx[0], dw[0], db[0], dy, x, w, N, IN, OUT, 0);
 	s.dw = dw[1];
-	ops->set_progress(be.ctx, record, &s);
+	ops->set_progress(be.ctx, record, &s, 16e6);
 	ops->linear_backward(be.ctx, dx[1], dw[1], db[1], dy, x, w, N, IN, OUT, 0);
-	ops->set_progress(be.ctx, NULL, NULL);
+	ops->set_progress(be.ctx, NULL, NULL, 0);
 	assert_true(s.calls > 2); /* it did split */
 	assert_int_equal(s.gaps, 0);
 	assert_int_equal(s.next, (size_t)OUT * IN);
