@@ -9,9 +9,11 @@ BENCH_OUTPUT is what scripts/bench-network.sh printed (its "# every run" lines a
 The model of one training step on P ranks (weak scaling: a fixed batch per rank):
 
     allreduce(S) = 2 (P-1)/P * S / (eta * B)  +  2 (P-1) * alpha     (ring: every rank sends
-                   + S / beta                                        and receives 2 (P-1)/P S;
-                                                                     beta: the CPU's own work
-                                                                     per byte, measured here only)
+                                                                     and receives 2 (P-1)/P S)
+    measured here: max(link, S / beta) + 2 (P-1) alpha, the link term less the bytes tbf lets
+    through at once after an idle spell (its 4 MB burst); beta: the CPU's own work per byte
+    (the kernel's TCP over veth, the copies and additions), which goes on while bytes are
+    on the wire, so the slower of the two decides
     step         = compute * (1 + kappa * allreduce / compute)        (communication's own CPU
                    + max(tail * allreduce, allreduce - h * backward)  work slows compute; the
                                                                      part not hidden behind
@@ -20,8 +22,8 @@ The model of one training step on P ranks (weak scaling: a fixed batch per rank)
 
 eta (the share of the link the all-reduce achieves), beta and alpha are fitted to the
 --no-overlap all-reduce times (the unlimited link included); kappa and h (the share of backward that hides communication) to the
-overlapped steps; tail is the share of the gradient that only backward's last panel
-finishes (1/16 of the first layer's weights, streamed). The fit's error is printed per point
+overlapped steps; tail is the share of the gradient finished only when backward ends (the
+first layer's, streamed whole by default; 1/16 of it with 16 MFLOP panels). The fit's error is printed per point
 and as the mean and largest relative error.
 
 Predictions: 8-GPU nodes, NVLink-class inside a node (B_intra), 400 Gbit/s per node
@@ -72,19 +74,25 @@ def step_time(compute, ar, kappa, h, tail):
     return compute + kappa * ar + max(tail * ar, ar - h * backward)
 
 
-def tail_share(model):
-    # the first layer's weight gradient streams in 16 panels; the last panel and the
-    # first layer's bias (and the rest of the region) go after backward ends
+H_GPU = 1.0      # on GPUs backward hides the all-reduce up to its own length (see predict)
+TBF_BURST = 4e6  # bytes: scripts/bench-network.sh's "tbf ... burst 4mb" (megabytes)
+
+
+def tail_share(model, panels=1):
+    # the first layer's gradient goes when backward ends (DDPTRAIN_PANEL_MFLOP=0, the
+    # default); with panels, only its last panel and bias do
     first = {"wide": 1024 * 1024 + 1024, "deep": 512 * 512 + 512}[model]
-    return (first / 16.0) / GRAD[model]
+    return (first / panels) / GRAD[model]
 
 
 def ar_measured_model(p, eta, beta, alpha):
-    """The 2-host all-reduce on this machine: the link term, plus the CPU's own work on
-    every byte (copies, TCP, the additions) at beta bytes/s, plus the ring's latency."""
+    """The 2-host all-reduce on this machine: the slower of the link (less tbf's burst) and
+    the CPU's own work on every byte at beta bytes/s, plus the ring's latency."""
     S = GRAD[p["model"]] * 4
-    link = ar_time(S, 2, p["link"] * 1e9, eta, alpha) if p["link"] > 0 else 2 * alpha
-    return link + 1e3 * S / beta
+    link = 0.0
+    if p["link"] > 0:
+        link = 1e3 * max(0.0, S - TBF_BURST) * 8 / (eta * p["link"] * 1e9)
+    return max(link, 1e3 * S / beta) + 2 * alpha
 
 
 def fit(pts):
@@ -161,8 +169,10 @@ def predict(eta, h):
     alpha_intra, alpha_inter = 0.005, 0.010  # ms per ring step (NCCL-class latencies)
     g = 8
     print("\n# predictions: 8 GPUs per node, NVLink %.0f GB/s, %.0f Gbit/s per node between nodes; "
-          "link efficiency eta %.2f and hidden share h %.2f from the fit, no CPU contention on GPUs"
-          % (B_intra / 8e9, B_inter / 1e9, eta, h))
+          "link efficiency eta %.2f from the fit; hidden share h %.2f (NCCL runs on its own streams "
+          "beside backward's kernels; here the fit gives %.2f, the all-reduce being CPU work on the "
+          "cores that compute); one layer's gradient left when backward ends"
+          % (B_intra / 8e9, B_inter / 1e9, eta, H_GPU, h))
     print("# %-9s %10s %6s %9s %10s %10s %9s %9s %7s %7s" % (
         "model", "params", "GPUs", "compute", "ring", "hier", "step", "step_h", "eff", "eff_h"))
     for name, (widths, batch) in MODELS.items():
@@ -181,9 +191,9 @@ def predict(eta, h):
                 # on S/g per GPU with the g GPUs sharing the NIC (so S per node)
                 hier = (ar_time(S, g, B_intra, eta, alpha_intra)
                         + ar_time(S, nodes, B_inter, eta, alpha_inter))
-            tail = 1.0 / 16.0 / (len(widths) - 1)
-            s = step_time(c, ring, 0.0, h, tail)
-            sh = step_time(c, hier, 0.0, h, tail)
+            tail = 1.0 / (len(widths) - 1)
+            s = step_time(c, ring, 0.0, H_GPU, tail)
+            sh = step_time(c, hier, 0.0, H_GPU, tail)
             print("  %-9s %10.3g %6d %9.3f %10.3f %10.3f %9.3f %9.3f %6.0f%% %6.0f%%" % (
                 name, n, P, c, ring, hier, s, sh, 100 * c / s, 100 * c / sh))
 
@@ -209,7 +219,7 @@ def fixes(eta, h):
                     inter += 2 * math.log2(nodes) * alpha_inter - 2 * (nodes - 1) * alpha_inter
                 ar = ar_time(S, g, B_intra, eta, alpha_intra) + inter
                 c = c0 * accum
-                s = step_time(c, ar, 0.0, h, 1.0 / 16.0 / (len(widths) - 1))
+                s = step_time(c, ar, 0.0, H_GPU, 1.0 / (len(widths) - 1))
                 print("  %-9s %6d %-52s %9.3f %9.3f %6.0f%%" % (name, P, label, ar, s, 100 * c / s))
 
 

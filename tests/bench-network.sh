@@ -22,6 +22,12 @@ cat "$TMPD/out"
 num='[0-9]+\.[0-9]+'
 grep -Eq "^  10 +wide +$num +$num +$num +$num +13\.43 +-?[0-9]+% +$num""x +- +- *$" "$TMPD/out" ||
 	fail "no whole 10 Gbit/s row: $(grep '^  10' "$TMPD/out")"
+# The scaling model reads the same output: its fit covers the one measured point.
+if command -v python3 >/dev/null; then
+	python3 "$TOP_SRCDIR/scripts/scaling-model.py" "$TMPD/out" --no-predict >"$TMPD/model" 2>&1 ||
+		fail "scaling-model.py: $(cat "$TMPD/model")"
+	grep -q "^# fit error: .* over 2 figures" "$TMPD/model" || fail "scaling-model.py: $(cat "$TMPD/model")"
+fi
 for _ in 1 2 3 4 5 6 7 8 9 10; do # the kernel may take a moment to remove a veth
 	after=$(ip -o link show 2>/dev/null | grep -c ' nb[0-9]*[bv]' || true)
 	[ "$after" -gt "$before" ] || break
