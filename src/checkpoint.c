@@ -284,10 +284,10 @@ enum status checkpoint_save(const char *path, int keep, const struct model *m,
 	struct model_tensor t[MAX_TENSORS];
 	struct st_entry e[MAX_TENSORS];
 	char sha[SHA_HEX] = "", *header;
-	char ver[16], step[32], epoch[32], mb[32], world[16];
+	char ver[16], step[32], epoch[32], mb[32], world[16], best[40];
 	const void *bufs[MAX_TENSORS + 1];
 	size_t lens[MAX_TENSORS + 1], hlen = 0;
-	const char *meta[22];
+	const char *meta[24];
 	int n = model_state_dict(m, 0, m->narenas, t), nm = 0, ok;
 	enum status st;
 
@@ -310,6 +310,10 @@ enum status checkpoint_save(const char *path, int keep, const struct model *m,
 	META("world_size", world);
 	META("momentum", m->narenas > 1 ? "yes" : "no"); /* optimizer state follows */
 	META("lineage", pos->lineage);
+	if (pos->have_best) {
+		snprintf(best, sizeof best, "%.17g", pos->best_loss);
+		META("best_val_loss", best);
+	}
 	META("config", config);
 	META("sha256", sha_zeros);
 #undef META
@@ -385,7 +389,7 @@ enum status checkpoint_load(const char *path, const struct model *m, const char 
 	char hl[256], wl[256];
 	struct st_file f;
 	json_t *root = NULL, *md;
-	const char *sha_want, *cfg, *has_mom, *lineage, *ver;
+	const char *sha_want, *cfg, *has_mom, *lineage, *ver, *best;
 	char sha[SHA_HEX] = "", what[600];
 	long world = 0;
 	enum status st;
@@ -429,6 +433,17 @@ enum status checkpoint_load(const char *path, const struct model *m, const char 
 	}
 	memcpy(pos->lineage, lineage, CKPT_LINEAGE);
 	pos->world = (int)world;
+	if ((best = meta_get(md, "best_val_loss")) != NULL) { /* optional: --save-best runs only */
+		char *end;
+
+		errno = 0;
+		pos->best_loss = strtod(best, &end);
+		if (end == best || *end != '\0' || errno != 0 || !isfinite(pos->best_loss)) {
+			st = diag_set(d, ST_RUNTIME, "%s: checkpoint metadata is incomplete, malformed or out of range", what);
+			goto out;
+		}
+		pos->have_best = 1;
+	}
 	if (checkpoint_config_diff(cfg, want, hl, wl, sizeof hl)) {
 		st = diag_set(d, ST_USAGE, "--resume: %s was written with %s; this run has %s", path, hl, wl);
 		goto out;

@@ -6,8 +6,8 @@
  * exp_avg_sq.NAME, for the trainable layers only; AdamW's step count is the
  * position's step), and metadata: format version, the position
  * (step, epoch, next micro-batch), the world size, the configuration that
- * must match on resume, the run's lineage id, and a SHA-256 of the header and the
- * tensor data.
+ * must match on resume, the run's lineage id, the lowest validation loss so far
+ * (best_val_loss, with --save-best), and a SHA-256 of the header and the tensor data.
  *
  * Writing goes through st_save (temporary file, fsync, rename, fsync of the
  * directory): a crash at any moment leaves the old checkpoint or the new one.
@@ -37,6 +37,8 @@ struct ckpt_pos {
 	long next_mb; /* the next micro-batch within that epoch */
 	int world;    /* replicas (ranks, or dp threads) that wrote it */
 	char lineage[CKPT_LINEAGE]; /* random id of the run, kept across --resume */
+	int have_best;     /* --save-best: a validation loss has been seen ... */
+	double best_loss;  /* ... and this is the lowest (kept across --resume) */
 };
 
 /* Write path: m's whole state dict (every arena) from host, the arenas one after another

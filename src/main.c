@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h> /* gethostname */
+#include <unistd.h> /* gethostname, access */
 
 #include "backend.h"    /* backend_cpu_ops, backend_init, backend_free */
 #include "checkpoint.h" /* checkpoint_save/load, checkpoint_read/write_weights */
@@ -143,7 +143,7 @@ static void config_text(const struct app *a, char *buf, size_t len, int all)
 static enum status write_checkpoint(void *arg, long step, long epoch, long next_mb, struct diag *d)
 {
 	struct app *a = arg;
-	struct ckpt_pos pos = {step, epoch, next_mb, replicas(a), ""};
+	struct ckpt_pos pos = {step, epoch, next_mb, replicas(a), "", a->have_best, a->best_loss};
 	enum status st = ST_OK;
 	char text[4096];
 
@@ -175,6 +175,10 @@ static enum status resume(struct app *a)
 			st = diag_set(&a->d, ST_USAGE,
 				      "--resume: %s was written by %d replicas in the middle of epoch %ld (next micro-batch %ld); resume it with %d, or from a checkpoint taken at an epoch boundary",
 				      a->o.resume, pos.world, pos.epoch + 1, pos.next_mb, pos.world);
+		/* --save-best continues from the checkpoint's best loss while its file holds those
+		 * weights; a run without the file starts its best afresh. */
+		if (st == ST_OK && pos.have_best && (a->o.save_best == NULL || access(a->o.save_best, F_OK) != 0))
+			pos.have_best = 0;
 		if (st == ST_OK) {
 			memcpy(a->lineage, pos.lineage, sizeof a->lineage); /* the run continues */
 			model_state_to_device(&a->m, 0, a->m.narenas, a->ckpt_host);
@@ -187,6 +191,12 @@ static enum status resume(struct app *a)
 		st = agree(a, world_bcast(&a->w, &pos, sizeof pos, 0, &a->d));
 	for (int k = 1; k < a->m.narenas && st == ST_OK; k++) /* the optimizer's state */
 		st = agree(a, a->c.ops->bcast(a->c.ctx, a->m.arena[k].data, a->m.nparams, 0, &a->d));
+	if (st == ST_OK && pos.have_best) {
+		a->have_best = 1;
+		a->best_loss = pos.best_loss;
+		report_note(&a->r, "--save-best: %s holds the best validation loss so far, %.6f; it is replaced only by a lower one",
+			    a->o.save_best, pos.best_loss);
+	}
 	a->opt.step = pos.step;
 	a->ctl.start_step = pos.step;
 	a->ctl.start_epoch = pos.epoch;

@@ -74,6 +74,19 @@ for name in ("net2.weight", "net2.bias"):
 assert tensor(sys.argv[1], "net1.weight") != tensor(sys.argv[2], "net1.weight")
 PY
 echo "validation: eval records at steps $steps; --save-best; frozen net2 unchanged"
+# --save-best across --resume: with this lr the validation loss is lowest at the first eval
+# (step 5) and higher at every later one, so a run resumed from step 10 must leave the
+# best file alone (the checkpoint carries the best loss); with no best file it starts afresh.
+V="--layers=8,16,4 --samples=40 --val-samples=200 --epochs=10 --batch-size=8 --lr=0.3 --momentum=0.9
+   --eval-every=5 --quiet"
+run_mpi 1 $V --save-best=bs.st --checkpoint=vck.st --checkpoint-every=10 --keep-checkpoints=10 ||
+	fail "--save-best with checkpoints"
+cp bs.st br.st
+run_mpi 1 $V --save-best=br.st --resume=vck.st.step-00000010 || fail "--save-best resumed"
+cmp -s bs.st br.st || fail "--save-best: the resumed run replaced the best weights with worse ones"
+run_mpi 1 $V --save-best=bn.st --resume=vck.st.step-00000010 || fail "--save-best resumed, no file"
+[ -f bn.st ] || fail "--save-best: a resumed run without the best file never wrote one"
+echo "--save-best across --resume: the best of step 5 kept by a run resumed at step 10"
 
 # 4. Bad input: one line, the flag named, the same exit code on every rank.
 dict="{'descr': '|u1', 'fortran_order': False, 'shape': (4,), }" # labels 0 3 7 1 as uint8
