@@ -84,6 +84,7 @@ int status_exit_code(enum status st)
 	case ST_USAGE:
 		return 2;
 	case ST_RUNTIME:
+	case ST_PEER:
 		return 1;
 	case ST_INTERRUPTED:
 		return EXIT_INTERRUPTED;

@@ -21,6 +21,7 @@ enum status {
 	ST_RUNTIME, /* missing or malformed file, I/O, non-finite loss: exit 1 */
 	ST_STOP,    /* nothing wrong, but stop now (--help, --version): exit 0 */
 	ST_INTERRUPTED, /* stopped by a signal after a checkpoint, to be resumed: exit 3 */
+	ST_PEER,    /* failed because another rank failed, which reports why: exit 1 */
 };
 
 struct diag {

@@ -115,22 +115,22 @@ enum status trainer_evaluate(const struct train_config *tc, struct model *m, con
 			     int rank, int world, struct comm *c, struct world *w, double *loss,
 			     double *acc, struct diag *d)
 {
-	static const float zeros[2] = {0.0f, 0.0f};
+	static const float zeros[3] = {0.0f, 0.0f, 0.0f}, failed[3] = {0.0f, 0.0f, 1.0f};
 	const struct backend_ops *ops = m->be->ops;
 	void *bc = m->be->ctx;
 	const size_t lo = val->n * (size_t)rank / (size_t)world;
 	const size_t hi = val->n * (size_t)(rank + 1) / (size_t)world;
-	float *slots = m->grads + m->nparams + MODEL_SLOT_LOSS, res[2];
+	float *slots = m->grads + m->nparams + MODEL_SLOT_LOSS, res[3];
 	float *hx = ops->host_alloc(bc, (size_t)m->max_batch * (size_t)val->in);
 	float *hy = ops->host_alloc(bc, (size_t)m->max_batch * (size_t)val->out);
 	uint32_t *idx = malloc((size_t)m->max_batch * sizeof *idx);
 	enum status st = ST_OK;
 
-	if (hx == NULL || hy == NULL || idx == NULL) {
+	/* slots: loss, accuracy, and (MODEL_SLOT_STOP's place) how many ranks failed, so that a
+	 * rank failing here still meets the others in the all-reduce and all end at once. */
+	ops->to_device(bc, slots, zeros, 3);
+	if (hx == NULL || hy == NULL || idx == NULL)
 		st = diag_set(d, ST_RUNTIME, "evaluation: out of host memory for batches of %d", m->max_batch);
-		goto out;
-	}
-	ops->to_device(bc, slots, zeros, 2);
 	for (size_t r0 = lo; r0 < hi && st == ST_OK; r0 += (size_t)m->max_batch) {
 		int n = hi - r0 < (size_t)m->max_batch ? (int)(hi - r0) : m->max_batch;
 
@@ -145,20 +145,30 @@ enum status trainer_evaluate(const struct train_config *tc, struct model *m, con
 			   m->widths[m->nlayers], (float)n / (float)val->n, 1);
 		st = ops->sync(bc, d); /* hx and hy are refilled for the next batch */
 	}
-	if (st == ST_OK && c != NULL) {
+	if (c != NULL) {
+		enum status cst;
+		struct diag cd = {0};
+
+		if (st != ST_OK)
+			ops->to_device(bc, slots, failed, 3);
 		world_watch_begin(w, "the validation all-reduce");
-		st = c->ops->allreduce_start(c->ctx, slots, 2, 1, d);
-		if (st == ST_OK)
-			st = c->ops->wait_all(c->ctx, d);
+		cst = c->ops->allreduce_start(c->ctx, slots, 3, 1, &cd);
+		if (cst == ST_OK)
+			cst = c->ops->wait_all(c->ctx, &cd);
 		world_watch_end(w);
+		if (st == ST_OK && cst != ST_OK) {
+			st = cst;
+			*d = cd;
+		}
 	}
 	if (st == ST_OK)
-		st = ops->to_host(bc, res, slots, 2, d);
+		st = ops->to_host(bc, res, slots, 3, d);
+	if (st == ST_OK && res[2] != 0.0f)
+		st = diag_set(d, ST_PEER, "the evaluation failed on another rank");
 	if (st == ST_OK) {
 		*loss = res[0];
 		*acc = tc->loss.kind == LOSS_CROSS_ENTROPY ? res[1] : NAN;
 	}
-out:
 	ops->host_free(bc, hx);
 	ops->host_free(bc, hy);
 	free(idx);

@@ -358,13 +358,22 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	memset(res, 0, sizeof *res);
 	st = loader_init(&L, ds, w->size, w->rank, tc->shuffle, tc->drop_last, tc->seed, tc->batch_size,
 			 0, tc->epochs, m->be, d);
-	if (st != ST_OK)
-		return st;
-	loader_seek(&L, ctl->start_epoch, ctl->start_mb);
-	t.stop_host = ops->host_alloc(bctx, 1);
-	if (t.stop_host == NULL) {
-		loader_free(&L);
-		return diag_set(d, ST_RUNTIME, "trainer: out of host memory");
+	if (st == ST_OK) {
+		loader_seek(&L, ctl->start_epoch, ctl->start_mb);
+		t.stop_host = ops->host_alloc(bctx, 1);
+		if (t.stop_host == NULL) {
+			loader_free(&L);
+			st = diag_set(d, ST_RUNTIME, "trainer: out of host memory");
+		}
+	}
+	/* Every rank set up, or none trains: a rank that cannot start must not leave the
+	 * others waiting in step 1's all-reduce until --timeout. */
+	if (!world_all(w, st == ST_OK)) {
+		if (st == ST_OK) {
+			ops->host_free(bctx, t.stop_host);
+			loader_free(&L);
+		}
+		return st != ST_OK ? st : diag_set(d, ST_PEER, "another rank could not start training");
 	}
 	t.stop_host[0] = 0.0f;
 	/* Streaming where the communicator's all-reduces move during compute and the backend

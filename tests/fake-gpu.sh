@@ -92,6 +92,16 @@ rm -f f.st*
 DDPT_FAKE_COPY_ERROR=13 expect_fail 1 "cudaMemcpyAsync failed: an illegal memory access" 4 $C --device=cuda $K
 [ "$(last_ckpt)" = 4 ] || fail "copy error in step 5: last checkpoint at step $(last_ckpt)"
 DDPT_FAKE_INIT_FAIL=1 expect_fail 1 "rank 1: nccl: stream and event set-up failed" 2 $C --device=cuda --timeout=10
+# One rank out of pinned memory while the other is fine: in the trainer's set-up (its first
+# host_alloc) and in the last evaluation (its batches are the run's last two host_allocs,
+# counted by a clean run): every rank ends at once with that rank's message, none waits
+# for --timeout (expect_fail allows 20 s; the timeout is 30).
+V="--samples=80 --batch-size=20 --epochs=1 --val-samples=40 --quiet --device=cuda --timeout=30"
+rm -f stats.*
+clean_run 2 $V
+n=$(awk '$1 == "host_allocs" { print $2 }' stats.1)
+DDPT_FAKE_HOST_ALLOC_FAIL=1@1 expect_fail 1 "rank 1: loader: out of host memory" 2 $V
+DDPT_FAKE_HOST_ALLOC_FAIL=$((n - 1))@1 expect_fail 1 "rank 1: evaluation: out of host memory" 2 $V
 rm -f f.st*
 rc=0
 DDPT_FAKE_COPY_ERROR=2@1 timeout 60 "$DDPTRAIN" --mode=dp --replicas=2 $C --device=cuda $K 2>err || rc=$?

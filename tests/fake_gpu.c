@@ -34,6 +34,8 @@
  *                                 (a sticky error); ddp copies 3 per step, so N = 3K - 2
  *                                 is step K's first, on every rank
  *   DDPT_FAKE_INIT_FAIL=R         rank R's communicator set-up fails before the init
+ *   DDPT_FAKE_HOST_ALLOC_FAIL=N@R the N-th host_alloc (cudaHostAlloc) on rank R returns
+ *                                 NULL: out of pinned memory, the device still fine
  *   DDPT_FAKE_STATS=DIR           at exit, write DIR/stats.RANK: captures, replays, ...
  */
 #include <cblas.h>
@@ -111,6 +113,7 @@ static struct {
 	struct diag rule;
 	long copies, copies_on[64];
 	long captures, replays, eager_allreduces, graph_allreduces, failed_captures;
+	long host_allocs; /* host_alloc calls */
 	struct { const float *p; size_t n; } pinned[256]; /* host_alloc's blocks */
 	int npinned;
 	int atexit_set, exit_fail;
@@ -148,9 +151,9 @@ static void write_stats(void)
 	f = fopen(path, "w");
 	if (f == NULL)
 		return;
-	fprintf(f, "captures %ld\nfailed_captures %ld\nreplays %ld\neager_allreduces %ld\ngraph_allreduces %ld\ncopies %ld\n",
+	fprintf(f, "captures %ld\nfailed_captures %ld\nreplays %ld\neager_allreduces %ld\ngraph_allreduces %ld\ncopies %ld\nhost_allocs %ld\n",
 		G.captures, G.failed_captures, G.replays, G.eager_allreduces, G.graph_allreduces,
-		G.copies);
+		G.copies, G.host_allocs);
 	fclose(f);
 }
 
@@ -495,7 +498,17 @@ static void fk_free(void *ctx, float *p)
 
 static float *fk_host_alloc(void *ctx, size_t n)
 {
-	float *p = calloc(n ? n : 1, sizeof(float));
+	const char *v = getenv("DDPT_FAKE_HOST_ALLOC_FAIL");
+	const char *at = v != NULL ? strchr(v, '@') : NULL;
+	long calls;
+	float *p;
+
+	pthread_mutex_lock(&G.mu);
+	calls = ++G.host_allocs;
+	pthread_mutex_unlock(&G.mu);
+	if (at != NULL && strtol(v, NULL, 10) == calls && atoi(at + 1) == world_rank())
+		return NULL;
+	p = calloc(n ? n : 1, sizeof(float));
 
 	pthread_mutex_lock(&G.mu);
 	if (p != NULL && G.npinned < 256) {
