@@ -71,7 +71,11 @@ struct app {
 static enum status agree(struct app *a, enum status st)
 {
 	int reporter = 0;
-	enum status all = world_agree(&a->w, st, &reporter);
+	enum status all;
+
+	if ((st == ST_RUNTIME || st == ST_USAGE) && a->d.st != ST_OK)
+		world_failed(&a->w, a->d.msg);
+	all = world_agree(&a->w, st, &reporter);
 
 	if (all != ST_OK && all != ST_STOP && all != ST_INTERRUPTED && reporter && !a->reported) {
 		const char *msg = a->d.st != ST_OK ? a->d.msg : "failed";

@@ -36,6 +36,7 @@ struct world_watch {
 	atomic_long step;
 	const char *_Atomic what;
 	const char *_Atomic busy; /* the marked collective waits for this (or NULL) */
+	const char *_Atomic failed; /* this rank's own failure, on its way to the others */
 	atomic_int patient;   /* no grace for a pending stop: MPI start-up, or busy set */
 	atomic_int rank;      /* -1 until MPI says */
 	int quit;
@@ -54,7 +55,11 @@ static void give_up(struct world_watch *x, const char *why, double waited)
 		fputs("ddptrain: ", stderr);
 	if (step > 0)
 		fprintf(stderr, "step %ld: ", step);
-	if (why == NULL)
+	if (why == NULL && atomic_load(&x->failed) != NULL)
+		/* This rank failed first: its reason, not only the wait, is the news. */
+		fprintf(stderr, "%s (then %s did not complete within --timeout=%g s: the other ranks are stuck, probably waiting for this one; giving up)\n",
+			atomic_load(&x->failed), atomic_load(&x->what), x->timeout);
+	else if (why == NULL)
 		fprintf(stderr, "%s did not complete within --timeout=%g s: %s; giving up\n",
 			busy ? busy : atomic_load(&x->what), x->timeout,
 			busy ? "that rank is stuck or its file system is too slow"
@@ -141,6 +146,12 @@ enum status world_watchdog_start(struct world *w, double timeout_s, struct diag 
 	}
 	w->watch = x;
 	return ST_OK;
+}
+
+void world_failed(struct world *w, const char *msg)
+{
+	if (w->watch != NULL)
+		atomic_store(&w->watch->failed, msg);
 }
 
 void world_watch_begin(struct world *w, const char *what)

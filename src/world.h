@@ -56,6 +56,9 @@ enum status world_bcast(struct world *w, void *buf, size_t len, int root, struct
 enum status world_watchdog_start(struct world *w, double timeout_s, struct diag *d);
 /* Mark the start and end of a blocking collective (what: e.g. "gradient all-reduce"). */
 void world_watch_begin(struct world *w, const char *what);
+/* This rank has failed with msg (which must outlive the run): if the collective it then
+ * waits in times out (the others stuck waiting for it), the watchdog prints msg first. */
+void world_failed(struct world *w, const char *msg);
 void world_watch_end(struct world *w);
 /* The next marked collective waits for a rank that is busy (busy: e.g. "the checkpoint
  * write on rank 0"): only --timeout ends it, not the short grace a pending stop signal

@@ -92,6 +92,12 @@ rm -f f.st*
 DDPT_FAKE_COPY_ERROR=13 expect_fail 1 "cudaMemcpyAsync failed: an illegal memory access" 4 $C --device=cuda $K
 [ "$(last_ckpt)" = 4 ] || fail "copy error in step 5: last checkpoint at step $(last_ckpt)"
 DDPT_FAKE_INIT_FAIL=1 expect_fail 1 "rank 1: nccl: stream and event set-up failed" 2 $C --device=cuda --timeout=10
+# A device error on one rank only: the others wait in the all-reduce for it, and the
+# failing rank's own reason is printed, not only a timeout.
+rc=0
+DDPT_FAKE_COPY_ERROR=7@1 timeout 60 mpirun --oversubscribe -np 2 "$DDPTRAIN" $C --device=cuda --timeout=3 2>err || rc=$?
+[ $rc -ne 0 ] && grep -q "rank 1: .*GPU 1: cudaMemcpyAsync failed: an illegal memory access" err ||
+	fail "device error on rank 1 only: exit $rc, its reason not printed: $(cat err)"
 # One rank out of pinned memory while the other is fine: in the trainer's set-up (its first
 # host_alloc) and in the last evaluation (its batches are the run's last two host_allocs,
 # counted by a clean run): every rank ends at once with that rank's message, none waits
