@@ -5,7 +5,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "report.h"    /* report_note */
 #include "straggler.h"
 #include "world.h"     /* struct world, world_watch_begin/end */
 
@@ -112,9 +111,11 @@ static double lower_median(double *x, int n)
 }
 
 enum status straggler_step(struct straggler *s, struct world *w, long step, double step_s,
-			   double busy_s, struct report *r, struct diag *d)
+			   double busy_s, void (*say)(void *arg, const char *line), void *arg,
+			   struct diag *d)
 {
 	double median, mine, *sorted;
+	char line[512];
 	int rc;
 
 	keep(s, step_s, busy_s);
@@ -153,9 +154,10 @@ enum status straggler_step(struct straggler *s, struct world *w, long step, doub
 		}
 		if (++s->strikes[k] >= STRAGGLER_STRIKES && !s->warned[k]) {
 			s->warned[k] = 1;
-			report_note(r, "warning: straggler: rank %d on %s computes %.2fx the median rank's time per step (median %.3f ms against %.3f ms over steps %ld-%ld; --straggler-warn=%g)",
-				    k, s->hosts[k], ratio, 1e3 * s->all[k], 1e3 * median,
-				    step - STRAGGLER_WINDOW + 1, step, s->warn);
+			snprintf(line, sizeof line, "warning: straggler: rank %d on %s computes %.2fx the median rank's time per step (median %.3f ms against %.3f ms over steps %ld-%ld; --straggler-warn=%g)",
+				 k, s->hosts[k], ratio, 1e3 * s->all[k], 1e3 * median,
+				 step - STRAGGLER_WINDOW + 1, step, s->warn);
+			say(arg, line);
 		}
 	}
 	return ST_OK;

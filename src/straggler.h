@@ -30,7 +30,6 @@
 #define STRAGGLER_MAX_SAMPLES ((size_t)1 << 20)
 
 struct world;
-struct report;
 
 /* One rank's figures, gathered on rank 0 for the summary. */
 struct straggler_rank {
@@ -59,9 +58,10 @@ enum status straggler_init(struct straggler *s, struct world *w, double warn, co
 			   struct diag *d);
 /* After each optimizer step: its wall time and the part not spent waiting for the
  * all-reduce. Collective every STRAGGLER_WINDOW steps when warn > 0 (every rank calls it
- * for every step); rank 0 prints the warning through r. */
+ * for every step); rank 0 hands each warning, one line, to say(arg, line). */
 enum status straggler_step(struct straggler *s, struct world *w, long step, double step_s,
-			   double busy_s, struct report *r, struct diag *d);
+			   double busy_s, void (*say)(void *arg, const char *line), void *arg,
+			   struct diag *d);
 /* This rank's percentiles (host: its name). */
 void straggler_mine(const struct straggler *s, const char *host, struct straggler_rank *out);
 /* The q-quantile (0..1) of x[0..n) by linear interpolation, as numpy's default; x is

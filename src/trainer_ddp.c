@@ -311,6 +311,12 @@ static enum status ddp_eval(void *arg, long step, long epoch)
 	return t->ctl->evaluated ? t->ctl->evaluated(t->ctl->arg, step, epoch, loss, t->d) : ST_OK;
 }
 
+/* The straggler check's warnings, as report notes. */
+static void say_note(void *r, const char *line)
+{
+	report_note(r, "%s", line);
+}
+
 /* After trainer_after_step: the straggler samples (and check), and --prometheus when due. */
 static enum status ddp_after_step(struct ddp *t, const struct train_ctl *ctl,
 				  struct step_clock *clk, long step, long total, float loss,
@@ -322,7 +328,8 @@ static enum status ddp_after_step(struct ddp *t, const struct train_ctl *ctl,
 	clk->t_step = now;
 	clk->wait_step = t->wait;
 	if (ctl->straggler != NULL)
-		st = straggler_step(ctl->straggler, t->w, step, step_s, step_s - waited, r, t->d);
+		st = straggler_step(ctl->straggler, t->w, step, step_s, step_s - waited, say_note, r,
+				    t->d);
 	if (st == ST_OK && ctl->prom != NULL && prometheus_due(ctl->prom, now)) {
 		double el = now - clk->t0;
 
