@@ -5,11 +5,12 @@
 #include <unistd.h>
 
 #include "signals.h"
+#include "status.h" /* EXIT_INTERRUPTED */
 
 #define SLOTS 8
 #define PATH_LEN 4096
 
-static volatile sig_atomic_t first_signal;
+static volatile sig_atomic_t first_signal, stop_saved;
 
 /* Slot tables shared with the handlers, filled by the main thread only: a slot's text is
  * written before `used` is set and is not touched while it is set, so a handler reads
@@ -40,6 +41,11 @@ void signals_tmp_cleanup(void)
 
 static void on_stop(int sig)
 {
+	if (first_signal != 0 && stop_saved) {
+		say("ddptrain: second signal: stopping now; the checkpoint is written\n");
+		signals_tmp_cleanup();
+		_exit(EXIT_INTERRUPTED);
+	}
 	if (first_signal != 0) {
 		say("ddptrain: second signal: stopping now, without a checkpoint\n");
 		signals_tmp_cleanup();
@@ -85,6 +91,11 @@ void signals_install(void)
 	sa.sa_flags = SA_SIGINFO;
 	sa.sa_sigaction = on_bus;
 	sigaction(SIGBUS, &sa, NULL);
+}
+
+void signals_stop_saved(void)
+{
+	stop_saved = 1;
 }
 
 int signals_pending(void)

@@ -6,7 +6,8 @@
  * The first one only raises a flag: the trainers fold it into the step's
  * gradient all-reduce, every rank stops after the same step, writes the
  * checkpoint and exits with EXIT_INTERRUPTED. A second one ends the process at
- * once (exit 128 + signal number), removing the temporary files it had open.
+ * once (exit 128 + signal number, or EXIT_INTERRUPTED once the checkpoint is
+ * written), removing the temporary files it had open.
  *
  * SIGPIPE is ignored: a write to a closed standard output fails with EPIPE
  * and the report stops printing (training goes on).
@@ -28,6 +29,9 @@
 void signals_install(void);
 /* The first stop signal received, or 0. */
 int signals_pending(void);
+/* The stop's checkpoint is written: a second signal now (mpirun ends the other ranks once
+ * one has exited 3) says so and exits 3, instead of "without a checkpoint". */
+void signals_stop_saved(void);
 
 /* Name the file mapped at [addr, addr + len) for the SIGBUS message (what: e.g.
  * "--inputs: x.npy"; copied). Forget it before unmapping. At most 8 at a time;

@@ -6,6 +6,7 @@
 
 #include "clock.h"
 #include "schedule.h"
+#include "signals.h" /* signals_stop_saved */
 #include "trainer.h"
 
 enum status trainer_after_step(const struct train_ctl *ctl, const struct train_config *tc,
@@ -64,6 +65,8 @@ enum status trainer_after_step(const struct train_ctl *ctl, const struct train_c
 	if (!stop)
 		return ST_OK;
 	trace_instant(trace_buf_for(ctl->trace, 0, *step), TR_STOP);
+	if (ctl->checkpoint != NULL)
+		signals_stop_saved();
 	report_note(r, "stopped by a signal after step %ld of %ld%s", *step, total,
 		    ctl->checkpoint ? ": checkpoint written, continue with --resume"
 				    : " (no --checkpoint: nothing was saved)");
