@@ -58,6 +58,7 @@ struct shm {
 	struct { size_t off, n; unsigned long long up_seq; } q[SHM_QUEUE];
 	uint64_t complete;           /* all-reduces known complete on every rank */
 	struct ring *up;             /* NULL: one node; else the ring among this node-local rank's peers */
+	int yield;                   /* more ranks on the node than cores: waits yield the core */
 	int up_full;                 /* a slice found the ring's queue full (a bug: shm_wait fails) */
 };
 

@@ -79,9 +79,11 @@ until_ok() {
 }
 step_of() { grep -ao '"step":"[0-9]*"' "$1" 2>/dev/null | head -1 | tr -dc 0-9; }
 
-# 300000 steps (about 8 s quiet): long enough that the USR1 and the kill -9 land while
-# training runs (at 30000 the run could end first on a quiet machine).
-L="--samples=2000 --epochs=2000 --max-steps=300000 --batch-size=20 --log-every=0 --quiet"
+# 300000 steps (50 per epoch at 2 ranks x 20, so 6000 epochs; about 8 s quiet): long
+# enough that the USR1 and the kill -9 land while training runs. (With 2000 epochs the
+# run was 100000 steps; the USR1 took effect around step 65000, and the resumed attempt
+# sometimes ended before its rank could be killed.)
+L="--samples=2000 --epochs=6000 --max-steps=300000 --batch-size=20 --log-every=0 --quiet"
 run_mpi 2 --epochs=50 $L --save="$TMPD/straight.st" || fail "straight run"
 
 R=$TMPD/run
@@ -98,15 +100,22 @@ grep -q "Exit code: *3" "$TMPD/job.out" || fail "attempt 0 did not exit 3: $(log
 # A requeued job waits about 2 minutes (BeginTime); let it start now.
 waiting() { squeue -h -j "$job" -o %t:%r | grep -q '^PD:BeginTime'; }
 until_ok 30 waiting || fail "the requeued job is not pending: $(squeue -j "$job" 2>&1)"
-# Let it start only once the old attempt is gone from the node: slurmd refuses to launch a
-# job whose previous batch step is still exiting ("already running, do not launch second
-# copy": the job ends FAILED), and a late terminate of the old attempt kills the new
-# one's ranks. Slurm's own BeginTime delay (about 2 minutes) is what prevents this on
-# a real cluster; a loaded machine here needs several seconds.
+# Let it start only once the old attempt is gone from the node, and 2 s later: slurmd
+# refuses to launch a job whose previous batch step is still exiting ("already running,
+# do not launch second copy": the job ends FAILED), a late terminate of the old attempt
+# kills the new one's ranks, and slurmd revoked the old attempt's credential when it
+# ended it and refuses a new one created in the same second (slurm_cred_revoked compares
+# whole seconds: "Job credential revoked", the job ends and leaves the queue). Slurm's own
+# BeginTime delay (about 2 minutes) is what prevents all three on a real cluster.
 old_gone() {
-	! pgrep -f "slurmstepd: \[$job\." >/dev/null && sinfo -h -o %t | grep -qx idle
+	local p
+	for p in $(pgrep -f "slurmstepd: \[$job\."); do # this cluster's (SLURM_CONF in its environment)
+		tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qxF "SLURM_CONF=$SLURM_CONF" && return 1
+	done
+	sinfo -h -o %t | grep -qx idle
 }
 until_ok 120 old_gone || fail "the preempted attempt never left the node: $(pgrep -af slurmstepd; sinfo 2>&1)"
+sleep 2
 scontrol update jobid="$job" StartTime=now || fail "scontrol update StartTime"
 
 # Attempt 1: resumes; a rank is killed after its first periodic checkpoint.
@@ -121,7 +130,7 @@ killed=0
 for p in $(pgrep -x ddptrain); do
 	if grep -q "$R/" "/proc/$p/cmdline" 2>/dev/null; then kill -9 "$p" && killed=1; break; fi
 done
-[ $killed = 1 ] || fail "attempt 1 ended before a rank could be killed: $(log)"
+[ $killed = 1 ] || fail "attempt 1 ended before a rank could be killed (checkpoint at step $first, then $(step_of "$R/checkpoint.safetensors"); attempts $(cat "$R/attempts"); ranks: $(pgrep -a ddptrain | cut -c1-150)): $(log)"
 
 # Attempt 2: the script's retry, from the periodic checkpoint, to the end.
 ended() { [ -z "$(squeue -h -j "$job" 2>/dev/null)" ]; }
