@@ -310,15 +310,13 @@ static void mpi_fini(void *ctx)
 		return;
 	if (c->stage != NULL)
 		c->be->ops->host_free(c->be->ctx, c->stage);
-	if (c->use_ring)
+	if (c->use_ring || c->hier)
 		ring_free(&c->ring);
 	if (c->use_shm) { /* collective over the node: a rank that never comes is watched */
 		world_watch_begin(c->w, "freeing the shared-memory gradients");
 		shm_free(&c->shm);
 		world_watch_end(c->w);
 	}
-	if (c->hier)
-		ring_free(&c->ring);
 	free(c);
 }
 
@@ -339,6 +337,82 @@ static const struct comm_ops comm_mpi_ops = {
 	.fini = mpi_fini,
 	.observe = mpi_observe,
 };
+
+/* Host memory on 2+ ranks: which all-reduce (rank 0's environment decides for all) and its
+ * set-up. auto and shm: the shared-memory all-reduce inside one node; across nodes with the
+ * same number of ranks (2 or more) on each, shm inside them and the ring among the ranks of
+ * the same node-local rank (hierarchical); otherwise the ring over all ranks. Every rank
+ * reaches the same choice: local_size < size on all of them or on none. */
+static enum status host_allreduce_init(struct comm_mpi *m, struct comm *c, struct world *w,
+				       const float *base, size_t nfloats, struct diag *d)
+{
+	static const char *const names[] = {"", "DDPTRAIN_ALLREDUCE: want auto, ring, shm or mpi",
+		"DDPTRAIN_RING_CHUNK_KB: want 1 to 1048576", "DDPTRAIN_RING_WINDOW: want 1 to 8",
+		"DDPTRAIN_RING_MIN_KB: want 0 to 4194304", "DDPTRAIN_PANEL_MFLOP: want 0 to 1048576"};
+	struct ring_env e;
+	enum status st = ST_OK;
+	int rc, asked;
+
+	ring_env_read(&e);
+	rc = MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, 0, w->comm);
+	asked = e.use;
+	if (rc == MPI_SUCCESS && (e.use == 2 || e.use == 3)) {
+		int ls[2] = {w->local_size, -w->local_size};
+
+		if (w->local_size == w->size)
+			e.use = 3;
+		else if ((rc = MPI_Allreduce(MPI_IN_PLACE, ls, 2, MPI_INT, MPI_MIN, w->comm)) ==
+			 MPI_SUCCESS)
+			e.use = ls[0] == -ls[1] && ls[0] > 1 ? 4 : 1;
+	}
+	if (rc != MPI_SUCCESS)
+		return world_mpi_error(d, rc, "MPI_Bcast/MPI_Allreduce(all-reduce settings)");
+	if (e.bad)
+		return diag_set(d, ST_USAGE, "%s", names[e.bad]);
+	if (e.use >= 3) {
+		st = shm_init(&m->shm, w->local, nfloats, d);
+		/* Where the window cannot be had (a small /dev/shm in a container), auto falls
+		 * back on every rank (to MPI's all-reduce on one node, to the ring across
+		 * nodes); asked for, it is an error. */
+		if (!world_all(w, st == ST_OK)) {
+			if (st == ST_OK) /* another rank failed: a collective free could wait */
+				m->shm.win = MPI_WIN_NULL;
+			if (asked == 3)
+				return st != ST_OK ? st : diag_set(d, ST_RUNTIME, "DDPTRAIN_ALLREDUCE=shm: another rank could not map the shared-memory gradients");
+			e.use = e.use == 4 ? 1 : 0;
+		}
+	}
+	if (e.use == 1 || e.use == 4) {
+		MPI_Comm over = w->comm;
+
+		if (e.use == 4 && (rc = MPI_Comm_split(w->comm, w->local_rank, w->rank, &over)) != MPI_SUCCESS)
+			st = world_mpi_error(d, rc, "MPI_Comm_split(node peers)");
+		else
+			st = ring_init(&m->ring, over, (size_t)e.chunk_kb * 256, e.window, d);
+		if (over != w->comm)
+			MPI_Comm_free(&over); /* the ring keeps its own duplicate */
+		/* With the window set up everywhere, all free it together (a collective) or none. */
+		if (e.use == 4 && !world_all(w, st == ST_OK)) {
+			ring_free(&m->ring);
+			shm_free(&m->shm);
+			return st != ST_OK ? st : diag_set(d, ST_RUNTIME, "another rank could not set up the ring across nodes");
+		}
+		if (st != ST_OK)
+			return st;
+	}
+	m->use_ring = e.use == 1;
+	m->hier = e.use == 4;
+	m->use_shm = e.use >= 3;
+	if (m->use_shm) {
+		if (m->hier)
+			m->shm.up = &m->ring;
+		memcpy(m->shm.mine, base, nfloats * sizeof *base);
+		c->grads = m->shm.mine;
+	}
+	m->ring_min = (size_t)e.min_kb * 256;
+	c->panel_flops = e.panel_mflop * 1e6;
+	return ST_OK;
+}
 
 enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, float *base,
 			  size_t nfloats, struct diag *d)
@@ -366,91 +440,12 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, f
 		}
 	}
 	if (m->path == PATH_HOST && w->size > 1) {
-		static const char *const names[] = {"", "DDPTRAIN_ALLREDUCE: want auto, ring, shm or mpi",
-			"DDPTRAIN_RING_CHUNK_KB: want 1 to 1048576", "DDPTRAIN_RING_WINDOW: want 1 to 8",
-			"DDPTRAIN_RING_MIN_KB: want 0 to 4194304", "DDPTRAIN_PANEL_MFLOP: want 0 to 1048576"};
-		struct ring_env e;
-		enum status st = ST_OK;
-		int rc, asked;
+		enum status st = host_allreduce_init(m, c, w, base, nfloats, d);
 
-		ring_env_read(&e);
-		rc = MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, 0, w->comm);
-		asked = e.use;
-		/* auto and shm: the shared-memory all-reduce inside one node; across nodes with
-		 * the same number of ranks (2 or more) on each, shm inside them and the ring
-		 * between them; otherwise the ring over all ranks. Every rank sees the same
-		 * answer: local_size < size on all of them or on none. */
-		if (rc == MPI_SUCCESS && (e.use == 2 || e.use == 3)) {
-			int ls[2] = {w->local_size, -w->local_size};
-
-			if (w->local_size == w->size)
-				e.use = 3;
-			else if ((rc = MPI_Allreduce(MPI_IN_PLACE, ls, 2, MPI_INT, MPI_MIN, w->comm)) ==
-				 MPI_SUCCESS)
-				e.use = ls[0] == -ls[1] && ls[0] > 1 ? 4 : 1;
-		}
-		if (rc != MPI_SUCCESS)
-			st = world_mpi_error(d, rc, "MPI_Bcast/MPI_Allreduce(all-reduce settings)");
-		else if (e.bad)
-			st = diag_set(d, ST_USAGE, "%s", names[e.bad]);
-		else if (e.use >= 3) {
-			if (e.use == 4) { /* the ring among the ranks with this node-local rank */
-				MPI_Comm peers;
-
-				rc = MPI_Comm_split(w->comm, w->local_rank, w->rank, &peers);
-				if (rc != MPI_SUCCESS)
-					st = world_mpi_error(d, rc, "MPI_Comm_split(node peers)");
-				else {
-					st = ring_init(&m->ring, peers, (size_t)e.chunk_kb * 256, e.window, d);
-					MPI_Comm_free(&peers); /* the ring keeps its own duplicate */
-				}
-				if (!world_all(w, st == ST_OK)) {
-					ring_free(&m->ring);
-					free(m);
-					return st != ST_OK ? st : diag_set(d, ST_RUNTIME, "another rank could not "
-									 "set up the ring across nodes");
-				}
-				m->hier = 1;
-			}
-			st = shm_init(&m->shm, w->local, nfloats, d);
-			/* Where the window cannot be had (a small /dev/shm in a container), auto
-			 * falls back on every rank (to MPI's all-reduce on one node, to the ring
-			 * across nodes); asked for, it is an error. */
-			if (!world_all(w, st == ST_OK)) {
-				if (st == ST_OK) /* another rank failed: a collective free could wait */
-					m->shm.win = MPI_WIN_NULL;
-				if (asked != 3 && m->hier) { /* the ring again, over all ranks */
-					ring_free(&m->ring);
-					m->hier = 0;
-					e.use = 1;
-					st = ring_init(&m->ring, w->comm, (size_t)e.chunk_kb * 256, e.window, d);
-				} else if (asked != 3) {
-					e.use = 0;
-					st = ST_OK;
-				} else if (st == ST_OK)
-					st = diag_set(d, ST_RUNTIME, "DDPTRAIN_ALLREDUCE=shm: another rank "
-						      "could not map the shared-memory gradients");
-			}
-		}
-		else if (e.use == 1)
-			st = ring_init(&m->ring, w->comm, (size_t)e.chunk_kb * 256, e.window, d);
 		if (st != ST_OK) {
-			if (m->hier)
-				ring_free(&m->ring);
 			free(m);
 			return st;
 		}
-		if (e.use >= 3) {
-			m->use_shm = 1;
-			if (m->hier)
-				m->shm.up = &m->ring;
-			memcpy(m->shm.mine, base, nfloats * sizeof *base);
-			c->grads = m->shm.mine;
-			e.use = 0;
-		}
-		m->use_ring = e.use;
-		m->ring_min = (size_t)e.min_kb * 256;
-		c->panel_flops = e.panel_mflop * 1e6;
 	}
 	c->ops = &comm_mpi_ops;
 	c->ctx = m;
