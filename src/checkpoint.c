@@ -32,7 +32,7 @@ static void tensor_entries(const struct model *m, const struct model_tensor *t, 
 		e[k].ndim = t[k].ndim;
 		e[k].shape[0] = t[k].shape[0];
 		e[k].shape[1] = t[k].shape[1];
-		e[k].data = host + (size_t)(t[k].arena - first) * m->nparams + t[k].off;
+		e[k].data = host + model_state_floats(m, first, t[k].arena) + t[k].off;
 	}
 }
 
@@ -292,7 +292,7 @@ enum status checkpoint_save(const char *path, int keep, const struct model *m,
 	enum status st;
 
 	/* Data and starting weights were checked finite when loaded: this is divergence. */
-	if (!model_all_finite(host, m->nparams * (size_t)m->narenas))
+	if (!model_all_finite(host, model_state_floats(m, 0, m->narenas)))
 		return diag_set(d, ST_RUNTIME, "training diverged: the weights are not finite after step %ld; lower --lr (--checkpoint: %s not written, the previous checkpoint is kept)",
 				pos->step, path);
 	tensor_entries(m, t, n, 0, host, e);
@@ -455,11 +455,8 @@ enum status checkpoint_load(const char *path, const struct model *m, const char 
 			      path, hl, (int)strcspn(wl + 4, ")"), wl + 4);
 		goto out;
 	}
-	/* Frozen layers have no state in the file: theirs stays zero. */
-	for (int a = 1; a < m->narenas; a++)
-		memset(host + (size_t)a * m->nparams, 0, m->nparams * sizeof *host);
 	for (int k = 0; k < n && st == ST_OK; k++) {
-		float *dst = host + (size_t)t[k].arena * m->nparams + t[k].off;
+		float *dst = host + model_state_floats(m, 0, t[k].arena) + t[k].off;
 		const struct st_tensor *x;
 
 		if (t[k].arena > 0 && strcmp(has_mom, "yes") != 0) {
@@ -474,7 +471,7 @@ enum status checkpoint_load(const char *path, const struct model *m, const char 
 		else
 			st = st_read_f32(&f, x, dst, t[k].len, what, d);
 	}
-	if (st == ST_OK && !model_all_finite(host, m->nparams * (size_t)m->narenas))
+	if (st == ST_OK && !model_all_finite(host, model_state_floats(m, 0, m->narenas)))
 		st = diag_set(d, ST_RUNTIME, "%s: the checkpoint holds non-finite weights", what);
 out:
 	json_decref(root);

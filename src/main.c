@@ -59,7 +59,7 @@ struct app {
 	struct trace trace;
 	struct straggler strag;
 	struct prometheus prom;
-	float *ckpt_host;   /* rank 0: the whole state dict, for checkpoints (narenas x nparams) */
+	float *ckpt_host;   /* rank 0: the whole state dict, for checkpoints (model_state_floats) */
 	char lineage[CKPT_LINEAGE]; /* rank 0: this run's id in its checkpoints */
 	double best_loss;   /* --save-best: the best validation loss so far */
 	int have_best;
@@ -194,7 +194,7 @@ static enum status resume(struct app *a)
 	if (st == ST_OK)
 		st = agree(a, world_bcast(&a->w, &pos, sizeof pos, 0, &a->d));
 	for (int k = 1; k < a->m.narenas && st == ST_OK; k++) /* the optimizer's state */
-		st = agree(a, a->c.ops->bcast(a->c.ctx, a->m.arena[k].data, a->m.nparams, 0, &a->d));
+		st = agree(a, a->c.ops->bcast(a->c.ctx, a->m.arena[k].data, a->m.arena[k].len, 0, &a->d));
 	if (st == ST_OK && pos.have_best) {
 		a->have_best = 1;
 		a->best_loss = pos.best_loss;
@@ -287,7 +287,7 @@ static enum status check_memory(struct app *a)
 
 	model_layout(&lay, o->widths, o->nlayers);
 	need = (double)model_bytes_needed(o->widths, o->nlayers, (int)o->batch_size,
-					  optimizer_state_arenas(&a->hp)) * reps +
+					  optimizer_state_arenas(&a->hp), o->frozen) * reps +
 	       3.0 * (double)lay.nparams * sizeof(float);
 	return placement_check_memory(&a->pl, o, &a->w, need, &a->d);
 }
@@ -471,7 +471,7 @@ static enum status setup(struct app *a)
 		model_move_grads(&a->m, a->c.grads);
 	report_init(&a->r, a->w.rank == 0, o->quiet);
 	if (a->w.rank == 0 && (o->checkpoint || o->resume)) {
-		a->ckpt_host = calloc(a->m.nparams * (size_t)a->m.narenas, sizeof *a->ckpt_host);
+		a->ckpt_host = calloc(model_state_floats(&a->m, 0, a->m.narenas), sizeof *a->ckpt_host);
 		if (a->ckpt_host == NULL)
 			st = diag_set(&a->d, ST_RUNTIME, "out of memory for checkpoint buffers");
 	}

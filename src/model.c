@@ -24,18 +24,21 @@ void model_layout(struct model *m, const int *widths, int nlayers)
 		m->act_fn[l] = l + 1 < nlayers ? ACT_RELU : ACT_NONE;
 	}
 	m->nparams = off;
+	m->ntrainable = off;
 }
 
-size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int state_arenas)
+size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int state_arenas,
+			  const unsigned char *frozen)
 {
 	struct model m;
 	size_t floats, maxw = 0;
 
 	model_layout(&m, widths, nlayers);
+	model_freeze(&m, frozen);
 	for (int l = 0; l <= nlayers; l++)
 		maxw = (size_t)widths[l] > maxw ? (size_t)widths[l] : maxw;
 	/* params, grads (+ slots), optimizer state; activations, targets, two gradient buffers */
-	floats = m.nparams * (2 + (size_t)state_arenas) + MODEL_SLOTS + 1 +
+	floats = m.nparams * 2 + m.ntrainable * (size_t)state_arenas + MODEL_SLOTS + 1 +
 		 (size_t)max_batch * ((size_t)widths[nlayers] + 2 * maxw);
 	for (int l = 0; l <= nlayers; l++)
 		floats += (size_t)max_batch * (size_t)widths[l];
@@ -54,10 +57,11 @@ enum status model_init(struct model *m, struct backend *be, const int *widths, i
 	m->max_batch = max_batch;
 	for (int l = 0; l <= nlayers; l++)
 		maxw = widths[l] > maxw ? widths[l] : maxw;
-	m->bytes = model_bytes_needed(widths, nlayers, max_batch, 0);
+	m->bytes = model_bytes_needed(widths, nlayers, max_batch, 0, NULL);
 	m->params = ops->alloc(be->ctx, m->nparams);
 	m->arena[0].name = "";
 	m->arena[0].data = m->params;
+	m->arena[0].len = m->nparams;
 	m->narenas = 1;
 	m->grads = ops->alloc(be->ctx, m->nparams + MODEL_SLOTS);
 	m->norm = ops->alloc(be->ctx, 1);
@@ -80,18 +84,29 @@ out_oom:
 	return ST_RUNTIME;
 }
 
-void model_freeze(struct model *m, const unsigned char *frozen)
+/* Layer l's weight and bias: floats. */
+static size_t layer_floats(const struct model *m, int l)
 {
-	for (int l = 0; l < m->nlayers; l++)
-		m->frozen[l] = frozen != NULL && frozen[l];
+	return (size_t)m->widths[l + 1] * (size_t)(m->widths[l] + 1);
 }
 
-int model_trainable_runs(const struct model *m, size_t *off, size_t *len)
+void model_freeze(struct model *m, const unsigned char *frozen)
 {
+	m->ntrainable = 0;
+	for (int l = 0; l < m->nlayers; l++) {
+		m->frozen[l] = frozen != NULL && frozen[l];
+		if (!m->frozen[l])
+			m->ntrainable += layer_floats(m, l);
+	}
+}
+
+int model_trainable_runs(const struct model *m, size_t *off, size_t *state_off, size_t *len)
+{
+	size_t so = 0;
 	int n = 0;
 
 	for (int l = 0; l < m->nlayers; l++) {
-		size_t size = (size_t)m->widths[l + 1] * (size_t)(m->widths[l] + 1);
+		size_t size = layer_floats(m, l);
 
 		if (m->frozen[l])
 			continue;
@@ -99,8 +114,11 @@ int model_trainable_runs(const struct model *m, size_t *off, size_t *len)
 			len[n - 1] += size;
 		} else {
 			off[n] = m->w_off[l];
+			if (state_off != NULL)
+				state_off[n] = so;
 			len[n++] = size;
 		}
+		so += size;
 	}
 	return n;
 }
@@ -135,16 +153,17 @@ float *model_add_arena(struct model *m, const char *name, struct diag *d)
 		diag_set(d, ST_RUNTIME, "model: no room for state arena '%s'", name);
 		return NULL;
 	}
-	p = m->be->ops->alloc(m->be->ctx, m->nparams);
+	p = m->be->ops->alloc(m->be->ctx, m->ntrainable);
 	if (p == NULL) {
 		diag_set(d, ST_RUNTIME, "model: out of %s memory for %s (%zu floats)", m->be->ops->name,
-			 name, m->nparams);
+			 name, m->ntrainable);
 		return NULL;
 	}
 	m->arena[m->narenas].name = name;
 	m->arena[m->narenas].data = p;
+	m->arena[m->narenas].len = m->ntrainable;
 	m->narenas++;
-	m->bytes += m->nparams * sizeof(float);
+	m->bytes += m->ntrainable * sizeof(float);
 	return p;
 }
 
@@ -159,6 +178,7 @@ int model_state_dict(const struct model *m, int first, int last, struct model_te
 
 	for (int a = first; a < last; a++) {
 		const char *prefix = a < m->narenas ? m->arena[a].name : "";
+		size_t so = 0; /* a state arena leaves frozen layers out */
 
 		for (int l = 0; l < m->nlayers; l++) {
 			if (a > 0 && m->frozen[l])
@@ -172,12 +192,22 @@ int model_state_dict(const struct model *m, int first, int last, struct model_te
 				x->shape[0] = m->widths[l + 1];
 				x->shape[1] = bias ? 0 : m->widths[l];
 				x->arena = a;
-				x->off = bias ? m->b_off[l] : m->w_off[l];
+				x->off = (bias ? m->b_off[l] : m->w_off[l]) - (a > 0 ? m->w_off[l] - so : 0);
 				x->len = (size_t)m->widths[l + 1] * (bias ? 1 : (size_t)m->widths[l]);
 			}
+			so += layer_floats(m, l);
 		}
 	}
 	return k;
+}
+
+size_t model_state_floats(const struct model *m, int first, int last)
+{
+	size_t n = 0;
+
+	for (int a = first; a < last; a++)
+		n += m->arena[a].len;
+	return n;
 }
 
 enum status model_state_to_host(const struct model *m, int first, int last, float *host,
@@ -185,17 +215,19 @@ enum status model_state_to_host(const struct model *m, int first, int last, floa
 {
 	enum status st = ST_OK;
 
-	for (int a = first; a < last && st == ST_OK; a++)
-		st = m->be->ops->to_host(m->be->ctx, host + (size_t)(a - first) * m->nparams,
-					 m->arena[a].data, m->nparams, d);
+	for (int a = first; a < last && st == ST_OK; a++) {
+		st = m->be->ops->to_host(m->be->ctx, host, m->arena[a].data, m->arena[a].len, d);
+		host += m->arena[a].len;
+	}
 	return st;
 }
 
 void model_state_to_device(struct model *m, int first, int last, const float *host)
 {
-	for (int a = first; a < last; a++)
-		m->be->ops->to_device(m->be->ctx, m->arena[a].data,
-				      host + (size_t)(a - first) * m->nparams, m->nparams);
+	for (int a = first; a < last; a++) {
+		m->be->ops->to_device(m->be->ctx, m->arena[a].data, host, m->arena[a].len);
+		host += m->arena[a].len;
+	}
 }
 
 void model_forward(struct model *m, int n)

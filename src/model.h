@@ -1,7 +1,8 @@
 /*
  * model.h - an MLP (Linear, activation, ..., Linear) whose state lives in flat
  * buffers on the backend: parameters, gradients, and the optimizer's state as
- * further named arenas of the parameters' size (optimizer.h adds them).
+ * further named arenas laid out as the trainable parameters (optimizer.h adds them;
+ * a frozen layer takes no room in them, as it has no state in PyTorch).
  *
  * Layer l's weight (out, in) row-major and bias (out) follow each other in
  * layer order, as ToyModel().state_dict() lists them, so a gradient bucket
@@ -39,12 +40,14 @@
 /* The function applied to a layer's output; the last layer's is the model's output. */
 enum activation { ACT_NONE, ACT_RELU };
 
-/* A named arena of nparams floats laid out as the parameters: arena 0 is the parameters
- * (tensor names "net1.weight", ...); the others are optimizer state ("momentum_buffer":
- * "momentum_buffer.net1.weight", ...). */
+/* A named arena: arena 0 is the parameters (nparams floats, tensor names "net1.weight",
+ * ...); the others are optimizer state ("momentum_buffer": "momentum_buffer.net1.weight",
+ * ...), ntrainable floats laid out as the trainable layers' parameters with the frozen
+ * layers left out (model_trainable_runs gives each run's place in both). */
 struct model_arena {
 	const char *name; /* static storage; "" for the parameters */
-	float *data;      /* (nparams) backend memory, owned by the model */
+	float *data;      /* (len) backend memory, owned by the model */
+	size_t len;       /* floats: nparams, or ntrainable for a state arena */
 };
 
 struct model {
@@ -54,6 +57,7 @@ struct model {
 	size_t w_off[MODEL_MAX_LAYERS]; /* layer l's weight in params/grads */
 	size_t b_off[MODEL_MAX_LAYERS]; /* layer l's bias */
 	size_t nparams;
+	size_t ntrainable;            /* floats of the layers not frozen (nparams if none is) */
 	int max_batch;
 	struct backend *be;           /* borrowed */
 	float *params;                /* (nparams), = arena[0].data */
@@ -71,22 +75,24 @@ struct model {
 };
 
 /* Bytes model_init allocates for these widths and batch, plus state_arenas optimizer
- * arenas (no allocation). */
-size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int state_arenas);
+ * arenas with the layers of frozen (NULL: none) left out (no allocation). */
+size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int state_arenas,
+			  const unsigned char *frozen);
 /* Offsets, parameter count and activations for these widths (no allocation). */
 void model_layout(struct model *m, const int *widths, int nlayers);
 /* Lay out and allocate on be for micro-batches of up to max_batch rows. */
 enum status model_init(struct model *m, struct backend *be, const int *widths, int nlayers,
 		       int max_batch, struct diag *d);
-/* Add a zeroed state arena of nparams floats named name (static storage); returns it,
+/* Add a zeroed state arena of ntrainable floats named name (static storage); returns it,
  * or NULL (with d set) when out of memory or arenas. The model frees it. */
 float *model_add_arena(struct model *m, const char *name, struct diag *d);
 /* Freeze the layers with frozen[l] set (frozen may be NULL: none). Before any state arena
  * is added: a frozen layer has no optimizer state in the state dict. */
 void model_freeze(struct model *m, const unsigned char *frozen);
 /* The trainable parameters as runs of consecutive trainable layers, first layer first:
- * fills off[] and len[] (room for nlayers each) and returns the number of runs. */
-int model_trainable_runs(const struct model *m, size_t *off, size_t *len);
+ * fills off[] (in the parameters and gradients), state_off[] (in a state arena; may be
+ * NULL) and len[] (room for nlayers each) and returns the number of runs. */
+int model_trainable_runs(const struct model *m, size_t *off, size_t *state_off, size_t *len);
 /* nn.Linear's default init, weight and bias uniform in +-1/sqrt(fan_in), a pure
  * function of seed. host is scratch of nparams floats and receives the weights. */
 void model_init_host(const struct model *m, uint64_t seed, float *host);
@@ -107,7 +113,9 @@ struct model_tensor {
 int model_state_dict(const struct model *m, int first, int last, struct model_tensor *t);
 /* Tensors per arena (2 per layer). */
 int model_tensors_per_arena(const struct model *m);
-/* Copy arenas [first, last) to host, laid out arena after arena (nparams floats each),
+/* Floats of arenas [first, last) together: a host buffer for model_state_to_host. */
+size_t model_state_floats(const struct model *m, int first, int last);
+/* Copy arenas [first, last) to host, laid out arena after arena (each its len floats),
  * or back to the backend. to_host waits, and returns the device's error, if any (host
  * is then not valid); to_device is queued (sync before reusing host). */
 enum status model_state_to_host(const struct model *m, int first, int last, float *host,

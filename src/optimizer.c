@@ -1,4 +1,5 @@
-/* optimizer.c - SGD and AdamW over the model's trainable runs of the parameter arena. */
+/* optimizer.c - SGD and AdamW over the model's trainable runs of the parameter arena
+ * (and of the state arenas, which hold the trainable layers only). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -34,8 +35,8 @@ enum status optimizer_init(struct optimizer *opt, struct model *m,
 	return ST_OK;
 }
 
-/* torch.optim.SGD on one run of n parameters from offset o. */
-static void sgd_run(struct optimizer *opt, size_t o, size_t n, float lr)
+/* torch.optim.SGD on one run of n parameters from offset o (so in the state). */
+static void sgd_run(struct optimizer *opt, size_t o, size_t so, size_t n, float lr)
 {
 	struct model *m = opt->m;
 	const struct backend_ops *ops = m->be->ops;
@@ -44,7 +45,7 @@ static void sgd_run(struct optimizer *opt, size_t o, size_t n, float lr)
 
 	/* g' = g + wd p; buf = momentum buf + g'; p -= lr (buf, or with Nesterov g' + mu buf). */
 	if (opt->momentum_buffer != NULL) {
-		float *buf = opt->momentum_buffer + o;
+		float *buf = opt->momentum_buffer + so;
 
 		ops->axpbz(m->be->ctx, buf, mu, 1.0f, g, wd, p, n);
 		if (opt->h.nesterov) {
@@ -63,8 +64,8 @@ double optimizer_step(struct optimizer *opt, double multiplier)
 	struct model *m = opt->m;
 	const struct backend_ops *ops = m->be->ops;
 	const double lr = (double)opt->h.lr * multiplier;
-	size_t off[MODEL_MAX_LAYERS], len[MODEL_MAX_LAYERS];
-	int nruns = model_trainable_runs(m, off, len);
+	size_t off[MODEL_MAX_LAYERS], so[MODEL_MAX_LAYERS], len[MODEL_MAX_LAYERS];
+	int nruns = model_trainable_runs(m, off, so, len);
 
 	opt->step++;
 	if (opt->h.kind == OPTIM_ADAMW) {
@@ -83,10 +84,10 @@ double optimizer_step(struct optimizer *opt, double multiplier)
 
 		for (int r = 0; r < nruns; r++)
 			ops->adamw(m->be->ctx, m->params + off[r], m->grads + off[r],
-				   opt->exp_avg + off[r], opt->exp_avg_sq + off[r], len[r], &h);
+				   opt->exp_avg + so[r], opt->exp_avg_sq + so[r], len[r], &h);
 	} else {
 		for (int r = 0; r < nruns; r++)
-			sgd_run(opt, off[r], len[r], (float)lr);
+			sgd_run(opt, off[r], so[r], len[r], (float)lr);
 	}
 	return lr;
 }

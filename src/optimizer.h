@@ -10,7 +10,7 @@
  * (torch.optim.AdamW: decoupled weight decay, bias-corrected moments) keeps
  * two, exp_avg and exp_avg_sq, and counts its steps for the bias correction.
  * Frozen layers (model_freeze) are skipped: no update, no decay, and no state
- * in the state dict. A new optimizer is a new kind here, its state arenas and,
+ * (neither in the state dict nor in memory, as in PyTorch). A new optimizer is a new kind here, its state arenas and,
  * where the existing kernels do not suffice, a kernel in each backend. This
  * module is not the learning-rate schedule or the gradient clipping: those
  * belong to the caller of optimizer_step, which passes the schedule's
@@ -41,8 +41,8 @@ struct optimizer_hparams {
 struct optimizer {
 	struct optimizer_hparams h;
 	struct model *m;        /* borrowed: the parameters, gradients and state arenas */
-	float *momentum_buffer; /* (nparams) SGD with momentum: an arena of m; else NULL */
-	float *exp_avg, *exp_avg_sq; /* (nparams) AdamW: arenas of m; else NULL */
+	float *momentum_buffer; /* (ntrainable) SGD with momentum: an arena of m; else NULL */
+	float *exp_avg, *exp_avg_sq; /* (ntrainable) AdamW: arenas of m; else NULL */
 	long step;              /* steps taken, counting those before a resume */
 };
 

@@ -103,7 +103,7 @@ double trainer_optimizer_step(const struct train_config *tc, struct optimizer *o
 	const struct backend_ops *ops = m->be->ops;
 	void *c = m->be->ctx;
 	size_t off[MODEL_MAX_LAYERS], len[MODEL_MAX_LAYERS];
-	int nruns = model_trainable_runs(m, off, len);
+	int nruns = model_trainable_runs(m, off, NULL, len);
 
 	if (tc->clip_grad_norm > 0.0) {
 		for (int r = 0; r < nruns; r++)

@@ -64,7 +64,7 @@ static void rig_init(struct rig *r, const int *widths, int nlayers, float moment
 
 	assert_int_equal(model_init(&r->m, &be, widths, nlayers, 1, &d), ST_OK);
 	assert_int_equal(optimizer_init(&r->opt, &r->m, &h, &d), ST_OK);
-	n = r->m.nparams * (size_t)r->m.narenas;
+	n = model_state_floats(&r->m, 0, r->m.narenas);
 	r->host = calloc(n, sizeof *r->host);
 	assert_non_null(r->host);
 	for (size_t i = 0; i < n; i++)

@@ -359,6 +359,74 @@ static void test_sgd_nesterov_matches_torch_by_hand(void **state)
 	sgd_rig_free(&r);
 }
 
+/* AdamW with the middle layer frozen: its state arenas hold the trainable layers only (no
+ * memory for the frozen one, as PyTorch keeps no state for it), the state dict's state
+ * tensors tile them exactly, and the trainable layers' parameters and state after two
+ * steps equal those of the same model with nothing frozen, given the same gradients. */
+static void test_frozen_layer_has_no_optimizer_state_in_memory(void **state)
+{
+	const int widths[4] = {3, 5, 4, 2};
+	const unsigned char frozen[3] = {0, 1, 0};
+	struct optimizer_hparams h = {.kind = OPTIM_ADAMW, .lr = 0.1f, .weight_decay = 0.01f,
+				      .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+	struct backend_config cfg = {0, 0};
+	struct backend be;
+	struct model mf, mu; /* frozen, unfrozen */
+	struct optimizer of, ou;
+	struct model_tensor t[3 * 6];
+	struct diag d = {0};
+	size_t mid, next = 0, base_bytes;
+	int n, nstate = 0;
+
+	assert_int_equal(backend_init(&be, ops, &cfg, &d), ST_OK);
+	assert_int_equal(model_init(&mf, &be, widths, 3, 1, &d), ST_OK);
+	assert_int_equal(model_init(&mu, &be, widths, 3, 1, &d), ST_OK);
+	base_bytes = mf.bytes;
+	model_freeze(&mf, frozen);
+	mid = mf.w_off[2] - mf.w_off[1];
+	assert_int_equal(mf.ntrainable, mf.nparams - mid);
+	assert_int_equal(optimizer_init(&of, &mf, &h, &d), ST_OK);
+	assert_int_equal(optimizer_init(&ou, &mu, &h, &d), ST_OK);
+	assert_int_equal(mf.arena[1].len, mf.ntrainable);
+	assert_int_equal(mf.bytes, base_bytes + 2 * mf.ntrainable * sizeof(float));
+	assert_int_equal(mf.bytes, model_bytes_needed(widths, 3, 1, 2, frozen));
+	assert_int_equal(model_state_floats(&mf, 0, 3), mf.nparams + 2 * mf.ntrainable);
+	n = model_state_dict(&mf, 0, 3, t);
+	assert_int_equal(n, 6 + 4 + 4);
+	for (int k = 0; k < n; k++) {
+		if (t[k].arena != 1)
+			continue;
+		assert_int_equal(t[k].off, next); /* in order, no gap, no frozen layer */
+		next += t[k].len;
+		nstate++;
+	}
+	assert_int_equal(nstate, 4);
+	assert_int_equal(next, mf.ntrainable);
+	for (int step = 0; step < 2; step++) {
+		for (size_t p = 0; p < mf.nparams; p++) {
+			mf.params[p] = mu.params[p] = step == 0 ? 0.01f * (float)p - 0.3f : mf.params[p];
+			mf.grads[p] = mu.grads[p] = 0.05f * (float)((p * 7 + (size_t)step) % 11) - 0.2f;
+		}
+		optimizer_step(&of, 1.0);
+		optimizer_step(&ou, 1.0);
+		for (size_t p = 0; p < mf.nparams; p++) {
+			int in_mid = p >= mf.w_off[1] && p < mf.w_off[2];
+			size_t sp = p < mf.w_off[1] ? p : p - mid;
+
+			if (in_mid) { /* untouched in mf; mu's copy follows mf's before each step */
+				assert_true(mf.params[p] == 0.01f * (float)p - 0.3f);
+				continue;
+			}
+			assert_true(mf.params[p] == mu.params[p]);
+			assert_true(of.exp_avg[sp] == ou.exp_avg[p]);
+			assert_true(of.exp_avg_sq[sp] == ou.exp_avg_sq[p]);
+		}
+	}
+	model_free(&mf);
+	model_free(&mu);
+	backend_free(&be);
+}
+
 static void test_adamw_matches_torch_by_hand(void **state)
 {
 	/* torch.optim.AdamW(lr=0.1, weight_decay=0.01), p=1, grads 0.5 then 0.2:
@@ -546,7 +614,7 @@ static void test_frozen_layer_passes_gradients_through_and_gets_none(void **stat
 	struct diag d = {0};
 	struct backend_config cfg = {0, 0};
 	struct bucket b[4];
-	size_t off[3], len[3];
+	size_t off[3], so[3], len[3];
 	float *want;
 	const int n = 6;
 
@@ -570,11 +638,15 @@ static void test_frozen_layer_passes_gradients_through_and_gets_none(void **stat
 		else
 			assert_true(m.grads[p] == want[p]);
 	}
-	assert_int_equal(model_trainable_runs(&m, off, len), 2);
+	assert_int_equal(model_trainable_runs(&m, off, so, len), 2);
 	assert_int_equal(off[0], 0);
 	assert_int_equal(len[0], m.w_off[1]);
 	assert_int_equal(off[1], m.w_off[2]);
 	assert_int_equal(off[1] + len[1], m.nparams);
+	/* in a state arena the frozen layer takes no room */
+	assert_int_equal(so[0], 0);
+	assert_int_equal(so[1], len[0]);
+	assert_int_equal(m.ntrainable, len[0] + len[1]);
 	/* one bucket per trainable run, the last layer's with the slots */
 	assert_int_equal(model_plan_buckets(&m, 1u << 20, 1u << 20, b), 2);
 	assert_int_equal(b[0].lo, 2);
@@ -620,6 +692,7 @@ int main(void)
 		cmocka_unit_test(test_adamw_matches_torch_by_hand),
 		cmocka_unit_test(test_sumsq_and_clip_match_clip_grad_norm),
 		cmocka_unit_test(test_frozen_layer_passes_gradients_through_and_gets_none),
+		cmocka_unit_test(test_frozen_layer_has_no_optimizer_state_in_memory),
 		cmocka_unit_test(test_model_backward_matches_finite_differences),
 		cmocka_unit_test(test_model_init_is_uniform_in_fan_in_bound),
 		cmocka_unit_test(test_model_layout_follows_state_dict_order),
