@@ -5,6 +5,7 @@
 #
 #   scripts/bench-network.sh [--reps N] [--smoke] [--links LIST] [--models LIST]
 #                            [--no-torch] [--extra NAME=ARGS]... [--keep-raw DIR]
+#                            [--ranks-per-host N]
 #
 # Per link (Gbit/s; 0 = no limit) and model it prints: the 1-rank compute-only
 # step, the 2-host step, the same with --no-overlap, the all-reduce alone
@@ -24,7 +25,11 @@
 # OMPI_MCA_* ones set Open MPI parameters; DDPTRAIN=PATH runs another build),
 # the others go to ddptrain, e.g. --extra 'mpi=DDPTRAIN_ALLREDUCE=mpi'. --smoke: one run of a few steps
 # on one link, only to check the plumbing. --keep-raw DIR keeps every run's
-# output there.
+# output there. --ranks-per-host N (default 1) puts N ranks on each host, so
+# ddptrain takes its hierarchical all-reduce (shared memory in a host, a ring
+# between the hosts); compare the flat ring with --extra
+# 'flat=DDPTRAIN_ALLREDUCE=ring'. The hosts are namespaces of this machine: with
+# N ranks each they share its cores, and compute-only is still 1 rank alone.
 #
 # Needs root (network namespaces), ip, unshare and tc with tbf; without them
 # it says so and exits 77. Names carry "nb" and a free id; everything it
@@ -51,7 +56,7 @@ die() {
 	exit 1
 }
 
-reps=3 smoke=0 torch=auto links="1 10 25 0" models="wide deep" raw=
+reps=3 smoke=0 torch=auto links="1 10 25 0" models="wide deep" raw= rph=1
 extras=()
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -67,11 +72,14 @@ while [ $# -gt 0 ]; do
 	--no-torch) torch=no; shift ;;
 	--keep-raw) [ $# -ge 2 ] || usage 2; raw=$2; shift 2 ;;
 	--keep-raw=*) raw=${1#*=}; shift ;;
+	--ranks-per-host) [ $# -ge 2 ] || usage 2; rph=$2; shift 2 ;;
+	--ranks-per-host=*) rph=${1#*=}; shift ;;
 	-h | --help) usage 0 ;;
 	*) echo "$me: unknown option '$1' (see --help)" >&2; exit 2 ;;
 	esac
 done
 case $reps in *[!0-9]* | '' | 0*) echo "$me: --reps: '$reps' is not a positive integer" >&2; exit 2 ;; esac
+case $rph in *[!0-9]* | '' | 0*) echo "$me: --ranks-per-host: '$rph' is not a positive integer" >&2; exit 2 ;; esac
 for l in $links; do
 	case $l in *[!0-9]* | '') echo "$me: --links: '$l' is not a whole number of Gbit/s" >&2; exit 2 ;; esac
 done
@@ -129,7 +137,7 @@ set_link() {
 # TCP on the bridge's network, the agent in place of ssh, no binding (each namespace looks
 # like a whole machine to Open MPI, which would put both ranks on core 0).
 # shellcheck disable=SC2054 # commas inside values
-HOSTS=(--host "$A:1,$B:1" -np 2 --bind-to none --mca pml ob1 --mca btl self,tcp
+HOSTS=(--host "$A:$rph,$B:$rph" -np $((2 * rph)) --bind-to none --mca pml ob1 --mca btl self,tcp
 	--mca btl_tcp_if_include "$NET.0/24" --mca oob_tcp_if_include "$NET.0/24"
 	--mca plm_rsh_agent "$AGENT" --mca plm_rsh_no_tree_spawn 1)
 
@@ -254,7 +262,7 @@ nparams() {
 	case $1 in wide) echo 4198400 ;; deep) echo $((15 * (512 * 512 + 512))) ;; esac
 }
 {
-	echo "# bench-network: $("$DDPTRAIN" --version | head -n 1), 2 hosts x 1 rank (netns + veth + bridge, tbf on each host's egress), $(nproc) CPUs"
+	echo "# bench-network: $("$DDPTRAIN" --version | head -n 1), 2 hosts x $rph rank(s) (netns + veth + bridge, tbf on each host's egress), $(nproc) CPUs"
 	echo "# median of $reps run(s) in rounds; steady-state ms per step after $LOGSTEP steps; load average $load_start at the start, $load_end at the end"
 	echo "# wide = 1024 x 4 layers, deep = 512 x 15 layers, batch 128 per rank; floor = gradient bytes x 8 / link rate"
 	echo "# hidden = 1 - (step - compute) / allreduce; pt = PyTorch $([ "$torch" = yes ] && "$TORCH_PYTHON" -c 'import torch; print(torch.__version__)') DDP (gloo) step; x pt = PyTorch step / ddptrain step"
