@@ -120,6 +120,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 netns_hosts_up nb 10.215 nbhost1 nbhost2 "$tmp"
+echo "$me: hosts in the namespaces $NS1 and $NS2, on the bridge $BR" >&2
 ip netns exec "$NS1" tc qdisc add dev eth0 root tbf rate 1gbit burst 4mb latency 50ms 2>"$tmp/err" ||
 	skip "no tbf queueing discipline: $(cat "$tmp/err")"
 ip netns exec "$NS1" tc qdisc del dev eth0 root

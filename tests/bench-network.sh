@@ -13,7 +13,6 @@ bash -n "$BENCH" || fail "syntax"
 
 # The namespaces need the real launcher settings, not setup.sh's loopback-only ones.
 unset OMPI_MCA_btl OMPI_MCA_pml OMPI_MCA_plm_rsh_agent
-before=$(ip -o link show 2>/dev/null | grep -c ' nb[0-9]*[bv]' || true)
 rc=0
 timeout -k 5 120 "$BENCH" --smoke --no-torch --models=wide >"$TMPD/out" 2>"$TMPD/err" || rc=$?
 [ "$rc" -ne 77 ] || skip "$(tail -n 1 "$TMPD/err")"
@@ -28,10 +27,15 @@ if command -v python3 >/dev/null; then
 		fail "scaling-model.py: $(cat "$TMPD/model")"
 	grep -q "^# fit error: .* over 2 figures" "$TMPD/model" || fail "scaling-model.py: $(cat "$TMPD/model")"
 fi
+# Its own bridge, veths and namespaces (named in its first line), not another run's.
+br=$(sed -n 's/.*, on the bridge \(nb[0-9]*b\)$/\1/p' "$TMPD/err")
+[ -n "$br" ] || fail "no bridge named on stderr: $(head -n 3 "$TMPD/err")"
+left=
 for _ in 1 2 3 4 5 6 7 8 9 10; do # the kernel may take a moment to remove a veth
-	after=$(ip -o link show 2>/dev/null | grep -c ' nb[0-9]*[bv]' || true)
-	[ "$after" -gt "$before" ] || break
+	left=$(ip -o link show 2>/dev/null | grep -E " ${br%b}[bv][0-9]*[:@]" || true)
+	left+=$(ip netns list 2>/dev/null | grep -E "^${br%b}h[12]( |$)" || true)
+	[ -n "$left" ] || break
 	sleep 0.2
 done
-[ "$after" -le "$before" ] || fail "links left behind: $(ip -o link show | grep ' nb[0-9]*[bv]')"
+[ -z "$left" ] || fail "left behind: $left"
 echo "bench-network: ok"
