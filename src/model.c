@@ -192,7 +192,8 @@ int model_state_dict(const struct model *m, int first, int last, struct model_te
 				x->shape[0] = m->widths[l + 1];
 				x->shape[1] = bias ? 0 : m->widths[l];
 				x->arena = a;
-				x->off = (bias ? m->b_off[l] : m->w_off[l]) - (a > 0 ? m->w_off[l] - so : 0);
+				/* the layer starts at w_off in the parameters, at so in a state arena */
+				x->off = (a > 0 ? so : m->w_off[l]) + (bias ? m->b_off[l] - m->w_off[l] : 0);
 				x->len = (size_t)m->widths[l + 1] * (bias ? 1 : (size_t)m->widths[l]);
 			}
 			so += layer_floats(m, l);
