@@ -26,6 +26,15 @@
 
 enum mpi_path { PATH_HOST, PATH_DEVICE, PATH_STAGED };
 
+/* The host-memory all-reduce (DDPTRAIN_ALLREDUCE; the values travel in struct ring_env). */
+enum host_alg {
+	ALG_MPI,  /* MPI_Iallreduce */
+	ALG_RING, /* the pipelined ring over all ranks (src/ring.c) */
+	ALG_AUTO, /* asked for: the best of the three below for this layout */
+	ALG_SHM,  /* one node: the shared-memory window (src/shm.c) */
+	ALG_HIER  /* shm in each node, the ring among node peers; never asked for by name */
+};
+
 struct comm_mpi {
 	MPI_Comm comm;
 	enum mpi_path path;
@@ -37,12 +46,10 @@ struct comm_mpi {
 	float *dev[COMM_MAX_INFLIGHT]; /* staged: where each result goes back, or NULL */
 	size_t len[COMM_MAX_INFLIGHT];
 	int nreq;
-	int use_ring;       /* PATH_HOST on 2+ ranks, unless DDPTRAIN_ALLREDUCE=mpi */
-	size_t ring_min;    /* floats: smaller buckets go to MPI_Iallreduce */
-	struct ring ring;
-	int use_shm;        /* PATH_HOST, 2+ ranks on each node: the shared-memory all-reduce */
-	int hier;           /* ... and across nodes: with the ring among node peers (shm.up) */
-	struct shm shm;
+	enum host_alg alg;  /* PATH_HOST on 2+ ranks: which all-reduce; else ALG_MPI */
+	size_t ring_min;    /* floats, ALG_RING: smaller buckets go to MPI_Iallreduce */
+	struct ring ring;   /* ALG_RING: over all ranks; ALG_HIER: among node peers (shm.up) */
+	struct shm shm;     /* ALG_SHM and ALG_HIER */
 	struct world *w;    /* for watching MPI_Win_free */
 	double shm_t0[SHM_QUEUE];  /* observed: when shared-memory all-reduce k was started */
 	int shm_order[SHM_QUEUE];  /* observed: its place among its step's all-reduces */
@@ -60,8 +67,7 @@ struct comm_mpi {
 
 /* The ring's settings, from rank 0's environment (so that every rank agrees). */
 struct ring_env {
-	int use;          /* DDPTRAIN_ALLREDUCE: 2 auto (default), 1 ring, 0 mpi, 3 shm; 4 shm with
-			   * the ring across nodes (hierarchical), never asked for by name */
+	int use;          /* DDPTRAIN_ALLREDUCE: an enum host_alg (default ALG_AUTO) */
 	int chunk_kb;     /* DDPTRAIN_RING_CHUNK_KB: floats per piece x 4 / 1024 */
 	int window;       /* DDPTRAIN_RING_WINDOW: blocks in flight */
 	int min_kb;       /* DDPTRAIN_RING_MIN_KB: smallest bucket for the ring */
@@ -90,13 +96,13 @@ static void ring_env_read(struct ring_env *e)
 	const char *a = getenv("DDPTRAIN_ALLREDUCE");
 
 	memset(e, 0, sizeof *e);
-	e->use = 2;
+	e->use = ALG_AUTO;
 	if (a != NULL && strcmp(a, "mpi") == 0)
-		e->use = 0;
+		e->use = ALG_MPI;
 	else if (a != NULL && strcmp(a, "ring") == 0)
-		e->use = 1;
+		e->use = ALG_RING;
 	else if (a != NULL && strcmp(a, "shm") == 0)
-		e->use = 3;
+		e->use = ALG_SHM;
 	else if (a != NULL && *a != '\0' && strcmp(a, "auto") != 0)
 		e->bad = 1;
 	e->chunk_kb = env_int("DDPTRAIN_RING_CHUNK_KB", 1024, 1, 1 << 20, &e->bad, 2);
@@ -150,7 +156,7 @@ static enum status mpi_allreduce_start(void *ctx, float *buf, size_t n, int last
 		if (st != ST_OK)
 			return st;
 	}
-	if (c->use_shm) {
+	if (c->alg >= ALG_SHM) {
 		if (c->obs.done != NULL) {
 			c->shm_t0[c->shm.started % SHM_QUEUE] = clock_now();
 			c->shm_order[c->shm.started % SHM_QUEUE] = c->started;
@@ -158,7 +164,7 @@ static enum status mpi_allreduce_start(void *ctx, float *buf, size_t n, int last
 		c->started++;
 		return shm_start(&c->shm, target, n, d);
 	}
-	if (c->use_ring && n >= c->ring_min) {
+	if (c->alg == ALG_RING && n >= c->ring_min) {
 		if (c->obs.done != NULL && c->nring < COMM_MAX_INFLIGHT) {
 			c->ring_t0[c->nring] = clock_now();
 			c->ring_n[c->nring] = n;
@@ -210,11 +216,11 @@ static void mpi_progress(void *ctx)
 	struct comm_mpi *c = ctx;
 	int done, idx[COMM_MAX_INFLIGHT];
 
-	if (c->use_shm) {
+	if (c->alg >= ALG_SHM) {
 		shm_tell(c, shm_progress(&c->shm));
 		return;
 	}
-	if (c->use_ring)
+	if (c->alg == ALG_RING)
 		ring_progress(&c->ring);
 	if (c->nreq == 0)
 		return;
@@ -246,9 +252,9 @@ static enum status mpi_wait_all(void *ctx, struct diag *d)
 {
 	struct comm_mpi *c = ctx;
 	int rc = MPI_SUCCESS;
-	enum status st = c->use_ring ? ring_wait(&c->ring, d) : ST_OK;
+	enum status st = c->alg == ALG_RING ? ring_wait(&c->ring, d) : ST_OK;
 
-	if (c->use_shm) {
+	if (c->alg >= ALG_SHM) {
 		st = shm_wait(&c->shm, d);
 		shm_tell(c, st == ST_OK ? c->shm.started : c->shm.complete);
 	}
@@ -310,9 +316,9 @@ static void mpi_fini(void *ctx)
 		return;
 	if (c->stage != NULL)
 		c->be->ops->host_free(c->be->ctx, c->stage);
-	if (c->use_ring || c->hier)
+	if (c->alg == ALG_RING || c->alg == ALG_HIER)
 		ring_free(&c->ring);
-	if (c->use_shm) { /* collective over the node: a rank that never comes is watched */
+	if (c->alg >= ALG_SHM) { /* collective over the node: a rank that never comes is watched */
 		world_watch_begin(c->w, "freeing the shared-memory gradients");
 		shm_free(&c->shm);
 		world_watch_end(c->w);
@@ -351,25 +357,26 @@ static enum status host_allreduce_init(struct comm_mpi *m, struct comm *c, struc
 		"DDPTRAIN_RING_MIN_KB: want 0 to 4194304", "DDPTRAIN_PANEL_MFLOP: want 0 to 1048576"};
 	struct ring_env e;
 	enum status st = ST_OK;
-	int rc, asked;
+	enum host_alg alg;
+	int rc;
 
 	ring_env_read(&e);
 	rc = MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, 0, w->comm);
-	asked = e.use;
-	if (rc == MPI_SUCCESS && (e.use == 2 || e.use == 3)) {
+	alg = (enum host_alg)e.use;
+	if (rc == MPI_SUCCESS && (alg == ALG_AUTO || alg == ALG_SHM)) {
 		int ls[2] = {w->local_size, -w->local_size};
 
 		if (w->local_size == w->size)
-			e.use = 3;
+			alg = ALG_SHM;
 		else if ((rc = MPI_Allreduce(MPI_IN_PLACE, ls, 2, MPI_INT, MPI_MIN, w->comm)) ==
 			 MPI_SUCCESS)
-			e.use = ls[0] == -ls[1] && ls[0] > 1 ? 4 : 1;
+			alg = ls[0] == -ls[1] && ls[0] > 1 ? ALG_HIER : ALG_RING;
 	}
 	if (rc != MPI_SUCCESS)
 		return world_mpi_error(d, rc, "MPI_Bcast/MPI_Allreduce(all-reduce settings)");
 	if (e.bad)
 		return diag_set(d, ST_USAGE, "%s", names[e.bad]);
-	if (e.use >= 3) {
+	if (alg >= ALG_SHM) {
 		st = shm_init(&m->shm, w->local, nfloats, d);
 		/* Where the window cannot be had (a small /dev/shm in a container), auto falls
 		 * back on every rank (to MPI's all-reduce on one node, to the ring across
@@ -377,22 +384,22 @@ static enum status host_allreduce_init(struct comm_mpi *m, struct comm *c, struc
 		if (!world_all(w, st == ST_OK)) {
 			if (st == ST_OK) /* another rank failed: a collective free could wait */
 				m->shm.win = MPI_WIN_NULL;
-			if (asked == 3)
+			if (e.use == ALG_SHM) /* asked for */
 				return st != ST_OK ? st : diag_set(d, ST_RUNTIME, "DDPTRAIN_ALLREDUCE=shm: another rank could not map the shared-memory gradients");
-			e.use = e.use == 4 ? 1 : 0;
+			alg = alg == ALG_HIER ? ALG_RING : ALG_MPI;
 		}
 	}
-	if (e.use == 1 || e.use == 4) {
+	if (alg == ALG_RING || alg == ALG_HIER) {
 		MPI_Comm over = w->comm;
 
-		if (e.use == 4 && (rc = MPI_Comm_split(w->comm, w->local_rank, w->rank, &over)) != MPI_SUCCESS)
+		if (alg == ALG_HIER && (rc = MPI_Comm_split(w->comm, w->local_rank, w->rank, &over)) != MPI_SUCCESS)
 			st = world_mpi_error(d, rc, "MPI_Comm_split(node peers)");
 		else
 			st = ring_init(&m->ring, over, (size_t)e.chunk_kb * 256, e.window, d);
 		if (over != w->comm)
 			MPI_Comm_free(&over); /* the ring keeps its own duplicate */
 		/* With the window set up everywhere, all free it together (a collective) or none. */
-		if (e.use == 4 && !world_all(w, st == ST_OK)) {
+		if (alg == ALG_HIER && !world_all(w, st == ST_OK)) {
 			ring_free(&m->ring);
 			shm_free(&m->shm);
 			return st != ST_OK ? st : diag_set(d, ST_RUNTIME, "another rank could not set up the ring across nodes");
@@ -400,11 +407,9 @@ static enum status host_allreduce_init(struct comm_mpi *m, struct comm *c, struc
 		if (st != ST_OK)
 			return st;
 	}
-	m->use_ring = e.use == 1;
-	m->hier = e.use == 4;
-	m->use_shm = e.use >= 3;
-	if (m->use_shm) {
-		if (m->hier)
+	m->alg = alg;
+	if (alg >= ALG_SHM) {
+		if (alg == ALG_HIER)
 			m->shm.up = &m->ring;
 		memcpy(m->shm.mine, base, nfloats * sizeof *base);
 		c->grads = m->shm.mine;
@@ -449,7 +454,7 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, f
 	}
 	c->ops = &comm_mpi_ops;
 	c->ctx = m;
-	c->stream = m->use_ring;
+	c->stream = m->alg == ALG_RING;
 	return ST_OK;
 }
 
@@ -460,8 +465,8 @@ const char *comm_mpi_path_name(const struct comm *c)
 	const struct comm_mpi *m = c->ctx;
 
 	if (m->path == PATH_HOST)
-		return m->hier      ? "hierarchical all-reduce (shared memory, ring across nodes)"
-		       : m->use_shm ? "shared-memory all-reduce"
-		       : m->use_ring ? "ring all-reduce" : "MPI all-reduce";
+		return m->alg == ALG_HIER  ? "hierarchical all-reduce (shared memory, ring across nodes)"
+		       : m->alg == ALG_SHM ? "shared-memory all-reduce"
+		       : m->alg == ALG_RING ? "ring all-reduce" : "MPI all-reduce";
 	return names[m->path];
 }
