@@ -84,15 +84,13 @@ static void copy_out(struct shm *s, size_t lo, size_t hi)
 			memcpy(s->seg[q] + lo, s->mine + lo, (hi - lo) * sizeof(float));
 }
 
-/* Add slice `rank` of range (off, n) over every rank, in rank order, and write the sum
- * into every rank's buffer (everywhere: 1, only into this rank's own: 0). */
-static void add_slice(struct shm *s, size_t off, size_t n, int everywhere)
+/* Add this rank's slice [lo, hi) over every rank, in rank order, and write the sum into
+ * every rank's buffer (everywhere: 1, only into this rank's own: 0). */
+static void add_slice(struct shm *s, size_t lo, size_t hi, int everywhere)
 {
 	const int p = s->size;
-	size_t lo, hi;
 	float t[TILE];
 
-	slice(s, off, n, &lo, &hi);
 	for (size_t a = lo; a < hi; a += TILE) {
 		size_t len = hi - a < TILE ? hi - a : TILE;
 		const float *src = s->seg[0] + a;
@@ -124,8 +122,8 @@ uint64_t shm_progress(struct shm *s)
 				break;
 		if (q < s->size)
 			break;
-		add_slice(s, s->q[k % SHM_QUEUE].off, s->q[k % SHM_QUEUE].n, s->up == NULL);
 		slice(s, s->q[k % SHM_QUEUE].off, s->q[k % SHM_QUEUE].n, &lo, &hi);
+		add_slice(s, lo, hi, s->up == NULL);
 		if (s->up != NULL) { /* every peer starts the same slices: same n, same size */
 			struct diag ignore = {0};
 
