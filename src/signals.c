@@ -41,15 +41,11 @@ void signals_tmp_cleanup(void)
 
 static void on_stop(int sig)
 {
-	if (first_signal != 0 && stop_saved) {
-		say("ddptrain: second signal: stopping now; the checkpoint is written\n");
+	if (first_signal != 0) { /* ends now: exit 3 if the stop's checkpoint is written */
+		say(stop_saved ? "ddptrain: second signal: stopping now; the checkpoint is written\n"
+			       : "ddptrain: second signal: stopping now, without a checkpoint\n");
 		signals_tmp_cleanup();
-		_exit(EXIT_INTERRUPTED);
-	}
-	if (first_signal != 0) {
-		say("ddptrain: second signal: stopping now, without a checkpoint\n");
-		signals_tmp_cleanup();
-		_exit(128 + sig);
+		_exit(stop_saved ? EXIT_INTERRUPTED : 128 + sig);
 	}
 	first_signal = sig;
 }

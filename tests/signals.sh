@@ -39,6 +39,22 @@ rc=0; wait $p || rc=$?
 ! ls two.st* >/dev/null 2>&1 || fail "second signal left: $(ls two.st*)"
 echo "second signal while writing --save: exit 143, no file left"
 
+# A second signal after the stop's checkpoint is written (here while MPI_Finalize stalls,
+# as mpirun's SIGTERM reaches the other ranks once one has exited 3): still a resumable
+# stop, exit 3, and it says the checkpoint is written (before: 143).
+LD_PRELOAD=$SHIM DDPT_SHIM_STALL=finalize "$DDPTRAIN" $L --checkpoint=late.st >late.out 2>late.err &
+p=$!
+for _ in $(seq 1 300); do grep -q "^# buckets:" late.out 2>/dev/null && break; sleep 0.1; done
+kill -TERM $p
+for _ in $(seq 1 100); do [ -f late.st ] && break; sleep 0.1; done
+[ -f late.st ] || fail "no stop checkpoint: $(cat late.err)"
+sleep 0.5
+kill -TERM $p
+rc=0; wait $p || rc=$?
+[ $rc -eq 3 ] && grep -q "second signal: stopping now; the checkpoint is written" late.err ||
+	fail "second signal after the stop's checkpoint: exit $rc: $(cat late.err)"
+echo "second signal after the stop's checkpoint: exit 3"
+
 # 15. A closed standard output (| head -1) stops the printing, not the run (before: SIGPIPE, 141).
 "$DDPTRAIN" --epochs=200 --log-every=1 --save=pipe.st 2>pipe.err | head -1 >/dev/null
 rc=${PIPESTATUS[0]}
