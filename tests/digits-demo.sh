@@ -16,6 +16,9 @@ run_mpi 2 --inputs="$TMPD/digits-train-x.npy" --targets="$TMPD/digits-train-y.np
 	--lr=0.003 --weight-decay=0.01 --lr-schedule=cosine --warmup-steps=20 --clip-grad-norm=1 \
 	--log-every=0 --metrics="$TMPD/m.jsonl" >"$TMPD/out" || fail "training on the digits"
 acc=$(grep '"type":"eval"' "$TMPD/m.jsonl" | tail -1 | sed 's/.*"accuracy":\([0-9.e-]*\).*/\1/')
-awk -v a="$acc" 'BEGIN { exit !(a >= 0.90) }' || fail "validation accuracy $acc after 5 epochs, want >= 0.90"
+# A number, checked as text first: awk compares a missing value (sed then leaves the whole
+# line) or "nan" as a string, and "{..." >= 0.90 or nan >= 0.90 would pass.
+awk -v a="$acc" 'BEGIN { exit !(a ~ /^[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$/ && a + 0 >= 0.90 && a + 0 <= 1) }' ||
+	fail "validation accuracy $acc after 5 epochs, want a number >= 0.90"
 grep "eval after step" "$TMPD/out" | tail -1
 echo "digits-demo: ok (validation accuracy $acc)"

@@ -58,8 +58,10 @@ echo "resume with graphs = straight run"
 [ ! -s err ] || fail "dp fake: stderr: $(cat err)"
 close dp.st dp-cpu.st "dp on 2 fake GPUs vs CPU"
 # Phase times come from timer marks on each replica's stream: forward and backward of
-# both replicas are measured (fields 5 and 8 of the "#replica" table).
-awk '/^#replica/ { t = 1; next } t && /^# +[01] / { if (!($5 > 0 && $8 > 0)) bad = 1; n++ }
+# both replicas are measured (fields 5 and 8 of the "#replica" table), as numbers: awk
+# compares "nan" or "inf" with 0 as strings, and "nan" > 0 holds.
+awk '/^#replica/ { t = 1; next }
+	t && /^# +[01] / { if (!($5 ~ /^[0-9]+\.[0-9]+$/ && $8 ~ /^[0-9]+\.[0-9]+$/ && $5 > 0 && $8 > 0)) bad = 1; n++ }
 	END { exit !(n == 2 && !bad) }' out || fail "dp phase times: $(grep -A2 '^#replica' out)"
 echo "dp, 2 replicas = CPU; phase times from timer marks"
 

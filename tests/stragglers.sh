@@ -12,8 +12,10 @@ run_mpi 3 --layers=32,160,160,160,4 --bucket-mb=0.05 --batch-size=8 --max-steps=
 awk '/^# all-reduce per bucket/ { t = 1; next } t && /^# *bucket/ { next }
      t && /^# +[0-9]/ { print; n++; next } t { exit } END { if (n != 3) exit 1 }' "$TMPD/out" >"$TMPD/rows" ||
 	fail "want 3 bucket rows: $(cat "$TMPD/out")"
-# bucket layers bytes count time_ms best_ms algbw busbw best_busbw
-awk '{ bytes = $4; t = $6; best = $7; alg = $8; bus = $9; bbus = $10
+# bucket layers bytes count time_ms best_ms algbw busbw best_busbw. Every figure a number
+# first: with a NaN, "x - want > tol" is false and the row would pass.
+awk '{ for (i = 4; i <= 10; i++) if ($i !~ /^[0-9]+(\.[0-9]+)?$/) { print "not a number: " $i; exit 1 }
+       bytes = $4; t = $6; best = $7; alg = $8; bus = $9; bbus = $10
        if ($5 != 5) { print "count " $5 " for bucket " $2; exit 1 }
        want = bytes / (t / 1e3) / 1e9
        if (t > 0 && (alg - want > 0.0006 + 1e-3 * want || want - alg > 0.0006 + 1e-3 * want)) { print "algbw " alg " want " want; exit 1 }

@@ -94,7 +94,11 @@ def raw_tensors(path):
 
 
 def rel(a, b):
+    """max|a-b| / max|b|, or inf when either holds a NaN or an infinity (a NaN would
+    otherwise drop out of the max() over tensors and of the <= TOL test)."""
     a, b = a.detach().double(), b.detach().double()
+    if not (torch.isfinite(a).all() and torch.isfinite(b).all()):
+        return float("inf")
     scale = b.abs().max().item()
     diff = (a - b).abs().max().item()
     return diff / scale if scale > 0 else diff

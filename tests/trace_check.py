@@ -7,6 +7,7 @@
 Prints one line of figures; exits 1 with the first failed expectation.
 """
 import json
+import math
 import sys
 
 
@@ -30,11 +31,14 @@ def spans(events):
             b = begun.pop(e["id"], None)
             if b is None:
                 fail(f"async end without a begin: {e}")
-            if e["ts"] < b["ts"]:
+            if not e["ts"] >= b["ts"]:  # also for a NaN
                 fail(f"{b['name']} ends before it begins")
             out.append((b["pid"], b["tid"], b["name"], b["args"]["step"], b["ts"], e["ts"]))
     if begun:
         fail(f"{len(begun)} async spans never end")
+    for _, _, n, st, t0, t1 in out:
+        if not (math.isfinite(t0) and math.isfinite(t1)):
+            fail(f"{n} at step {st}: times {t0}, {t1} are not finite")
     return out
 
 
