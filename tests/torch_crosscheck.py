@@ -149,9 +149,20 @@ def steps_per_epoch(c, n):
     return (nmicro + c["accum"] - 1) // c["accum"]
 
 
-def train(model, c, X, Y, Xv, Yv):
+def batch_accuracy(kind, out, y):
+    """The fraction of rows whose largest output is the label (cross-entropy), else None."""
+    if kind != "cross-entropy":
+        return None
+    return (out.argmax(1) == y).double().mean().item()
+
+
+def train(model, c, X, Y, Xv, Yv, norms=None):
     """Single-process emulation of DDP over c["np"] ranks (or DP over c["replicas"]).
-    Returns (steps, evals) with evals a list of (step, epoch, loss, accuracy)."""
+    Returns (records, evals): records a list of (step, epoch, loss, accuracy, lr), one per
+    optimizer step, where loss (and accuracy) is what the step reports: the mean over the
+    ranks of each rank's mean over the group's micro-batches of the micro-batch's mean loss
+    (fraction right); evals a list of (step, epoch, loss, accuracy).  With clipping, norms
+    gets each step's gradient norm before clipping."""
     if c["mode"] == "dp":
         world, batch = 1, c["batch"] * c["replicas"]
     else:
@@ -172,7 +183,7 @@ def train(model, c, X, Y, Xv, Yv):
     if c["max_steps"]:
         total = min(total, c["max_steps"])
     sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule_lambda(c["schedule"], c["warmup"], total))
-    evals = []
+    evals, records = [], []
 
     def do_eval(step, epoch):
         if Xv is not None and (not evals or evals[-1][0] != step):
@@ -187,32 +198,40 @@ def train(model, c, X, Y, Xv, Yv):
         assert all(len(b) == nmicro for b in batches)
         for g0 in range(0, nmicro, c["accum"]):
             group = range(g0, min(g0 + c["accum"], nmicro))
-            rank_grads = []
+            rank_grads, step_loss, step_acc = [], 0.0, 0.0
             for r in range(world):
                 acc = [torch.zeros_like(p) for p in params]
                 for mb in group:
                     idx = torch.tensor(batches[r][mb], dtype=torch.long)
                     model.zero_grad(set_to_none=True)
-                    loss = loss_of(c["loss"], model(X[idx]), Y[idx])
+                    out = model(X[idx])
+                    loss = loss_of(c["loss"], out, Y[idx])
                     loss.backward()
+                    step_loss += loss.item() / (len(group) * world)
+                    a_mb = batch_accuracy(c["loss"], out, Y[idx])
+                    step_acc = None if a_mb is None else step_acc + a_mb / (len(group) * world)
                     for a, p in zip(acc, params):
                         a += p.grad
                 rank_grads.append([a / len(group) for a in acc])
+            lr = opt.param_groups[0]["lr"]
             # DDP all-reduce: mean over ranks.
             for i, p in enumerate(params):
                 p.grad = torch.stack([g[i] for g in rank_grads]).sum(0) / world
             if c["clip"]:
-                torch.nn.utils.clip_grad_norm_(params, c["clip"])
+                norm = torch.nn.utils.clip_grad_norm_(params, c["clip"])
+                if norms is not None:
+                    norms.append(norm.item())
             opt.step()
             sched.step()
             steps += 1
+            records.append((steps, epoch, step_loss, step_acc, lr))
             if c["eval_every"] and steps % c["eval_every"] == 0:
                 do_eval(steps, epoch)
             if steps >= total:
                 do_eval(steps, epoch)
-                return steps, evals
+                return records, evals
         do_eval(steps, epoch)
-    return steps, evals
+    return records, evals
 
 
 def save_npy(path, a, dtype="<f4"):
@@ -223,7 +242,8 @@ def save_npy(path, a, dtype="<f4"):
 DEFAULTS = dict(np=1, mode="ddp", replicas=1, batch=8, epochs=2, lr=0.05, momentum=0.0, wd=0.0,
                 accum=1, shuffle=True, seed=0, drop_last=False, max_steps=0, loss="mse",
                 optimizer="sgd", betas=(0.9, 0.999), eps=1e-8, nesterov=False,
-                schedule="constant", warmup=0, clip=0.0, freeze=(), val=None, eval_every=0)
+                schedule="constant", warmup=0, clip=0.0, freeze=(), val=None, eval_every=0,
+                env=())
 
 
 def case(name, ds, layers, **kw):
@@ -237,8 +257,18 @@ def case(name, ds, layers, **kw):
 # The full combination of issue 16: cross-entropy + AdamW + cosine warmup + clipping +
 # a frozen layer + grad-accum, with a validation set evaluated every 3 steps.
 COMBO = dict(loss="cross-entropy", optimizer="adamw", lr=0.01, betas=(0.8, 0.99), eps=1e-7,
-             wd=0.05, schedule="cosine", warmup=3, clip=0.5, accum=2, val="cls40", eval_every=3,
+             wd=0.05, schedule="cosine", warmup=3, clip=0.3, accum=2, val="cls40", eval_every=3,
              epochs=3)
+
+# Clipping limits between the smallest and the largest gradient norm of the run, so that
+# some steps are clipped and others not (gen prints how many).
+CLIP_SGD, CLIP_NESTEROV, CLIP_ADAMW, CLIP_ADAMW_DP, CLIP_DP_EMPTY = 0.25, 0.25, 0.3, 0.3, 0.4
+
+# The ring all-reduce forced on one node, on every bucket however small, in 1 KiB chunks;
+# the shared-memory one forced. The model 6,17,12,3 has 374 parameters + 3 slots = 377
+# floats: odd, and not a multiple of 3, so neither slices nor ring pieces divide evenly.
+RING = ("DDPTRAIN_ALLREDUCE=ring", "DDPTRAIN_RING_MIN_KB=0", "DDPTRAIN_RING_CHUNK_KB=1")
+SHM = ("DDPTRAIN_ALLREDUCE=shm",)
 
 CASES = [
     case("toy-np1-shuffle", "toy96", "10,10,5", np=1, batch=16),
@@ -267,11 +297,30 @@ CASES = [
     case("combo-np3-pad", "cls95", "8,16,16,4", np=3, batch=5, freeze=(1,), seed=12, **COMBO),
     case("combo-dp3", "cls95", "8,16,16,4", mode="dp", replicas=3, batch=4, freeze=(2,),
          seed=13, **COMBO),
+    # Clipping that triggers on some steps and not on others, over several trainable runs
+    # (frozen layers between them), with SGD and AdamW, at 1 to 3 ranks and in dp.
+    case("clip-sgd-np1-3runs", "deep95", "6,16,16,16,16,3", np=1, momentum=0.9,
+         freeze=(2, 4), clip=CLIP_SGD, seed=14),
+    case("clip-nesterov-np2-3runs", "deep95", "6,16,16,16,16,3", np=2, momentum=0.9,
+         nesterov=True, wd=0.01, freeze=(2, 4), clip=CLIP_NESTEROV, seed=15),
+    case("clip-adamw-np3-pad-linear", "deep95", "6,16,16,16,3", np=3, batch=7, optimizer="adamw",
+         lr=0.01, wd=0.1, schedule="linear", warmup=2, freeze=(2,), clip=CLIP_ADAMW, seed=16),
+    case("clip-adamw-dp2", "deep95", "6,16,16,16,3", mode="dp", replicas=2, batch=5,
+         optimizer="adamw", lr=0.01, freeze=(3,), clip=CLIP_ADAMW_DP, seed=17),
+    # dp over 3 replicas, 100 rows in steps of 12: each epoch's last step has 4 rows, which
+    # torch.chunk cuts into 2 + 2, so replica 3 gets no rows and must add nothing.
+    case("dp3-empty-replica-clip", "deep100", "6,16,16,3", mode="dp", replicas=3, batch=4,
+         momentum=0.9, freeze=(2,), clip=CLIP_DP_EMPTY, epochs=3, seed=18),
+    # slices and ring pieces that do not divide evenly
+    case("shm-np3-uneven", "deep95", "6,17,12,3", np=3, batch=7, momentum=0.9, seed=19, env=SHM),
+    case("ring-np2-uneven", "deep95", "6,17,12,3", np=2, momentum=0.9, accum=2, seed=20, env=RING),
+    case("ring-np3-uneven", "cls95", "8,17,12,4", np=3, batch=5, loss="cross-entropy",
+         momentum=0.9, seed=21, env=RING),
 ]
 
 # name: rows, inputs, outputs (classes for "cls")
 DATA = {"toy96": (96, 10, 5), "toy95": (95, 10, 5), "deep95": (95, 6, 3), "deep30": (30, 6, 3),
-        "cls96": (96, 8, 4), "cls95": (95, 8, 4), "cls40": (40, 8, 4)}
+        "cls96": (96, 8, 4), "cls95": (95, 8, 4), "cls40": (40, 8, 4), "deep100": (100, 6, 3)}
 
 
 def make_data(d):
@@ -295,17 +344,22 @@ def make_data(d):
     return data
 
 
-def ddptrain_args(c, d):
+def ddptrain_args(c):
+    """ddptrain's arguments for case c: its inputs under @REF@/, its outputs under @OUT@/
+    (the test puts the directories in)."""
     def fmt(v):
         return "%r" % v
+    ref, out = "@REF@/", "@OUT@/"
     a = ["--layers=" + c["layers"], "--batch-size=%d" % c["batch"], "--epochs=%d" % c["epochs"],
          "--lr=" + fmt(c["lr"]), "--weight-decay=" + fmt(c["wd"]),
          "--grad-accum=%d" % c["accum"], "--seed=%d" % c["seed"],
-         "--inputs=" + os.path.join(d, c["ds"] + ".x.npy"),
-         "--targets=" + os.path.join(d, c["ds"] + ".y.npy"),
+         "--inputs=" + ref + c["ds"] + ".x.npy",
+         "--targets=" + ref + c["ds"] + ".y.npy",
          "--shuffle" if c["shuffle"] else "--no-shuffle",
-         "--init=" + os.path.join(d, c["name"] + ".init.safetensors"),
-         "--save=" + os.path.join(d, c["name"] + ".ddp.safetensors"), "--quiet"]
+         "--init=" + ref + c["name"] + ".init.safetensors",
+         "--save=" + out + c["name"] + ".ddp.safetensors",
+         # Every step's loss, in the progress lines (standard output) and in --metrics.
+         "--log-every=1", "--metrics=" + out + c["name"] + ".metrics.jsonl"]
     # The flags of the features added after the first cases only when they differ from
     # the defaults, so the old cases run with the command lines they always had.
     if c["optimizer"] == "sgd":
@@ -329,9 +383,8 @@ def ddptrain_args(c, d):
     if c["freeze"]:
         a.append("--freeze=" + ",".join(str(x) for x in c["freeze"]))
     if c["val"]:
-        a += ["--val-inputs=" + os.path.join(d, c["val"] + ".x.npy"),
-              "--val-targets=" + os.path.join(d, c["val"] + ".y.npy"),
-              "--metrics=" + os.path.join(d, c["name"] + ".metrics.jsonl")]
+        a += ["--val-inputs=" + ref + c["val"] + ".x.npy",
+              "--val-targets=" + ref + c["val"] + ".y.npy"]
         if c["eval_every"]:
             a.append("--eval-every=%d" % c["eval_every"])
     return a
@@ -339,6 +392,23 @@ def ddptrain_args(c, d):
 
 def selected(names):
     return [c for c in CASES if not names or c["name"] in names]
+
+
+def ref_records(records, evals):
+    """The reference a test compares ddptrain's --metrics with: JSON lines shaped like
+    ddptrain's own step and eval records (epochs 1-based)."""
+    lines = []
+    for step, epoch, loss, acc, lr in records:
+        r = {"type": "step", "step": step, "epoch": epoch + 1, "loss": loss, "lr": lr}
+        if acc is not None:
+            r["accuracy"] = acc
+        lines.append(json.dumps(r))
+    for step, epoch, loss, acc in evals:
+        r = {"type": "eval", "step": step, "epoch": epoch + 1, "loss": loss}
+        if acc is not None:
+            r["accuracy"] = acc
+        lines.append(json.dumps(r))
+    return "\n".join(lines) + "\n"
 
 
 def gen(d, names):
@@ -353,42 +423,52 @@ def gen(d, names):
         st_write(os.path.join(d, c["name"] + ".init.safetensors"), model.state_dict())
         X, Y = data[c["ds"]]
         Xv, Yv = data[c["val"]] if c["val"] else (None, None)
-        steps, evals = train(model, c, X, Y, Xv, Yv)
+        norms = []
+        records, evals = train(model, c, X, Y, Xv, Yv, norms)
         st_write(os.path.join(d, c["name"] + ".torch.safetensors"), model.state_dict())
-        with open(os.path.join(d, c["name"] + ".torch.eval.json"), "w") as f:
-            json.dump(evals, f)
+        with open(os.path.join(d, c["name"] + ".ref.jsonl"), "w") as f:
+            f.write(ref_records(records, evals))
         np_ = 1 if c["mode"] == "dp" else c["np"]
-        lines.append(" ".join([c["name"], str(np_)] + ddptrain_args(c, d)))
-        print("torch: %-32s %d ranks, %d steps, %d evaluations" % (c["name"], np_, steps, len(evals)))
+        lines.append(" ".join([c["name"], str(np_), ",".join(c["env"]) or "-"] + ddptrain_args(c)))
+        print("torch: %-32s %d ranks, %d steps, %d evaluations%s"
+              % (c["name"], np_, len(records), len(evals),
+                 ", clipped %d of %d steps (norms %.3g to %.3g)"
+                 % (sum(x > c["clip"] for x in norms), len(norms), min(norms), max(norms))
+                 if c["clip"] else ""))
     with open(os.path.join(d, "cases.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def read_jsonl(path, kind):
+    with open(path) as f:
+        return [r for r in (json.loads(line) for line in f if line.strip()) if r.get("type") == kind]
+
+
+def bad_number(x):
+    return not isinstance(x, (int, float)) or not math.isfinite(x)
 
 
 def compare_evals(d, c):
     """Worst relative error of the validation losses and worst accuracy difference, or a
     string saying what is wrong."""
-    with open(os.path.join(d, c["name"] + ".torch.eval.json")) as f:
-        ref = json.load(f)
+    ref = read_jsonl(os.path.join(d, c["name"] + ".ref.jsonl"), "eval")
     path = os.path.join(d, c["name"] + ".metrics.jsonl")
     if not os.path.exists(path):
         return "no --metrics file from ddptrain"
-    got = []
-    with open(path) as f:
-        for line in f:
-            r = json.loads(line)
-            if r.get("type") == "eval":
-                got.append(r)
-    if [r["step"] for r in got] != [e[0] for e in ref]:
-        return "eval records at steps %s, want %s" % ([r["step"] for r in got], [e[0] for e in ref])
+    got = read_jsonl(path, "eval")
+    if [r["step"] for r in got] != [e["step"] for e in ref]:
+        return "eval records at steps %s, want %s" % ([r["step"] for r in got], [e["step"] for e in ref])
     lerr, aerr = 0.0, 0.0
-    for r, (step, epoch, loss, acc) in zip(got, ref):
-        if r["epoch"] != epoch + 1:
-            return "eval at step %d says epoch %s, want %d" % (step, r["epoch"], epoch + 1)
-        lerr = max(lerr, abs(r["loss"] - loss) / max(abs(loss), 1e-30))
-        if acc is not None:
-            if "accuracy" not in r:
-                return "eval at step %d has no accuracy" % step
-            aerr = max(aerr, abs(r["accuracy"] - acc))
+    for r, e in zip(got, ref):
+        if r["epoch"] != e["epoch"]:
+            return "eval at step %d says epoch %s, want %d" % (e["step"], r["epoch"], e["epoch"])
+        if bad_number(r["loss"]) or bad_number(e["loss"]):
+            return "eval at step %d has loss %r, want %r" % (e["step"], r["loss"], e["loss"])
+        lerr = max(lerr, abs(r["loss"] - e["loss"]) / max(abs(e["loss"]), 1e-30))
+        if "accuracy" in e:
+            if "accuracy" not in r or bad_number(r["accuracy"]) or bad_number(e["accuracy"]):
+                return "eval at step %d has accuracy %r" % (e["step"], r.get("accuracy"))
+            aerr = max(aerr, abs(r["accuracy"] - e["accuracy"]))
     return lerr, aerr, len(ref)
 
 
@@ -413,6 +493,10 @@ def compare(d, names):
             a, b = got[tname], ref[tname]
             if a.shape != b.shape:
                 print("%-32s %s has shape %s, want %s" % (name, tname, a.shape, b.shape))
+                bad += 1
+                break
+            if not np.all(np.isfinite(a)) or not np.all(np.isfinite(b)):
+                print("%-32s %s holds non-finite values" % (name, tname))
                 bad += 1
                 break
             rel = np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30)

@@ -1,0 +1,59 @@
+#!/bin/bash
+# torch-ref.sh - ddptrain against PyTorch's committed results, without PyTorch.
+#
+# tests/torch-ref/ holds what tests/torch_crosscheck.py's `gen` wrote where torch was
+# installed: the data sets, each case's initial weights, the weights PyTorch ended
+# with (CASE.torch.safetensors) and every step's training loss, accuracy and learning
+# rate and every validation result (CASE.ref.jsonl), and cases.txt, one line per case:
+# "CASE NP ENV ddptrain-args" (ENV: "-" or VAR=VALUE,... for the all-reduce to force).
+# Each case is trained here and compared: the weights with stcompare (1e-5 relative per
+# tensor), the --metrics step and eval records, the summary, and the progress and eval
+# lines on standard output with metcompare (1e-5). A reference that is missing or
+# unreadable fails; this test never skips.
+#
+# TORCH_REF=DIR compares with another directory of the same shape, and TORCH_REF_OUT=DIR
+# keeps ddptrain's outputs there (torch-crosscheck.sh points both at references it has
+# just made with the installed torch).
+. "$(dirname "$0")/setup.sh"
+
+REF=${TORCH_REF:-$TOP_SRCDIR/tests/torch-ref}
+METCOMPARE=$TESTS_BUILDDIR/metcompare
+OUT=${TORCH_REF_OUT:-$TMPD}
+TOL=1e-5
+
+[ -r "$REF/cases.txt" ] || fail "no reference list $REF/cases.txt (tests/torch_crosscheck.py gen DIR writes it)"
+[ -s "$REF/cases.txt" ] || fail "reference list $REF/cases.txt is empty"
+
+ncase=0 bad=0
+while read -r name np envs args; do
+	[ -n "$name" ] || continue
+	ncase=$((ncase + 1)) ok=1
+	for f in init.safetensors torch.safetensors ref.jsonl; do
+		[ -r "$REF/$name.$f" ] || fail "$name: reference $REF/$name.$f is missing or unreadable"
+	done
+	args=${args//@REF@/$REF}
+	args=${args//@OUT@/$OUT}
+	envv=()
+	[ "$envs" = - ] || IFS=, read -r -a envv <<<"$envs"
+	# mpirun reads stdin: keep it off cases.txt.
+	# shellcheck disable=SC2086 # args is a word list without spaces in any word
+	env "${envv[@]}" timeout -k 5 120 mpirun --oversubscribe -np "$np" "$DDPTRAIN" $args \
+		</dev/null >"$TMPD/$name.out" 2>"$TMPD/$name.err" ||
+		fail "$name: ddptrain exited $? (${envv[*]} mpirun -np $np ddptrain $args): $(head -n 3 "$TMPD/$name.err")"
+	w=$("$STCOMPARE" "$OUT/$name.ddp.safetensors" "$REF/$name.torch.safetensors" $TOL) || {
+		rc=$?
+		[ $rc = 1 ] || fail "$name: stcompare could not compare (exit $rc): $w"
+		ok=0
+	}
+	l=$("$METCOMPARE" --progress "$TMPD/$name.out" "$OUT/$name.metrics.jsonl" "$REF/$name.ref.jsonl" $TOL) || {
+		rc=$?
+		[ $rc = 1 ] || fail "$name: metcompare could not compare (exit $rc): $l"
+		ok=0
+	}
+	[ $ok = 1 ] || bad=$((bad + 1))
+	printf '%-32s %s\n%32s  %s\n' "$name" "${w#stcompare: }" "" "${l//$'\n'/$'\n'                                  }"
+done <"$REF/cases.txt"
+
+[ "$ncase" -gt 0 ] || fail "no case in $REF/cases.txt"
+[ "$bad" = 0 ] || fail "$bad of $ncase cases disagree with PyTorch (above)"
+echo "all $ncase cases agree with PyTorch's results in $REF"
