@@ -28,11 +28,11 @@ fi
 JANSSON=$(pkg-config --cflags --libs jansson)
 
 # Only the readers and the status helpers: the code that sees the bytes.
-"$CC" $FLAGS -I"$SRC/src" "$SRC/tests/fuzz/fuzz_npy.c" "$SRC/src/npy.c" "$SRC/src/status.c" \
+"$CC" $FLAGS -I"$SRC/src" "$SRC/tests/fuzz/fuzz_npy.c" "$SRC/src/data/npy.c" "$SRC/src/core/status.c" \
 	-o "$OUT/fuzz_npy"
 # shellcheck disable=SC2086
-"$CC" $FLAGS -I"$SRC/src" "$SRC/tests/fuzz/fuzz_safetensors.c" "$SRC/src/safetensors.c" \
-	"$SRC/src/status.c" $JANSSON -o "$OUT/fuzz_safetensors"
+"$CC" $FLAGS -I"$SRC/src" "$SRC/tests/fuzz/fuzz_safetensors.c" "$SRC/src/store/safetensors.c" \
+	"$SRC/src/core/status.c" $JANSSON -o "$OUT/fuzz_safetensors"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

@@ -11,28 +11,28 @@
 #include <string.h>
 #include <unistd.h> /* gethostname, access */
 
-#include "backend.h"    /* backend_cpu_ops, backend_init, backend_free */
-#include "checkpoint.h" /* checkpoint_save/load, checkpoint_read/write_weights */
-#include "comm.h"       /* comm_free */
-#include "comm_mpi.h"   /* comm_mpi_path_name */
-#include "comm_open.h"  /* comm_open */
+#include "backend/backend.h"    /* backend_cpu_ops, backend_init, backend_free */
+#include "store/checkpoint.h" /* checkpoint_save/load, checkpoint_read/write_weights */
+#include "dist/comm.h"       /* comm_free */
+#include "dist/comm_mpi.h"   /* comm_mpi_path_name */
+#include "dist/comm_open.h"  /* comm_open */
 #include "config.h"     /* PACKAGE_VERSION */
-#include "data.h"       /* data_init_synthetic, data_init_npy, data_free */
-#include "loss.h"       /* struct loss, loss_name */
-#include "model.h"      /* model_init, model_init_host, model_state_to_host/device, model_free */
-#include "optimizer.h"  /* optimizer_init, optimizer_state_arenas, optimizer_describe */
-#include "options.h"    /* options_parse, options_print_help, options_format_settings */
-#include "placement.h"  /* placement_decide, placement_check_memory */
-#include "outfile.h"    /* outfile_check, outfile_distinct */
-#include "prometheus.h" /* prometheus_init */
-#include "report.h"     /* report_init, report_open_metrics, report_finish, report_end */
-#include "safetensors.h" /* st_commit, st_discard */
-#include "signals.h"    /* signals_install */
-#include "status.h"     /* enum status, struct diag, status_exit_code */
-#include "straggler.h"  /* straggler_init, straggler_mine, straggler_free */
-#include "trace.h"      /* trace_init, trace_sync_clocks, trace_write, trace_free */
-#include "trainer.h"    /* trainer_ddp, trainer_dp, struct train_config */
-#include "world.h"      /* world_init, world_agree, world_check_config, world_free */
+#include "data/data.h"       /* data_init_synthetic, data_init_npy, data_free */
+#include "train/loss.h"       /* struct loss, loss_name */
+#include "train/model.h"      /* model_init, model_init_host, model_state_to_host/device, model_free */
+#include "train/optimizer.h"  /* optimizer_init, optimizer_state_arenas, optimizer_describe */
+#include "run/options.h"    /* options_parse, options_print_help, options_format_settings */
+#include "run/placement.h"  /* placement_decide, placement_check_memory */
+#include "core/outfile.h"    /* outfile_check, outfile_distinct */
+#include "observe/prometheus.h" /* prometheus_init */
+#include "observe/report.h"     /* report_init, report_open_metrics, report_finish, report_end */
+#include "store/safetensors.h" /* st_commit, st_discard */
+#include "core/signals.h"    /* signals_install */
+#include "core/status.h"     /* enum status, struct diag, status_exit_code */
+#include "observe/straggler.h"  /* straggler_init, straggler_mine, straggler_free */
+#include "observe/trace.h"      /* trace_init, trace_sync_clocks, trace_write, trace_free */
+#include "train/trainer.h"    /* trainer_ddp, trainer_dp, struct train_config */
+#include "dist/world.h"      /* world_init, world_agree, world_check_config, world_free */
 
 _Static_assert(OPT_MAX_LAYERS == MODEL_MAX_LAYERS, "--layers and the model agree on the depth");
 _Static_assert(OPT_MAX_REPLICAS == TRAIN_MAX_REPLICAS, "--replicas and the trainer agree");

@@ -1,7 +1,7 @@
 /*
  * fake_gpu.c - a test double of the CUDA module (ddptrain-cuda.so), built only for
  * make check and loaded through DDPTRAIN_CUDA_MODULE, so that the GPU path's logic
- * runs on every machine: the struct gpu_module ABI (src/gpu.h) on the CPU.
+ * runs on every machine: the struct gpu_module ABI (src/backend/gpu.h) on the CPU.
  *
  * A "device" is host memory, but its stream is a queue: every operation is recorded
  * and runs (through the CPU backend's math) only when the host waits -- to_host, sync,
@@ -49,9 +49,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend.h" /* struct backend_ops, backend_cpu_ops (the math) */
-#include "comm.h"    /* struct comm_ops */
-#include "gpu.h"     /* struct gpu_module */
+#include "backend/backend.h" /* struct backend_ops, backend_cpu_ops (the math) */
+#include "dist/comm.h"    /* struct comm_ops */
+#include "backend/gpu.h"     /* struct gpu_module */
 
 #define QUEUE_FLUSH 4096 /* ops queued before the "launch queue" is full and drains */
 

@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "gpu.h"
-#include "rng.h"
+#include "backend/backend.h"
+#include "backend/gpu.h"
+#include "core/rng.h"
 
 static struct backend cpu, gpu;
 static int failures;

@@ -8,7 +8,7 @@
  *
  * Defaults: the wide MLP of issue #6, 1024,1024,1024,1024,1024, batch 128,
  * 20 repetitions. For each Linear layer (in, out) the step does three
- * products, oriented as src/backend_cpu.c does them (row-major):
+ * products, oriented as src/backend/backend_cpu.c does them (row-major):
  *
  *   forward      y (B, out)   = x (B, in) w^T          NoTrans, Trans    beta 1 (bias preloaded)
  *   weight grad  dw (out, in) = dy^T (out, B) x (B, in) Trans, NoTrans    beta 0
@@ -259,7 +259,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
-	openblas_set_num_threads(1); /* as src/backend_cpu.c: one core per rank */
+	openblas_set_num_threads(1); /* as src/backend/backend_cpu.c: one core per rank */
 	threads = "1 thread";
 #endif
 

@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "safetensors.h"
+#include "store/safetensors.h"
 
 /* One of the two files: "A" or "B", its path and its mapping. */
 struct side {

@@ -11,8 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "checkpoint.h"
-#include "optimizer.h"
+#include "store/checkpoint.h"
+#include "train/optimizer.h"
 
 #define LINEAGE "0123456789abcdef0123456789abcdef"
 

@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "data.h"
+#include "data/data.h"
 
 static void test_synthetic_sample_depends_only_on_seed_and_index(void **state)
 {

@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gpu.h"
-#include "placement.h"
+#include "backend/gpu.h"
+#include "run/placement.h"
 
 static char dir[64];
 

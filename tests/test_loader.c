@@ -6,9 +6,9 @@
 #include <cmocka.h>
 #include <string.h>
 
-#include "backend.h"
-#include "data.h"
-#include "loader.h"
+#include "backend/backend.h"
+#include "data/data.h"
+#include "data/loader.h"
 
 enum { N = 10, IN = 3, OUT = 2 };
 

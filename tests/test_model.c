@@ -11,10 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "model.h"
-#include "optimizer.h"
-#include "rng.h"
+#include "backend/backend.h"
+#include "train/model.h"
+#include "train/optimizer.h"
+#include "core/rng.h"
 
 static const struct backend_ops *ops = &backend_cpu_ops;
 

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "npy.h"
+#include "data/npy.h"
 #include "slurp.h"
 
 /* Write a .npy file: version 1 or 2 header `dict`, then `nbytes` of data. */

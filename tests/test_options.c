@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "options.h"
+#include "run/options.h"
 
 /* Parse a NULL-terminated list of arguments (argv[0] added). */
 static enum status parse(struct options *o, struct diag *d, ...)

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "safetensors.h"
+#include "store/safetensors.h"
 #include "slurp.h"
 
 static char dir[64], path[128];

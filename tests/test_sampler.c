@@ -6,8 +6,8 @@
 #include <cmocka.h>
 #include <string.h>
 
-#include "rng.h"
-#include "sampler.h"
+#include "core/rng.h"
+#include "data/sampler.h"
 
 static void test_mt19937_matches_reference_stream(void **state)
 {

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "trace.h"
+#include "observe/trace.h"
 
 static void test_trace_steps_parse_ranges_and_refuse_nonsense(void **state)
 {

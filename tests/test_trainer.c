@@ -7,7 +7,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "trainer.h"
+#include "train/trainer.h"
 
 static void test_total_steps_fresh_run_rounds_each_epoch_up(void **state)
 {

@@ -16,10 +16,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "clock.h"
+#include "core/clock.h"
 #include "cuda_ctx.h"
 #include "cuda_module.h" /* this file's prototypes, as module.c sees them */
-#include "trace.h"              /* struct trace_dev, clock_now */
+#include "core/tracebuf.h"           /* struct trace_dev, clock_now */
 
 #define THREADS 256
 

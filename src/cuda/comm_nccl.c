@@ -26,11 +26,11 @@
 
 #include <nvtx3/nvToolsExt.h>
 
-#include "clock.h"
-#include "comm.h"
+#include "core/clock.h"
+#include "dist/comm.h"
 #include "cuda_ctx.h"
 #include "cuda_module.h" /* nccl_unique_id, nccl_comm_init as module.c sees them */
-#include "gpu.h"
+#include "backend/gpu.h"
 
 struct nccl_ctx {
 	ncclComm_t comm;

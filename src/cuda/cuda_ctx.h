@@ -8,8 +8,8 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
-#include "backend.h"
-#include "status.h"
+#include "backend/backend.h"
+#include "core/status.h"
 
 #define CUDA_PARTIALS 256 /* blocks of the loss reduction's first pass */
 

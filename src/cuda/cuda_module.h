@@ -9,10 +9,10 @@
 
 #include <stddef.h>
 
-#include "backend.h"
-#include "comm.h"
-#include "gpu.h"
-#include "status.h"
+#include "backend/backend.h"
+#include "dist/comm.h"
+#include "backend/gpu.h"
+#include "core/status.h"
 
 #ifdef __cplusplus
 extern "C" {

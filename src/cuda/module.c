@@ -11,7 +11,7 @@
 
 #include "cuda_ctx.h"
 #include "cuda_module.h" /* the backend and NCCL functions of this table */
-#include "gpu.h"
+#include "backend/gpu.h"
 
 static const struct backend_ops backend_cuda_ops = {
 	.name = "cuda",

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "guard.h" /* fuzz_at_guard */
-#include "npy.h"   /* npy_parse, npy_read_row, npy_read_int, npy_close */
+#include "data/npy.h"   /* npy_parse, npy_read_row, npy_read_int, npy_close */
 
 static void check(const uint8_t *data, size_t size)
 {

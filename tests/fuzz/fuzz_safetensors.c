@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "guard.h"       /* fuzz_at_guard */
-#include "safetensors.h" /* st_parse, st_find, st_read_f32 */
+#include "store/safetensors.h" /* st_parse, st_find, st_read_f32 */
 
 static void check(const uint8_t *data, size_t size)
 {

@@ -1,0 +1,325 @@
+/*
+ * backend_cpu.c - the CPU backend: CBLAS for the matrix products, plain loops
+ * for the element-wise work. Single-threaded BLAS: parallelism comes from
+ * the ranks (or dp threads), one core each. With a progress hook and a panel
+ * size set, the backward products run in row panels of about that many FLOP
+ * with the hook called between them (MPI moves messages only inside MPI calls).
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "config.h"
+
+#define PANEL_MIN_ROWS 32 /* below this a panel's SGEMM slows down */
+
+struct cpu {
+	void (*progress)(void *arg, float *done, size_t n); /* see set_progress, or NULL */
+	double panel;                                        /* FLOP per panel; 0: no panels */
+	void *arg;
+};
+
+static enum status cpu_init(void **ctx, const struct backend_config *cfg, struct diag *d)
+{
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+	openblas_set_num_threads(1);
+#endif
+	*ctx = calloc(1, sizeof(struct cpu));
+	if (*ctx == NULL)
+		return diag_set(d, ST_RUNTIME, "cpu backend: out of memory");
+	return ST_OK;
+}
+
+static void cpu_fini(void *ctx)
+{
+	free(ctx);
+}
+
+static void cpu_set_progress(void *ctx, void (*fn)(void *arg, float *done, size_t n), void *arg,
+			     double panel_flops)
+{
+	struct cpu *c = ctx;
+
+	c->progress = fn;
+	c->panel = fn != NULL && panel_flops > 0 ? panel_flops : 0;
+	c->arg = arg;
+}
+
+/* Rows per panel for a product of m rows costing flops_per_row each: m when there is no
+ * progress hook or the product is short. */
+static int panel_rows(const struct cpu *c, int m, double flops_per_row)
+{
+	double rows;
+
+	if (c == NULL || c->progress == NULL || c->panel <= 0 || (double)m * flops_per_row < 2.0 * c->panel)
+		return m;
+	rows = c->panel / flops_per_row;
+	rows = rows < PANEL_MIN_ROWS ? PANEL_MIN_ROWS : 16.0 * (int)((rows + 15.0) / 16.0);
+	return rows >= m ? m : (int)rows;
+}
+
+static enum status cpu_bind(void *ctx, struct diag *d)
+{
+	return ST_OK;
+}
+
+static float *cpu_alloc(void *ctx, size_t n)
+{
+	return calloc(n ? n : 1, sizeof(float));
+}
+
+static void cpu_free(void *ctx, float *p)
+{
+	free(p);
+}
+
+static void cpu_copy(void *ctx, float *dst, const float *src, size_t n)
+{
+	if (dst != src)
+		memcpy(dst, src, n * sizeof(float));
+}
+
+static enum status cpu_to_host(void *ctx, float *dst, const float *src, size_t n, struct diag *d)
+{
+	cpu_copy(ctx, dst, src, n);
+	return ST_OK;
+}
+
+static void cpu_copy_peer(void *ctx, float *dst, void *src_ctx, const float *src, size_t n)
+{
+	cpu_copy(ctx, dst, src, n);
+}
+
+static size_t cpu_mem_used(void *ctx)
+{
+	return 0;
+}
+
+static void cpu_add(void *ctx, float *restrict dst, const float *restrict src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] += src[i];
+}
+
+static void cpu_linear_forward(void *ctx, float *y, const float *x, const float *w,
+			       const float *b, int n, int in, int out, int relu)
+{
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 0.0f,
+		    y, out);
+	for (int i = 0; i < n; i++) {
+		float *restrict r = y + (size_t)i * out;
+		const float *restrict bb = b;
+
+		if (relu)
+			for (int k = 0; k < out; k++) {
+				float v = r[k] + bb[k];
+
+				r[k] = v <= 0.0f ? 0.0f : v; /* NaN stays NaN, as torch.relu */
+			}
+		else
+			for (int k = 0; k < out; k++)
+				r[k] += bb[k];
+	}
+}
+
+static void cpu_linear_backward(void *ctx, float *dx, float *dw, float *db, const float *dy,
+				const float *x, const float *w, int n, int in, int out,
+				int accumulate)
+{
+	const struct cpu *c = ctx;
+	int step = panel_rows(c, out, 2.0 * in * n);
+
+	/* dw (out, in) = dy^T (out, n) @ x (n, in), in panels of dw's rows */
+	if (dw != NULL) {
+		for (int o = 0; o < out; o += step) {
+			int rows = out - o < step ? out - o : step;
+
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, in, n, 1.0f, dy + o,
+				    out, x, in, accumulate ? 1.0f : 0.0f, dw + (size_t)o * in, in);
+			if (step < out)
+				c->progress(c->arg, dw + (size_t)o * in, (size_t)rows * in);
+		}
+		if (!accumulate)
+			memset(db, 0, (size_t)out * sizeof(float));
+		for (int i = 0; i < n; i++) {
+			const float *restrict r = dy + (size_t)i * out;
+			float *restrict s = db;
+
+			for (int k = 0; k < out; k++)
+				s[k] += r[k];
+		}
+	}
+	/* dx (n, in) = dy (n, out) @ w (out, in), in panels of dx's rows */
+	if (dx == NULL)
+		return;
+	step = panel_rows(c, n, 2.0 * in * out);
+	for (int i = 0; i < n; i += step) {
+		int rows = n - i < step ? n - i : step;
+
+		if (c != NULL && c->progress != NULL)
+			c->progress(c->arg, NULL, 0);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out, 1.0f,
+			    dy + (size_t)i * out, out, w, in, 0.0f, dx + (size_t)i * in, in);
+	}
+}
+
+/* torch.relu: NaN passes through (fmaxf would turn it into 0 and hide bad data). */
+static void cpu_relu_forward(void *ctx, float *restrict y, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] = y[i] <= 0.0f ? 0.0f : y[i];
+}
+
+/* torch's threshold_backward(grad, result, 0): zero where result <= 0, so a NaN output
+ * passes its gradient on. */
+static void cpu_relu_backward(void *ctx, float *restrict dy, const float *restrict y, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dy[i] = y[i] <= 0.0f ? 0.0f : dy[i];
+}
+
+static void cpu_mse(void *ctx, float *restrict dy, float *loss, const float *restrict y,
+		    const float *restrict t, int n, int width, float scale, int accumulate)
+{
+	size_t m = (size_t)n * (size_t)width;
+	float g = 2.0f * scale / (float)m;
+	double sum = 0.0;
+
+	for (size_t i = 0; i < m; i++) {
+		float e = y[i] - t[i];
+
+		sum += (double)e * e;
+		dy[i] = g * e;
+	}
+	*loss = (accumulate ? *loss : 0.0f) + (float)((double)scale * sum / (double)m);
+}
+
+static void cpu_cross_entropy(void *ctx, float *restrict dy, float *out, const float *restrict z,
+			      const float *restrict labels, int n, int classes, float scale,
+			      int accumulate)
+{
+	const float g = scale / (float)n;
+	double sum = 0.0;
+	long correct = 0;
+
+	for (int i = 0; i < n; i++) {
+		const float *restrict r = z + (size_t)i * classes;
+		float *restrict dr = dy + (size_t)i * classes;
+		int t = (int)labels[i], best = 0;
+		float mx = r[0], s = 0.0f, lse;
+
+		for (int k = 1; k < classes; k++) {
+			if (r[k] > mx) {
+				mx = r[k];
+				best = k;
+			}
+		}
+		for (int k = 0; k < classes; k++)
+			s += expf(r[k] - mx);
+		lse = mx + logf(s);
+		sum += (double)(lse - r[t]);
+		correct += best == t;
+		for (int k = 0; k < classes; k++)
+			dr[k] = g * (expf(r[k] - lse) - (k == t ? 1.0f : 0.0f));
+	}
+	out[0] = (accumulate ? out[0] : 0.0f) + (float)((double)scale * sum / (double)n);
+	out[1] = (accumulate ? out[1] : 0.0f) + (float)((double)scale * (double)correct / (double)n);
+}
+
+/* Each case with its own restrict-qualified pointers, so every loop vectorizes. */
+static void axpbz_noz(float *restrict y, float a, float c, const float *restrict x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] = a * y[i] + c * x[i];
+}
+
+static void axpbz_self(float *restrict y, float a, float c, const float *restrict x, float b,
+		       size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] = a * y[i] + c * (x[i] + b * y[i]);
+}
+
+static void axpbz_other(float *restrict y, float a, float c, const float *restrict x, float b,
+			const float *restrict z, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] = a * y[i] + c * (x[i] + b * z[i]);
+}
+
+static void cpu_axpbz(void *ctx, float *y, float a, float c, const float *x, float b,
+		      const float *z, size_t n)
+{
+	if (z == NULL)
+		axpbz_noz(y, a, c, x, n);
+	else if (z == y)
+		axpbz_self(y, a, c, x, b, n);
+	else
+		axpbz_other(y, a, c, x, b, z, n);
+}
+
+static void cpu_adamw(void *ctx, float *restrict p, const float *restrict g, float *restrict m,
+		      float *restrict v, size_t n, const struct adamw_hparams *h)
+{
+	for (size_t i = 0; i < n; i++) {
+		p[i] *= h->decay;
+		m[i] = m[i] * h->beta1 + h->one_minus_beta1 * g[i];
+		v[i] = v[i] * h->beta2 + h->one_minus_beta2 * g[i] * g[i];
+		p[i] += -h->step_size * (m[i] / (sqrtf(v[i]) / h->bc2_sqrt + h->eps));
+	}
+}
+
+static void cpu_sumsq(void *ctx, float *out, const float *restrict x, size_t n, int accumulate)
+{
+	double s = 0.0;
+
+	for (size_t i = 0; i < n; i++)
+		s += (double)x[i] * x[i];
+	out[0] = (accumulate ? out[0] : 0.0f) + (float)s;
+}
+
+static void cpu_clip(void *ctx, float *restrict x, size_t n, const float *sumsq, float max_norm)
+{
+	float coef = max_norm / (sqrtf(sumsq[0]) + 1e-6f);
+
+	if (coef < 1.0f)
+		for (size_t i = 0; i < n; i++)
+			x[i] *= coef;
+}
+
+static enum status cpu_sync(void *ctx, struct diag *d)
+{
+	return ST_OK;
+}
+
+const struct backend_ops backend_cpu_ops = {
+	.name = "cpu",
+	.host_memory = 1,
+	.init = cpu_init,
+	.fini = cpu_fini,
+	.bind = cpu_bind,
+	.alloc = cpu_alloc,
+	.free = cpu_free,
+	.host_alloc = cpu_alloc,
+	.host_free = cpu_free,
+	.to_device = cpu_copy,
+	.to_host = cpu_to_host,
+	.copy = cpu_copy,
+	.copy_peer = cpu_copy_peer,
+	.add = cpu_add,
+	.linear_forward = cpu_linear_forward,
+	.linear_backward = cpu_linear_backward,
+	.relu_forward = cpu_relu_forward,
+	.relu_backward = cpu_relu_backward,
+	.mse = cpu_mse,
+	.axpbz = cpu_axpbz,
+	.cross_entropy = cpu_cross_entropy,
+	.adamw = cpu_adamw,
+	.sumsq = cpu_sumsq,
+	.clip = cpu_clip,
+	.sync = cpu_sync,
+	.mem_used = cpu_mem_used,
+	.set_progress = cpu_set_progress,
+};

@@ -1,0 +1,141 @@
+/* signals.c - the stop flag, the SIGBUS message and the temporary files removed on a fatal exit. */
+#include <signal.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/signals.h"
+#include "core/status.h" /* EXIT_INTERRUPTED */
+
+#define SLOTS 8
+#define PATH_LEN 4096
+
+static volatile sig_atomic_t first_signal, stop_saved;
+
+/* Slot tables shared with the handlers, filled by the main thread only: a slot's text is
+ * written before `used` is set and is not touched while it is set, so a handler reads
+ * only complete strings. */
+static struct {
+	atomic_int used;
+	const char *addr;
+	size_t len;
+	char what[PATH_LEN + 32];
+} maps[SLOTS];
+
+static struct {
+	atomic_int used;
+	char path[PATH_LEN];
+} tmps[SLOTS];
+
+static void say(const char *s)
+{
+	(void)!write(STDERR_FILENO, s, strlen(s));
+}
+
+void signals_tmp_cleanup(void)
+{
+	for (int i = 0; i < SLOTS; i++)
+		if (atomic_load(&tmps[i].used))
+			unlink(tmps[i].path);
+}
+
+static void on_stop(int sig)
+{
+	if (first_signal != 0) { /* ends now: exit 3 if the stop's checkpoint is written */
+		say(stop_saved ? "ddptrain: second signal: stopping now; the checkpoint is written\n"
+			       : "ddptrain: second signal: stopping now, without a checkpoint\n");
+		signals_tmp_cleanup();
+		_exit(stop_saved ? EXIT_INTERRUPTED : 128 + sig);
+	}
+	first_signal = sig;
+}
+
+/* A page of a mapped file vanished: the file was truncated under us. */
+static void on_bus(int sig, siginfo_t *si, void *ctx)
+{
+	const char *p = si->si_addr;
+
+	(void)ctx;
+	for (int i = 0; i < SLOTS; i++) {
+		if (atomic_load(&maps[i].used) && p >= maps[i].addr && p < maps[i].addr + maps[i].len) {
+			say("ddptrain: ");
+			say(maps[i].what);
+			say(": the file became shorter while training read it (truncated or replaced in place by another program?); giving up\n");
+			signals_tmp_cleanup();
+			_exit(1);
+		}
+	}
+	/* Not one of ours: the default action (core dump, exit 128 + SIGBUS). */
+	signals_tmp_cleanup();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+void signals_install(void)
+{
+	static const int stops[] = {SIGTERM, SIGINT, SIGUSR1, SIGHUP};
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof sa);
+	sigemptyset(&sa.sa_mask);
+	sa.sa_flags = SA_RESTART;
+	sa.sa_handler = on_stop;
+	for (size_t i = 0; i < sizeof stops / sizeof stops[0]; i++)
+		sigaction(stops[i], &sa, NULL);
+	sa.sa_handler = SIG_IGN;
+	sigaction(SIGPIPE, &sa, NULL);
+	sa.sa_flags = SA_SIGINFO;
+	sa.sa_sigaction = on_bus;
+	sigaction(SIGBUS, &sa, NULL);
+}
+
+void signals_stop_saved(void)
+{
+	stop_saved = 1;
+}
+
+int signals_pending(void)
+{
+	return first_signal;
+}
+
+void signals_map_add(const void *addr, size_t len, const char *what)
+{
+	for (int i = 0; i < SLOTS; i++) {
+		if (atomic_load(&maps[i].used))
+			continue;
+		maps[i].addr = addr;
+		maps[i].len = len;
+		strncpy(maps[i].what, what, sizeof maps[i].what - 1);
+		maps[i].what[sizeof maps[i].what - 1] = '\0';
+		atomic_store(&maps[i].used, 1);
+		return;
+	}
+}
+
+void signals_map_remove(const void *addr)
+{
+	for (int i = 0; i < SLOTS; i++)
+		if (atomic_load(&maps[i].used) && maps[i].addr == addr)
+			atomic_store(&maps[i].used, 0);
+}
+
+int signals_tmp_add(const char *path)
+{
+	if (strlen(path) >= PATH_LEN)
+		return -1;
+	for (int i = 0; i < SLOTS; i++) {
+		if (atomic_load(&tmps[i].used))
+			continue;
+		strcpy(tmps[i].path, path);
+		atomic_store(&tmps[i].used, 1);
+		return i;
+	}
+	return -1;
+}
+
+void signals_tmp_remove(int slot)
+{
+	if (slot >= 0 && slot < SLOTS)
+		atomic_store(&tmps[slot].used, 0);
+}

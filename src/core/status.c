@@ -1,0 +1,93 @@
+/* status.c - filling struct diag; mapping statuses to exit codes. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/status.h"
+
+size_t diag_escape(char *dst, size_t n, const char *src)
+{
+	size_t o = 0;
+
+	if (n == 0)
+		return 0;
+	for (; *src != '\0'; src++) {
+		unsigned char c = (unsigned char)*src;
+		char e[8];
+		size_t k;
+
+		if (c >= 0x20 && c != 0x7f) {
+			e[0] = (char)c;
+			e[1] = '\0';
+		} else {
+			snprintf(e, sizeof e, "\\%s", c == '\n' ? "n" : c == '\r' ? "r" : c == '\t' ? "t" : "");
+			if (e[1] == '\0')
+				snprintf(e, sizeof e, "\\x%02x", c);
+		}
+		k = strlen(e);
+		if (o + k >= n)
+			break;
+		memcpy(dst + o, e, k);
+		o += k;
+	}
+	dst[o] = '\0';
+	return o;
+}
+
+enum status diag_set(struct diag *d, enum status st, const char *fmt, ...)
+{
+	char raw[sizeof d->msg];
+	va_list ap;
+
+	if (d == NULL || d->st != ST_OK)
+		return st;
+	d->st = st;
+	va_start(ap, fmt);
+	vsnprintf(raw, sizeof raw, fmt, ap);
+	va_end(ap);
+	/* A file name can hold a newline or a terminal escape: shown escaped, it cannot forge
+	 * a log line or drive the terminal. */
+	diag_escape(d->msg, sizeof d->msg, raw);
+	return st;
+}
+
+enum status diag_errno(struct diag *d, int errnum, const char *fmt, ...)
+{
+	char what[384];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof what, fmt, ap);
+	va_end(ap);
+	return diag_set(d, ST_RUNTIME, "%s: %s", what, strerror(errnum));
+}
+
+const char *diag_quote(char *dst, size_t n, const char *src)
+{
+	size_t i = 0;
+
+	if (n == 0)
+		return dst;
+	for (; src[i] != '\0' && i + 1 < n; i++)
+		dst[i] = (unsigned char)src[i] < 0x20 || src[i] == 0x7f ? '?' : src[i];
+	dst[i] = '\0';
+	return dst;
+}
+
+int status_exit_code(enum status st)
+{
+	switch (st) {
+	case ST_OK:
+	case ST_STOP:
+		return 0;
+	case ST_USAGE:
+		return 2;
+	case ST_RUNTIME:
+	case ST_PEER:
+		return 1;
+	case ST_INTERRUPTED:
+		return EXIT_INTERRUPTED;
+	}
+	return 1;
+}

@@ -1,0 +1,66 @@
+/*
+ * comm.h - the gradient communication interface: asynchronous in-place sum
+ * all-reduces of float slices, progressed between layers and completed
+ * before the optimizer step, plus the broadcast of the initial weights.
+ *
+ * Implementations: MPI (comm_mpi.h, in ddptrain) and NCCL (in the CUDA
+ * module); the trainer only calls through struct comm_ops.
+ */
+#ifndef DDPT_COMM_H
+#define DDPT_COMM_H
+
+#include <stddef.h>
+
+#include "core/status.h"
+
+#define COMM_MAX_INFLIGHT 64
+
+/* Which communicator a run uses (--backend). */
+enum comm_kind { COMM_AUTO, COMM_MPI, COMM_NCCL };
+
+/* Told when an all-reduce has completed: its order among this step's all-reduces (0: the
+ * first started), its length in floats, and when it was started and when it completed,
+ * in seconds on clock_now's clock. */
+struct comm_observer {
+	void (*done)(void *arg, int index, size_t n, double t0, double t1);
+	void *arg;
+};
+
+struct comm_ops {
+	const char *name;
+	int capturable; /* its collectives can be recorded into a device graph (NCCL) */
+	/* Start summing buf[0..n) over all ranks, in place. last: nothing is left to overlap
+	 * with (backward is done), so the communicator may complete it at once by whatever
+	 * path is fastest. */
+	enum status (*allreduce_start)(void *ctx, float *buf, size_t n, int last, struct diag *d);
+	/* Let outstanding all-reduces advance; never blocks. */
+	void (*progress)(void *ctx);
+	/* Complete every outstanding all-reduce. */
+	enum status (*wait_all)(void *ctx, struct diag *d);
+	/* Broadcast buf[0..n) from root. */
+	enum status (*bcast)(void *ctx, float *buf, size_t n, int root, struct diag *d);
+	void (*fini)(void *ctx);
+	/* Optional (NULL: not supported). Report each later all-reduce's times to obs, or
+	 * stop with obs NULL (reporting what is pending first). A communicator that reads
+	 * device events may report a step's times during the next step. */
+	void (*observe)(void *ctx, const struct comm_observer *obs);
+};
+
+struct comm {
+	const struct comm_ops *ops;
+	void *ctx;
+	/* 1: this instance's all-reduces move while the caller computes (the MPI ring), so
+	 * the trainer streams gradient regions as backward finishes them */
+	int stream;
+	/* with stream: FLOP per panel of backward's products between progress calls (0: whole
+	 * products, progress between layers) */
+	double panel_flops;
+	/* non-NULL: the gradients must live here (the shared-memory all-reduce reads every
+	 * rank's directly); the caller moves them with model_move_grads */
+	float *grads;
+};
+
+/* Safe to call twice. */
+void comm_free(struct comm *c);
+
+#endif

@@ -1,0 +1,439 @@
+/* world.c - MPI start-up and shutdown, node-local ranks, status agreement, configuration
+ * check and the watchdog over every collective. */
+#define _GNU_SOURCE /* RTLD_NODELETE, dl_iterate_phdr */
+#include <dlfcn.h>
+#include <errno.h>
+#include <limits.h>
+#include <link.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/clock.h"
+#include "core/signals.h"
+#include "dist/world.h"
+
+/* The watchdog: the main thread marks the start and end of each blocking collective with
+ * two atomic stores (no lock, no system call, nothing that wakes a thread); this thread
+ * looks twice a second, and ends the process when the same collective has been in
+ * progress for longer than the timeout. Nothing is polled in the step.
+ *
+ * It runs from before MPI_Init to after MPI_Finalize, so start-up and shutdown are
+ * watched as the steps are. When a stop signal is pending, a collective that waits
+ * much longer than the collectives before it means a rank is gone or stuck and the
+ * stop cannot complete: the process gives up after a short grace (2 s plus twice the
+ * longest wait seen so far), unless the wait was declared one for a rank that is busy
+ * writing (world_expect_wait), which only --timeout ends. */
+struct world_watch {
+	pthread_t thread;
+	pthread_mutex_t mu;   /* for quit, timeout and the tick's timed wait */
+	pthread_cond_t cv;
+	double timeout;
+	atomic_ulong gen;     /* odd: inside a marked collective; each mark adds 1 */
+	atomic_long step;
+	const char *_Atomic what;
+	const char *_Atomic busy; /* the marked collective waits for this (or NULL) */
+	const char *_Atomic failed; /* this rank's own failure, on its way to the others */
+	atomic_int patient;   /* no grace for a pending stop: MPI start-up, or busy set */
+	atomic_int rank;      /* -1 until MPI says */
+	int quit;
+};
+
+/* Say why this process gives up, remove its temporary files and end it. */
+static void give_up(struct world_watch *x, const char *why, double waited)
+{
+	int rank = atomic_load(&x->rank);
+	long step = atomic_load(&x->step);
+	const char *busy = atomic_load(&x->busy);
+
+	if (rank >= 0)
+		fprintf(stderr, "ddptrain: rank %d: ", rank);
+	else
+		fputs("ddptrain: ", stderr);
+	if (step > 0)
+		fprintf(stderr, "step %ld: ", step);
+	if (why == NULL && atomic_load(&x->failed) != NULL)
+		/* This rank failed first: its reason, not only the wait, is the news. */
+		fprintf(stderr, "%s (then %s did not complete within --timeout=%g s: the other ranks are stuck, probably waiting for this one; giving up)\n",
+			atomic_load(&x->failed), atomic_load(&x->what), x->timeout);
+	else if (why == NULL)
+		fprintf(stderr, "%s did not complete within --timeout=%g s: %s; giving up\n",
+			busy ? busy : atomic_load(&x->what), x->timeout,
+			busy ? "that rank is stuck or its file system is too slow"
+			     : "another rank stalled or died");
+	else
+		fprintf(stderr, "%s, but %s has waited %.0f s for another rank: stopping without a checkpoint\n",
+			why, atomic_load(&x->what), waited);
+	fflush(stderr);
+	signals_tmp_cleanup();
+	_exit(1); /* MPI_Abort is not ours to call from this thread; mpirun ends the job */
+}
+
+static void *watchdog_main(void *arg)
+{
+	struct world_watch *x = arg;
+	unsigned long seen = 0;
+	double since = 0.0, longest = 0.0;
+
+	pthread_mutex_lock(&x->mu);
+	while (!x->quit) {
+		struct timespec tick;
+		unsigned long gen;
+		double now;
+
+		clock_gettime(CLOCK_MONOTONIC, &tick);
+		tick.tv_nsec += 500000000L;
+		if (tick.tv_nsec >= 1000000000L) {
+			tick.tv_sec++;
+			tick.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&x->cv, &x->mu, &tick);
+		if (x->quit)
+			break;
+		gen = atomic_load(&x->gen);
+		now = clock_now();
+		if (!(gen & 1) || gen != seen) { /* idle, or a new collective since the last look */
+			if ((seen & 1) && now - since > longest)
+				longest = now - since; /* the one seen in progress has ended */
+			seen = gen;
+			since = now;
+			continue;
+		}
+		if (x->timeout > 0 && now - since >= x->timeout)
+			give_up(x, NULL, now - since);
+		if (signals_pending() && !atomic_load(&x->patient) &&
+		    now - since >= 2.0 + 2.0 * longest)
+			give_up(x, "asked to stop", now - since);
+	}
+	pthread_mutex_unlock(&x->mu);
+	return NULL;
+}
+
+enum status world_watchdog_start(struct world *w, double timeout_s, struct diag *d)
+{
+	struct world_watch *x = w->watch;
+	pthread_condattr_t ca;
+
+	if (x != NULL) { /* running: a new timeout */
+		pthread_mutex_lock(&x->mu);
+		x->timeout = timeout_s;
+		pthread_mutex_unlock(&x->mu);
+		return ST_OK;
+	}
+	if (timeout_s <= 0)
+		return ST_OK;
+	x = calloc(1, sizeof *x);
+	if (x == NULL)
+		return diag_set(d, ST_RUNTIME, "watchdog: out of memory");
+	x->timeout = timeout_s;
+	atomic_init(&x->rank, w->comm != MPI_COMM_NULL ? w->rank : -1);
+	atomic_init(&x->gen, 0);
+	atomic_init(&x->step, 0);
+	atomic_init(&x->what, "");
+	atomic_init(&x->busy, NULL);
+	atomic_init(&x->patient, 0);
+	pthread_mutex_init(&x->mu, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&x->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	if (pthread_create(&x->thread, NULL, watchdog_main, x) != 0) {
+		free(x);
+		return diag_set(d, ST_RUNTIME, "watchdog: cannot start its thread");
+	}
+	w->watch = x;
+	return ST_OK;
+}
+
+void world_failed(struct world *w, const char *msg)
+{
+	if (w->watch != NULL)
+		atomic_store(&w->watch->failed, msg);
+}
+
+void world_watch_begin(struct world *w, const char *what)
+{
+	struct world_watch *x = w->watch;
+
+	if (x == NULL)
+		return;
+	atomic_store_explicit(&x->what, what, memory_order_relaxed);
+	atomic_store_explicit(&x->step, w->step, memory_order_relaxed);
+	atomic_fetch_add_explicit(&x->gen, 1, memory_order_release); /* now odd */
+}
+
+void world_watch_end(struct world *w)
+{
+	struct world_watch *x = w->watch;
+
+	if (x == NULL)
+		return;
+	atomic_store_explicit(&x->busy, NULL, memory_order_relaxed);
+	atomic_store_explicit(&x->patient, 0, memory_order_relaxed);
+	atomic_fetch_add_explicit(&x->gen, 1, memory_order_release); /* now even */
+}
+
+void world_expect_wait(struct world *w, const char *busy)
+{
+	if (w->watch != NULL) {
+		atomic_store_explicit(&w->watch->busy, busy, memory_order_relaxed);
+		atomic_store_explicit(&w->watch->patient, 1, memory_order_relaxed);
+	}
+}
+
+static void watchdog_stop(struct world *w)
+{
+	struct world_watch *x = w->watch;
+
+	if (x == NULL)
+		return;
+	pthread_mutex_lock(&x->mu);
+	x->quit = 1;
+	pthread_cond_signal(&x->cv);
+	pthread_mutex_unlock(&x->mu);
+	pthread_join(x->thread, NULL);
+	pthread_mutex_destroy(&x->mu);
+	pthread_cond_destroy(&x->cv);
+	free(x);
+	w->watch = NULL;
+}
+
+enum status world_mpi_error(struct diag *d, int rc, const char *call)
+{
+	char msg[MPI_MAX_ERROR_STRING];
+	int len = 0;
+
+	MPI_Error_string(rc, msg, &len);
+	return diag_set(d, ST_RUNTIME, "%s failed: %s", call, msg);
+}
+
+enum status world_init(struct world *w, int *argc, char ***argv, struct diag *d)
+{
+	struct world_watch *watch = w->watch; /* started before, to watch MPI's start-up */
+	int provided, rc, flag = 0;
+
+	memset(w, 0, sizeof *w);
+	w->watch = watch;
+	w->comm = MPI_COMM_NULL;
+	w->local = MPI_COMM_NULL;
+	world_watch_begin(w, "MPI start-up");
+	if (watch != NULL) /* a stop signal now is handled once training starts */
+		atomic_store(&watch->patient, 1);
+	MPI_Initialized(&flag);
+	if (!flag) {
+		/* MPI_THREAD_FUNNELED: only the main thread calls MPI (dp mode's workers and the
+		 * watchdog do not). */
+		rc = MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+		if (rc != MPI_SUCCESS) {
+			world_watch_end(w);
+			return diag_set(d, ST_RUNTIME, "MPI_Init_thread failed (code %d)", rc);
+		}
+		w->inited = 1;
+	}
+	signals_install(); /* MPI_Init put its own SIGBUS handler (opal_signal) in place of ours */
+	/* Errors come back as codes, so every rank can agree before exiting. */
+	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+	w->comm = MPI_COMM_WORLD;
+	MPI_Comm_rank(w->comm, &w->rank);
+	MPI_Comm_size(w->comm, &w->size);
+	if (watch != NULL)
+		atomic_store(&watch->rank, w->rank);
+	rc = MPI_Comm_split_type(w->comm, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &w->local);
+	world_watch_end(w);
+	if (rc != MPI_SUCCESS)
+		return world_mpi_error(d, rc, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+	MPI_Comm_rank(w->local, &w->local_rank);
+	MPI_Comm_size(w->local, &w->local_size);
+	return ST_OK;
+}
+
+int world_launch_size(void)
+{
+	/* Open MPI's mpirun, MPICH's hydra (and PMI-2), Slurm's srun */
+	static const char *const size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"};
+	/* launchers whose size variable may be missing: PMIx, PMI-1, hydra */
+	static const char *const rank_vars[] = {"PMIX_RANK", "PMI_RANK", "MPI_LOCALNRANKS"};
+
+	for (size_t i = 0; i < sizeof size_vars / sizeof size_vars[0]; i++) {
+		const char *v = getenv(size_vars[i]);
+		char *end;
+		long n;
+
+		if (v == NULL)
+			continue;
+		n = strtol(v, &end, 10);
+		return *v != '\0' && *end == '\0' && n >= 1 && n <= INT_MAX ? (int)n : 0;
+	}
+	for (size_t i = 0; i < sizeof rank_vars / sizeof rank_vars[0]; i++)
+		if (getenv(rank_vars[i]) != NULL)
+			return 0;
+	return 1;
+}
+
+enum status world_check_launch(const struct world *w, struct diag *d)
+{
+	int said = world_launch_size();
+	const char *ws = getenv("WORLD_SIZE");
+	long torch = ws != NULL ? strtol(ws, NULL, 10) : 0;
+
+	if (w->size != 1)
+		return ST_OK;
+	if (said > 1)
+		return diag_set(d, ST_USAGE, "the launcher started %d processes but MPI sees a world of 1 here: each would train alone. Launch with srun --mpi=pmix (or mpirun)",
+				said);
+	if (said == 1 && getenv("OMPI_COMM_WORLD_SIZE") != NULL)
+		return ST_OK; /* mpirun -np 1 */
+	if (torch > 1)
+		return diag_set(d, ST_USAGE, "WORLD_SIZE=%ld (a torchrun-style launch) but MPI sees a world of 1: each process would train alone. Launch ddptrain with mpirun -np %ld (or srun --mpi=pmix)",
+				torch, torch);
+	return ST_OK;
+}
+
+static int severity(enum status st)
+{
+	switch (st) {
+	case ST_OK: return 0;
+	case ST_STOP: return 1;
+	case ST_INTERRUPTED: return 2;
+	case ST_PEER: return 3; /* below the failure it follows, whose rank then reports it */
+	case ST_RUNTIME: return 4;
+	case ST_USAGE: return 5;
+	}
+	return 4;
+}
+
+enum status world_agree(struct world *w, enum status mine, int *reporter)
+{
+	/* MINLOC over (-severity, rank): the most severe status, lowest rank on ties. */
+	struct { int value, rank; } in = {-severity(mine), w->rank}, out;
+	static const enum status by_severity[] = {ST_OK, ST_STOP, ST_INTERRUPTED, ST_PEER, ST_RUNTIME,
+						  ST_USAGE};
+
+	int rc;
+
+	world_watch_begin(w, "the ranks' agreement on the outcome");
+	rc = MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, w->comm);
+	world_watch_end(w);
+	if (rc != MPI_SUCCESS) {
+		*reporter = mine != ST_OK;
+		return mine != ST_OK ? mine : ST_RUNTIME;
+	}
+	*reporter = out.rank == w->rank;
+	return by_severity[-out.value];
+}
+
+enum status world_check_config(struct world *w, const char *text, struct diag *d)
+{
+	unsigned long long n = strlen(text) + 1;
+	const char *a, *b;
+	char *root;
+	int rc;
+
+	/* Rank 0's length, then its text. */
+	world_watch_begin(w, "the configuration check");
+	rc = MPI_Bcast(&n, 1, MPI_UNSIGNED_LONG_LONG, 0, w->comm);
+	world_watch_end(w);
+	if (rc != MPI_SUCCESS)
+		return world_mpi_error(d, rc, "MPI_Bcast(configuration)");
+	if (n == 0 || n > INT_MAX || (root = malloc(n)) == NULL)
+		return diag_set(d, ST_RUNTIME, "configuration check: out of memory");
+	if (w->rank == 0)
+		memcpy(root, text, n);
+	world_watch_begin(w, "the configuration check");
+	rc = MPI_Bcast(root, (int)n, MPI_CHAR, 0, w->comm);
+	world_watch_end(w);
+	if (rc != MPI_SUCCESS) {
+		free(root);
+		return world_mpi_error(d, rc, "MPI_Bcast(configuration)");
+	}
+	root[n - 1] = '\0';
+	/* Compare line by line; the lines are in the same order on every rank. */
+	a = text;
+	b = root;
+	while (*a != '\0' || *b != '\0') {
+		size_t la = strcspn(a, "\n"), lb = strcspn(b, "\n");
+
+		if (la != lb || memcmp(a, b, la) != 0) {
+			diag_set(d, ST_USAGE, "configuration differs between ranks: %.*s here, %.*s on rank 0",
+				 (int)la, a, (int)lb, b);
+			free(root);
+			return ST_USAGE;
+		}
+		a += la + (a[la] == '\n');
+		b += lb + (b[lb] == '\n');
+	}
+	free(root);
+	return ST_OK;
+}
+
+int world_all(struct world *w, int mine)
+{
+	int in = mine != 0, out = 0, rc;
+
+	world_watch_begin(w, "the device agreement");
+	rc = MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_MIN, w->comm);
+	world_watch_end(w);
+	return rc == MPI_SUCCESS ? out : 0;
+}
+
+enum status world_bcast(struct world *w, void *buf, size_t len, int root, struct diag *d)
+{
+	int rc;
+
+	world_watch_begin(w, "a broadcast from rank 0");
+	rc = MPI_Bcast(buf, (int)len, MPI_BYTE, root, w->comm);
+	world_watch_end(w);
+	return rc == MPI_SUCCESS ? ST_OK : world_mpi_error(d, rc, "MPI_Bcast");
+}
+
+enum status world_local_allgather(struct world *w, const void *mine, size_t len, void *all,
+				  struct diag *d)
+{
+	int rc = MPI_Allgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, w->local);
+
+	return rc == MPI_SUCCESS ? ST_OK : world_mpi_error(d, rc, "MPI_Allgather(node)");
+}
+
+enum status world_gather(struct world *w, const void *mine, size_t len, void *all, struct diag *d)
+{
+	int rc;
+
+	world_watch_begin(w, "the statistics gather");
+	rc = MPI_Gather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, 0, w->comm);
+	world_watch_end(w);
+	return rc == MPI_SUCCESS ? ST_OK : world_mpi_error(d, rc, "MPI_Gather(statistics)");
+}
+
+/* Keep one shared object mapped until the process ends (see world_free). */
+static int pin_object(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	(void)arg;
+	if (info->dlpi_name != NULL && info->dlpi_name[0] == '/')
+		(void)dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+	return 0;
+}
+
+void world_free(struct world *w)
+{
+	if (w->local != MPI_COMM_NULL)
+		MPI_Comm_free(&w->local);
+	w->local = MPI_COMM_NULL;
+	if (w->inited) {
+		/* A rank that never arrives makes MPI_Finalize wait forever: watched too. */
+		world_watch_begin(w, "MPI_Finalize");
+		/* Open MPI 4.1 unmaps its components (PMIx among them) in MPI_Finalize while its
+		 * progress threads may still be inside them; under load a rank then died at exit
+		 * with "Address not mapped" (3 times in this project's loaded test runs, always
+		 * at the same page offset). Pinning every object loaded so far keeps that code
+		 * mapped until exit; nothing is loaded or run twice. */
+		dl_iterate_phdr(pin_object, NULL);
+		MPI_Finalize();
+		world_watch_end(w);
+		w->inited = 0;
+	}
+	watchdog_stop(w);
+}

@@ -1,0 +1,75 @@
+/*
+ * world.h - the MPI job: rank, size, node-local rank, and the host-side
+ * agreements every rank takes part in.
+ *
+ * world_agree is how a failure that only some ranks saw becomes everybody's
+ * decision before anyone blocks in a collective: each rank contributes its
+ * status, all get the most severe one and the lowest rank that saw it (the
+ * one that reports it).
+ */
+#ifndef DDPT_WORLD_H
+#define DDPT_WORLD_H
+
+#include <mpi.h>
+#include <pthread.h>
+
+#include "core/status.h"
+
+struct world {
+	int rank, size;             /* in MPI_COMM_WORLD */
+	int local_rank, local_size; /* on this node (MPI_COMM_TYPE_SHARED split) */
+	MPI_Comm comm;              /* MPI_COMM_WORLD */
+	MPI_Comm local;             /* this node's ranks */
+	int inited;                 /* we called MPI_Init_thread, so we finalize */
+	long step;                  /* the optimizer step in progress (for the watchdog) */
+	struct world_watch *watch;  /* the watchdog's state (world.c), or NULL */
+};
+
+/* Ranks in this job as the launcher's environment says, without starting MPI: 1 when no
+ * launcher is seen (a singleton) or it started one rank, 0 when it does not say. */
+int world_launch_size(void);
+/* The one translation of an MPI error code: ST_RUNTIME with "CALL failed: MPI's message". */
+enum status world_mpi_error(struct diag *d, int rc, const char *call);
+
+/* MPI_Init_thread and the node split. w must be zeroed, or hold a watchdog started on a
+ * zeroed struct (which then watches the start-up). */
+enum status world_init(struct world *w, int *argc, char ***argv, struct diag *d);
+/* A world of 1 where the launcher says there are more processes (srun without
+ * --mpi=pmix: SLURM_STEP_NUM_TASKS > 1; a torchrun-style WORLD_SIZE > 1), each of which
+ * would train alone: ST_USAGE with a hint. A world of 1 that mpirun reports is fine. */
+enum status world_check_launch(const struct world *w, struct diag *d);
+/* Every rank calls this with its own status. Returns the agreed (most severe) status;
+ * *reporter is set to 1 on exactly one rank that saw it, the one that should print. */
+enum status world_agree(struct world *w, enum status mine, int *reporter);
+/* Every rank passes its configuration as "name=value" lines; rank 0's is broadcast and
+ * the first line that differs is reported as ST_USAGE, naming this rank and the setting. */
+enum status world_check_config(struct world *w, const char *text, struct diag *d);
+/* 1 on every rank if mine is nonzero on every rank, else 0. */
+int world_all(struct world *w, int mine);
+/* Broadcast len bytes from root. */
+enum status world_bcast(struct world *w, void *buf, size_t len, int root, struct diag *d);
+/* Start the watchdog thread: a blocking collective that lasts longer than timeout_s
+ * (0: never) ends this process with a message naming the step and the collective; Open MPI
+ * then ends the job. Call it before world_init (on a zeroed struct world) to watch MPI's
+ * start-up too; called again, it sets the timeout. It stops in world_free, after
+ * MPI_Finalize. */
+enum status world_watchdog_start(struct world *w, double timeout_s, struct diag *d);
+/* Mark the start and end of a blocking collective (what: e.g. "gradient all-reduce"). */
+void world_watch_begin(struct world *w, const char *what);
+/* This rank has failed with msg (which must outlive the run): if the collective it then
+ * waits in times out (the others stuck waiting for it), the watchdog prints msg first. */
+void world_failed(struct world *w, const char *msg);
+void world_watch_end(struct world *w);
+/* The next marked collective waits for a rank that is busy (busy: e.g. "the checkpoint
+ * write on rank 0"): only --timeout ends it, not the short grace a pending stop signal
+ * gives a wait. Call on every rank; cleared by world_watch_end. */
+void world_expect_wait(struct world *w, const char *busy);
+/* Gather len bytes from every rank of this node into all (local_size * len bytes) on each. */
+enum status world_local_allgather(struct world *w, const void *mine, size_t len, void *all,
+				  struct diag *d);
+/* Gather len bytes from every rank into all (size * len bytes) on rank 0. */
+enum status world_gather(struct world *w, const void *mine, size_t len, void *all, struct diag *d);
+/* Safe to call twice. */
+void world_free(struct world *w);
+
+#endif

@@ -1,0 +1,54 @@
+/* prometheus.c - the --prometheus textfile. */
+#include <stdio.h>
+#include <time.h>
+
+#include "core/outfile.h"
+#include "observe/prometheus.h"
+
+void prometheus_init(struct prometheus *p, const char *path, double every, const char *mode,
+		     int replicas)
+{
+	p->path = path;
+	p->every = every;
+	p->mode = mode;
+	p->replicas = replicas;
+	p->last = -1e300; /* the first step writes */
+}
+
+/* One gauge with its HELP and TYPE lines. */
+static void gauge(FILE *f, const char *name, const char *help, const char *labels, double v)
+{
+	fprintf(f, "# HELP ddptrain_%s %s\n# TYPE ddptrain_%s gauge\nddptrain_%s{%s} %.15g\n", name,
+		help, name, name, labels, v);
+}
+
+enum status prometheus_write(struct prometheus *p, const struct prom_sample *s, double now,
+			     struct diag *d)
+{
+	struct outfile of;
+	char labels[96];
+	enum status st;
+
+	p->last = now;
+	st = outfile_open(&of, p->path, "--prometheus", d);
+	if (st != ST_OK)
+		return st;
+	snprintf(labels, sizeof labels, "mode=\"%s\",replicas=\"%d\"", p->mode, p->replicas);
+	gauge(of.f, "running", "1 while training, 0 once the run has ended.", labels, s->running);
+	gauge(of.f, "step", "Optimizer steps completed.", labels, (double)s->step);
+	gauge(of.f, "steps_total", "Optimizer steps the run will take.", labels, (double)s->total);
+	gauge(of.f, "loss", "Loss of the latest step (mean over replicas).", labels, s->loss);
+	gauge(of.f, "samples_per_second", "Training throughput since the start, all replicas.", labels,
+	      s->samples_per_s);
+	gauge(of.f, "allreduce_wait_share", "Fraction of rank 0's step spent waiting for all-reduces.",
+	      labels, s->wait_share);
+	if (s->nbuckets > 0)
+		fprintf(of.f, "# HELP ddptrain_bucket_busbw_bytes_per_second Bus bandwidth of each gradient bucket's all-reduce, algbw x 2(n-1)/n, mean over steps.\n"
+			      "# TYPE ddptrain_bucket_busbw_bytes_per_second gauge\n");
+	for (int b = 0; b < s->nbuckets; b++)
+		fprintf(of.f, "ddptrain_bucket_busbw_bytes_per_second{%s,bucket=\"%d\",bytes=\"%.0f\"} %.9g\n",
+			labels, b, s->bucket_bytes[b], s->bucket_busbw[b]);
+	gauge(of.f, "last_update_timestamp_seconds", "When this file was written (Unix time).", labels,
+	      (double)time(NULL));
+	return outfile_commit(&of, d);
+}

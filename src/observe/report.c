@@ -1,0 +1,575 @@
+/* report.c - progress lines, summary and the streamed JSON Lines metrics file. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/build.h" /* build_json: the summary names the build */
+#include "config.h" /* PACKAGE_VERSION */
+#include "observe/report.h"
+
+/* The parent of process pid, from /proc/pid/stat ("pid (comm) state ppid ..."), or -1. */
+static pid_t parent_of(pid_t pid)
+{
+	char path[64], buf[512], *close_paren;
+	FILE *f;
+	size_t n;
+	int ppid = -1;
+
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	f = fopen(path, "r");
+	if (f == NULL)
+		return -1;
+	n = fread(buf, 1, sizeof buf - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	close_paren = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
+	if (close_paren == NULL || sscanf(close_paren + 1, " %*c %d", &ppid) != 1)
+		return -1;
+	return (pid_t)ppid;
+}
+
+/* Does rank 0's output reach a terminal that takes \r and escapes? Not with TERM=dumb or
+ * no TERM. Open MPI gives each rank a pseudo-terminal of its own, whatever mpirun writes
+ * to, so under mpirun look past every ancestor that shares our standard output (a wrapper
+ * such as timeout or time between mpirun and ddptrain) to the first whose standard output
+ * is another file: the launcher's. Without mpirun, at ours. */
+static int output_is_terminal(void)
+{
+	const char *term = getenv("TERM");
+	struct stat mine, theirs;
+	char link[64], target[256];
+	pid_t p = getppid();
+	ssize_t n;
+
+	if (term == NULL || *term == '\0' || strcmp(term, "dumb") == 0)
+		return 0;
+	if (getenv("OMPI_COMM_WORLD_SIZE") == NULL)
+		return isatty(STDOUT_FILENO);
+	if (fstat(STDOUT_FILENO, &mine) != 0)
+		return 0;
+	for (int depth = 0; p > 1 && depth < 16; depth++, p = parent_of(p)) {
+		snprintf(link, sizeof link, "/proc/%d/fd/1", (int)p);
+		if (stat(link, &theirs) != 0)
+			return 0;
+		if (theirs.st_dev == mine.st_dev && theirs.st_ino == mine.st_ino)
+			continue; /* a wrapper writing where we write */
+		n = readlink(link, target, sizeof target - 1);
+		if (n <= 0)
+			return 0;
+		target[n] = '\0';
+		return strncmp(target, "/dev/pts/", 9) == 0 || strncmp(target, "/dev/tty", 8) == 0;
+	}
+	return 0;
+}
+
+/* Wall-clock time now as ISO 8601 UTC with milliseconds ("2026-11-30T14:12:00.123Z"). */
+static void wall_time(char *buf, size_t len)
+{
+	struct timespec ts;
+	struct tm tm;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	gmtime_r(&ts.tv_sec, &tm);
+	snprintf(buf, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03ldZ", tm.tm_year + 1900, tm.tm_mon + 1,
+		 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000L);
+}
+
+/* Append one record as a whole line with one write(): a reader (tail -f) or a killed run
+ * sees whole lines only. A short write (full disk) is cut back off the file. Every
+ * record gets the wall-clock time as its "time". */
+static void metrics_write(struct report *r, json_t *obj)
+{
+	char when[64], *text = NULL;
+	size_t len;
+
+	if (r->metrics_fd >= 0 && obj != NULL && r->metrics_err == 0) {
+		wall_time(when, sizeof when);
+		json_object_set_new(obj, "time", json_string(when));
+		text = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	}
+	if (text != NULL) {
+		struct stat sb;
+		off_t before = fstat(r->metrics_fd, &sb) == 0 ? sb.st_size : -1;
+		ssize_t w;
+
+		len = strlen(text);
+		text[len] = '\n'; /* json_dumps's terminator: the line is len + 1 bytes */
+		do
+			w = write(r->metrics_fd, text, len + 1);
+		while (w < 0 && errno == EINTR);
+		if (w != (ssize_t)(len + 1)) {
+			r->metrics_err = w < 0 ? errno : ENOSPC;
+			if (w > 0 && before >= 0 && ftruncate(r->metrics_fd, before) != 0)
+				r->metrics_err = errno;
+		}
+		free(text);
+	}
+	json_decref(obj);
+}
+
+/* The file is opened, and its "start" record written, with the first record of the run
+ * proper: a run refused before that leaves a previous file alone. */
+static int metrics_ready(struct report *r)
+{
+	json_t *first = r->metrics_start;
+
+	if (r->metrics_fd >= 0)
+		return 1;
+	if (first == NULL || r->metrics_err != 0)
+		return 0;
+	r->metrics_start = NULL;
+	/* Streamed in place (tail -f works, a stopped or crashed run keeps its lines); a
+	 * resumed run appends to the attempts before it. */
+	r->metrics_fd = open(r->metrics_path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK |
+					      (r->metrics_append ? O_APPEND : O_TRUNC), 0666);
+	if (r->metrics_fd < 0) {
+		r->metrics_err = errno;
+		json_decref(first);
+		return 0;
+	}
+	metrics_write(r, first);
+	return 1;
+}
+
+void report_training_starts(struct report *r)
+{
+	if (r->root)
+		metrics_ready(r);
+}
+
+static void metrics_line(struct report *r, json_t *obj)
+{
+	if (metrics_ready(r))
+		metrics_write(r, obj);
+	else
+		json_decref(obj);
+}
+
+/* Is the standard output still taking our lines? After a write error the report stops
+ * printing: a closed pipe (EPIPE) is not an error (training goes on, one note on stderr);
+ * anything else (a full disk) is reported at the end and makes the run fail. */
+static void out_check(struct report *r)
+{
+	if (r->out_err != 0 || !ferror(r->out))
+		return;
+	r->out_err = errno != 0 ? errno : EIO;
+	r->quiet = 1;
+	if (r->out_err == EPIPE)
+		fputs("ddptrain: standard output was closed: training goes on without progress lines\n",
+		      stderr);
+}
+
+void report_init(struct report *r, int root, int quiet)
+{
+	memset(r, 0, sizeof *r);
+	r->metrics_fd = -1;
+	r->root = root;
+	r->quiet = quiet;
+	r->out = stdout;
+	r->tty = root && output_is_terminal();
+	if (root)
+		setvbuf(stdout, NULL, _IOLBF, 0); /* whole lines, and a write error seen at once */
+}
+
+enum status report_open_metrics(struct report *r, const char *metrics_path, int append,
+				const char *config, struct diag *d)
+{
+	json_t *cfg;
+	char started[64];
+
+	if (!r->root || metrics_path == NULL)
+		return ST_OK;
+	r->metrics_path = strdup(metrics_path);
+	if (r->metrics_path == NULL)
+		return diag_set(d, ST_RUNTIME, "--metrics: out of memory");
+	r->metrics_append = append;
+	/* The first record of each attempt: who wrote it, when, and with which settings. */
+	cfg = json_object();
+	for (const char *line = config; line != NULL && *line != '\0';) {
+		size_t n = strcspn(line, "\n"), k = strcspn(line, "=");
+		char key[64], *val;
+
+		if (k < n && k < sizeof key) {
+			snprintf(key, sizeof key, "%.*s", (int)k - (line[0] == '-' && line[1] == '-' ? 2 : 0),
+				 line + (line[0] == '-' && line[1] == '-' ? 2 : 0));
+			val = strndup(line + k + 1, n - k - 1);
+			if (val != NULL)
+				json_object_set_new(cfg, key, json_string(val));
+			free(val);
+		}
+		line += n + (line[n] == '\n');
+	}
+	wall_time(started, sizeof started);
+	r->metrics_start = json_pack("{s:s, s:s, s:s, s:o, s:o}", "type", "start", "version",
+				     PACKAGE_VERSION, "start_time", started, "config", cfg, "build",
+				     build_json());
+	if (r->metrics_start == NULL)
+		return diag_set(d, ST_RUNTIME, "--metrics: out of memory");
+	return ST_OK;
+}
+
+void report_note(struct report *r, const char *fmt, ...)
+{
+	char raw[2048], line[4096];
+	va_list ap;
+
+	if (!r->root || r->quiet)
+		return;
+	if (r->line_open) {
+		fputc('\n', r->out);
+		r->line_open = 0;
+	}
+	va_start(ap, fmt);
+	vsnprintf(raw, sizeof raw, fmt, ap);
+	va_end(ap);
+	diag_escape(line, sizeof line, raw); /* names from the command line, escaped */
+	fprintf(r->out, "# %s\n", line);
+	out_check(r);
+}
+
+void report_step(struct report *r, long epoch, long epochs, long step, long total, double loss,
+		 double acc, double lr, double samples_per_s, double elapsed, long steps_here)
+{
+	double eta = steps_here > 0 ? elapsed / (double)steps_here * (double)(total - step) : 0.0;
+	json_t *obj;
+
+	if (!r->root)
+		return;
+	if (!r->quiet && r->tty) {
+		/* One line, redrawn in place; \033[K clears what a longer line left. */
+		fprintf(r->out, "\r epoch %ld/%ld  step %ld/%ld  loss %.6f", epoch, epochs, step, total, loss);
+		if (isfinite(acc))
+			fprintf(r->out, "  acc %.2f%%", 100.0 * acc);
+		fprintf(r->out, "  %.0f samples/s  %.1f s  ETA %.1f s\033[K", samples_per_s, elapsed, eta);
+		r->line_open = step != total;
+		if (!r->line_open)
+			fputc('\n', r->out);
+		fflush(r->out);
+	} else if (!r->quiet) {
+		if (!r->header_done) {
+			fprintf(r->out, "#%7s %13s %12s", "epoch", "step", "loss");
+			if (isfinite(acc))
+				fprintf(r->out, " %8s", "acc_%");
+			fprintf(r->out, " %14s %12s %10s\n", "samples/s", "elapsed_s", "eta_s");
+			r->header_done = 1;
+		}
+		fprintf(r->out, " %7ld %6ld/%-6ld %12.6f", epoch, step, total, loss);
+		if (isfinite(acc))
+			fprintf(r->out, " %8.2f", 100.0 * acc);
+		fprintf(r->out, " %14.0f %12.3f %10.1f\n", samples_per_s, elapsed, eta);
+	}
+	out_check(r);
+	obj = json_pack("{s:s, s:I, s:I, s:f}", "type", "step", "step", (json_int_t)step, "epoch",
+			(json_int_t)epoch, "loss", loss);
+	if (obj != NULL && isfinite(acc))
+		json_object_set_new(obj, "accuracy", json_real(acc));
+	if (obj != NULL) {
+		json_object_set_new(obj, "lr", json_real(lr));
+		json_object_set_new(obj, "samples_per_s", json_real(samples_per_s));
+		json_object_set_new(obj, "elapsed_s", json_real(elapsed));
+		json_object_set_new(obj, "eta_s", json_real(eta));
+	}
+	metrics_line(r, obj);
+}
+
+void report_eval(struct report *r, long step, long epoch, double loss, double acc, size_t n)
+{
+	json_t *obj;
+
+	if (!r->root)
+		return;
+	if (!r->quiet) {
+		if (r->line_open) { /* a redrawn progress line is on the terminal */
+			fputc('\n', r->out);
+			r->line_open = 0;
+		}
+		fprintf(r->out, "# eval after step %ld (epoch %ld): validation loss %.6f", step, epoch, loss);
+		if (isfinite(acc))
+			fprintf(r->out, ", accuracy %.2f%% (%.0f of %zu)", 100.0 * acc, acc * (double)n, n);
+		fprintf(r->out, "\n");
+		fflush(r->out);
+		out_check(r);
+	}
+	obj = json_pack("{s:s, s:I, s:I, s:f}", "type", "eval", "step", (json_int_t)step, "epoch",
+			(json_int_t)epoch, "loss", loss);
+	if (obj != NULL && isfinite(acc))
+		json_object_set_new(obj, "accuracy", json_real(acc));
+	if (obj != NULL)
+		json_object_set_new(obj, "samples", json_integer((json_int_t)n));
+	metrics_line(r, obj);
+}
+
+const char *const dp_phase_names[DP_NPHASES] = {
+	"scatter", "replicate", "forward", "gather", "loss", "backward", "reduce", "step",
+};
+
+static void report_dp_replicas(struct report *r, const struct replica_stats *rep, int n, long steps)
+{
+	double per = steps > 0 ? 1.0 / (double)steps : 0.0;
+
+	fprintf(r->out, "# dp per replica: ms per step in each phase, KiB moved per step, state MiB\n");
+	fprintf(r->out, "#%7s", "replica");
+	for (int p = 0; p < DP_NPHASES; p++)
+		fprintf(r->out, " %9s", dp_phase_names[p]);
+	fprintf(r->out, " %10s %10s %9s\n", "in_KiB", "out_KiB", "state_MiB");
+	for (int i = 0; i < n; i++) {
+		fprintf(r->out, "#%7d", i);
+		for (int p = 0; p < DP_NPHASES; p++)
+			fprintf(r->out, " %9.4f", 1e3 * rep[i].seconds[p] * per);
+		fprintf(r->out, " %10.1f %10.1f %9.3f\n", rep[i].bytes_in * per / 1024.0,
+			rep[i].bytes_out * per / 1024.0, (double)rep[i].state_bytes / 1048576.0);
+	}
+}
+
+static void report_ddp_ranks(struct report *r, const struct replica_stats *rep, const double *rss_mib,
+		      int n, long steps)
+{
+	double per = steps > 0 ? 1.0 / (double)steps : 0.0;
+
+	fprintf(r->out, "# ddp per rank: ms per step, KiB all-reduced per step, state MiB, peak RSS MiB, all-reduce share of the step\n");
+	fprintf(r->out, "#%7s %9s %9s %9s %10s %9s %9s %7s\n", "rank", "compute", "ar_wait", "step",
+		"ar_KiB", "state_MiB", "rss_MiB", "ar_%");
+	for (int i = 0; i < n; i++) {
+		double step = rep[i].compute_s + rep[i].wait_s;
+
+		fprintf(r->out, "#%7d %9.4f %9.4f %9.4f %10.1f %9.3f %9.1f %7.1f\n", i,
+			1e3 * rep[i].compute_s * per, 1e3 * rep[i].wait_s * per, 1e3 * step * per,
+			rep[i].bytes_out * per / 1024.0, (double)rep[i].state_bytes / 1048576.0,
+			rss_mib[i], step > 0 ? 100.0 * rep[i].wait_s / step : 0.0);
+	}
+}
+
+/* nccl-tests' figures for each bucket's all-reduce, as rank 0 saw them. */
+static void report_buckets(struct report *r, const struct report_summary *s)
+{
+	fprintf(r->out, "# all-reduce per bucket on rank 0 (launch to completion, mean over steps; busbw = algbw x 2(n-1)/n, n = %d)\n",
+		s->replicas);
+	fprintf(r->out, "#%7s %7s %12s %7s %10s %10s %11s %11s %11s\n", "bucket", "layers", "bytes",
+		"count", "time_ms", "best_ms", "algbw_GB/s", "busbw_GB/s", "best_busbw");
+	for (int b = 0; b < s->nbuckets; b++) {
+		const struct bucket_stats *x = &s->buckets[b];
+		double mean = x->count > 0 ? x->sum_s / (double)x->count : 0.0;
+		double algbw = mean > 0 ? x->bytes / mean / 1e9 : 0.0;
+		double best = x->min_s > 0 ? x->bytes / x->min_s / 1e9 : 0.0;
+		char layers[32];
+
+		if (x->lo < 0) /* frozen layers: a bucket of the loss and stop slots only */
+			snprintf(layers, sizeof layers, "slots");
+		else
+			snprintf(layers, sizeof layers, "%d-%d", x->hi, x->lo);
+		fprintf(r->out, "#%7d %7s %12.0f %7ld %10.4f %10.4f %11.3f %11.3f %11.3f\n", b, layers,
+			x->bytes, x->count, 1e3 * mean, 1e3 * x->min_s, algbw,
+			report_busbw(algbw, s->replicas), report_busbw(best, s->replicas));
+	}
+}
+
+/* Each rank's step-time percentiles and the slowest rank by compute time. */
+static void report_stragglers(struct report *r, const struct report_summary *s)
+{
+	double ratio;
+	int worst = straggler_slowest(s->strag, s->replicas, &ratio);
+
+	fprintf(r->out, "# step time per rank (ms): percentiles over the steps, and compute (the step less its all-reduce wait)\n");
+	fprintf(r->out, "#%7s %10s %10s %10s %12s  %s\n", "rank", "step_p50", "step_p99", "step_max",
+		"compute_p50", "host");
+	for (int i = 0; i < s->replicas; i++) {
+		const struct straggler_rank *x = &s->strag[i];
+
+		fprintf(r->out, "#%7d %10.4f %10.4f %10.4f %12.4f  %s\n", i, 1e3 * x->step_p50,
+			1e3 * x->step_p99, 1e3 * x->step_max, 1e3 * x->busy_p50, x->host);
+	}
+	fprintf(r->out, "# slowest rank: %d on %s, compute p50 %.4f ms per step, %.2fx the median rank's\n",
+		worst, s->strag[worst].host, 1e3 * s->strag[worst].busy_p50, ratio);
+}
+
+double report_peak_rss_mib(void)
+{
+	struct rusage ru;
+
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
+		return 0.0;
+	return (double)ru.ru_maxrss / 1024.0; /* KiB on Linux */
+}
+
+/* The per-replica (dp) or per-rank (ddp) figures, as a JSON array. */
+static json_t *metrics_per_replica(const struct report_summary *s)
+{
+	json_t *arr = json_array();
+	double per = s->steps > 0 ? 1.0 / (double)s->steps : 0.0;
+
+	for (int i = 0; i < s->replicas; i++) {
+		const struct replica_stats *x = &s->rep[i];
+		json_t *o = json_pack("{s:i, s:f, s:f, s:I}", "index", i, "bytes_in_per_step",
+				      x->bytes_in * per, "bytes_out_per_step", x->bytes_out * per,
+				      "state_bytes", (json_int_t)x->state_bytes);
+
+		if (strcmp(s->mode, "dp") == 0) {
+			for (int p = 0; p < DP_NPHASES; p++) {
+				char key[32];
+
+				snprintf(key, sizeof key, "%s_ms_per_step", dp_phase_names[p]);
+				json_object_set_new(o, key, json_real(1e3 * x->seconds[p] * per));
+			}
+		} else {
+			json_object_set_new(o, "compute_ms_per_step", json_real(1e3 * x->compute_s * per));
+			json_object_set_new(o, "allreduce_wait_ms_per_step", json_real(1e3 * x->wait_s * per));
+			json_object_set_new(o, "peak_rss_mib", json_real(s->rss_mib[i]));
+		}
+		json_array_append_new(arr, o);
+	}
+	return arr;
+}
+
+/* The summary's all-reduce bandwidth per bucket and the step-time percentiles per rank. */
+static void metrics_observers(json_t *sum, const struct report_summary *s)
+{
+	if (sum == NULL)
+		return;
+	if (s->nbuckets > 0) {
+		json_t *arr = json_array();
+
+		for (int b = 0; b < s->nbuckets; b++) {
+			const struct bucket_stats *x = &s->buckets[b];
+			double mean = x->count > 0 ? x->sum_s / (double)x->count : 0.0;
+			double algbw = mean > 0 ? x->bytes / mean : 0.0;
+
+			json_array_append_new(arr, json_pack("{s:i, s:i, s:i, s:f, s:I, s:f, s:f, s:f, s:f}",
+							     "bucket", b, "first_layer", x->lo, "last_layer", x->hi,
+							     "bytes", x->bytes, "count", (json_int_t)x->count,
+							     "mean_s", mean, "min_s", x->min_s,
+							     "algbw_bytes_per_s", algbw, "busbw_bytes_per_s",
+							     report_busbw(algbw, s->replicas)));
+		}
+		json_object_set_new(sum, "allreduce_buckets", arr);
+	}
+	if (s->strag != NULL) {
+		json_t *arr = json_array();
+		double ratio;
+		int worst = straggler_slowest(s->strag, s->replicas, &ratio);
+
+		for (int i = 0; i < s->replicas; i++) {
+			const struct straggler_rank *x = &s->strag[i];
+
+			json_array_append_new(arr, json_pack("{s:i, s:s, s:f, s:f, s:f, s:f}", "rank", i, "host",
+							     x->host, "step_p50_s", x->step_p50, "step_p99_s",
+							     x->step_p99, "step_max_s", x->step_max, "compute_p50_s",
+							     x->busy_p50));
+		}
+		json_object_set_new(sum, "step_times", arr);
+		json_object_set_new(sum, "slowest_rank", json_pack("{s:i, s:s, s:f}", "rank", worst, "host",
+								   s->strag[worst].host, "ratio_to_median",
+								   ratio));
+	}
+}
+
+enum status report_finish(struct report *r, const struct report_summary *s, int success,
+			  struct diag *d)
+{
+	enum status st = ST_OK;
+
+	if (!r->root)
+		return ST_OK;
+	if (r->line_open) {
+		fputc('\n', r->out);
+		r->line_open = 0;
+	}
+	if (success && !r->quiet) {
+		if (strcmp(s->mode, "dp") == 0)
+			report_dp_replicas(r, s->rep, s->replicas, s->steps);
+		else
+			report_ddp_ranks(r, s->rep, s->rss_mib, s->replicas, s->steps);
+		if (s->nbuckets > 0 && s->replicas > 1)
+			report_buckets(r, s);
+		if (s->strag != NULL && s->replicas > 1)
+			report_stragglers(r, s);
+		fprintf(r->out, "# done: %ld steps, %ld epochs in %.3f s, %.0f samples/s\n", s->steps,
+			s->epochs, s->seconds, s->samples_per_s);
+		fprintf(r->out, "# loss: first %.6f, final %.6f\n", s->first_loss, s->final_loss);
+		if (strcmp(s->mode, "ddp") == 0)
+			fprintf(r->out, "# all-reduce wait: %.1f%% of the step on rank 0 (per rank: ar_%% above)\n",
+				100.0 * s->comm_wait_share);
+
+		fprintf(r->out, "# summary: mode=%s replicas=%d steps=%ld seconds=%.6f samples_per_s=%.1f ms_per_step=%.6f state_mib=%.3f\n",
+			s->mode, s->replicas, s->steps, s->seconds, s->samples_per_s,
+			s->steps > 0 ? 1e3 * s->seconds / (double)s->steps : 0.0, s->state_mib);
+	}
+	if (fflush(r->out) != 0 || ferror(r->out))
+		out_check(r);
+	if (r->out_err != 0 && r->out_err != EPIPE)
+		st = diag_errno(d, r->out_err, "standard output: write error");
+	if (r->metrics_path == NULL)
+		return st;
+	if (success) {
+		json_t *sumj = json_pack("{s:s, s:s, s:i, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:o}",
+					 "type", "summary", "mode", s->mode, "replicas", s->replicas,
+					 "steps", (json_int_t)s->steps, "epochs", (json_int_t)s->epochs,
+					 "seconds", s->seconds, "samples_per_s", s->samples_per_s,
+					 "first_loss", s->first_loss, "final_loss", s->final_loss,
+					 "comm_wait_share", s->comm_wait_share, "per_replica",
+					 metrics_per_replica(s));
+
+		metrics_observers(sumj, s);
+		if (sumj != NULL)
+			json_object_set_new(sumj, "build", build_json());
+		metrics_line(r, sumj);
+	}
+	if (r->metrics_fd >= 0 && r->metrics_err == 0 && fsync(r->metrics_fd) != 0 && errno != EINVAL)
+		r->metrics_err = errno;
+	if (r->metrics_err != 0 && st == ST_OK)
+		st = diag_errno(d, r->metrics_err, "--metrics: %s: write", r->metrics_path);
+	r->finished = 1;
+	return st;
+}
+
+void report_end(struct report *r, int exit_code, const char *why)
+{
+	if (r->metrics_path == NULL || r->finished)
+		return;
+	r->finished = 1;
+	if (exit_code == 2 && r->metrics_fd < 0)
+		return; /* refused before its first record: the file is not touched */
+	metrics_line(r, json_pack("{s:s, s:i, s:s?}", "type", "end", "exit_code", exit_code,
+				  "reason", why));
+}
+
+void report_free(struct report *r)
+{
+	if (r->metrics_fd >= 0)
+		close(r->metrics_fd);
+	r->metrics_fd = -1;
+	json_decref(r->metrics_start);
+	r->metrics_start = NULL;
+	free(r->metrics_path);
+	r->metrics_path = NULL;
+}
+
+void report_ranks(struct report *r, struct world *w, const char *device, const char *path)
+{
+	struct rank_line {
+		int pid, local;
+		char host[64], device[160], path[96];
+	} mine = {0}, *all = NULL;
+	struct diag ignore = {0};
+
+	mine.pid = (int)getpid();
+	mine.local = w->local_rank;
+	gethostname(mine.host, sizeof mine.host - 1);
+	snprintf(mine.device, sizeof mine.device, "%s", device);
+	snprintf(mine.path, sizeof mine.path, "%s", path);
+	if (w->rank == 0)
+		all = calloc((size_t)w->size, sizeof *all);
+	if (world_gather(w, &mine, sizeof mine, all, &ignore) == ST_OK && all != NULL)
+		for (int i = 0; i < w->size; i++)
+			report_note(r, "  rank %3d: pid %7d on %s, node-local rank %d, device %s, backend %s",
+				    i, all[i].pid, all[i].host, all[i].local, all[i].device, all[i].path);
+	free(all);
+}

@@ -1,0 +1,140 @@
+/*
+ * report.h - what rank 0 tells the user: a '#' header, one progress line per
+ * --log-every optimizer steps, a '#' summary, and the --metrics JSON Lines
+ * file.
+ *
+ * The metrics file is streamed: each record is one whole line, written with
+ * one write() as it happens, so `tail -f` follows a run and a stopped, failed
+ * or killed run keeps every record it wrote (whole lines only). Each attempt
+ * starts with a "start" record (version, start time, configuration); a resumed
+ * run appends to the file. Every record has the wall-clock "time".
+ *
+ * Standard output is line-buffered. When a write to it fails the report stops
+ * printing; a closed pipe is not an error, any other write error is reported
+ * by report_finish.
+ *
+ * Every function is a no-op on ranks other than 0.
+ */
+#ifndef DDPT_REPORT_H
+#define DDPT_REPORT_H
+
+#include <stdio.h>
+
+#include "core/status.h"
+#include "observe/straggler.h" /* struct straggler_rank */
+#include "dist/world.h" /* struct world, world_gather */
+
+struct json_t; /* jansson's */
+
+/* Phases of a DataParallel step, as the dp report names them. */
+enum dp_phase {
+	DP_SCATTER, DP_REPLICATE, DP_FORWARD, DP_GATHER, DP_LOSS, DP_BACKWARD, DP_REDUCE, DP_STEP,
+	DP_NPHASES
+};
+extern const char *const dp_phase_names[DP_NPHASES];
+
+/* What one replica did over the whole run. */
+struct replica_stats {
+	double seconds[DP_NPHASES]; /* dp: time spent in each phase */
+	double compute_s;           /* ddp: training-loop time not spent waiting for all-reduces */
+	double wait_s;              /* ddp: time blocked completing all-reduces */
+	double bytes_in, bytes_out; /* data moved into and out of this replica's memory */
+	size_t state_bytes;         /* backend memory held: weights, grads, optimizer, activations */
+};
+
+/* One gradient bucket's all-reduces over the run, as this rank saw them: from launch to
+ * completion, so with overlap they include time the collective waited for other ranks'
+ * backward (a lower bound on what the link can do, like a busy nccl-tests run). */
+struct bucket_stats {
+	int lo, hi;     /* the layers it holds */
+	double bytes;   /* payload per all-reduce */
+	long count;
+	double sum_s;   /* total launch-to-completion time */
+	double min_s;   /* the fastest one */
+};
+
+/* nccl-tests' bus bandwidth of an all-reduce over n ranks: algbw x 2(n-1)/n. */
+static inline double report_busbw(double algbw, int n)
+{
+	return n > 1 ? algbw * 2.0 * (double)(n - 1) / (double)n : 0.0;
+}
+
+struct report {
+	int root;           /* this rank prints */
+	int quiet;
+	FILE *out;          /* progress and summary (stdout) */
+	int metrics_fd;     /* JSON Lines, or -1 (not opened yet, or not asked for) */
+	char *metrics_path; /* or NULL: no --metrics */
+	int metrics_append; /* open for appending (resume), else start afresh */
+	struct json_t *metrics_start; /* the "start" record, until the file is opened */
+	int metrics_err;    /* errno of the first failed metrics write; no more are tried */
+	int out_err;        /* errno of the first failed write to out; printing stopped */
+	int finished;       /* the last record (summary or end) is written */
+	int header_done;
+	int tty;            /* stdout is a terminal: one progress line, redrawn in place */
+	int line_open;      /* a redrawn line awaits its newline */
+};
+
+/* Start reporting; root is 1 on the rank that reports. */
+void report_init(struct report *r, int root, int quiet);
+/* Prepare the metrics file if asked (append: keep the records already there, as a
+ * resumed run does; else start it afresh) and its "start" record, whose "config" object
+ * has a key for each "--flag=value" line of config. The file is opened and the record
+ * written when training starts (report_training_starts) or with the first record after
+ * it, so a run refused before that (exit 2) leaves a previous file alone. */
+enum status report_open_metrics(struct report *r, const char *metrics_path, int append,
+				const char *config, struct diag *d);
+/* Training begins (the trainers call it once their own checks passed): the metrics file
+ * is opened now and its "start" record written, so even a run killed before its first
+ * logged step leaves its attempt on record. */
+void report_training_starts(struct report *r);
+/* A '#' line (printf-style) on the terminal, unless quiet. */
+void report_note(struct report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* One logged optimizer step: epoch of epochs, step of total, the loss and accuracy (means
+ * since the last line; accuracy NaN when the loss has none), the step's lr, samples/s,
+ * elapsed seconds and the steps this run has taken (for the ETA). */
+void report_step(struct report *r, long epoch, long epochs, long step, long total, double loss,
+		 double acc, double lr, double samples_per_s, double elapsed, long steps_here);
+/* One evaluation of the validation set of n samples after `step` steps, in epoch (1-based):
+ * its mean loss and accuracy (NaN when the loss has none). */
+void report_eval(struct report *r, long step, long epoch, double loss, double acc, size_t n);
+
+struct report_summary {
+	long steps;
+	long epochs;
+	double seconds;
+	double samples_per_s;
+	double first_loss, final_loss;
+	double comm_wait_share; /* fraction of step time this rank waited for all-reduces */
+	const char *mode;       /* "ddp" or "dp" */
+	int replicas;           /* ranks (ddp) or worker threads (dp) */
+	double state_mib;       /* largest per-replica state, MiB */
+	/* dp: each replica's phases, bytes and memory; ddp: each rank's compute, all-reduce
+	 * wait, bytes, memory and (rss_mib) peak resident memory. */
+	const struct replica_stats *rep;
+	const double *rss_mib;  /* ddp only, one per rank */
+	int nbuckets;           /* ddp: rank 0's all-reduce figures per bucket */
+	const struct bucket_stats *buckets;
+	const struct straggler_rank *strag; /* ddp: each rank's step-time percentiles, or NULL */
+};
+
+/* One "#" line per rank (nccl-tests style), gathered onto rank 0: pid, host and node-local
+ * rank (found here), and what the caller says of the rank: its device ("cpu", "GPU 0 of
+ * 2 (...)") and its gradient path ("mpi", "mpi, staged ..."). Collective over w. */
+void report_ranks(struct report *r, struct world *w, const char *device, const char *path);
+
+/* Peak resident memory of this process in MiB. */
+double report_peak_rss_mib(void);
+
+/* Print the per-replica (dp) or per-rank (ddp) table and the summary, write the metrics
+ * summary record and sync the file. Fails if standard output or the metrics file could
+ * not be written (a closed standard output excepted). */
+enum status report_finish(struct report *r, const struct report_summary *s, int success,
+			  struct diag *d);
+/* A run that did not finish: its last metrics record, {"type":"end","exit_code":...,
+ * "reason":why (may be NULL)}. Nothing after report_finish. */
+void report_end(struct report *r, int exit_code, const char *why);
+/* Safe to call twice. */
+void report_free(struct report *r);
+
+#endif

@@ -1,0 +1,514 @@
+/* checkpoint.c - the model's state dict in safetensors files: --init, --save and
+ * training checkpoints (writing, verifying, reading). */
+#define _GNU_SOURCE /* memmem */
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "store/checkpoint.h"
+#include "config.h"      /* PACKAGE_VERSION */
+#include "core/digest.h"      /* digest_sha256_hex */
+#include "train/optimizer.h"   /* optimizer_is_state_tensor */
+#include "store/safetensors.h" /* st_open, st_find, st_read_f32, st_save */
+
+#define MAX_TENSORS (MODEL_MAX_ARENAS * 2 * MODEL_MAX_LAYERS)
+
+#define SHA_HEX DIGEST_HEX
+
+/* Safetensors entries for state dict tensors t[0..n), whose arenas lie in host arena
+ * after arena from arena `first` on. */
+static void tensor_entries(const struct model *m, const struct model_tensor *t, int n, int first,
+			   const float *host, struct st_entry *e)
+{
+	for (int k = 0; k < n; k++) {
+		e[k].name = t[k].name;
+		e[k].ndim = t[k].ndim;
+		e[k].shape[0] = t[k].shape[0];
+		e[k].shape[1] = t[k].shape[1];
+		e[k].data = host + model_state_floats(m, first, t[k].arena) + t[k].off;
+	}
+}
+
+/* "[out, in]" or "[out]". */
+static const char *shape_text(const struct model_tensor *t, char *buf, size_t len)
+{
+	if (t->ndim == 2)
+		snprintf(buf, len, "[%d, %d]", t->shape[0], t->shape[1]);
+	else
+		snprintf(buf, len, "[%d]", t->shape[0]);
+	return buf;
+}
+
+/* The tensor's name up to its first '.' ("net3" of "net3.bias"). */
+static int module_len(const char *name)
+{
+	return (int)strcspn(name, ".");
+}
+
+enum status checkpoint_read_weights(const char *path, const struct model *m, float *host,
+				    struct diag *d)
+{
+	struct model_tensor t[2 * MODEL_MAX_LAYERS];
+	struct st_file f;
+	enum status st;
+	char what[600], shape[64];
+	int n = model_state_dict(m, 0, 1, t);
+
+	st = st_open(&f, path, "--init", d);
+	if (st != ST_OK)
+		return st;
+	snprintf(what, sizeof what, "--init: %s", path);
+	for (int k = 0; k < n && st == ST_OK; k++) {
+		const struct st_tensor *x = st_find(&f, t[k].name);
+
+		if (x == NULL)
+			st = diag_set(d, ST_RUNTIME, "%s: no tensor '%s' (expected for --layers)", what, t[k].name);
+		else if (x->ndim != t[k].ndim || x->shape[0] != t[k].shape[0] ||
+			 (t[k].ndim == 2 && x->shape[1] != t[k].shape[1]))
+			st = diag_set(d, ST_RUNTIME, "%s: tensor '%s' has the wrong shape; --layers needs %s",
+				      what, t[k].name, shape_text(&t[k], shape, sizeof shape));
+		else
+			st = st_read_f32(&f, x, host + t[k].off, t[k].len, what, d);
+	}
+	if (st == ST_OK && !model_all_finite(host, m->nparams))
+		st = diag_set(d, ST_RUNTIME, "%s: weights contain a non-finite value", what);
+	/* Strict, as PyTorch's load_state_dict: a tensor the model has no place for means the
+	 * file is for another model. A checkpoint's optimizer state is not weights. */
+	for (size_t i = 0; i < f.n && st == ST_OK; i++) {
+		const char *name = f.t[i].name;
+		int k = 0;
+
+		if (optimizer_is_state_tensor(name))
+			continue;
+		while (k < n && strcmp(name, t[k].name) != 0)
+			k++;
+		if (k == n) {
+			char q[160];
+
+			st = diag_set(d, ST_RUNTIME, "%s: unexpected tensor '%s': --layers has %.*s to %.*s (weight and bias each)",
+				      what, diag_quote(q, sizeof q, name), module_len(t[0].name), t[0].name,
+				      module_len(t[n - 1].name), t[n - 1].name);
+		}
+	}
+	st_close(&f);
+	return st;
+}
+
+enum status checkpoint_write_weights(const char *path, const char *flag, const struct model *m,
+				     const float *host, struct diag *d)
+{
+	struct model_tensor t[2 * MODEL_MAX_LAYERS];
+	struct st_entry e[2 * MODEL_MAX_LAYERS];
+	const char *meta[] = {"format", "pt", "producer", "ddptrain " PACKAGE_VERSION};
+	int n = model_state_dict(m, 0, 1, t);
+
+	tensor_entries(m, t, n, 0, host, e);
+	return st_save(path, flag, e, (size_t)n, meta, 2, d);
+}
+
+enum status checkpoint_stage_weights(const char *path, const char *flag, const struct model *m,
+				     const float *host, struct st_pending *out, struct diag *d)
+{
+	struct model_tensor t[2 * MODEL_MAX_LAYERS];
+	struct st_entry e[2 * MODEL_MAX_LAYERS];
+	const char *meta[] = {"format", "pt", "producer", "ddptrain " PACKAGE_VERSION};
+	int n = model_state_dict(m, 0, 1, t);
+
+	tensor_entries(m, t, n, 0, host, e);
+	return st_write(out, path, flag, e, (size_t)n, meta, 2, d);
+}
+
+/* The JSON header of an opened safetensors file (st_open validated its length). */
+static json_t *header_json(const struct st_file *f)
+{
+	size_t hlen = 0;
+
+	for (int b = 7; b >= 0; b--)
+		hlen = hlen << 8 | ((const unsigned char *)f->map)[b];
+	return json_loadb((const char *)f->map + 8, hlen, 0, NULL);
+}
+
+/* A metadata string, or NULL. */
+static const char *meta_get(json_t *md, const char *key)
+{
+	json_t *v = json_object_get(md, key);
+
+	return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+/* Is path a checkpoint of this lineage? Unreadable files and other runs' are not. */
+static int same_lineage(const char *path, const char *lineage)
+{
+	struct diag ignore = {0};
+	struct st_file f;
+	json_t *root;
+	const char *l;
+	int same;
+
+	if (st_open(&f, path, "--keep-checkpoints", &ignore) != ST_OK)
+		return 0;
+	root = header_json(&f);
+	l = meta_get(json_object_get(root, "__metadata__"), "lineage");
+	same = l != NULL && strcmp(l, lineage) == 0;
+	json_decref(root);
+	st_close(&f);
+	return same;
+}
+
+/* The step of "BASE.step-DIGITS" (any number of digits), or -1 for another name. */
+long checkpoint_numbered_step(const char *name, const char *base)
+{
+	size_t blen = strlen(base), nd;
+	const char *digits;
+	char *end;
+	long step;
+
+	if (strncmp(name, base, blen) != 0 || strncmp(name + blen, ".step-", 6) != 0)
+		return -1;
+	digits = name + blen + 6;
+	nd = strlen(digits);
+	if (nd == 0 || nd > 18 || strspn(digits, "0123456789") != nd)
+		return -1;
+	errno = 0;
+	step = strtol(digits, &end, 10);
+	return errno == 0 && *end == '\0' ? step : -1;
+}
+
+struct numbered {
+	char *name;
+	long step;
+};
+
+static int by_step(const void *a, const void *b)
+{
+	long x = ((const struct numbered *)a)->step, y = ((const struct numbered *)b)->step;
+
+	return (x > y) - (x < y);
+}
+
+/* Keep the newest `keep` of this lineage's path.step-N: link the new one, then remove the
+ * oldest by step. Files of another run (another lineage, or not a checkpoint) are left
+ * alone and not counted, so a stale set cannot push out the current run's. */
+static enum status keep_numbered(const char *path, long step, int keep, const char *lineage,
+				 struct diag *d)
+{
+	char numbered[4200], *dcopy = strdup(path), *bcopy = strdup(path);
+	const char *dir, *base;
+	struct dirent *e;
+	struct numbered *found = NULL;
+	size_t nfound = 0, cap = 0;
+	DIR *dp;
+	enum status st = ST_OK;
+
+	if (dcopy == NULL || bcopy == NULL) {
+		free(dcopy);
+		free(bcopy);
+		return diag_set(d, ST_RUNTIME, "--keep-checkpoints: out of memory");
+	}
+	dir = dirname(dcopy);
+	base = basename(bcopy);
+	snprintf(numbered, sizeof numbered, "%s.step-%08ld", path, step);
+	unlink(numbered);
+	if (link(path, numbered) != 0) {
+		st = diag_errno(d, errno, "--keep-checkpoints: %s", numbered);
+		goto out;
+	}
+	dp = opendir(dir);
+	while (dp != NULL && (e = readdir(dp)) != NULL) {
+		long s = checkpoint_numbered_step(e->d_name, base);
+		char full[4200];
+
+		snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+		if (s < 0 || !same_lineage(full, lineage))
+			continue;
+		if (nfound == cap) {
+			struct numbered *g = realloc(found, (cap = cap ? 2 * cap : 16) * sizeof *found);
+
+			if (g == NULL)
+				break;
+			found = g;
+		}
+		found[nfound].name = strdup(full);
+		found[nfound++].step = s;
+	}
+	if (dp != NULL)
+		closedir(dp);
+	qsort(found, nfound, sizeof *found, by_step);
+	for (size_t i = 0; i + (size_t)keep < nfound; i++)
+		if (found[i].name != NULL)
+			unlink(found[i].name);
+	for (size_t i = 0; i < nfound; i++)
+		free(found[i].name);
+	free(found);
+out:
+	free(dcopy);
+	free(bcopy);
+	return st;
+}
+
+void checkpoint_new_lineage(char lineage[CKPT_LINEAGE])
+{
+	unsigned char r[16] = {0};
+	struct timespec ts;
+	FILE *f = fopen("/dev/urandom", "rb");
+
+	if (f == NULL || fread(r, 1, sizeof r, f) != sizeof r) {
+		/* no urandom: time and pid still tell runs apart */
+		clock_gettime(CLOCK_REALTIME, &ts);
+		snprintf((char *)r, sizeof r, "%lx%x", (long)ts.tv_nsec ^ (long)ts.tv_sec, (unsigned)getpid());
+	}
+	if (f != NULL)
+		fclose(f);
+	for (int i = 0; i < 16; i++)
+		sprintf(lineage + 2 * i, "%02x", r[i]);
+}
+
+/* The header is hashed with the sha256 value as 64 zeros: writer and reader both hash
+ * the exact header bytes, so every field (position, configuration, tensor offsets) is
+ * covered, not only the tensor data. */
+#define SHA_KEY "\"sha256\":\""
+static const char sha_zeros[SHA_HEX] =
+	"0000000000000000000000000000000000000000000000000000000000000000";
+
+enum status checkpoint_save(const char *path, int keep, const struct model *m,
+			    const float *host, const struct ckpt_pos *pos, const char *config,
+			    struct diag *d)
+{
+	struct model_tensor t[MAX_TENSORS];
+	struct st_entry e[MAX_TENSORS];
+	char sha[SHA_HEX] = "", *header;
+	char ver[16], step[32], epoch[32], mb[32], world[16], best[40];
+	const void *bufs[MAX_TENSORS + 1];
+	size_t lens[MAX_TENSORS + 1], hlen = 0;
+	const char *meta[24];
+	int n = model_state_dict(m, 0, m->narenas, t), nm = 0, ok;
+	enum status st;
+
+	/* Data and starting weights were checked finite when loaded: this is divergence. */
+	if (!model_all_finite(host, model_state_floats(m, 0, m->narenas)))
+		return diag_set(d, ST_RUNTIME, "training diverged: the weights are not finite after step %ld; lower --lr (--checkpoint: %s not written, the previous checkpoint is kept)",
+				pos->step, path);
+	tensor_entries(m, t, n, 0, host, e);
+	snprintf(ver, sizeof ver, "%d", CHECKPOINT_VERSION);
+	snprintf(step, sizeof step, "%ld", pos->step);
+	snprintf(epoch, sizeof epoch, "%ld", pos->epoch);
+	snprintf(mb, sizeof mb, "%ld", pos->next_mb);
+	snprintf(world, sizeof world, "%d", pos->world);
+#define META(k, v) (meta[nm++] = (k), meta[nm++] = (v))
+	META("format", "pt");
+	META("ddptrain_checkpoint", ver);
+	META("step", step);
+	META("epoch", epoch);
+	META("next_micro_batch", mb);
+	META("world_size", world);
+	META("momentum", m->narenas > 1 ? "yes" : "no"); /* optimizer state follows */
+	META("lineage", pos->lineage);
+	if (pos->have_best) {
+		snprintf(best, sizeof best, "%.17g", pos->best_loss);
+		META("best_val_loss", best);
+	}
+	META("config", config);
+	META("sha256", sha_zeros);
+#undef META
+	header = st_header(e, (size_t)n, meta, (size_t)nm / 2, &hlen);
+	if (header == NULL)
+		return diag_set(d, ST_RUNTIME, "--checkpoint: %s: cannot build the header", path);
+	bufs[0] = header;
+	lens[0] = hlen;
+	for (int k = 0; k < n; k++) {
+		bufs[k + 1] = e[k].data;
+		lens[k + 1] = t[k].len * sizeof(float);
+	}
+	ok = digest_sha256_hex(bufs, lens, n + 1, sha);
+	free(header);
+	if (!ok)
+		return diag_set(d, ST_RUNTIME, "--checkpoint: SHA-256 failed");
+	meta[nm - 1] = sha;
+	st = st_save(path, "--checkpoint", e, (size_t)n, meta, (size_t)nm / 2, d);
+	if (st == ST_OK && keep > 0)
+		st = keep_numbered(path, pos->step, keep, pos->lineage, d);
+	return st;
+}
+
+/* Metadata integer key in [lo, hi]; 0 if absent, malformed or out of range. */
+static int meta_long(json_t *md, const char *key, long lo, long hi, long *out)
+{
+	const char *s = meta_get(md, key);
+	char *end;
+
+	if (s == NULL)
+		return 0;
+	errno = 0;
+	*out = strtol(s, &end, 10);
+	return *s != '\0' && *end == '\0' && errno == 0 && *out >= lo && *out <= hi;
+}
+
+/* Check the SHA-256 over the header (its sha256 value zeroed) and the data region. */
+static int header_and_data_match(const struct st_file *f, const char *sha_want, char sha[SHA_HEX])
+{
+	const char *h = (const char *)f->map + 8, *at;
+	size_t hlen = (size_t)(f->data - (const unsigned char *)f->map) - 8, klen = strlen(SHA_KEY);
+	char needle[SHA_HEX + 16], *copy;
+	const void *bufs[2];
+	size_t lens[2];
+	int ok;
+
+	if (strlen(sha_want) != SHA_HEX - 1 || strspn(sha_want, "0123456789abcdef") != SHA_HEX - 1)
+		return 0;
+	snprintf(needle, sizeof needle, SHA_KEY "%s\"", sha_want);
+	at = memmem(h, hlen, needle, strlen(needle));
+	if (at == NULL || memmem(at + 1, hlen - (size_t)(at + 1 - h), needle, strlen(needle)) != NULL)
+		return 0;
+	copy = malloc(hlen);
+	if (copy == NULL)
+		return 0;
+	memcpy(copy, h, hlen);
+	memcpy(copy + (at - h) + klen, sha_zeros, SHA_HEX - 1);
+	bufs[0] = copy;
+	lens[0] = hlen;
+	bufs[1] = f->data;
+	lens[1] = f->data_len;
+	ok = digest_sha256_hex(bufs, lens, 2, sha) && strcmp(sha, sha_want) == 0;
+	free(copy);
+	return ok;
+}
+
+enum status checkpoint_load(const char *path, const struct model *m, const char *want,
+			    float *host, struct ckpt_pos *pos, struct diag *d)
+{
+	struct model_tensor t[MAX_TENSORS];
+	int n = model_state_dict(m, 0, m->narenas, t);
+	char shape[64];
+	char hl[256], wl[256];
+	struct st_file f;
+	json_t *root = NULL, *md;
+	const char *sha_want, *cfg, *has_mom, *lineage, *ver, *best;
+	char sha[SHA_HEX] = "", what[600];
+	long world = 0;
+	enum status st;
+
+	snprintf(what, sizeof what, "--resume: %s", path);
+	st = st_open(&f, path, "--resume", d);
+	if (st != ST_OK)
+		return st;
+	root = header_json(&f);
+	md = json_object_get(root, "__metadata__");
+	ver = meta_get(md, "ddptrain_checkpoint");
+	if (ver == NULL) {
+		st = diag_set(d, ST_RUNTIME, "%s: not a ddptrain checkpoint (no ddptrain_checkpoint metadata); use it with --init for its weights",
+			      what);
+		goto out;
+	}
+	if (strcmp(ver, CHECKPOINT_VERSION_TEXT) != 0) {
+		char q[40];
+
+		st = diag_set(d, ST_RUNTIME, "%s: checkpoint format %s; this ddptrain reads format %d%s",
+			      what, diag_quote(q, sizeof q, ver), CHECKPOINT_VERSION,
+			      strcmp(ver, "1") == 0 ? " (format 1 did not checksum its header; use the file with --init for its weights)" : "");
+		goto out;
+	}
+	sha_want = meta_get(md, "sha256");
+	if (sha_want == NULL || !header_and_data_match(&f, sha_want, sha)) {
+		st = diag_set(d, ST_RUNTIME, "%s: checksum mismatch: the header or the tensor data is corrupt or was edited (SHA-256 %.16s..., expected %.16s...)",
+			      what, sha, sha_want ? sha_want : "(none)");
+		goto out;
+	}
+	/* Covered by the checksum, and still range-checked: a value no run can write is refused. */
+	if (!meta_long(md, "step", 0, CKPT_MAX_STEP, &pos->step) ||
+	    !meta_long(md, "epoch", 0, CKPT_MAX_EPOCH, &pos->epoch) ||
+	    !meta_long(md, "next_micro_batch", 0, CKPT_MAX_EPOCH, &pos->next_mb) ||
+	    !meta_long(md, "world_size", 1, CKPT_MAX_WORLD, &world) ||
+	    (lineage = meta_get(md, "lineage")) == NULL || strlen(lineage) != CKPT_LINEAGE - 1 ||
+	    strspn(lineage, "0123456789abcdef") != CKPT_LINEAGE - 1 ||
+	    (cfg = meta_get(md, "config")) == NULL || (has_mom = meta_get(md, "momentum")) == NULL) {
+		st = diag_set(d, ST_RUNTIME, "%s: checkpoint metadata is incomplete, malformed or out of range", what);
+		goto out;
+	}
+	memcpy(pos->lineage, lineage, CKPT_LINEAGE);
+	pos->world = (int)world;
+	if ((best = meta_get(md, "best_val_loss")) != NULL) { /* optional: --save-best runs only */
+		char *end;
+
+		errno = 0;
+		pos->best_loss = strtod(best, &end);
+		if (end == best || *end != '\0' || errno != 0 || !isfinite(pos->best_loss)) {
+			st = diag_set(d, ST_RUNTIME, "%s: checkpoint metadata is incomplete, malformed or out of range", what);
+			goto out;
+		}
+		pos->have_best = 1;
+	}
+	if (checkpoint_config_diff(cfg, want, hl, wl, sizeof hl)) {
+		st = diag_set(d, ST_USAGE, "--resume: %s was written with %s; this run has %s", path, hl, wl);
+		goto out;
+	}
+	/* And the other way: a setting the checkpoint has and this run lacks (wl is then
+	 * "(no --flag)"), e.g. one a later ddptrain added to the text. */
+	if (checkpoint_config_diff(want, cfg, wl, hl, sizeof hl)) {
+		st = diag_set(d, ST_USAGE, "--resume: %s was written with %s; this run has no %.*s",
+			      path, hl, (int)strcspn(wl + 4, ")"), wl + 4);
+		goto out;
+	}
+	for (int k = 0; k < n && st == ST_OK; k++) {
+		float *dst = host + model_state_floats(m, 0, t[k].arena) + t[k].off;
+		const struct st_tensor *x;
+
+		if (t[k].arena > 0 && strcmp(has_mom, "yes") != 0) {
+			memset(dst, 0, t[k].len * sizeof *dst); /* a run without optimizer state */
+			continue;
+		}
+		x = st_find(&f, t[k].name);
+		if (x == NULL || x->ndim != t[k].ndim || x->shape[0] != t[k].shape[0] ||
+		    (t[k].ndim == 2 && x->shape[1] != t[k].shape[1]))
+			st = diag_set(d, ST_USAGE, "%s: tensor '%s' is missing or not %s as --layers needs",
+				      what, t[k].name, shape_text(&t[k], shape, sizeof shape));
+		else
+			st = st_read_f32(&f, x, dst, t[k].len, what, d);
+	}
+	if (st == ST_OK && !model_all_finite(host, model_state_floats(m, 0, m->narenas)))
+		st = diag_set(d, ST_RUNTIME, "%s: the checkpoint holds non-finite weights", what);
+out:
+	json_decref(root);
+	st_close(&f);
+	return st;
+}
+
+int checkpoint_config_diff(const char *have, const char *want, char *have_line,
+			   char *want_line, size_t len)
+{
+	for (const char *w = want; *w != '\0';) {
+		size_t wl = strcspn(w, "\n"), key = strcspn(w, "=");
+		const char *h = have;
+		int found = 0;
+
+		if (key > wl)
+			key = wl;
+		while (*h != '\0') {
+			size_t hl = strcspn(h, "\n");
+
+			if (hl >= key && strncmp(h, w, key) == 0 && (h[key] == '=' || hl == key)) {
+				found = 1;
+				if (hl != wl || strncmp(h, w, wl) != 0) {
+					snprintf(have_line, len, "%.*s", (int)hl, h);
+					snprintf(want_line, len, "%.*s", (int)wl, w);
+					return 1;
+				}
+				break;
+			}
+			h += hl + (h[hl] == '\n');
+		}
+		if (!found) {
+			snprintf(have_line, len, "(no %.*s)", (int)key, w);
+			snprintf(want_line, len, "%.*s", (int)wl, w);
+			return 1;
+		}
+		w += wl + (w[wl] == '\n');
+	}
+	return 0;
+}

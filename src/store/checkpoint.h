@@ -1,0 +1,85 @@
+/*
+ * checkpoint.h - the model's state dict in safetensors files: the weights
+ * (--init, --save) and training state that survives a crash: the weights (the
+ * names --save uses, so a checkpoint also works as --init), the optimizer's
+ * state arenas (SGD's momentum_buffer.NAME, AdamW's exp_avg.NAME and
+ * exp_avg_sq.NAME, for the trainable layers only; AdamW's step count is the
+ * position's step), and metadata: format version, the position
+ * (step, epoch, next micro-batch), the world size, the configuration that
+ * must match on resume, the run's lineage id, the lowest validation loss so far
+ * (best_val_loss, with --save-best), and a SHA-256 of the header and the tensor data.
+ *
+ * Writing goes through st_save (temporary file, fsync, rename, fsync of the
+ * directory): a crash at any moment leaves the old checkpoint or the new one.
+ */
+#ifndef DDPT_CHECKPOINT_H
+#define DDPT_CHECKPOINT_H
+
+#include <stddef.h>
+
+#include "train/model.h"
+#include "store/safetensors.h" /* struct st_pending */
+#include "core/status.h"
+
+/* 2: the SHA-256 covers the header (format 1 covered only the tensor data). */
+#define CHECKPOINT_VERSION 2
+#define CHECKPOINT_VERSION_TEXT "2"
+
+/* Ranges a checkpoint's integers must lie in (no run writes more). */
+#define CKPT_MAX_STEP (1L << 53)
+#define CKPT_MAX_EPOCH (1L << 31)
+#define CKPT_MAX_WORLD (1L << 24)
+#define CKPT_LINEAGE 33 /* 32 hex digits and a NUL */
+
+struct ckpt_pos {
+	long step;    /* optimizer steps taken */
+	long epoch;   /* the epoch the next micro-batch belongs to (0-based) */
+	long next_mb; /* the next micro-batch within that epoch */
+	int world;    /* replicas (ranks, or dp threads) that wrote it */
+	char lineage[CKPT_LINEAGE]; /* random id of the run, kept across --resume */
+	int have_best;     /* --save-best: a validation loss has been seen ... */
+	double best_loss;  /* ... and this is the lowest (kept across --resume) */
+};
+
+/* Write path: m's whole state dict (every arena) from host, the arenas one after another
+ * (model_state_to_host(m, 0, m->narenas, host)); config is the "--flag=value" lines that
+ * must match on resume. keep > 0 also keeps path.step-NNNNNNNN for the last keep
+ * checkpoints of pos->lineage (files of other runs are never removed). */
+enum status checkpoint_save(const char *path, int keep, const struct model *m,
+			    const float *host, const struct ckpt_pos *pos, const char *config,
+			    struct diag *d);
+
+/* A new random lineage id (the run's checkpoints carry it; --keep-checkpoints prunes only
+ * its own lineage's files). */
+void checkpoint_new_lineage(char lineage[CKPT_LINEAGE]);
+
+/* The step N of a file named "base.step-N" (any digit count), or -1 for any other name. */
+long checkpoint_numbered_step(const char *name, const char *base);
+
+/* Read and verify path (format, checksum, the configuration `want` -- a difference is
+ * ST_USAGE naming it -- and shapes for m). Fills host (m->narenas arenas of nparams floats,
+ * optimizer state zeroed if the file has none) and pos. */
+enum status checkpoint_load(const char *path, const struct model *m, const char *want,
+			    float *host, struct ckpt_pos *pos, struct diag *d);
+
+/* --init: m's weights (arena 0) from a safetensors file into host (nparams floats), as
+ * strict as PyTorch's load_state_dict: every tensor present with its shape, finite, and
+ * no tensor the model has no place for (optimizer state excepted). */
+enum status checkpoint_read_weights(const char *path, const struct model *m, float *host,
+				    struct diag *d);
+
+/* --save (or --save-best, as `flag` says in messages): m's weights (arena 0, from host)
+ * as a safetensors file, atomically. */
+enum status checkpoint_write_weights(const char *path, const char *flag, const struct model *m,
+				     const float *host, struct diag *d);
+/* The same, written to a temporary file beside path's target and put in place by
+ * st_commit(out) (or removed by st_discard(out)): --save, once the whole run succeeded. */
+enum status checkpoint_stage_weights(const char *path, const char *flag, const struct model *m,
+				     const float *host, struct st_pending *out, struct diag *d);
+
+/* The first line of `want` that `have` lacks or sets differently, as "--flag=value" for
+ * both; returns 0 when they agree. */
+int checkpoint_config_diff(const char *have, const char *want, char *have_line,
+			   char *want_line, size_t len);
+
+#endif

@@ -1,0 +1,338 @@
+/* model.c - MLP layout, state dict, init, forward and backward over a backend. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "train/model.h"
+#include "core/rng.h"
+
+void model_layout(struct model *m, const int *widths, int nlayers)
+{
+	size_t off = 0;
+
+	m->nlayers = nlayers;
+	memset(m->frozen, 0, sizeof m->frozen);
+	for (int l = 0; l <= nlayers; l++)
+		m->widths[l] = widths[l];
+	for (int l = 0; l < nlayers; l++) {
+		m->w_off[l] = off;
+		off += (size_t)widths[l + 1] * (size_t)widths[l];
+		m->b_off[l] = off;
+		off += (size_t)widths[l + 1];
+		/* The one place a layer's activation is chosen: ReLU between layers, none after
+		 * the last (the loss module sees the raw output). */
+		m->act_fn[l] = l + 1 < nlayers ? ACT_RELU : ACT_NONE;
+	}
+	m->nparams = off;
+	m->ntrainable = off;
+}
+
+size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int state_arenas,
+			  const unsigned char *frozen)
+{
+	struct model m;
+	size_t floats, maxw = 0;
+
+	model_layout(&m, widths, nlayers);
+	model_freeze(&m, frozen);
+	for (int l = 0; l <= nlayers; l++)
+		maxw = (size_t)widths[l] > maxw ? (size_t)widths[l] : maxw;
+	/* params, grads (+ slots), optimizer state; activations, targets, two gradient buffers */
+	floats = m.nparams * 2 + m.ntrainable * (size_t)state_arenas + MODEL_SLOTS + 1 +
+		 (size_t)max_batch * ((size_t)widths[nlayers] + 2 * maxw);
+	for (int l = 0; l <= nlayers; l++)
+		floats += (size_t)max_batch * (size_t)widths[l];
+	return floats * sizeof(float);
+}
+
+enum status model_init(struct model *m, struct backend *be, const int *widths, int nlayers,
+		       int max_batch, struct diag *d)
+{
+	const struct backend_ops *ops = be->ops;
+	int maxw = 0;
+
+	memset(m, 0, sizeof *m);
+	model_layout(m, widths, nlayers);
+	m->be = be;
+	m->max_batch = max_batch;
+	for (int l = 0; l <= nlayers; l++)
+		maxw = widths[l] > maxw ? widths[l] : maxw;
+	m->bytes = model_bytes_needed(widths, nlayers, max_batch, 0, NULL);
+	m->params = ops->alloc(be->ctx, m->nparams);
+	m->arena[0].name = "";
+	m->arena[0].data = m->params;
+	m->arena[0].len = m->nparams;
+	m->narenas = 1;
+	m->grads = ops->alloc(be->ctx, m->nparams + MODEL_SLOTS);
+	m->norm = ops->alloc(be->ctx, 1);
+	for (int l = 0; l <= nlayers; l++)
+		m->act[l] = ops->alloc(be->ctx, (size_t)max_batch * (size_t)widths[l]);
+	m->target = ops->alloc(be->ctx, (size_t)max_batch * (size_t)widths[nlayers]);
+	m->dbuf[0] = ops->alloc(be->ctx, (size_t)max_batch * (size_t)maxw);
+	m->dbuf[1] = ops->alloc(be->ctx, (size_t)max_batch * (size_t)maxw);
+	if (!m->params || !m->grads || !m->norm || !m->target || !m->dbuf[0] || !m->dbuf[1])
+		goto out_oom;
+	for (int l = 0; l <= nlayers; l++)
+		if (!m->act[l])
+			goto out_oom;
+	return ST_OK;
+
+out_oom:
+	diag_set(d, ST_RUNTIME, "model: out of %s memory for %zu parameters and batch %d",
+		 ops->name, m->nparams, max_batch);
+	model_free(m);
+	return ST_RUNTIME;
+}
+
+/* Layer l's weight and bias: floats. */
+static size_t layer_floats(const struct model *m, int l)
+{
+	return (size_t)m->widths[l + 1] * (size_t)(m->widths[l] + 1);
+}
+
+void model_freeze(struct model *m, const unsigned char *frozen)
+{
+	m->ntrainable = 0;
+	for (int l = 0; l < m->nlayers; l++) {
+		m->frozen[l] = frozen != NULL && frozen[l];
+		if (!m->frozen[l])
+			m->ntrainable += layer_floats(m, l);
+	}
+}
+
+int model_trainable_runs(const struct model *m, size_t *off, size_t *state_off, size_t *len)
+{
+	size_t so = 0;
+	int n = 0;
+
+	for (int l = 0; l < m->nlayers; l++) {
+		size_t size = layer_floats(m, l);
+
+		if (m->frozen[l])
+			continue;
+		if (n > 0 && off[n - 1] + len[n - 1] == m->w_off[l]) {
+			len[n - 1] += size;
+		} else {
+			off[n] = m->w_off[l];
+			if (state_off != NULL)
+				state_off[n] = so;
+			len[n++] = size;
+		}
+		so += size;
+	}
+	return n;
+}
+
+void model_init_host(const struct model *m, uint64_t seed, float *host)
+{
+	uint64_t key = rng_key(seed, RNG_INIT);
+
+	for (int l = 0; l < m->nlayers; l++) {
+		float bound = 1.0f / sqrtf((float)m->widths[l]);
+		size_t end = m->b_off[l] + (size_t)m->widths[l + 1];
+
+		for (size_t p = m->w_off[l]; p < end; p++)
+			host[p] = bound * (2.0f * rng_u01(key, p) - 1.0f);
+	}
+}
+
+int model_all_finite(const float *host, size_t n)
+{
+	int bad = 0;
+
+	for (size_t i = 0; i < n; i++) /* no early exit: the loop vectorizes */
+		bad |= !isfinite(host[i]);
+	return !bad;
+}
+
+float *model_add_arena(struct model *m, const char *name, struct diag *d)
+{
+	float *p;
+
+	if (m->narenas == MODEL_MAX_ARENAS) {
+		diag_set(d, ST_RUNTIME, "model: no room for state arena '%s'", name);
+		return NULL;
+	}
+	p = m->be->ops->alloc(m->be->ctx, m->ntrainable);
+	if (p == NULL) {
+		diag_set(d, ST_RUNTIME, "model: out of %s memory for %s (%zu floats)", m->be->ops->name,
+			 name, m->ntrainable);
+		return NULL;
+	}
+	m->arena[m->narenas].name = name;
+	m->arena[m->narenas].data = p;
+	m->arena[m->narenas].len = m->ntrainable;
+	m->narenas++;
+	m->bytes += m->ntrainable * sizeof(float);
+	return p;
+}
+
+int model_tensors_per_arena(const struct model *m)
+{
+	return 2 * m->nlayers;
+}
+
+int model_state_dict(const struct model *m, int first, int last, struct model_tensor *t)
+{
+	int k = 0;
+
+	for (int a = first; a < last; a++) {
+		const char *prefix = a < m->narenas ? m->arena[a].name : "";
+		size_t so = 0; /* a state arena leaves frozen layers out */
+
+		for (int l = 0; l < m->nlayers; l++) {
+			if (a > 0 && m->frozen[l])
+				continue; /* a frozen layer has no optimizer state */
+			for (int bias = 0; bias < 2; bias++, k++) {
+				struct model_tensor *x = &t[k];
+
+				snprintf(x->name, sizeof x->name, "%s%snet%d.%s", prefix,
+					 *prefix ? "." : "", l + 1, bias ? "bias" : "weight");
+				x->ndim = bias ? 1 : 2;
+				x->shape[0] = m->widths[l + 1];
+				x->shape[1] = bias ? 0 : m->widths[l];
+				x->arena = a;
+				/* the layer starts at w_off in the parameters, at so in a state arena */
+				x->off = (a > 0 ? so : m->w_off[l]) + (bias ? m->b_off[l] - m->w_off[l] : 0);
+				x->len = (size_t)m->widths[l + 1] * (bias ? 1 : (size_t)m->widths[l]);
+			}
+			so += layer_floats(m, l);
+		}
+	}
+	return k;
+}
+
+size_t model_state_floats(const struct model *m, int first, int last)
+{
+	size_t n = 0;
+
+	for (int a = first; a < last; a++)
+		n += m->arena[a].len;
+	return n;
+}
+
+enum status model_state_to_host(const struct model *m, int first, int last, float *host,
+				struct diag *d)
+{
+	enum status st = ST_OK;
+
+	for (int a = first; a < last && st == ST_OK; a++) {
+		st = m->be->ops->to_host(m->be->ctx, host, m->arena[a].data, m->arena[a].len, d);
+		host += m->arena[a].len;
+	}
+	return st;
+}
+
+void model_state_to_device(struct model *m, int first, int last, const float *host)
+{
+	for (int a = first; a < last; a++) {
+		m->be->ops->to_device(m->be->ctx, m->arena[a].data, host, m->arena[a].len);
+		host += m->arena[a].len;
+	}
+}
+
+void model_forward(struct model *m, int n)
+{
+	const struct backend_ops *ops = m->be->ops;
+	void *c = m->be->ctx;
+
+	for (int l = 0; l < m->nlayers; l++) {
+		int in = m->widths[l], out = m->widths[l + 1];
+		long span = trace_begin(m->trace, TR_FORWARD, l);
+
+		ops->linear_forward(c, m->act[l + 1], m->act[l], m->params + m->w_off[l],
+				    m->params + m->b_off[l], n, in, out, m->act_fn[l] == ACT_RELU);
+		trace_end(m->trace, span);
+	}
+}
+
+void model_backward(struct model *m, int n, int accumulate, void (*hook)(void *arg, int layer),
+		    void *arg)
+{
+	const struct backend_ops *ops = m->be->ops;
+	void *c = m->be->ctx;
+	int cur = 0, lowest = 0;
+
+	while (lowest < m->nlayers - 1 && m->frozen[lowest])
+		lowest++; /* layers below the first trainable one need no gradient at all */
+	for (int l = m->nlayers - 1; l >= lowest; l--) {
+		int in = m->widths[l], out = m->widths[l + 1];
+		float *dx = l > lowest ? m->dbuf[1 - cur] : NULL;
+		long span = trace_begin(m->trace, TR_BACKWARD, l);
+
+		ops->linear_backward(c, dx, m->frozen[l] ? NULL : m->grads + m->w_off[l],
+				     m->grads + m->b_off[l], m->dbuf[cur], m->act[l],
+				     m->params + m->w_off[l], n, in, out, accumulate);
+		/* the activation before this layer is part of its backward span */
+		if (dx != NULL && m->act_fn[l - 1] == ACT_RELU)
+			ops->relu_backward(c, dx, m->act[l], (size_t)n * (size_t)in);
+		trace_end(m->trace, span);
+		if (hook != NULL)
+			hook(arg, l);
+		if (dx != NULL)
+			cur = 1 - cur;
+	}
+}
+
+int model_plan_buckets(const struct model *m, size_t cap, size_t first_cap, struct bucket *b)
+{
+	int nb = 0;
+	size_t size = 0, limit = first_cap;
+	int hi = m->nlayers - 1;
+
+	for (int l = m->nlayers - 1; l >= 0; l--) {
+		if (m->frozen[l]) {
+			hi = l - 1;
+			continue;
+		}
+		size += (size_t)m->widths[l + 1] * (size_t)(m->widths[l] + 1);
+		if (size >= limit || l == 0 || m->frozen[l - 1]) {
+			b[nb].lo = l;
+			b[nb].hi = hi;
+			b[nb].off = m->w_off[l];
+			b[nb].len = size + (hi == m->nlayers - 1 ? MODEL_SLOTS : 0);
+			nb++;
+			hi = l - 1;
+			size = 0;
+			limit = cap;
+		}
+	}
+	if (m->frozen[m->nlayers - 1]) {
+		b[nb].lo = b[nb].hi = -1;
+		b[nb].off = m->nparams;
+		b[nb].len = MODEL_SLOTS;
+		nb++;
+	}
+	return nb;
+}
+
+void model_free(struct model *m)
+{
+	const struct backend_ops *ops;
+
+	if (m->be == NULL)
+		return;
+	ops = m->be->ops;
+	for (int a = 0; a < m->narenas; a++)
+		ops->free(m->be->ctx, m->arena[a].data);
+	if (m->narenas == 0)
+		ops->free(m->be->ctx, m->params);
+	if (!m->grads_lent)
+		ops->free(m->be->ctx, m->grads);
+	ops->free(m->be->ctx, m->norm);
+	for (int l = 0; l <= m->nlayers; l++)
+		ops->free(m->be->ctx, m->act[l]);
+	ops->free(m->be->ctx, m->target);
+	ops->free(m->be->ctx, m->dbuf[0]);
+	ops->free(m->be->ctx, m->dbuf[1]);
+	memset(m, 0, sizeof *m);
+}
+
+void model_move_grads(struct model *m, float *grads)
+{
+	memcpy(grads, m->grads, (m->nparams + MODEL_SLOTS) * sizeof *grads);
+	if (!m->grads_lent)
+		m->be->ops->free(m->be->ctx, m->grads);
+	m->grads = grads;
+	m->grads_lent = 1;
+}

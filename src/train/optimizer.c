@@ -1,0 +1,115 @@
+/* optimizer.c - SGD and AdamW over the model's trainable runs of the parameter arena
+ * (and of the state arenas, which hold the trainable layers only). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "train/optimizer.h"
+
+/* The arena names of every optimizer's state (the prefixes of their tensors). */
+static const char *const state_names[] = {"momentum_buffer", "exp_avg", "exp_avg_sq"};
+
+int optimizer_state_arenas(const struct optimizer_hparams *h)
+{
+	if (h->kind == OPTIM_ADAMW)
+		return 2;
+	return h->momentum != 0.0f ? 1 : 0;
+}
+
+enum status optimizer_init(struct optimizer *opt, struct model *m,
+			   const struct optimizer_hparams *h, struct diag *d)
+{
+	memset(opt, 0, sizeof *opt);
+	opt->h = *h;
+	opt->m = m;
+	if (h->kind == OPTIM_ADAMW) {
+		opt->exp_avg = model_add_arena(m, state_names[1], d);
+		opt->exp_avg_sq = opt->exp_avg ? model_add_arena(m, state_names[2], d) : NULL;
+		return opt->exp_avg_sq != NULL ? ST_OK : ST_RUNTIME;
+	}
+	if (optimizer_state_arenas(h) > 0) {
+		opt->momentum_buffer = model_add_arena(m, state_names[0], d);
+		if (opt->momentum_buffer == NULL)
+			return ST_RUNTIME;
+	}
+	return ST_OK;
+}
+
+/* torch.optim.SGD on one run of n parameters from offset o (so in the state). */
+static void sgd_run(struct optimizer *opt, size_t o, size_t so, size_t n, float lr)
+{
+	struct model *m = opt->m;
+	const struct backend_ops *ops = m->be->ops;
+	const float wd = opt->h.weight_decay, mu = opt->h.momentum;
+	float *p = m->params + o, *g = m->grads + o;
+
+	/* g' = g + wd p; buf = momentum buf + g'; p -= lr (buf, or with Nesterov g' + mu buf). */
+	if (opt->momentum_buffer != NULL) {
+		float *buf = opt->momentum_buffer + so;
+
+		ops->axpbz(m->be->ctx, buf, mu, 1.0f, g, wd, p, n);
+		if (opt->h.nesterov) {
+			ops->axpbz(m->be->ctx, p, 1.0f, -lr, g, wd, p, n);
+			ops->axpbz(m->be->ctx, p, 1.0f, -lr * mu, buf, 0.0f, NULL, n);
+		} else {
+			ops->axpbz(m->be->ctx, p, 1.0f, -lr, buf, 0.0f, NULL, n);
+		}
+	} else {
+		ops->axpbz(m->be->ctx, p, 1.0f, -lr, g, wd, p, n);
+	}
+}
+
+double optimizer_step(struct optimizer *opt, double multiplier)
+{
+	struct model *m = opt->m;
+	const struct backend_ops *ops = m->be->ops;
+	const double lr = (double)opt->h.lr * multiplier;
+	size_t off[MODEL_MAX_LAYERS], so[MODEL_MAX_LAYERS], len[MODEL_MAX_LAYERS];
+	int nruns = model_trainable_runs(m, off, so, len);
+
+	opt->step++;
+	if (opt->h.kind == OPTIM_ADAMW) {
+		/* PyTorch works these out in Python floats (double) from the step count t. */
+		const double t = (double)opt->step, b1 = opt->h.beta1, b2 = opt->h.beta2;
+		struct adamw_hparams h = {
+			.decay = (float)(1.0 - lr * (double)opt->h.weight_decay),
+			.beta1 = (float)b1,
+			.beta2 = (float)b2,
+			.one_minus_beta1 = (float)(1.0 - b1),
+			.one_minus_beta2 = (float)(1.0 - b2),
+			.step_size = (float)(lr / (1.0 - pow(b1, t))),
+			.bc2_sqrt = (float)sqrt(1.0 - pow(b2, t)),
+			.eps = (float)opt->h.eps,
+		};
+
+		for (int r = 0; r < nruns; r++)
+			ops->adamw(m->be->ctx, m->params + off[r], m->grads + off[r],
+				   opt->exp_avg + so[r], opt->exp_avg_sq + so[r], len[r], &h);
+	} else {
+		for (int r = 0; r < nruns; r++)
+			sgd_run(opt, off[r], so[r], len[r], (float)lr);
+	}
+	return lr;
+}
+
+int optimizer_is_state_tensor(const char *name)
+{
+	for (size_t i = 0; i < sizeof state_names / sizeof state_names[0]; i++) {
+		size_t n = strlen(state_names[i]);
+
+		if (strncmp(name, state_names[i], n) == 0 && name[n] == '.')
+			return 1;
+	}
+	return 0;
+}
+
+void optimizer_describe(const struct optimizer_hparams *h, char *buf, size_t len)
+{
+	if (h->kind == OPTIM_ADAMW)
+		snprintf(buf, len, "AdamW lr %g betas %g,%g eps %g weight decay %g", (double)h->lr,
+			 h->beta1, h->beta2, h->eps, (double)h->weight_decay);
+	else
+		snprintf(buf, len, "SGD lr %g momentum %g%s weight decay %g", (double)h->lr,
+			 (double)h->momentum, h->nesterov ? " (Nesterov)" : "",
+			 (double)h->weight_decay);
+}

@@ -1,0 +1,202 @@
+/* trainer.c - what both training loops share: the loss, the optimizer step, and what
+ * comes after a step (progress, checkpoints, stops). */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "core/clock.h"
+#include "train/schedule.h"
+#include "core/signals.h" /* signals_stop_saved */
+#include "train/trainer.h"
+
+enum status trainer_after_step(const struct train_ctl *ctl, const struct train_config *tc,
+			       struct step_clock *clk, struct train_result *res, long *step,
+			       long total, const struct batch *b, long nmicro, float loss, float acc,
+			       double lr, double consumed, int stop,
+			       enum status (*eval)(void *eval_arg, long step, long epoch),
+			       void *eval_arg, struct report *r, struct diag *d)
+{
+	long epoch = b->epoch, next = b->mb + 1;
+	enum status st;
+
+	if (!isfinite(loss))
+		return diag_set(d, ST_RUNTIME, "loss is %f at step %ld (epoch %ld): training diverged; lower --lr",
+				(double)loss, *step + 1, b->epoch + 1);
+	++*step;
+	if (*step == ctl->start_step + 1)
+		res->first_loss = loss;
+	res->final_loss = loss;
+	clk->loss_sum += loss;
+	clk->acc_sum += acc;
+	clk->loss_count++;
+	if ((tc->log_every > 0 && *step % tc->log_every == 0) || *step == total) {
+		double now = clock_now();
+
+		report_step(r, b->epoch + 1, tc->epochs, *step, total, clk->loss_sum / (double)clk->loss_count,
+			    tc->loss.kind == LOSS_CROSS_ENTROPY ? clk->acc_sum / (double)clk->loss_count : NAN,
+			    lr, (consumed - clk->consumed_at_last) / (now - clk->t_last), now - clk->t0,
+			    *step - ctl->start_step);
+		clk->t_last = now;
+		clk->consumed_at_last = consumed;
+		clk->loss_sum = 0.0;
+		clk->acc_sum = 0.0;
+		clk->loss_count = 0;
+	}
+	if (eval != NULL && ctl->val != NULL &&
+	    ((tc->eval_every > 0 && *step % tc->eval_every == 0) || next >= nmicro || *step == total)) {
+		st = eval(eval_arg, *step, b->epoch);
+		if (st != ST_OK)
+			return st;
+	}
+	if (next >= nmicro) {
+		epoch++;
+		next = 0;
+	}
+	if (ctl->checkpoint != NULL &&
+	    ((ctl->every > 0 && *step % ctl->every == 0) || *step == total || stop)) {
+		struct trace_buf *tb = trace_buf_for(ctl->trace, 0, *step);
+		long span = trace_begin(tb, TR_CHECKPOINT, -1);
+
+		st = ctl->checkpoint(ctl->arg, *step, epoch, next, d);
+		trace_end(tb, span);
+		if (st != ST_OK)
+			return st;
+	}
+	if (!stop)
+		return ST_OK;
+	trace_instant(trace_buf_for(ctl->trace, 0, *step), TR_STOP);
+	if (ctl->checkpoint != NULL)
+		signals_stop_saved();
+	report_note(r, "stopped by a signal after step %ld of %ld%s", *step, total,
+		    ctl->checkpoint ? ": checkpoint written, continue with --resume"
+				    : " (no --checkpoint: nothing was saved)");
+	return ST_INTERRUPTED;
+}
+
+long trainer_total_steps(const struct train_ctl *ctl, long nmicro, long grad_accum, long epochs,
+			 long max_steps)
+{
+	long per_epoch = (nmicro + grad_accum - 1) / grad_accum;
+	long epoch = ctl->start_epoch, mb = ctl->start_mb, total = ctl->start_step;
+
+	if (mb >= nmicro) {
+		epoch++;
+		mb = 0;
+	}
+	if (epoch < epochs)
+		total += (nmicro - mb + grad_accum - 1) / grad_accum + per_epoch * (epochs - epoch - 1);
+	if (max_steps > 0 && max_steps < total)
+		total = max_steps;
+	return total;
+}
+
+int trainer_step_is_fixed(const struct train_config *tc, const struct optimizer *opt)
+{
+	/* AdamW's bias corrections and a scheduled lr are new scalars every step. */
+	return opt->h.kind == OPTIM_SGD && tc->schedule == SCHED_CONSTANT && tc->warmup_steps == 0;
+}
+
+double trainer_optimizer_step(const struct train_config *tc, struct optimizer *opt, long step,
+			      long total)
+{
+	struct model *m = opt->m;
+	const struct backend_ops *ops = m->be->ops;
+	void *c = m->be->ctx;
+	size_t off[MODEL_MAX_LAYERS], len[MODEL_MAX_LAYERS];
+	int nruns = model_trainable_runs(m, off, NULL, len);
+
+	if (tc->clip_grad_norm > 0.0) {
+		for (int r = 0; r < nruns; r++)
+			ops->sumsq(c, m->norm, m->grads + off[r], len[r], r > 0);
+		for (int r = 0; r < nruns; r++)
+			ops->clip(c, m->grads + off[r], len[r], m->norm, (float)tc->clip_grad_norm);
+	}
+	return optimizer_step(opt, schedule_multiplier(tc->schedule, step, tc->warmup_steps, total));
+}
+
+enum status trainer_evaluate(const struct train_config *tc, struct model *m, const struct dataset *val,
+			     int rank, int world, struct comm *c, struct world *w, double *loss,
+			     double *acc, struct diag *d)
+{
+	static const float zeros[3] = {0.0f, 0.0f, 0.0f}, failed[3] = {0.0f, 0.0f, 1.0f};
+	const struct backend_ops *ops = m->be->ops;
+	void *bc = m->be->ctx;
+	const size_t lo = val->n * (size_t)rank / (size_t)world;
+	const size_t hi = val->n * (size_t)(rank + 1) / (size_t)world;
+	float *slots = m->grads + m->nparams + MODEL_SLOT_LOSS, res[3];
+	float *hx = ops->host_alloc(bc, (size_t)m->max_batch * (size_t)val->in);
+	float *hy = ops->host_alloc(bc, (size_t)m->max_batch * (size_t)val->out);
+	uint32_t *idx = malloc((size_t)m->max_batch * sizeof *idx);
+	enum status st = ST_OK;
+
+	/* slots: loss, accuracy, and (MODEL_SLOT_STOP's place) how many ranks failed, so that a
+	 * rank failing here still meets the others in the all-reduce and all end at once. */
+	ops->to_device(bc, slots, zeros, 3);
+	if (hx == NULL || hy == NULL || idx == NULL)
+		st = diag_set(d, ST_RUNTIME, "evaluation: out of host memory for batches of %d", m->max_batch);
+	for (size_t r0 = lo; r0 < hi && st == ST_OK; r0 += (size_t)m->max_batch) {
+		int n = hi - r0 < (size_t)m->max_batch ? (int)(hi - r0) : m->max_batch;
+
+		for (int i = 0; i < n; i++)
+			idx[i] = (uint32_t)(r0 + (size_t)i);
+		data_fill(val, idx, (size_t)n, hx, hy);
+		ops->to_device(bc, m->act[0], hx, (size_t)n * (size_t)val->in);
+		ops->to_device(bc, m->target, hy, (size_t)n * (size_t)val->out);
+		model_forward(m, n);
+		/* Each batch adds its share of the mean over all V rows. */
+		loss_apply(&tc->loss, m->be, m->dbuf[0], slots, m->act[m->nlayers], m->target, n,
+			   m->widths[m->nlayers], (float)n / (float)val->n, 1);
+		st = ops->sync(bc, d); /* hx and hy are refilled for the next batch */
+	}
+	if (c != NULL) {
+		enum status cst;
+		struct diag cd = {0};
+
+		if (st != ST_OK)
+			ops->to_device(bc, slots, failed, 3);
+		world_watch_begin(w, "the validation all-reduce");
+		cst = c->ops->allreduce_start(c->ctx, slots, 3, 1, &cd);
+		if (cst == ST_OK)
+			cst = c->ops->wait_all(c->ctx, &cd);
+		world_watch_end(w);
+		if (st == ST_OK && cst != ST_OK) {
+			st = cst;
+			*d = cd;
+		}
+	}
+	if (st == ST_OK)
+		st = ops->to_host(bc, res, slots, 3, d);
+	if (st == ST_OK && res[2] != 0.0f)
+		st = diag_set(d, ST_PEER, "the evaluation failed on another rank");
+	if (st == ST_OK) {
+		*loss = res[0];
+		*acc = tc->loss.kind == LOSS_CROSS_ENTROPY ? res[1] : NAN;
+	}
+	ops->host_free(bc, hx);
+	ops->host_free(bc, hy);
+	free(idx);
+	return st;
+}
+
+enum status trainer_prometheus(const struct train_ctl *ctl, const struct train_result *res,
+			       long step, long total, double loss, double samples_per_s,
+			       double wait_share, int running, int nranks, struct diag *d)
+{
+	struct prom_sample ps = {0};
+
+	ps.step = step;
+	ps.total = total;
+	ps.loss = loss;
+	ps.samples_per_s = samples_per_s;
+	ps.wait_share = wait_share;
+	ps.running = running;
+	ps.nbuckets = res->nbuckets < PROM_MAX_BUCKETS ? res->nbuckets : PROM_MAX_BUCKETS;
+	for (int b = 0; b < ps.nbuckets; b++) {
+		const struct bucket_stats *x = &res->buckets[b];
+
+		ps.bucket_bytes[b] = x->bytes;
+		ps.bucket_busbw[b] = x->count > 0 && x->sum_s > 0 ?
+			report_busbw(x->bytes * (double)x->count / x->sum_s, nranks) : 0.0;
+	}
+	return prometheus_write(ctl->prom, &ps, clock_now(), d);
+}

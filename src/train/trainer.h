@@ -1,0 +1,156 @@
+/*
+ * trainer.h - the training loops. Both take a model whose replicas already
+ * hold identical weights, and run the epochs the options ask for.
+ *
+ * ddp: this rank trains on its DistributedSampler shard; each micro-batch's
+ * gradients are summed into the model's gradient buffer and, on the last
+ * micro-batch of an optimizer step, every bucket's all-reduce starts as soon
+ * as backward has finished its layers, overlapping the rest of backward.
+ *
+ * dp: PyTorch's DataParallel in one process: every micro-batch is scattered
+ * in torch.chunk pieces over worker threads, replica 0's weights are copied
+ * to the others, the outputs are gathered onto replica 0 for the loss, the
+ * output gradient is scattered back, and the replicas' gradients are summed
+ * onto replica 0, which alone takes the optimizer step.
+ */
+#ifndef DDPT_TRAINER_H
+#define DDPT_TRAINER_H
+
+#include <stdint.h>
+
+#include "dist/comm.h"      /* struct comm */
+#include "data/data.h"      /* struct dataset */
+#include "data/loader.h"    /* struct batch */
+#include "train/loss.h"      /* struct loss */
+#include "train/model.h"     /* struct model */
+#include "train/optimizer.h" /* struct optimizer */
+#include "observe/prometheus.h" /* struct prometheus */
+#include "observe/report.h"    /* struct report, struct replica_stats, struct bucket_stats */
+#include "train/schedule.h"  /* enum lr_schedule */
+#include "observe/straggler.h" /* struct straggler */
+#include "observe/trace.h"     /* struct trace */
+#include "dist/world.h"     /* struct world */
+
+#define TRAIN_MAX_REPLICAS 64 /* dp worker threads */
+
+/* What a training loop needs to know of the run (main fills it from the options). */
+struct train_config {
+	long batch_size;  /* samples per replica per micro-batch */
+	long epochs;
+	long max_steps;   /* optimizer steps; 0 = no limit */
+	long grad_accum;  /* micro-batches per optimizer step */
+	long log_every;   /* optimizer steps between progress lines; 0 = none */
+	uint64_t seed;    /* shuffling */
+	int shuffle, drop_last;
+	int overlap;      /* ddp: all-reduce buckets during backward */
+	double bucket_mb; /* ddp: bucket cap */
+	int graphs;       /* ddp: steps may be replayed as device graphs (off with
+			   * DDPTRAIN_CUDA_GRAPHS=0, to time one against the other) */
+	struct loss loss;
+	enum lr_schedule schedule; /* the lr multiplier of each step (schedule.h) */
+	long warmup_steps;
+	double clip_grad_norm;     /* clip_grad_norm_ before each step; 0 = off */
+	long eval_every;           /* evaluate the validation set every N steps too; 0 = epochs */
+};
+
+struct train_result {
+	long steps;         /* optimizer steps taken */
+	long epochs;        /* epochs started */
+	double seconds;     /* training loop wall time */
+	double samples;     /* samples consumed, all ranks */
+	double first_loss, final_loss;
+	double wait_s;      /* this rank's time blocked completing all-reduces */
+	int nreplicas;      /* dp: replicas in rep[]; ddp: 1 (this rank) */
+	struct replica_stats rep[TRAIN_MAX_REPLICAS];
+	int nbuckets;       /* ddp: gradient buckets, each all-reduced once per step */
+	struct bucket_stats buckets[MODEL_MAX_LAYERS];
+};
+
+/* What the caller asks of a training loop beyond the options: where to start (a resumed
+ * run), and how to write a checkpoint. */
+struct train_ctl {
+	long start_step, start_epoch, start_mb; /* position to begin at (0, 0, 0 when fresh) */
+	const struct dataset *val;              /* the validation set, or NULL */
+	/* After each evaluation (collective in ddp mode: every rank calls it), e.g. to keep the
+	 * best weights; NULL for none. */
+	enum status (*evaluated)(void *arg, long step, long epoch, double loss, struct diag *d);
+	long every;                             /* checkpoint every N steps; 0 = none periodic */
+	/* Write a checkpoint after `step` steps, the next micro-batch being next_mb of epoch
+	 * (collective in ddp mode: every rank calls it); NULL when there is no --checkpoint. */
+	enum status (*checkpoint)(void *arg, long step, long epoch, long next_mb, struct diag *d);
+	void *arg;
+	struct trace *trace;         /* --trace, or NULL */
+	struct straggler *straggler; /* ddp: step-time samples and the live check, or NULL */
+	struct prometheus *prom;     /* rank 0 with --prometheus, or NULL */
+};
+
+/* dp: G replicas on worker threads; the replica-0 model m0 holds the weights to train
+ * (and is the one saved), and opt steps it; replica i is created here on an instance of
+ * m0's backend on device cfg->device + i. */
+enum status trainer_dp(const struct train_config *tc, int replicas, struct model *m0,
+		       struct optimizer *opt, const struct backend_config *cfg,
+		       const struct dataset *ds, const struct train_ctl *ctl, struct report *r,
+		       struct train_result *res, struct diag *d);
+
+/* ddp: this rank's replica m, stepped by opt, gradients summed over c. */
+enum status trainer_ddp(const struct train_config *tc, struct world *w, struct model *m,
+			struct optimizer *opt, struct comm *c, const struct dataset *ds,
+			const struct train_ctl *ctl, struct report *r, struct train_result *res,
+			struct diag *d);
+
+/* The step number training ends at: the resumed position plus the steps left in its epoch
+ * and the epochs after it, capped by max_steps (0: no cap). */
+long trainer_total_steps(const struct train_ctl *ctl, long nmicro, long grad_accum, long epochs,
+			 long max_steps);
+
+/* The optimizer step both loops take once the gradient of step `step` (0-based) of
+ * `total` is complete in the model's gradients: clip_grad_norm_ over the trainable
+ * parameters if asked, then opt's step at its lr times the schedule's multiplier. Frozen
+ * layers are not touched. Returns the lr used. */
+double trainer_optimizer_step(const struct train_config *tc, struct optimizer *opt, long step,
+			      long total);
+/* Whether a step's device work is the same every step (no per-step host scalars), so that
+ * it may be recorded once as a device graph and replayed. */
+int trainer_step_is_fixed(const struct train_config *tc, const struct optimizer *opt);
+
+/* The progress bookkeeping both loops share. */
+struct step_clock {
+	double t0, t_last;        /* start of the loop, of the current progress interval */
+	double t_step;            /* end of the previous step */
+	double wait_step;         /* all-reduce wait counted up to the end of the previous step */
+	double consumed_at_last;  /* samples (all replicas) at the last progress line */
+	double loss_sum, acc_sum; /* losses and accuracies since the last progress line */
+	long loss_count;
+};
+
+/* After an optimizer step whose loss (mean over replicas and micro-batches) is `loss`
+ * (and accuracy `acc`, for cross-entropy), taken at learning rate lr:
+ * refuse a non-finite loss, count the step (*step), keep first and final losses, print
+ * progress when due, evaluate the validation set when due (every eval_every steps, at
+ * the end of an epoch and of training: eval(eval_arg, step, epoch) if eval is not NULL),
+ * write the checkpoint that is due (every ctl->every steps, at the last step, or when
+ * stopping) and say whether to stop. consumed: samples so far, all replicas. Returns
+ * ST_INTERRUPTED when stop is set. */
+enum status trainer_after_step(const struct train_ctl *ctl, const struct train_config *tc,
+			       struct step_clock *clk, struct train_result *res, long *step,
+			       long total, const struct batch *b, long nmicro, float loss, float acc,
+			       double lr, double consumed, int stop,
+			       enum status (*eval)(void *eval_arg, long step, long epoch),
+			       void *eval_arg, struct report *r, struct diag *d);
+
+/* Evaluate m on this replica's share of the validation set val -- rows
+ * [rank V / world, (rank + 1) V / world) in micro-batches of up to m->max_batch rows --
+ * and, with a communicator, sum the shares over the ranks: the exact mean loss over all
+ * V rows (and the accuracy) in *loss and *acc (NaN without one). Uses act, target, dbuf
+ * and the gradient slots as scratch: call it between steps. Collective when c is set. */
+enum status trainer_evaluate(const struct train_config *tc, struct model *m, const struct dataset *val,
+			     int rank, int world, struct comm *c, struct world *w, double *loss,
+			     double *acc, struct diag *d);
+
+/* Write the --prometheus file (rank 0): progress, throughput since the start, the
+ * all-reduce wait share and each bucket's bus bandwidth so far (res->buckets). */
+enum status trainer_prometheus(const struct train_ctl *ctl, const struct train_result *res,
+			       long step, long total, double loss, double samples_per_s,
+			       double wait_share, int running, int nranks, struct diag *d);
+
+#endif

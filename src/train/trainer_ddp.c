@@ -1,0 +1,512 @@
+/*
+ * trainer_ddp.c - DistributedDataParallel: one replica per rank, gradients
+ * all-reduced bucket by bucket during backward.
+ *
+ * Averaging: the MSE gradient seed is scaled by 1 / (world * micro-batches in
+ * this step), so the all-reduced sum is already the mean over ranks and
+ * micro-batches, with no extra pass over the gradients. The loss rides in the
+ * gradient buffer's loss slot, so the mean loss over ranks costs no extra
+ * collective.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"
+#include "core/signals.h"
+#include "train/trainer.h"
+
+struct ddp {
+	const struct train_config *tc;
+	struct world *w;
+	struct model *m;
+	struct optimizer *opt;
+	struct comm *c;
+	const struct train_ctl *ctl;
+	struct report *r;
+	long step, total;           /* the step being taken (0-based), and the run's last */
+	double lr;                  /* the lr of the last optimizer step */
+	double wait;                /* host time blocked in wait_all */
+	float *stop_host;           /* (1) pinned: 1 if this rank was asked to stop */
+	const float *graph_x[2];    /* the host batch buffer each captured step reads */
+	int graph_off;              /* no (more) graphs: unsupported, or a capture failed */
+	struct bucket buckets[MODEL_MAX_LAYERS + 1];
+	int nbuckets;
+	int slot_bucket;            /* the slots' own bucket (last layer frozen), or -1 */
+	int ydim;                   /* target columns: the output width, or 1 (class labels) */
+	int lowest;                 /* the first trainable layer: backward ends there */
+	int closes[MODEL_MAX_LAYERS]; /* bucket completed by layer l's backward, or -1 */
+	/* Streaming (the MPI ring, overlap on, no frozen layer): instead of whole buckets,
+	 * regions of at least `limit` floats start as soon as backward has finished them, down
+	 * to row panels of one layer's weight gradient, so the last layer's all-reduce is not
+	 * all exposed. */
+	int stream;
+	size_t limit;
+	int syncing;                /* this backward's gradients are all-reduced */
+	int layer;                  /* the layer backward is in */
+	size_t lay_hi;              /* end of the rows the panels reported for that layer */
+	size_t plo, phi;            /* finished, not started: grads[plo..phi); empty if equal */
+	int nstarted;               /* all-reduces started in this backward */
+	enum status hook_st;
+	struct diag *d;
+	struct trace_buf *tb;       /* this step's trace buffer, or NULL */
+	struct train_result *res;   /* per-bucket all-reduce figures */
+};
+
+/* Start the all-reduce of grads[off..off+len); the last one may complete at once, so it
+ * is watched and timed as waiting. */
+static void start_region(struct ddp *t, size_t off, size_t len, int last)
+{
+	double tw = clock_now();
+
+	if (t->hook_st != ST_OK)
+		return;
+	if (last)
+		world_watch_begin(t->w, "the gradient all-reduce");
+	t->hook_st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + off, len, last, t->d);
+	if (last) {
+		world_watch_end(t->w);
+		t->wait += clock_now() - tw;
+	}
+	t->nstarted++;
+}
+
+/* Streaming: grads[a..b) is final. Grow the pending region with it when they touch, else
+ * start the pending one; start it once it reaches the limit (while the communicator has
+ * room for the flushes still to come: one per layer left, and the last), or when final. */
+static void stream_add(struct ddp *t, size_t a, size_t b, int final)
+{
+	if (t->plo == t->phi) {
+		t->plo = a;
+		t->phi = b;
+	} else if (t->plo == b) {
+		t->plo = a;
+	} else if (t->phi == a) {
+		t->phi = b;
+	} else {
+		start_region(t, t->plo, t->phi - t->plo, 0);
+		t->plo = a;
+		t->phi = b;
+	}
+	/* In the first layer, the last in backward, every panel goes at once: what is left
+	 * when backward ends is all exposed. */
+	if (final || (t->phi - t->plo >= (t->layer == 0 ? 0 : t->limit) &&
+		      t->nstarted + 2 * t->layer + 3 <= COMM_MAX_INFLIGHT)) {
+		start_region(t, t->plo, t->phi - t->plo, final);
+		t->plo = t->phi = 0;
+	}
+}
+
+/* Called by the backend between the panels of backward's products: dw's rows done[0..n)
+ * are final (streaming), or n is 0; either way, let the all-reduces move. */
+static void ddp_panel(void *arg, float *done, size_t n)
+{
+	struct ddp *t = arg;
+
+	if (t->hook_st != ST_OK)
+		return;
+	if (t->stream && t->syncing && n > 0) {
+		size_t a = (size_t)(done - t->m->grads);
+
+		t->lay_hi = a + n;
+		stream_add(t, a, a + n, 0);
+	}
+	t->c->ops->progress(t->c->ctx);
+}
+
+/* The communicator's observer: each all-reduce, launch to completion. Bucket figures only
+ * when the all-reduces are the buckets (streaming sends regions of other sizes). */
+static void ddp_allreduce_done(void *arg, int index, size_t n, double t0, double t1)
+{
+	struct ddp *t = arg;
+	struct bucket_stats *b;
+
+	trace_record(t->tb, TR_ALLREDUCE, index, TRACE_ASYNC, t0, t1, (double)n * sizeof(float));
+	if (t->stream || index < 0 || index >= t->nbuckets)
+		return;
+	b = &t->res->buckets[index];
+	b->count++;
+	b->sum_s += t1 - t0;
+	if (b->count == 1 || t1 - t0 < b->min_s)
+		b->min_s = t1 - t0;
+}
+
+/* Called by backward after each layer: start what it completes (its bucket, or streaming:
+ * the rest of its gradient), or progress MPI. */
+static void ddp_layer_done(void *arg, int layer)
+{
+	struct ddp *t = arg;
+	const struct model *m = t->m;
+	int b = t->closes[layer];
+
+	if (t->hook_st != ST_OK)
+		return;
+	if (t->stream) {
+		size_t end = m->b_off[layer] + (size_t)m->widths[layer + 1] +
+			     (layer == m->nlayers - 1 ? MODEL_SLOTS : 0);
+
+		stream_add(t, t->lay_hi > m->w_off[layer] ? t->lay_hi : m->w_off[layer], end,
+			   layer == 0);
+		if (layer > 0)
+			t->lay_hi = m->w_off[layer - 1];
+		t->layer = layer - 1;
+		t->c->ops->progress(t->c->ctx);
+	} else if (b >= 0 && layer == t->lowest) { /* the last bucket completes here: watch and time it */
+		double tw = clock_now();
+		long span = trace_begin(t->tb, TR_WAIT, -1);
+
+		world_watch_begin(t->w, "the gradient all-reduce");
+		t->hook_st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
+							t->buckets[b].len, 1, t->d);
+		world_watch_end(t->w);
+		trace_end(t->tb, span);
+		t->wait += clock_now() - tw;
+	} else if (b >= 0) {
+		t->hook_st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
+							t->buckets[b].len, 0, t->d);
+	} else {
+		t->c->ops->progress(t->c->ctx);
+	}
+}
+
+static enum status start_all_buckets(struct ddp *t)
+{
+	enum status st = ST_OK;
+	double tw = clock_now();
+
+	world_watch_begin(t->w, "the gradient all-reduce");
+	for (int b = 0; b < t->nbuckets && st == ST_OK; b++)
+		st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
+						t->buckets[b].len, 1, t->d);
+	world_watch_end(t->w);
+	t->wait += clock_now() - tw;
+	return st;
+}
+
+/* Queue one micro-batch: copy in, forward, loss, backward; on the step's last micro-batch
+ * also the all-reduces (started during backward unless --no-overlap) and the optimizer. */
+static enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulate, int sync,
+			     float scale)
+{
+	struct model *m = t->m;
+	const struct backend_ops *ops = m->be->ops;
+	void *bctx = m->be->ctx;
+	const int in = m->widths[0], out = m->widths[m->nlayers];
+	enum status st;
+	double tw;
+	long span = trace_begin(t->tb, TR_LOAD, -1);
+
+	ops->to_device(bctx, m->act[0], b->x, (size_t)b->n * in);
+	ops->to_device(bctx, m->target, b->y, (size_t)b->n * (size_t)t->ydim);
+	trace_end(t->tb, span);
+	model_forward(m, b->n);
+	span = trace_begin(t->tb, TR_LOSS, -1);
+	loss_apply(&t->tc->loss, m->be, m->dbuf[0], m->grads + m->nparams + MODEL_SLOT_LOSS,
+		   m->act[m->nlayers], m->target, b->n, out, scale, accumulate);
+	trace_end(t->tb, span);
+	if (sync) /* before backward starts the bucket that carries it */
+		ops->to_device(bctx, m->grads + m->nparams + MODEL_SLOT_STOP, t->stop_host, 1);
+	t->hook_st = ST_OK;
+	if (sync && t->tc->overlap && t->slot_bucket >= 0) /* the slots alone: nothing to wait for */
+		t->hook_st = t->c->ops->allreduce_start(t->c->ctx, m->grads + m->nparams, MODEL_SLOTS, 0,
+							t->d);
+	t->syncing = sync && t->tc->overlap;
+	t->layer = m->nlayers - 1;
+	t->lay_hi = m->w_off[m->nlayers - 1];
+	t->plo = t->phi = 0;
+	t->nstarted = 0;
+	model_backward(m, b->n, accumulate, t->syncing ? ddp_layer_done : NULL, t);
+	t->syncing = 0;
+	if (!sync)
+		return ST_OK;
+	st = t->hook_st;
+	if (st == ST_OK && !t->tc->overlap)
+		st = start_all_buckets(t);
+	if (st != ST_OK)
+		return st;
+	tw = clock_now();
+	span = trace_begin(t->tb, TR_WAIT, -1);
+	world_watch_begin(t->w, "the gradient all-reduce");
+	st = t->c->ops->wait_all(t->c->ctx, t->d);
+	world_watch_end(t->w);
+	trace_end(t->tb, span);
+	t->wait += clock_now() - tw;
+	if (st == ST_OK) {
+		span = trace_begin(t->tb, TR_OPTIMIZER, -1);
+		t->lr = trainer_optimizer_step(t->tc, t->opt, t->step, t->total);
+		trace_end(t->tb, span);
+	}
+	return st;
+}
+
+/* A whole step as a device graph, where the backend and communicator allow it: recorded
+ * on its second occurrence for each host buffer counted from this run's start (the first
+ * step of every run, resumed or not, warms up cuBLAS and NCCL eagerly: their lazy set-up
+ * cannot be captured), replayed after that. ran: steps taken since this run started.
+ * NCCL requires every rank to capture the same collectives, so the ranks agree on each
+ * capture's outcome (one small collective per capture, two per run) before any graph is
+ * launched: if a capture failed anywhere, every rank drops its graphs and runs eagerly.
+ * Returns ST_OK with *done = 0 when the step must run eagerly. */
+static enum status ddp_graph_step(struct ddp *t, const struct batch *b, float scale, long ran,
+				  int *done)
+{
+	const struct backend_ops *ops = t->m->be->ops;
+	void *bctx = t->m->be->ctx;
+	struct diag why = {0};
+	int slot = b->x == t->graph_x[0] ? 0 : b->x == t->graph_x[1] ? 1 : -1, ok;
+	enum status st = ST_OK;
+
+	*done = 0;
+	if (t->graph_off)
+		return ST_OK;
+	if (slot >= 0) {
+		st = ops->graph_launch(bctx, slot, t->d);
+		*done = st == ST_OK;
+		return st;
+	}
+	if (ran < 1)
+		return ST_OK;
+	slot = t->graph_x[0] == NULL ? 0 : 1;
+	if (t->graph_x[slot] != NULL) { /* a third host buffer: the same on every rank */
+		t->graph_off = 1;
+		return ST_OK;
+	}
+	ok = ops->graph_begin(bctx, &why) == ST_OK;
+	if (ok) {
+		struct diag *caller = t->d;
+
+		t->d = &why; /* a failure while capturing only turns graphs off */
+		st = ddp_micro(t, b, 0, 1, scale);
+		t->d = caller;
+		ok = ops->graph_end(bctx, slot, &why) == ST_OK && st == ST_OK;
+	}
+	if (!world_all(t->w, ok)) {
+		/* Nothing captured ran: the caller runs the step eagerly, on every rank. */
+		ops->graph_reset(bctx);
+		t->graph_off = 1;
+		report_note(t->r, "CUDA graphs off from step %ld: a capture failed%s%s", t->w->step,
+			    ok ? " on another rank" : ": ", ok ? "" : why.msg);
+		return ST_OK;
+	}
+	t->graph_x[slot] = b->x;
+	st = ops->graph_launch(bctx, slot, t->d);
+	*done = st == ST_OK;
+	return st;
+}
+
+/* trainer_after_step's eval: every rank its share of the validation set, then the sums. */
+static enum status ddp_eval(void *arg, long step, long epoch)
+{
+	struct ddp *t = arg;
+	double loss = 0.0, acc = 0.0;
+	long span = trace_begin(t->tb, TR_VALIDATION, -1);
+	enum status st;
+
+	st = trainer_evaluate(t->tc, t->m, t->ctl->val, t->w->rank, t->w->size, t->c, t->w, &loss,
+			      &acc, t->d);
+	trace_end(t->tb, span);
+	if (st != ST_OK)
+		return st;
+	report_eval(t->r, step, epoch + 1, loss, acc, t->ctl->val->n);
+	return t->ctl->evaluated ? t->ctl->evaluated(t->ctl->arg, step, epoch, loss, t->d) : ST_OK;
+}
+
+/* The straggler check's warnings, as report notes. */
+static void say_note(void *r, const char *line)
+{
+	report_note(r, "%s", line);
+}
+
+/* After trainer_after_step: the straggler samples (and check), and --prometheus when due. */
+static enum status ddp_after_step(struct ddp *t, const struct train_ctl *ctl,
+				  struct step_clock *clk, long step, long total, float loss,
+				  double consumed, struct report *r)
+{
+	double now = clock_now(), step_s = now - clk->t_step, waited = t->wait - clk->wait_step;
+	enum status st = ST_OK;
+
+	clk->t_step = now;
+	clk->wait_step = t->wait;
+	if (ctl->straggler != NULL)
+		st = straggler_step(ctl->straggler, t->w, step, step_s, step_s - waited, say_note, r,
+				    t->d);
+	if (st == ST_OK && ctl->prom != NULL && prometheus_due(ctl->prom, now)) {
+		double el = now - clk->t0;
+
+		t->res->wait_s = t->wait;
+		st = trainer_prometheus(ctl, t->res, step, total, loss, el > 0 ? consumed / el : 0.0,
+					el > 0 ? t->wait / el : 0.0, 1, t->w->size, t->d);
+	}
+	return st;
+}
+
+enum status trainer_ddp(const struct train_config *tc, struct world *w, struct model *m,
+			struct optimizer *opt, struct comm *c, const struct dataset *ds,
+			const struct train_ctl *ctl, struct report *r, struct train_result *res,
+			struct diag *d)
+{
+	const struct backend_ops *ops = m->be->ops;
+	void *bctx = m->be->ctx;
+	const size_t cap = (size_t)(tc->bucket_mb * 1048576.0 / sizeof(float));
+	const size_t first_cap = cap < 262144 ? cap : 262144; /* PyTorch: first bucket 1 MiB */
+	struct ddp t = {.tc = tc, .w = w, .m = m, .opt = opt, .c = c, .d = d, .ctl = ctl, .r = r,
+			.ydim = ds->out, .slot_bucket = -1, .res = res};
+	const struct comm_observer obs = {ddp_allreduce_done, &t};
+	struct loader L;
+	struct batch b;
+	float slots[MODEL_SLOTS] = {0};
+	struct step_clock clk = {0};
+	long steps_per_epoch, total, step = ctl->start_step;
+	double consumed = 0.0;
+	size_t reduced = 0; /* floats all-reduced per step */
+	int graphs;
+	enum status st;
+
+	memset(res, 0, sizeof *res);
+	st = loader_init(&L, ds, w->size, w->rank, tc->shuffle, tc->drop_last, tc->seed, tc->batch_size,
+			 0, tc->epochs, m->be, d);
+	if (st == ST_OK) {
+		loader_seek(&L, ctl->start_epoch, ctl->start_mb);
+		t.stop_host = ops->host_alloc(bctx, 1);
+		if (t.stop_host == NULL) {
+			loader_free(&L);
+			st = diag_set(d, ST_RUNTIME, "trainer: out of host memory");
+		}
+	}
+	/* Every rank set up, or none trains: a rank that cannot start must not leave the
+	 * others waiting in step 1's all-reduce until --timeout. */
+	if (!world_all(w, st == ST_OK)) {
+		if (st == ST_OK) {
+			ops->host_free(bctx, t.stop_host);
+			loader_free(&L);
+		}
+		return st != ST_OK ? st : diag_set(d, ST_PEER, "another rank could not start training");
+	}
+	t.stop_host[0] = 0.0f;
+	/* Streaming where the communicator's all-reduces move during compute and the backend
+	 * reports finished panels; each region then is at most the first bucket's size (the
+	 * cap still caps it), and whole-layer regions follow the bucket plan with that limit,
+	 * which is what the report shows. Frozen layers keep the bucket plan. */
+	t.stream = c->stream && tc->overlap && ops->set_progress != NULL && w->size > 1 &&
+		   m->nlayers <= COMM_MAX_INFLIGHT / 4;
+	for (int l = 0; l < m->nlayers; l++)
+		if (m->frozen[l])
+			t.stream = 0;
+	t.limit = first_cap ? first_cap : 1;
+	t.nbuckets = model_plan_buckets(m, t.stream ? t.limit : cap ? cap : 1, t.limit, t.buckets);
+	for (int l = 0; l < m->nlayers; l++)
+		t.closes[l] = -1;
+	for (int k = 0; k < t.nbuckets; k++) {
+		if (t.buckets[k].lo >= 0)
+			t.closes[t.buckets[k].lo] = k;
+		else
+			t.slot_bucket = k;
+		reduced += t.buckets[k].len;
+	}
+	while (t.lowest < m->nlayers - 1 && m->frozen[t.lowest])
+		t.lowest++;
+	for (int k = 0; k < t.nbuckets; k++) {
+		res->buckets[k].bytes = (double)t.buckets[k].len * sizeof(float);
+		res->buckets[k].lo = t.buckets[k].lo;
+		res->buckets[k].hi = t.buckets[k].hi;
+	}
+	res->nbuckets = t.nbuckets;
+	if (c->ops->observe != NULL)
+		c->ops->observe(c->ctx, &obs);
+	if (ctl->trace != NULL && ctl->trace->path != NULL && ops->trace_dev != NULL) {
+		ctl->trace->buf[0].dev = ops->trace_dev;
+		ctl->trace->buf[0].dev_ctx = bctx;
+	}
+
+	steps_per_epoch = (L.nmicro + tc->grad_accum - 1) / tc->grad_accum;
+	total = trainer_total_steps(ctl, L.nmicro, tc->grad_accum, tc->epochs, tc->max_steps);
+	t.total = total;
+	report_training_starts(r); /* nothing refuses the run now: the metrics stream opens */
+	report_note(r, "buckets: %d (cap %.3g MiB%s), %ld steps per epoch, %ld steps in all",
+		    t.nbuckets, tc->bucket_mb,
+		    t.stream ? "; streamed: regions of 1 bucket's size start as backward finishes them" : "",
+		    steps_per_epoch, total);
+	if (reduced < m->nparams + MODEL_SLOTS)
+		report_note(r, "frozen layers: %zu of %zu parameters trained and all-reduced",
+			    reduced - MODEL_SLOTS, m->nparams);
+
+	/* Steps can be device graphs with a backend that records them and a communicator whose
+	 * collectives can be recorded (NCCL), for whole, single-micro-batch steps. */
+	graphs = ops->graph_begin != NULL && ops->graph_reset != NULL && c->ops->capturable &&
+		 tc->grad_accum == 1 && tc->graphs && trainer_step_is_fixed(tc, opt);
+	t.graph_off = !graphs;
+	if (t.stream)
+		ops->set_progress(bctx, ddp_panel, &t, c->panel_flops);
+	clk.t0 = clk.t_last = clk.t_step = clock_now();
+	while (step < total && loader_next(&L, &b)) {
+		long gi = b.mb % tc->grad_accum;
+		long group = L.nmicro - (b.mb - gi) < tc->grad_accum ? L.nmicro - (b.mb - gi)
+								     : tc->grad_accum;
+		int sync = gi == group - 1, done = 0;
+		float scale = 1.0f / ((float)w->size * (float)group);
+
+		res->epochs = b.epoch + 1;
+		w->step = step + 1;
+		t.step = step;
+		t.stop_host[0] = signals_pending() ? 1.0f : 0.0f;
+		t.tb = m->trace = trace_buf_for(ctl->trace, 0, step + 1);
+		st = ST_OK;
+		if (graphs && b.n == tc->batch_size && t.tb == NULL) /* traced steps run eagerly */
+			st = ddp_graph_step(&t, &b, scale, step - ctl->start_step, &done);
+		if (st == ST_OK && !done)
+			st = ddp_micro(&t, &b, gi > 0, sync, scale);
+		if (st != ST_OK)
+			break;
+		loader_copied(&L, &b, m->be);
+		st = loader_prefetch(&L, d); /* the next batch, while the device works on this one */
+		if (st != ST_OK)
+			break;
+		consumed += b.n;
+		if (!sync)
+			continue;
+		/* The step's one host synchronisation: its loss, for the finiteness check, and
+		 * whether any rank was asked to stop. A device or communicator error stops the
+		 * run here, before anything (a checkpoint) is taken from this step. */
+		world_watch_begin(w, "the gradient all-reduce");
+		st = ops->to_host(bctx, slots, m->grads + m->nparams, MODEL_SLOTS, d);
+		world_watch_end(w);
+		if (st != ST_OK)
+			break;
+		trace_resolve(t.tb);
+		st = trainer_after_step(ctl, tc, &clk, res, &step, total, &b, L.nmicro,
+					slots[MODEL_SLOT_LOSS], slots[MODEL_SLOT_ACC], t.lr,
+					consumed * w->size, slots[MODEL_SLOT_STOP] != 0.0f, ddp_eval, &t,
+					r, d);
+		if (st == ST_OK)
+			st = ddp_after_step(&t, ctl, &clk, step, total, slots[MODEL_SLOT_LOSS],
+					    consumed * w->size, r);
+		if (st != ST_OK)
+			break;
+	}
+	if (c->ops->observe != NULL)
+		c->ops->observe(c->ctx, NULL);
+	if (ctl->trace != NULL && ctl->trace->path != NULL)
+		trace_resolve(&ctl->trace->buf[0]); /* the last step's checkpoint, on a device clock */
+	m->trace = NULL;
+	if (st == ST_OK)
+		st = ops->sync(bctx, d);
+	/* The graphs go before the communicator: NCCL's destroy waits for every graph that
+	 * holds one of its collectives. */
+	if (graphs)
+		ops->graph_reset(bctx);
+	if (ops->set_progress != NULL)
+		ops->set_progress(bctx, NULL, NULL, 0);
+	res->steps = step;
+	res->seconds = clock_now() - clk.t0;
+	res->wait_s = t.wait;
+	res->samples = consumed * w->size;
+	res->nreplicas = 1;
+	res->rep[0].wait_s = t.wait;
+	res->rep[0].compute_s = res->seconds - t.wait;
+	res->rep[0].bytes_in = res->rep[0].bytes_out =
+		(double)step * (double)reduced * sizeof(float);
+	res->rep[0].state_bytes = m->bytes;
+	ops->host_free(bctx, t.stop_host);
+	loader_free(&L);
+	return st;
+}
