@@ -52,7 +52,7 @@ static void test_loader_without_shuffle_walks_the_data_in_order_each_epoch(void 
 	struct batch b;
 	struct diag d = {0};
 
-	assert_int_equal(loader_init(&l, &ds, 1, 0, 0, 0, 0, 4, 0, 2, &be, &d), ST_OK);
+	assert_int_equal(loader_init(&l, &ds, &(struct loader_config){.world = 1, .rank = 0, .batch = 4, .epochs = 2}, &be, &d), ST_OK);
 	assert_int_equal(l.nmicro, 3);
 	for (int e = 0; e < 2; e++) {
 		for (int k = 0; k < 3; k++) {
@@ -75,7 +75,7 @@ static void test_loader_drop_short_drops_the_last_short_batch(void **state)
 	struct diag d = {0};
 	int count = 0;
 
-	assert_int_equal(loader_init(&l, &ds, 1, 0, 0, 0, 0, 4, 1, 1, &be, &d), ST_OK);
+	assert_int_equal(loader_init(&l, &ds, &(struct loader_config){.world = 1, .rank = 0, .batch = 4, .drop_short = 1, .epochs = 1}, &be, &d), ST_OK);
 	assert_int_equal(l.nmicro, 2);
 	while (loader_next(&l, &b)) {
 		assert_int_equal(b.n, 4);
@@ -90,7 +90,7 @@ static void test_loader_refuses_a_batch_larger_than_the_shard_when_dropping(void
 	struct loader l;
 	struct diag d = {0};
 
-	assert_int_equal(loader_init(&l, &ds, 1, 0, 0, 0, 0, 11, 1, 1, &be, &d), ST_USAGE);
+	assert_int_equal(loader_init(&l, &ds, &(struct loader_config){.world = 1, .rank = 0, .batch = 11, .drop_short = 1, .epochs = 1}, &be, &d), ST_USAGE);
 	assert_string_equal(d.msg, "--drop-last: 10 samples make no full batch of 11");
 }
 
@@ -102,7 +102,7 @@ static int stream(long seek_epoch, long seek_mb, int prefetch, float *first, lon
 	struct diag d = {0};
 	int n = 0;
 
-	assert_int_equal(loader_init(&l, &ds, 2, 1, 1, 0, 7, 2, 0, 3, &be, &d), ST_OK);
+	assert_int_equal(loader_init(&l, &ds, &(struct loader_config){.world = 2, .rank = 1, .shuffle = 1, .seed = 7, .batch = 2, .epochs = 3}, &be, &d), ST_OK);
 	loader_seek(&l, seek_epoch, seek_mb);
 	while (loader_next(&l, &b)) {
 		first[n] = b.x[0];
@@ -170,7 +170,7 @@ static void test_loader_waits_for_a_buffers_copies_before_refilling_it(void **st
 
 	ops.host_mark = rec_mark;
 	ops.host_wait = rec_wait;
-	assert_int_equal(loader_init(&l, &ds, 1, 0, 0, 0, 7, 2, 0, 2, &gpu, &d), ST_OK);
+	assert_int_equal(loader_init(&l, &ds, &(struct loader_config){.world = 1, .rank = 0, .seed = 7, .batch = 2, .epochs = 2}, &gpu, &d), ST_OK);
 	buf_of[0] = l.hx[0];
 	buf_of[1] = l.hx[1];
 	while (loader_next(&l, &b)) {

@@ -76,9 +76,8 @@ static void test_after_step_counts_and_checkpoints_when_due(void **state)
 	for (long k = 0; k < 6; k++) {
 		struct batch b = {.epoch = k / 3, .mb = k % 3};
 
-		assert_int_equal(trainer_after_step(&ctl, &tc, &clk, &res, &step, 6, &b, 3,
-						    (float)(6 - k), 0.0f, 0.1, 0.0, 0, NULL, NULL,
-						    &r, &d),
+		assert_int_equal(trainer_after_step(&(struct train_loop){&ctl, &tc, &res, &r, &clk, 6, 3, NULL, NULL}, &step,
+						    &(struct step_end){&b, (float)(6 - k), 0.0f, 0.1, 0.0, 0}, &d),
 				 ST_OK);
 	}
 	assert_int_equal(step, 6);
@@ -112,14 +111,14 @@ static void test_after_step_stops_with_a_checkpoint_and_refuses_nan(void **state
 	long step = 0;
 
 	report_init(&r, 0, 1);
-	assert_int_equal(trainer_after_step(&ctl, &tc, &clk, &res, &step, 10, &b, 10, 1.0f, 0.0f, 0.1, 0.0,
-					    1, NULL, NULL, &r, &d),
+	const struct train_loop lp = {&ctl, &tc, &res, &r, &clk, 10, 10, NULL, NULL};
+
+	assert_int_equal(trainer_after_step(&lp, &step, &(struct step_end){&b, 1.0f, 0.0f, 0.1, 0.0, 1}, &d),
 			 ST_INTERRUPTED);
 	assert_int_equal(step, 1);
 	assert_int_equal(log.calls, 1);
 	b.mb = 1;
-	assert_int_equal(trainer_after_step(&ctl, &tc, &clk, &res, &step, 10, &b, 10, NAN, 0.0f, 0.1, 0.0,
-					    0, NULL, NULL, &r, &d),
+	assert_int_equal(trainer_after_step(&lp, &step, &(struct step_end){&b, NAN, 0.0f, 0.1, 0.0, 0}, &d),
 			 ST_RUNTIME);
 	assert_int_equal(step, 1); /* a diverged step is not counted */
 	assert_non_null(strstr(d.msg, "training diverged"));
@@ -160,8 +159,8 @@ static void test_after_step_evaluates_every_n_steps_at_epoch_ends_and_at_the_end
 	for (long k = 0; k < 10; k++) {
 		struct batch b = {.epoch = k / 4, .mb = k % 4};
 
-		assert_int_equal(trainer_after_step(&ctl, &tc, &clk, &res, &step, 10, &b, 4, 1.0f, 0.5f,
-						    0.1, 0.0, 0, record_eval, &ev, &r, &d),
+		assert_int_equal(trainer_after_step(&(struct train_loop){&ctl, &tc, &res, &r, &clk, 10, 4, record_eval, &ev},
+						    &step, &(struct step_end){&b, 1.0f, 0.5f, 0.1, 0.0, 0}, &d),
 				 ST_OK);
 	}
 	assert_int_equal(ev.calls, 6);

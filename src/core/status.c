@@ -52,6 +52,43 @@ enum status diag_set(struct diag *d, enum status st, const char *fmt, ...)
 	return st;
 }
 
+/* The message of d with the escaped text of fmt before (front) or after it. */
+static void diag_wrap(struct diag *d, int front, const char *fmt, va_list ap)
+{
+	char raw[sizeof d->msg], both[2 * sizeof d->msg];
+	size_t n;
+
+	if (d == NULL || d->st == ST_OK)
+		return;
+	vsnprintf(raw, sizeof raw, fmt, ap);
+	n = diag_escape(both, sizeof d->msg, front ? raw : d->msg);
+	if (front)
+		snprintf(both + n, sizeof both - n, "%s", d->msg);
+	else
+		diag_escape(both + n, sizeof d->msg, raw);
+	n = strlen(both) < sizeof d->msg ? strlen(both) : sizeof d->msg - 1;
+	memcpy(d->msg, both, n); /* cut at the message's length, as diag_set does */
+	d->msg[n] = '\0';
+}
+
+void diag_prefix(struct diag *d, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	diag_wrap(d, 1, fmt, ap);
+	va_end(ap);
+}
+
+void diag_append(struct diag *d, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	diag_wrap(d, 0, fmt, ap);
+	va_end(ap);
+}
+
 enum status diag_errno(struct diag *d, int errnum, const char *fmt, ...)
 {
 	char what[384];

@@ -37,6 +37,12 @@ enum status diag_set(struct diag *d, enum status st, const char *fmt, ...)
 enum status diag_errno(struct diag *d, int errnum, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
+/* Put formatted text before (diag_prefix) or after (diag_append) the message d already
+ * holds, keeping its status: the context a caller adds to a callee's failure. No-op when
+ * d holds no error. */
+void diag_prefix(struct diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void diag_append(struct diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 #define EXIT_INTERRUPTED 3 /* documented in ddptrain(1): requeue and --resume */
 
 /* Copy src into dst (n bytes, truncating at a whole escape) with control characters

@@ -3,22 +3,23 @@
 
 #include "data/loader.h"
 
-enum status loader_init(struct loader *l, const struct dataset *ds, int world, int rank,
-			int shuffle, int sampler_drop_last, uint64_t seed, long batch,
-			int drop_short, long epochs, struct backend *be, struct diag *d)
+enum status loader_init(struct loader *l, const struct dataset *ds, const struct loader_config *cfg,
+			struct backend *be, struct diag *d)
 {
+	const long batch = cfg->batch;
 	enum status st;
 
 	memset(l, 0, sizeof *l);
 	l->ds = ds;
 	l->be = be;
 	l->batch = batch;
-	l->epochs = epochs;
-	st = sampler_init(&l->s, ds->n, world, rank, shuffle, sampler_drop_last, seed, d);
+	l->epochs = cfg->epochs;
+	st = sampler_init(&l->s, ds->n, cfg->world, cfg->rank, cfg->shuffle, cfg->sampler_drop_last, cfg->seed,
+			  d);
 	if (st != ST_OK)
 		return st;
 	l->nmicro = (long)(l->s.num_samples / (size_t)batch);
-	if (!drop_short && l->s.num_samples % (size_t)batch != 0)
+	if (!cfg->drop_short && l->s.num_samples % (size_t)batch != 0)
 		l->nmicro++;
 	if (l->nmicro == 0) {
 		st = diag_set(d, ST_USAGE, "--drop-last: %zu samples make no full batch of %ld",

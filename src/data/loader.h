@@ -45,9 +45,17 @@ struct loader {
 
 /* Batches of `batch` rows over this rank's DistributedSampler(world, rank) shard; with
  * drop_short the last, short batch of each epoch is dropped. */
-enum status loader_init(struct loader *l, const struct dataset *ds, int world, int rank,
-			int shuffle, int sampler_drop_last, uint64_t seed, long batch,
-			int drop_short, long epochs, struct backend *be, struct diag *d);
+struct loader_config {
+	int world, rank;       /* the sampler's replicas, and which one this loader serves */
+	int shuffle;           /* reshuffle every epoch (DistributedSampler's shuffle) */
+	int sampler_drop_last; /* the sampler drops the tail that does not divide over world */
+	uint64_t seed;
+	long batch;            /* rows per micro-batch */
+	int drop_short;        /* drop each epoch's last micro-batch if it is short */
+	long epochs;
+};
+enum status loader_init(struct loader *l, const struct dataset *ds, const struct loader_config *cfg,
+			struct backend *be, struct diag *d);
 /* Begin at micro-batch mb of epoch (a resumed run); before the first loader_next. */
 void loader_seek(struct loader *l, long epoch, long mb);
 /* The next batch (prepared earlier or now); 0 when all epochs are done. Valid until the

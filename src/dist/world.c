@@ -219,6 +219,8 @@ enum status world_init(struct world *w, int *argc, char ***argv, struct diag *d)
 	w->watch = watch;
 	w->comm = MPI_COMM_NULL;
 	w->local = MPI_COMM_NULL;
+	if (gethostname(w->host, sizeof w->host - 1) != 0)
+		snprintf(w->host, sizeof w->host, "?");
 	world_watch_begin(w, "MPI start-up");
 	if (watch != NULL) /* a stop signal now is handled once training starts */
 		atomic_store(&watch->patient, 1);
@@ -235,19 +237,23 @@ enum status world_init(struct world *w, int *argc, char ***argv, struct diag *d)
 	}
 	signals_install(); /* MPI_Init put its own SIGBUS handler (opal_signal) in place of ours */
 	/* Errors come back as codes, so every rank can agree before exiting. */
-	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+	rc = MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 	w->comm = MPI_COMM_WORLD;
-	MPI_Comm_rank(w->comm, &w->rank);
-	MPI_Comm_size(w->comm, &w->size);
+	if (rc == MPI_SUCCESS)
+		rc = MPI_Comm_rank(w->comm, &w->rank);
+	if (rc == MPI_SUCCESS)
+		rc = MPI_Comm_size(w->comm, &w->size);
 	if (watch != NULL)
 		atomic_store(&watch->rank, w->rank);
-	rc = MPI_Comm_split_type(w->comm, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &w->local);
+	if (rc == MPI_SUCCESS)
+		rc = MPI_Comm_split_type(w->comm, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &w->local);
 	world_watch_end(w);
 	if (rc != MPI_SUCCESS)
-		return world_mpi_error(d, rc, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
-	MPI_Comm_rank(w->local, &w->local_rank);
-	MPI_Comm_size(w->local, &w->local_size);
-	return ST_OK;
+		return world_mpi_error(d, rc, "MPI start-up (rank, size and node split)");
+	rc = MPI_Comm_rank(w->local, &w->local_rank);
+	if (rc == MPI_SUCCESS)
+		rc = MPI_Comm_size(w->local, &w->local_size);
+	return rc == MPI_SUCCESS ? ST_OK : world_mpi_error(d, rc, "MPI_Comm_rank/size(node)");
 }
 
 int world_launch_size(void)

@@ -22,6 +22,7 @@ struct world {
 	MPI_Comm local;             /* this node's ranks */
 	int inited;                 /* we called MPI_Init_thread, so we finalize */
 	long step;                  /* the optimizer step in progress (for the watchdog) */
+	char host[64];              /* this process's host name (gethostname; "?" if none) */
 	struct world_watch *watch;  /* the watchdog's state (world.c), or NULL */
 };
 

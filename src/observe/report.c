@@ -562,7 +562,7 @@ void report_ranks(struct report *r, struct world *w, const char *device, const c
 
 	mine.pid = (int)getpid();
 	mine.local = w->local_rank;
-	gethostname(mine.host, sizeof mine.host - 1);
+	snprintf(mine.host, sizeof mine.host, "%s", w->host);
 	snprintf(mine.device, sizeof mine.device, "%s", device);
 	snprintf(mine.path, sizeof mine.path, "%s", path);
 	if (w->rank == 0)

@@ -14,6 +14,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,8 +28,6 @@ _Static_assert(TRACE_MAX_THREADS >= OPT_MAX_REPLICAS, "one trace buffer per dp r
 const char *const options_mode_names[] = {"ddp", "dp", NULL};
 const char *const options_device_names[] = {"auto", "cpu", "cuda", NULL};
 const char *const options_comm_names[] = {"auto", "mpi", "nccl", NULL};
-const char *const options_loss_names[] = {"mse", "cross-entropy", NULL};
-const char *const options_optim_names[] = {"sgd", "adamw", NULL};
 
 enum opt_key {
 	K_HELP = 'h',
@@ -51,71 +50,78 @@ struct opt_def {
 	const char *def;     /* default as printed by --help and the man page, or NULL */
 	const char *help;
 	int scope;           /* OPT_SCOPE_*: in the resume and/or configuration text */
+	enum opt_path path;  /* a file: what it holds (OPT_PATH_NONE: not a file) */
+	size_t field;        /* a file: offsetof its const char * in struct options */
 };
 
 #define R OPT_SCOPE_RESUME
 #define C OPT_SCOPE_RUN
 /* In the resume text only with a schedule, whose shape depends on the run's length. */
 #define S OPT_SCOPE_SCHEDULE
+/* A file flag: what the file holds, and where struct options keeps its name. */
+#define FILE_(kind, member) kind, offsetof(struct options, member)
+#define NOFILE OPT_PATH_NONE, 0
 
 static const struct opt_def opt_table[] = {
-	{"layers", K_LAYERS, "W0,W1,...", "10,10,5", "MLP widths: Linear layers with ReLU between them", R},
-	{"batch-size", K_BATCH, "N", "20", "samples per replica per step", R},
-	{"epochs", K_EPOCHS, "N", "50", "passes over the data set", C | S},
-	{"max-steps", K_MAX_STEPS, "N", "0", "stop after N optimizer steps (0 = no limit)", C | S},
-	{"loss", K_LOSS, "mse|cross-entropy", "mse", "mean squared error, or softmax cross-entropy on the last layer's logits against integer class labels", R},
-	{"optimizer", K_OPTIM, "sgd|adamw", "sgd", "torch.optim.SGD or torch.optim.AdamW", R},
-	{"lr", K_LR, "F", "0.001", "peak learning rate", R},
-	{"momentum", K_MOMENTUM, "F", "0", "SGD momentum (dampening 0)", R},
-	{"nesterov", K_NESTEROV, NULL, NULL, "SGD with Nesterov momentum (needs --momentum; default: off)", R},
-	{"weight-decay", K_WD, "F", "0", "SGD: L2 penalty added to the gradient; AdamW: decoupled decay", R},
-	{"betas", K_BETAS, "B1,B2", "0.9,0.999", "AdamW's moment decay rates", R},
-	{"eps", K_EPS, "F", "1e-08", "AdamW's denominator term", R},
-	{"lr-schedule", K_SCHED, "constant|linear|cosine", "constant", "lr multiplier after the warmup: 1, a line to 0, or half a cosine to 0 at the last step", R},
-	{"warmup-steps", K_WARMUP, "K", "0", "lr rises linearly from 0 over the first K optimizer steps", R},
-	{"clip-grad-norm", K_CLIP, "MAX", "0", "scale the gradient to a 2-norm of at most MAX before each step (0 = off)", R},
-	{"freeze", K_FREEZE, "L1,L2,...", NULL, "layers (1-based) not trained: no update, no optimizer state, not all-reduced", R},
-	{"grad-accum", K_ACCUM, "K", "1", "micro-batches per optimizer step (all-reduce every K)", R},
-	{"seed", K_SEED, "N", "0", "seed for weight init, synthetic data and shuffling", R},
-	{"samples", K_SAMPLES, "N", "4000", "size of the synthetic data set", 0},
-	{"inputs", K_INPUTS, "X.npy", NULL, "train on these inputs (2-D float32 or float64)", 0},
-	{"targets", K_TARGETS, "Y.npy", NULL, "targets for --inputs, one row per input row (cross-entropy: integer labels, shape (N,))", 0},
-	{"val-inputs", K_VAL_INPUTS, "X.npy", NULL, "validation inputs, evaluated every epoch, every --eval-every steps and at the end", 0},
-	{"val-targets", K_VAL_TARGETS, "Y.npy", NULL, "targets for --val-inputs", 0},
-	{"val-samples", K_VAL_SAMPLES, "N", "0", "size of the synthetic validation set (0 = none)", C},
-	{"eval-every", K_EVAL_EVERY, "N", "0", "also evaluate every N optimizer steps (0 = at epoch ends only)", C},
-	{"save-best", K_SAVE_BEST, "FILE", NULL, "write the weights with the best validation loss as safetensors", C},
-	{"shuffle", K_SHUFFLE, NULL, "on", "reshuffle the data every epoch (DistributedSampler)", R},
-	{"no-shuffle", K_NO_SHUFFLE, NULL, NULL, "keep the data in file order", 0},
-	{"drop-last", K_DROP_LAST, NULL, "off", "drop the tail that does not divide evenly over the ranks", R},
-	{"init", K_INIT, "FILE", NULL, "start from these safetensors weights instead of random init", C},
-	{"save", K_SAVE, "FILE", NULL, "write the final weights as safetensors (rank 0, atomically)", C},
-	{"checkpoint", K_CHECKPOINT, "FILE", NULL, "write a checkpoint here (at the end, every --checkpoint-every steps, on a stop signal)", C},
-	{"checkpoint-every", K_CKPT_EVERY, "N", "0", "optimizer steps between checkpoints (0 = only at the end and on a stop)", C},
-	{"keep-checkpoints", K_KEEP, "K", "0", "also keep the last K checkpoints as FILE.step-NNNNNNNN (0 = none)", C},
-	{"resume", K_RESUME, "FILE", NULL, "continue from this checkpoint: weights, momentum, step and data position", C},
-	{"timeout", K_TIMEOUT, "SECONDS", "600", "give up when a collective waits this long for another rank (0 = never)", 0},
-	{"mode", K_MODE, "ddp|dp", "ddp", "ddp: one process per replica; dp: threads in one process", R},
-	{"replicas", K_REPLICAS, "G", "auto", "--mode=dp worker threads, one replica each (auto: one per GPU, else 2)", C},
-	{"device", K_DEVICE, "auto|cpu|cuda", "auto", "where the model runs (auto: a GPU if one is visible, else the CPU)", C},
-	{"backend", K_BACKEND, "auto|mpi|nccl", "auto", "how gradients are all-reduced (auto: nccl on GPUs, else mpi)", C},
-	{"tf32", K_TF32, NULL, "off", "let cuBLAS use TF32 tensor cores (faster; results no longer match float32)", C},
-	{"bucket-mb", K_BUCKET, "F", "25", "gradient bucket cap in MiB", C},
-	{"no-overlap", K_NO_OVERLAP, NULL, NULL, "all-reduce only after the whole backward", C},
-	{"log-every", K_LOG_EVERY, "N", "250", "optimizer steps between progress lines (0 = none)", C},
-	{"quiet", K_QUIET, NULL, NULL, "print errors only", C},
-	{"metrics", K_METRICS, "FILE", NULL, "write JSON Lines metrics (one object per logged step)", C},
-	{"trace", K_TRACE, "FILE", NULL, "write a Chrome trace-event timeline of every rank (Perfetto, chrome://tracing)", C},
-	{"trace-steps", K_TRACE_STEPS, "A:B", "all", "trace only optimizer steps A to B", C},
-	{"straggler-warn", K_STRAGGLER_WARN, "F", "0", "warn when a rank computes F times slower than the median (0 = off)", C},
-	{"prometheus", K_PROMETHEUS, "FILE", NULL, "keep a Prometheus textfile of the run's progress up to date", 0},
-	{"prometheus-every", K_PROM_EVERY, "SECONDS", "10", "seconds between rewrites of the --prometheus file", 0},
-	{"help", K_HELP, NULL, NULL, "show this help and exit", 0},
-	{"version", K_VERSION, NULL, NULL, "show the version and exit", 0},
+	{"layers", K_LAYERS, "W0,W1,...", "10,10,5", "MLP widths: Linear layers with ReLU between them", R, NOFILE},
+	{"batch-size", K_BATCH, "N", "20", "samples per replica per step", R, NOFILE},
+	{"epochs", K_EPOCHS, "N", "50", "passes over the data set", C | S, NOFILE},
+	{"max-steps", K_MAX_STEPS, "N", "0", "stop after N optimizer steps (0 = no limit)", C | S, NOFILE},
+	{"loss", K_LOSS, "mse|cross-entropy", "mse", "mean squared error, or softmax cross-entropy on the last layer's logits against integer class labels", R, NOFILE},
+	{"optimizer", K_OPTIM, "sgd|adamw", "sgd", "torch.optim.SGD or torch.optim.AdamW", R, NOFILE},
+	{"lr", K_LR, "F", "0.001", "peak learning rate", R, NOFILE},
+	{"momentum", K_MOMENTUM, "F", "0", "SGD momentum (dampening 0)", R, NOFILE},
+	{"nesterov", K_NESTEROV, NULL, NULL, "SGD with Nesterov momentum (needs --momentum; default: off)", R, NOFILE},
+	{"weight-decay", K_WD, "F", "0", "SGD: L2 penalty added to the gradient; AdamW: decoupled decay", R, NOFILE},
+	{"betas", K_BETAS, "B1,B2", "0.9,0.999", "AdamW's moment decay rates", R, NOFILE},
+	{"eps", K_EPS, "F", "1e-08", "AdamW's denominator term", R, NOFILE},
+	{"lr-schedule", K_SCHED, "constant|linear|cosine", "constant", "lr multiplier after the warmup: 1, a line to 0, or half a cosine to 0 at the last step", R, NOFILE},
+	{"warmup-steps", K_WARMUP, "K", "0", "lr rises linearly from 0 over the first K optimizer steps", R, NOFILE},
+	{"clip-grad-norm", K_CLIP, "MAX", "0", "scale the gradient to a 2-norm of at most MAX before each step (0 = off)", R, NOFILE},
+	{"freeze", K_FREEZE, "L1,L2,...", NULL, "layers (1-based) not trained: no update, no optimizer state, not all-reduced", R, NOFILE},
+	{"grad-accum", K_ACCUM, "K", "1", "micro-batches per optimizer step (all-reduce every K)", R, NOFILE},
+	{"seed", K_SEED, "N", "0", "seed for weight init, synthetic data and shuffling", R, NOFILE},
+	{"samples", K_SAMPLES, "N", "4000", "size of the synthetic data set", 0, NOFILE},
+	{"inputs", K_INPUTS, "X.npy", NULL, "train on these inputs (2-D float32 or float64)", 0, FILE_(OPT_PATH_IN, inputs)},
+	{"targets", K_TARGETS, "Y.npy", NULL, "targets for --inputs, one row per input row (cross-entropy: integer labels, shape (N,))", 0, FILE_(OPT_PATH_IN, targets)},
+	{"val-inputs", K_VAL_INPUTS, "X.npy", NULL, "validation inputs, evaluated every epoch, every --eval-every steps and at the end", 0, FILE_(OPT_PATH_IN, val_inputs)},
+	{"val-targets", K_VAL_TARGETS, "Y.npy", NULL, "targets for --val-inputs", 0, FILE_(OPT_PATH_IN, val_targets)},
+	{"val-samples", K_VAL_SAMPLES, "N", "0", "size of the synthetic validation set (0 = none)", C, NOFILE},
+	{"eval-every", K_EVAL_EVERY, "N", "0", "also evaluate every N optimizer steps (0 = at epoch ends only)", C, NOFILE},
+	{"save-best", K_SAVE_BEST, "FILE", NULL, "write the weights with the best validation loss as safetensors", C, FILE_(OPT_PATH_BEST, save_best)},
+	{"shuffle", K_SHUFFLE, NULL, "on", "reshuffle the data every epoch (DistributedSampler)", R, NOFILE},
+	{"no-shuffle", K_NO_SHUFFLE, NULL, NULL, "keep the data in file order", 0, NOFILE},
+	{"drop-last", K_DROP_LAST, NULL, "off", "drop the tail that does not divide evenly over the ranks", R, NOFILE},
+	{"init", K_INIT, "FILE", NULL, "start from these safetensors weights instead of random init", C, FILE_(OPT_PATH_IN, init)},
+	{"save", K_SAVE, "FILE", NULL, "write the final weights as safetensors (rank 0, atomically)", C, FILE_(OPT_PATH_SAVE, save)},
+	{"checkpoint", K_CHECKPOINT, "FILE", NULL, "write a checkpoint here (at the end, every --checkpoint-every steps, on a stop signal)", C, FILE_(OPT_PATH_CHECKPOINT, checkpoint)},
+	{"checkpoint-every", K_CKPT_EVERY, "N", "0", "optimizer steps between checkpoints (0 = only at the end and on a stop)", C, NOFILE},
+	{"keep-checkpoints", K_KEEP, "K", "0", "also keep the last K checkpoints as FILE.step-NNNNNNNN (0 = none)", C, NOFILE},
+	{"resume", K_RESUME, "FILE", NULL, "continue from this checkpoint: weights, momentum, step and data position", C, FILE_(OPT_PATH_IN, resume)},
+	{"timeout", K_TIMEOUT, "SECONDS", "600", "give up when a collective waits this long for another rank (0 = never)", 0, NOFILE},
+	{"mode", K_MODE, "ddp|dp", "ddp", "ddp: one process per replica; dp: threads in one process", R, NOFILE},
+	{"replicas", K_REPLICAS, "G", "auto", "--mode=dp worker threads, one replica each (auto: one per GPU, else 2)", C, NOFILE},
+	{"device", K_DEVICE, "auto|cpu|cuda", "auto", "where the model runs (auto: a GPU if one is visible, else the CPU)", C, NOFILE},
+	{"backend", K_BACKEND, "auto|mpi|nccl", "auto", "how gradients are all-reduced (auto: nccl on GPUs, else mpi)", C, NOFILE},
+	{"tf32", K_TF32, NULL, "off", "let cuBLAS use TF32 tensor cores (faster; results no longer match float32)", C, NOFILE},
+	{"bucket-mb", K_BUCKET, "F", "25", "gradient bucket cap in MiB", C, NOFILE},
+	{"no-overlap", K_NO_OVERLAP, NULL, NULL, "all-reduce only after the whole backward", C, NOFILE},
+	{"log-every", K_LOG_EVERY, "N", "250", "optimizer steps between progress lines (0 = none)", C, NOFILE},
+	{"quiet", K_QUIET, NULL, NULL, "print errors only", C, NOFILE},
+	{"metrics", K_METRICS, "FILE", NULL, "write JSON Lines metrics (one object per logged step)", C, FILE_(OPT_PATH_LOG, metrics)},
+	{"trace", K_TRACE, "FILE", NULL, "write a Chrome trace-event timeline of every rank (Perfetto, chrome://tracing)", C, FILE_(OPT_PATH_LOG, trace)},
+	{"trace-steps", K_TRACE_STEPS, "A:B", "all", "trace only optimizer steps A to B", C, NOFILE},
+	{"straggler-warn", K_STRAGGLER_WARN, "F", "0", "warn when a rank computes F times slower than the median (0 = off)", C, NOFILE},
+	{"prometheus", K_PROMETHEUS, "FILE", NULL, "keep a Prometheus textfile of the run's progress up to date", 0, FILE_(OPT_PATH_LOG, prometheus)},
+	{"prometheus-every", K_PROM_EVERY, "SECONDS", "10", "seconds between rewrites of the --prometheus file", C, NOFILE},
+	{"help", K_HELP, NULL, NULL, "show this help and exit", 0, NOFILE},
+	{"version", K_VERSION, NULL, NULL, "show the version and exit", 0, NOFILE},
 };
 #undef R
 #undef C
 #undef S
+#undef FILE_
+#undef NOFILE
 #define N_OPTS (sizeof opt_table / sizeof opt_table[0])
 
 static const struct opt_def *find_def(int key)
@@ -124,6 +130,12 @@ static const struct opt_def *find_def(int key)
 		if (opt_table[i].key == key)
 			return &opt_table[i];
 	return NULL;
+}
+
+/* The file a file flag names in o, or NULL. */
+static const char *path_of(const struct options *o, const struct opt_def *od)
+{
+	return *(const char *const *)(const void *)((const char *)o + od->field);
 }
 
 /* Parse a whole decimal integer in [lo, hi]. */
@@ -310,12 +322,12 @@ static enum status apply(struct options *o, int key, const char *arg, struct dia
 	case K_RESUME: o->resume = arg; return ST_OK;
 	case K_TIMEOUT: return parse_double(f, arg, 0, 0, 1e9, &o->timeout, d);
 	case K_LOSS:
-		st = parse_choice(def, arg, options_loss_names, &c, d);
-		o->loss = (enum opt_loss)c;
+		st = parse_choice(def, arg, loss_names, &c, d);
+		o->loss = (enum loss_kind)c;
 		return st;
 	case K_OPTIM:
-		st = parse_choice(def, arg, options_optim_names, &c, d);
-		o->optimizer = (enum opt_optim)c;
+		st = parse_choice(def, arg, optimizer_names, &c, d);
+		o->optimizer = (enum optimizer_kind)c;
 		return st;
 	case K_BETAS: return parse_betas(o, arg, d);
 	case K_EPS: return parse_double(f, arg, 0, 1, 1, &o->eps, d);
@@ -383,24 +395,12 @@ static enum status check_combinations(struct options *o, struct diag *d)
 	if ((o->inputs == NULL) != (o->targets == NULL))
 		return diag_set(d, ST_USAGE, "%s given without %s",
 				o->inputs ? "--inputs" : "--targets", o->inputs ? "--targets" : "--inputs");
-	if (o->inputs != NULL && o->inputs[0] == '\0')
-		return diag_set(d, ST_USAGE, "--inputs: empty file name");
-	if (o->targets != NULL && o->targets[0] == '\0')
-		return diag_set(d, ST_USAGE, "--targets: empty file name");
-	if (o->save != NULL && o->save[0] == '\0')
-		return diag_set(d, ST_USAGE, "--save: empty file name");
-	if (o->init != NULL && o->init[0] == '\0')
-		return diag_set(d, ST_USAGE, "--init: empty file name");
-	if (o->metrics != NULL && o->metrics[0] == '\0')
-		return diag_set(d, ST_USAGE, "--metrics: empty file name");
-	if (o->trace != NULL && o->trace[0] == '\0')
-		return diag_set(d, ST_USAGE, "--trace: empty file name");
-	if (o->prometheus != NULL && o->prometheus[0] == '\0')
-		return diag_set(d, ST_USAGE, "--prometheus: empty file name");
-	if (o->checkpoint != NULL && o->checkpoint[0] == '\0')
-		return diag_set(d, ST_USAGE, "--checkpoint: empty file name");
-	if (o->resume != NULL && o->resume[0] == '\0')
-		return diag_set(d, ST_USAGE, "--resume: empty file name");
+	for (size_t i = 0; i < N_OPTS; i++) {
+		const char *path = opt_table[i].path ? path_of(o, &opt_table[i]) : NULL;
+
+		if (path != NULL && path[0] == '\0')
+			return diag_set(d, ST_USAGE, "--%s: empty file name", opt_table[i].name);
+	}
 	if (o->resume != NULL && o->init != NULL)
 		return diag_set(d, ST_USAGE, "--resume and --init both set the starting weights: give one");
 	if (o->checkpoint == NULL && (o->checkpoint_every > 0 || o->keep_checkpoints > 0))
@@ -416,25 +416,19 @@ static enum status check_combinations(struct options *o, struct diag *d)
 		return diag_set(d, ST_USAGE, "%s given without %s",
 				o->val_inputs ? "--val-inputs" : "--val-targets",
 				o->val_inputs ? "--val-targets" : "--val-inputs");
-	if ((o->val_inputs != NULL && o->val_inputs[0] == '\0') ||
-	    (o->val_targets != NULL && o->val_targets[0] == '\0'))
-		return diag_set(d, ST_USAGE, "%s: empty file name",
-				o->val_inputs[0] == '\0' ? "--val-inputs" : "--val-targets");
 	if (o->val_inputs != NULL && o->inputs == NULL)
 		return diag_set(d, ST_USAGE, "--val-inputs needs --inputs (synthetic data takes --val-samples)");
 	if (o->val_samples > 0 && o->inputs != NULL)
 		return diag_set(d, ST_USAGE, "--val-samples is for synthetic data; with --inputs give --val-inputs and --val-targets");
-	if (o->save_best != NULL && o->save_best[0] == '\0')
-		return diag_set(d, ST_USAGE, "--save-best: empty file name");
 	if ((o->save_best != NULL || o->eval_every > 0) && o->val_inputs == NULL && o->val_samples == 0)
 		return diag_set(d, ST_USAGE, "%s needs a validation set (--val-inputs and --val-targets, or --val-samples)",
 				o->save_best != NULL ? "--save-best" : "--eval-every");
-	if (o->loss == OPT_LOSS_CROSS_ENTROPY && o->widths[o->nlayers] < 2)
+	if (o->loss == LOSS_CROSS_ENTROPY && o->widths[o->nlayers] < 2)
 		return diag_set(d, ST_USAGE, "--loss=cross-entropy needs at least 2 classes: --layers ends with width %d",
 				o->widths[o->nlayers]);
-	if (o->optimizer == OPT_OPTIM_ADAMW && o->momentum != 0.0)
+	if (o->optimizer == OPTIM_ADAMW && o->momentum != 0.0)
 		return diag_set(d, ST_USAGE, "--momentum applies to --optimizer=sgd (AdamW takes --betas)");
-	if (o->optimizer == OPT_OPTIM_ADAMW && o->nesterov)
+	if (o->optimizer == OPTIM_ADAMW && o->nesterov)
 		return diag_set(d, ST_USAGE, "--nesterov applies to --optimizer=sgd");
 	if (o->nesterov && o->momentum == 0.0)
 		return diag_set(d, ST_USAGE, "--nesterov needs --momentum greater than 0 (as torch.optim.SGD)");
@@ -578,8 +572,8 @@ static void format_value(const struct options *o, int key, char *buf, size_t len
 	case K_REPLICAS: snprintf(buf, len, "%d", o->replicas); return;
 	case K_TF32: snprintf(buf, len, "%d", o->tf32); return;
 	case K_CKPT_EVERY: snprintf(buf, len, "%ld", o->checkpoint_every); return;
-	case K_LOSS: snprintf(buf, len, "%s", options_loss_names[o->loss]); return;
-	case K_OPTIM: snprintf(buf, len, "%s", options_optim_names[o->optimizer]); return;
+	case K_LOSS: snprintf(buf, len, "%s", loss_names[o->loss]); return;
+	case K_OPTIM: snprintf(buf, len, "%s", optimizer_names[o->optimizer]); return;
 	case K_NESTEROV: snprintf(buf, len, "%d", o->nesterov); return;
 	case K_BETAS: snprintf(buf, len, "%.9g,%.9g", o->beta1, o->beta2); return;
 	case K_EPS: snprintf(buf, len, "%.9g", o->eps); return;
@@ -589,24 +583,14 @@ static void format_value(const struct options *o, int key, char *buf, size_t len
 	case K_FREEZE: format_frozen(o, buf, len); return;
 	case K_VAL_SAMPLES: snprintf(buf, len, "%ld", o->val_samples); return;
 	case K_EVAL_EVERY: snprintf(buf, len, "%ld", o->eval_every); return;
-	case K_SAVE_BEST: snprintf(buf, len, "%s", o->save_best ? o->save_best : ""); return;
-	case K_VAL_INPUTS: snprintf(buf, len, "%s", o->val_inputs ? o->val_inputs : ""); return;
-	case K_VAL_TARGETS: snprintf(buf, len, "%s", o->val_targets ? o->val_targets : ""); return;
 	case K_SAMPLES: snprintf(buf, len, "%ld", o->samples); return;
-	case K_INPUTS: snprintf(buf, len, "%s", o->inputs ? o->inputs : ""); return;
-	case K_TARGETS: snprintf(buf, len, "%s", o->targets ? o->targets : ""); return;
-	case K_INIT: snprintf(buf, len, "%s", o->init ? o->init : ""); return;
-	case K_SAVE: snprintf(buf, len, "%s", o->save ? o->save : ""); return;
-	case K_CHECKPOINT: snprintf(buf, len, "%s", o->checkpoint ? o->checkpoint : ""); return;
 	case K_KEEP: snprintf(buf, len, "%ld", o->keep_checkpoints); return;
-	case K_RESUME: snprintf(buf, len, "%s", o->resume ? o->resume : ""); return;
 	case K_TIMEOUT: snprintf(buf, len, "%.9g", o->timeout); return;
 	case K_LOG_EVERY: snprintf(buf, len, "%ld", o->log_every); return;
 	case K_QUIET: snprintf(buf, len, "%d", o->quiet); return;
-	case K_METRICS: snprintf(buf, len, "%s", o->metrics ? o->metrics : ""); return;
-	case K_TRACE: snprintf(buf, len, "%d", o->trace != NULL); return; /* only rank 0 writes it */
 	case K_TRACE_STEPS: snprintf(buf, len, "%ld:%ld", o->trace_lo, o->trace_hi); return;
 	case K_STRAGGLER_WARN: snprintf(buf, len, "%.9g", o->straggler_warn); return;
+	case K_PROM_EVERY: snprintf(buf, len, "%.9g", o->prometheus_every); return;
 	}
 	snprintf(buf, len, "?");
 }
@@ -624,14 +608,38 @@ void options_format_settings(const struct options *o, int scope, char *buf, size
 		if ((opt_table[i].scope & OPT_SCOPE_SCHEDULE) && (scope & OPT_SCOPE_RESUME) &&
 		    (o->schedule != SCHED_CONSTANT || o->warmup_steps > 0))
 			in = 1;
+		/* Only rank 0 writes: every rank must name the same outputs, or another rank's
+		 * --save would silently come to nothing. */
+		if ((scope & OPT_SCOPE_RUN) && opt_table[i].path != OPT_PATH_NONE &&
+		    opt_table[i].path != OPT_PATH_IN)
+			in = 1;
 		/* OPT_SCOPE_ALL: every setting (--no-shuffle is --shuffle's value) */
 		if ((scope & OPT_SCOPE_ALL) && key != K_HELP && key != K_VERSION && key != K_NO_SHUFFLE)
 			in = 1;
 		if (!in)
 			continue;
-		format_value(o, key, value, sizeof value);
+		if (opt_table[i].path != OPT_PATH_NONE)
+			snprintf(value, sizeof value, "%s", path_of(o, &opt_table[i]) ? path_of(o, &opt_table[i]) : "");
+		else
+			format_value(o, key, value, sizeof value);
 		if (opt_table[i].key == K_FREEZE && value[0] == '\0')
 			continue; /* nothing frozen: no --freeze, as on the command line */
 		used += (size_t)snprintf(buf + used, len - used, "--%s=%s\n", opt_table[i].name, value);
 	}
+}
+
+int options_paths(const struct options *o, struct opt_file *out)
+{
+	int n = 0;
+
+	/* Outputs by what they hold (OPT_PATH_SAVE first), then the inputs; table order within. */
+	for (int kind = OPT_PATH_SAVE; kind <= OPT_PATH_IN; kind++)
+		for (size_t i = 0; i < N_OPTS; i++)
+			if ((int)opt_table[i].path == kind) {
+				out[n].flag = opt_table[i].name;
+				out[n].path = path_of(o, &opt_table[i]);
+				out[n].kind = opt_table[i].path;
+				n++;
+			}
+	return n;
 }

@@ -13,16 +13,26 @@
 #include <stdio.h>
 
 #include "dist/comm.h"     /* enum comm_kind */
-#include "train/schedule.h" /* enum schedule_kind */
+#include "train/loss.h"     /* enum loss_kind, loss_names */
+#include "train/optimizer.h" /* enum optimizer_kind, optimizer_names */
+#include "train/schedule.h" /* enum lr_schedule, schedule_names */
 #include "core/status.h"
 
 #define OPT_MAX_LAYERS 64 /* Linear layers; widths has one more entry */
 #define OPT_MAX_REPLICAS 64 /* --mode=dp worker threads */
 
 enum run_mode { MODE_DDP, MODE_DP };
+/* What a file flag's file holds (the option table's file column): the outputs first, in
+ * the order the collision check reports them, then the inputs. */
+enum opt_path {
+	OPT_PATH_NONE,       /* not a file */
+	OPT_PATH_SAVE,       /* --save: the final weights */
+	OPT_PATH_LOG,        /* --metrics, --trace, --prometheus: records, no weights */
+	OPT_PATH_CHECKPOINT, /* --checkpoint: weights and optimizer state (and its rotation) */
+	OPT_PATH_BEST,       /* --save-best: weights */
+	OPT_PATH_IN          /* read: --inputs, --init, --resume, ... */
+};
 enum device_kind { DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA };
-enum opt_loss { OPT_LOSS_MSE, OPT_LOSS_CROSS_ENTROPY }; /* options_loss_names */
-enum opt_optim { OPT_OPTIM_SGD, OPT_OPTIM_ADAMW }; /* options_optim_names */
 
 struct options {
 	int widths[OPT_MAX_LAYERS + 1]; /* widths[0] inputs ... widths[nlayers] outputs */
@@ -31,8 +41,8 @@ struct options {
 	long epochs;
 	long max_steps;                 /* optimizer steps; 0 = no limit */
 	double lr, momentum, weight_decay;
-	enum opt_loss loss;
-	enum opt_optim optimizer;
+	enum loss_kind loss;
+	enum optimizer_kind optimizer;
 	double beta1, beta2, eps;       /* AdamW */
 	int nesterov;                   /* SGD */
 	enum lr_schedule schedule;
@@ -73,6 +83,19 @@ struct options {
 	int help, version;              /* asked for --help / --version */
 };
 
+#define OPT_MAX_FILES 16 /* file flags in the option table */
+
+/* One file flag: its name without dashes ("save"), the file (NULL: not given), its kind. */
+struct opt_file {
+	const char *flag;
+	const char *path;
+	enum opt_path kind;
+};
+
+/* Every file flag of the option table into out (OPT_MAX_FILES entries): the outputs by
+ * kind, then the inputs. Returns how many. */
+int options_paths(const struct options *o, struct opt_file *out);
+
 /* Fill o with the defaults, then parse argv. Returns ST_OK, or ST_USAGE with
  * the message in d. --help and --version only set o->help / o->version. */
 enum status options_parse(struct options *o, int argc, char **argv, struct diag *d);
@@ -98,7 +121,5 @@ void options_format_settings(const struct options *o, int scope, char *buf, size
 extern const char *const options_mode_names[];
 extern const char *const options_device_names[];
 extern const char *const options_comm_names[];
-extern const char *const options_loss_names[];
-extern const char *const options_optim_names[];
 
 #endif

@@ -71,13 +71,8 @@ enum status placement_decide(struct placement *p, const struct options *o, struc
 		if (!built)
 			return diag_set(d, ST_RUNTIME, "--device=cuda: this ddptrain was built without CUDA (configure found no CUDA toolkit, cuBLAS and NCCL); use --device=cpu");
 		st = open_cuda(p, d);
-		if (st != ST_OK) {
-			char why[sizeof d->msg];
-
-			snprintf(why, sizeof why, "%s", d->msg);
-			memset(d, 0, sizeof *d);
-			diag_set(d, ST_RUNTIME, "--device=cuda: %s", why);
-		}
+		if (st != ST_OK)
+			diag_prefix(d, "--device=cuda: ");
 		/* Ranks that failed report it; the others stop here too, before any collective
 		 * the failed ones would never join. */
 		if (!world_all(w, st == ST_OK))

@@ -6,6 +6,8 @@ int loss_target_width(const struct loss *l, int out)
 	return l->kind == LOSS_CROSS_ENTROPY ? 1 : out;
 }
 
+const char *const loss_names[] = {"mse", "cross-entropy", NULL};
+
 void loss_apply(const struct loss *l, const struct backend *be, float *dy, float *value,
 		const float *y, const float *t, int n, int width, float scale, int accumulate)
 {

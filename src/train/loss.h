@@ -18,6 +18,7 @@
 #include "backend/backend.h" /* struct backend */
 
 enum loss_kind { LOSS_MSE, LOSS_CROSS_ENTROPY };
+extern const char *const loss_names[]; /* --loss: "mse", "cross-entropy", NULL */
 
 struct loss {
 	enum loss_kind kind;

@@ -9,6 +9,8 @@
 /* The arena names of every optimizer's state (the prefixes of their tensors). */
 static const char *const state_names[] = {"momentum_buffer", "exp_avg", "exp_avg_sq"};
 
+const char *const optimizer_names[] = {"sgd", "adamw", NULL};
+
 int optimizer_state_arenas(const struct optimizer_hparams *h)
 {
 	if (h->kind == OPTIM_ADAMW)

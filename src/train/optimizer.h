@@ -28,6 +28,7 @@
 #include "core/status.h" /* enum status, struct diag */
 
 enum optimizer_kind { OPTIM_SGD, OPTIM_ADAMW };
+extern const char *const optimizer_names[]; /* --optimizer: "sgd", "adamw", NULL */
 
 struct optimizer_hparams {
 	enum optimizer_kind kind;

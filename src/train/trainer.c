@@ -9,13 +9,15 @@
 #include "core/signals.h" /* signals_stop_saved */
 #include "train/trainer.h"
 
-enum status trainer_after_step(const struct train_ctl *ctl, const struct train_config *tc,
-			       struct step_clock *clk, struct train_result *res, long *step,
-			       long total, const struct batch *b, long nmicro, float loss, float acc,
-			       double lr, double consumed, int stop,
-			       enum status (*eval)(void *eval_arg, long step, long epoch),
-			       void *eval_arg, struct report *r, struct diag *d)
+enum status trainer_after_step(const struct train_loop *lp, long *step, const struct step_end *e,
+			       struct diag *d)
 {
+	const struct train_ctl *ctl = lp->ctl;
+	const struct train_config *tc = lp->tc;
+	const struct batch *b = e->b;
+	struct step_clock *clk = lp->clk;
+	const long total = lp->total, nmicro = lp->nmicro;
+	const float loss = e->loss;
 	long epoch = b->epoch, next = b->mb + 1;
 	enum status st;
 
@@ -24,27 +26,27 @@ enum status trainer_after_step(const struct train_ctl *ctl, const struct train_c
 				(double)loss, *step + 1, b->epoch + 1);
 	++*step;
 	if (*step == ctl->start_step + 1)
-		res->first_loss = loss;
-	res->final_loss = loss;
+		lp->res->first_loss = loss;
+	lp->res->final_loss = loss;
 	clk->loss_sum += loss;
-	clk->acc_sum += acc;
+	clk->acc_sum += e->acc;
 	clk->loss_count++;
 	if ((tc->log_every > 0 && *step % tc->log_every == 0) || *step == total) {
 		double now = clock_now();
 
-		report_step(r, b->epoch + 1, tc->epochs, *step, total, clk->loss_sum / (double)clk->loss_count,
+		report_step(lp->r, b->epoch + 1, tc->epochs, *step, total, clk->loss_sum / (double)clk->loss_count,
 			    tc->loss.kind == LOSS_CROSS_ENTROPY ? clk->acc_sum / (double)clk->loss_count : NAN,
-			    lr, (consumed - clk->consumed_at_last) / (now - clk->t_last), now - clk->t0,
+			    e->lr, (e->consumed - clk->consumed_at_last) / (now - clk->t_last), now - clk->t0,
 			    *step - ctl->start_step);
 		clk->t_last = now;
-		clk->consumed_at_last = consumed;
+		clk->consumed_at_last = e->consumed;
 		clk->loss_sum = 0.0;
 		clk->acc_sum = 0.0;
 		clk->loss_count = 0;
 	}
-	if (eval != NULL && ctl->val != NULL &&
+	if (lp->eval != NULL && ctl->val != NULL &&
 	    ((tc->eval_every > 0 && *step % tc->eval_every == 0) || next >= nmicro || *step == total)) {
-		st = eval(eval_arg, *step, b->epoch);
+		st = lp->eval(lp->eval_arg, *step, b->epoch);
 		if (st != ST_OK)
 			return st;
 	}
@@ -53,7 +55,7 @@ enum status trainer_after_step(const struct train_ctl *ctl, const struct train_c
 		next = 0;
 	}
 	if (ctl->checkpoint != NULL &&
-	    ((ctl->every > 0 && *step % ctl->every == 0) || *step == total || stop)) {
+	    ((ctl->every > 0 && *step % ctl->every == 0) || *step == total || e->stop)) {
 		struct trace_buf *tb = trace_buf_for(ctl->trace, 0, *step);
 		long span = trace_begin(tb, TR_CHECKPOINT, -1);
 
@@ -62,21 +64,34 @@ enum status trainer_after_step(const struct train_ctl *ctl, const struct train_c
 		if (st != ST_OK)
 			return st;
 	}
-	if (!stop)
+	if (!e->stop)
 		return ST_OK;
 	trace_instant(trace_buf_for(ctl->trace, 0, *step), TR_STOP);
 	if (ctl->checkpoint != NULL)
 		signals_stop_saved();
-	report_note(r, "stopped by a signal after step %ld of %ld%s", *step, total,
+	report_note(lp->r, "stopped by a signal after step %ld of %ld%s", *step, total,
 		    ctl->checkpoint ? ": checkpoint written, continue with --resume"
 				    : " (no --checkpoint: nothing was saved)");
 	return ST_INTERRUPTED;
 }
 
+long trainer_group(long mb, long nmicro, long grad_accum, long *gi)
+{
+	long first = mb - mb % grad_accum;
+
+	*gi = mb - first;
+	return nmicro - first < grad_accum ? nmicro - first : grad_accum;
+}
+
+long trainer_steps_per_epoch(long nmicro, long grad_accum)
+{
+	return (nmicro + grad_accum - 1) / grad_accum;
+}
+
 long trainer_total_steps(const struct train_ctl *ctl, long nmicro, long grad_accum, long epochs,
 			 long max_steps)
 {
-	long per_epoch = (nmicro + grad_accum - 1) / grad_accum;
+	long per_epoch = trainer_steps_per_epoch(nmicro, grad_accum);
 	long epoch = ctl->start_epoch, mb = ctl->start_mb, total = ctl->start_step;
 
 	if (mb >= nmicro) {

@@ -98,6 +98,13 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 			const struct train_ctl *ctl, struct report *r, struct train_result *res,
 			struct diag *d);
 
+/* Micro-batch mb of an epoch of nmicro, in accumulation groups of grad_accum: its place
+ * in its group (*gi, 0-based), and the group's size, which the last group of an epoch may
+ * have fewer of. The step's gradient is the mean over the group's micro-batches. */
+long trainer_group(long mb, long nmicro, long grad_accum, long *gi);
+/* Optimizer steps in an epoch of nmicro micro-batches. */
+long trainer_steps_per_epoch(long nmicro, long grad_accum);
+
 /* The step number training ends at: the resumed position plus the steps left in its epoch
  * and the epochs after it, capped by max_steps (0: no cap). */
 long trainer_total_steps(const struct train_ctl *ctl, long nmicro, long grad_accum, long epochs,
@@ -123,20 +130,37 @@ struct step_clock {
 	long loss_count;
 };
 
-/* After an optimizer step whose loss (mean over replicas and micro-batches) is `loss`
- * (and accuracy `acc`, for cross-entropy), taken at learning rate lr:
- * refuse a non-finite loss, count the step (*step), keep first and final losses, print
- * progress when due, evaluate the validation set when due (every eval_every steps, at
- * the end of an epoch and of training: eval(eval_arg, step, epoch) if eval is not NULL),
- * write the checkpoint that is due (every ctl->every steps, at the last step, or when
- * stopping) and say whether to stop. consumed: samples so far, all replicas. Returns
- * ST_INTERRUPTED when stop is set. */
-enum status trainer_after_step(const struct train_ctl *ctl, const struct train_config *tc,
-			       struct step_clock *clk, struct train_result *res, long *step,
-			       long total, const struct batch *b, long nmicro, float loss, float acc,
-			       double lr, double consumed, int stop,
-			       enum status (*eval)(void *eval_arg, long step, long epoch),
-			       void *eval_arg, struct report *r, struct diag *d);
+/* What both training loops hand to the work after each optimizer step: set once, before
+ * the first step. */
+struct train_loop {
+	const struct train_ctl *ctl;
+	const struct train_config *tc;
+	struct train_result *res;
+	struct report *r;
+	struct step_clock *clk;
+	long total;   /* the step training ends at */
+	long nmicro;  /* micro-batches per epoch */
+	/* Evaluate the validation set (this rank's or replica's part), or NULL. */
+	enum status (*eval)(void *eval_arg, long step, long epoch);
+	void *eval_arg;
+};
+
+/* What one optimizer step ended with. */
+struct step_end {
+	const struct batch *b; /* its last micro-batch */
+	float loss, acc;       /* mean over replicas and micro-batches (acc: cross-entropy) */
+	double lr;             /* the learning rate it was taken at */
+	double consumed;       /* samples so far, all replicas */
+	int stop;              /* a stop was asked for */
+};
+
+/* After an optimizer step: refuse a non-finite loss, count the step (*step), keep first
+ * and final losses, print progress when due, evaluate the validation set when due (every
+ * eval_every steps, at the end of an epoch and of training), write the checkpoint that
+ * is due (every ctl->every steps, at the last step, or when stopping) and say whether to
+ * stop: ST_INTERRUPTED when e->stop is set. */
+enum status trainer_after_step(const struct train_loop *lp, long *step, const struct step_end *e,
+			       struct diag *d);
 
 /* Evaluate m on this replica's share of the validation set val -- rows
  * [rank V / world, (rank + 1) V / world) in micro-batches of up to m->max_batch rows --

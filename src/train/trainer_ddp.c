@@ -356,6 +356,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	struct batch b;
 	float slots[MODEL_SLOTS] = {0};
 	struct step_clock clk = {0};
+	struct train_loop loop;
 	long steps_per_epoch, total, step = ctl->start_step;
 	double consumed = 0.0;
 	size_t reduced = 0; /* floats all-reduced per step */
@@ -363,8 +364,11 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	enum status st;
 
 	memset(res, 0, sizeof *res);
-	st = loader_init(&L, ds, w->size, w->rank, tc->shuffle, tc->drop_last, tc->seed, tc->batch_size,
-			 0, tc->epochs, m->be, d);
+	st = loader_init(&L, ds,
+			 &(struct loader_config){.world = w->size, .rank = w->rank, .shuffle = tc->shuffle,
+						 .sampler_drop_last = tc->drop_last, .seed = tc->seed,
+						 .batch = tc->batch_size, .epochs = tc->epochs},
+			 m->be, d);
 	if (st == ST_OK) {
 		loader_seek(&L, ctl->start_epoch, ctl->start_mb);
 		t.stop_host = ops->host_alloc(bctx, 1);
@@ -418,8 +422,9 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		ctl->trace->buf[0].dev_ctx = bctx;
 	}
 
-	steps_per_epoch = (L.nmicro + tc->grad_accum - 1) / tc->grad_accum;
+	steps_per_epoch = trainer_steps_per_epoch(L.nmicro, tc->grad_accum);
 	total = trainer_total_steps(ctl, L.nmicro, tc->grad_accum, tc->epochs, tc->max_steps);
+	loop = (struct train_loop){ctl, tc, res, r, &clk, total, L.nmicro, ddp_eval, &t};
 	t.total = total;
 	report_training_starts(r); /* nothing refuses the run now: the metrics stream opens */
 	report_note(r, "buckets: %d (cap %.3g MiB%s), %ld steps per epoch, %ld steps in all",
@@ -439,9 +444,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		ops->set_progress(bctx, ddp_panel, &t, c->panel_flops);
 	clk.t0 = clk.t_last = clk.t_step = clock_now();
 	while (step < total && loader_next(&L, &b)) {
-		long gi = b.mb % tc->grad_accum;
-		long group = L.nmicro - (b.mb - gi) < tc->grad_accum ? L.nmicro - (b.mb - gi)
-								     : tc->grad_accum;
+		long gi, group = trainer_group(b.mb, L.nmicro, tc->grad_accum, &gi);
 		int sync = gi == group - 1, done = 0;
 		float scale = 1.0f / ((float)w->size * (float)group);
 
@@ -473,10 +476,10 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		if (st != ST_OK)
 			break;
 		trace_resolve(t.tb);
-		st = trainer_after_step(ctl, tc, &clk, res, &step, total, &b, L.nmicro,
-					slots[MODEL_SLOT_LOSS], slots[MODEL_SLOT_ACC], t.lr,
-					consumed * w->size, slots[MODEL_SLOT_STOP] != 0.0f, ddp_eval, &t,
-					r, d);
+		st = trainer_after_step(&loop, &step,
+					&(struct step_end){&b, slots[MODEL_SLOT_LOSS], slots[MODEL_SLOT_ACC], t.lr,
+							   consumed * w->size, slots[MODEL_SLOT_STOP] != 0.0f},
+					d);
 		if (st == ST_OK)
 			st = ddp_after_step(&t, ctl, &clk, step, total, slots[MODEL_SLOT_LOSS],
 					    consumed * w->size, r);

@@ -493,18 +493,21 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 	double lr;
 	long steps_per_epoch, total, step = ctl->start_step;
 	struct step_clock clk = {0};
+	struct train_loop loop;
 	double consumed = 0.0;
 	enum status st;
 
 	memset(res, 0, sizeof *res);
 	res->nreplicas = replicas;
 	/* One global order (world 1); batches of B*G; --drop-last drops the short one. */
-	st = loader_init(&L, ds, 1, 0, tc->shuffle, 0, tc->seed, global, tc->drop_last, tc->epochs,
+	/* One process: the sampler sees one replica; --drop-last drops the short last batch. */
+	st = loader_init(&L, ds,
+			 &(struct loader_config){.world = 1, .rank = 0, .shuffle = tc->shuffle, .seed = tc->seed,
+						 .batch = global, .drop_short = tc->drop_last, .epochs = tc->epochs},
 			 m0->be, d);
 	if (st != ST_OK) {
 		if (st == ST_USAGE)
-			snprintf(d->msg + strlen(d->msg), sizeof d->msg - strlen(d->msg),
-				 " (--batch-size x --replicas)");
+			diag_append(d, " (--batch-size x --replicas)");
 		return st;
 	}
 	loader_seek(&L, ctl->start_epoch, ctl->start_mb);
@@ -519,17 +522,16 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 	dp.d = d;
 	dp.ydim = ds->out;
 	dp.trace = ctl->trace;
-	steps_per_epoch = (L.nmicro + tc->grad_accum - 1) / tc->grad_accum;
+	steps_per_epoch = trainer_steps_per_epoch(L.nmicro, tc->grad_accum);
 	total = trainer_total_steps(ctl, L.nmicro, tc->grad_accum, tc->epochs, tc->max_steps);
+	loop = (struct train_loop){ctl, tc, res, r, &clk, total, L.nmicro, dp_eval, &dp};
 	report_training_starts(r); /* nothing refuses the run now: the metrics stream opens */
 	report_note(r, "dp: %d replicas on worker threads, %ld samples per step split in chunks of %ld, %ld steps per epoch, %ld steps in all",
 		    replicas, global, (global + replicas - 1) / replicas, steps_per_epoch, total);
 
 	clk.t0 = clk.t_last = clock_now();
 	while (step < total && loader_next(&L, &b)) {
-		long gi = b.mb % tc->grad_accum;
-		long group = L.nmicro - (b.mb - gi) < tc->grad_accum ? L.nmicro - (b.mb - gi)
-								     : tc->grad_accum;
+		long gi, group = trainer_group(b.mb, L.nmicro, tc->grad_accum, &gi);
 		struct phase t;
 
 		res->epochs = b.epoch + 1;
@@ -549,8 +551,9 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 			st = ops->to_host(c0, loss, m0->grads + m0->nparams + MODEL_SLOT_LOSS, 2, d);
 		if (st != ST_OK)
 			break;
-		st = trainer_after_step(ctl, tc, &clk, res, &step, total, &b, L.nmicro, loss[0], loss[1],
-					lr, consumed, signals_pending() != 0, dp_eval, &dp, r, d);
+		st = trainer_after_step(&loop, &step,
+					&(struct step_end){&b, loss[0], loss[1], lr, consumed, signals_pending() != 0},
+					d);
 		if (st == ST_OK && ctl->prom != NULL && prometheus_due(ctl->prom, clock_now())) {
 			double el = clock_now() - clk.t0;
 

@@ -1,0 +1,204 @@
+/* persist.c - starting weights, checkpoints, --resume, --save-best and --save. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h> /* access */
+
+#include "run/persist.h"
+#include "run/settings.h" /* settings_resume_text */
+
+static enum status agree(struct persist *p, enum status st)
+{
+	return agreement_reach(&p->ag, st);
+}
+
+enum status persist_save_weights(const struct model *m, const char *path, const char *flag, long step,
+				 struct st_pending *stage, struct diag *d)
+{
+	float *host = malloc(m->nparams * sizeof *host);
+	enum status st;
+
+	if (host == NULL)
+		return diag_set(d, ST_RUNTIME, "%s: out of memory", flag);
+	st = model_state_to_host(m, 0, 1, host, d);
+	/* Data and starting weights were checked finite when loaded: this is divergence. */
+	if (st == ST_OK && !model_all_finite(host, m->nparams))
+		st = diag_set(d, ST_RUNTIME, "training diverged: the weights are not finite after step %ld; lower --lr (%s: %s was not written)",
+			      step, flag, path);
+	else if (st == ST_OK && stage != NULL)
+		st = checkpoint_stage_weights(path, flag, m, host, stage, d);
+	else if (st == ST_OK)
+		st = checkpoint_write_weights(path, flag, m, host, d);
+	free(host);
+	return st;
+}
+
+/* train_ctl.checkpoint: rank 0 writes, every rank learns the outcome. */
+static enum status write_checkpoint(void *arg, long step, long epoch, long next_mb, struct diag *d)
+{
+	struct persist *p = arg;
+	struct ckpt_pos pos = {step, epoch, next_mb, p->replicas, "", p->have_best, p->best_loss};
+	enum status st = ST_OK;
+	char text[4096];
+
+	memcpy(pos.lineage, p->lineage, sizeof pos.lineage);
+	if (p->w->rank == 0) {
+		settings_resume_text(p->o, p->ds, text, sizeof text);
+		st = model_state_to_host(p->m, 0, p->m->narenas, p->ckpt_host, d);
+		if (st == ST_OK)
+			st = checkpoint_save(p->o->checkpoint, (int)p->o->keep_checkpoints, p->m, p->ckpt_host,
+					     &pos, text, d);
+	}
+	/* Waiting for rank 0 to write a big checkpoint is not a stall, even when stopping. */
+	world_expect_wait(p->w, "the checkpoint write on rank 0");
+	return agree(p, st);
+}
+
+/* train_ctl.evaluated for --save-best: rank 0 keeps the weights of the lowest validation
+ * loss so far (the first of equal ones); every rank learns the outcome. */
+static enum status keep_best(void *arg, long step, long epoch, double loss, struct diag *d)
+{
+	struct persist *p = arg;
+	enum status st = ST_OK;
+
+	if (p->have_best && !(loss < p->best_loss))
+		return ST_OK;
+	p->have_best = 1;
+	p->best_loss = loss;
+	if (p->w->rank == 0) {
+		st = persist_save_weights(p->m, p->o->save_best, "--save-best", step, NULL, d);
+		if (st == ST_OK)
+			report_note(p->r, "--save-best: %s now holds the weights after step %ld (validation loss %.6f)",
+				    p->o->save_best, step, loss);
+	}
+	return agree(p, st);
+}
+
+void persist_init(struct persist *p, struct train_ctl *ctl)
+{
+	const struct options *o = p->o;
+
+	p->saved.slot = -1;
+	if (o->checkpoint != NULL) {
+		checkpoint_new_lineage(p->lineage); /* --resume replaces it with the checkpoint's */
+		ctl->checkpoint = write_checkpoint;
+		ctl->every = o->checkpoint_every;
+	}
+	if (o->save_best != NULL)
+		ctl->evaluated = keep_best;
+	ctl->arg = p;
+}
+
+enum status persist_start(struct persist *p)
+{
+	enum status st = ST_OK;
+	float *host;
+
+	if (p->w->rank == 0 && (p->o->checkpoint || p->o->resume)) {
+		p->ckpt_host = calloc(model_state_floats(p->m, 0, p->m->narenas), sizeof *p->ckpt_host);
+		if (p->ckpt_host == NULL)
+			st = diag_set(p->d, ST_RUNTIME, "out of memory for checkpoint buffers");
+	}
+	if (st == ST_OK && p->w->rank == 0 && p->o->resume == NULL) {
+		host = malloc(p->m->nparams * sizeof *host);
+		if (host == NULL)
+			st = diag_set(p->d, ST_RUNTIME, "out of memory");
+		else if (p->o->init != NULL)
+			st = checkpoint_read_weights(p->o->init, p->m, host, p->d);
+		else
+			model_init_host(p->m, p->o->seed, host);
+		if (st == ST_OK) {
+			model_state_to_device(p->m, 0, 1, host);
+			st = p->m->be->ops->sync(p->m->be->ctx, p->d);
+		}
+		free(host);
+	}
+	world_expect_wait(p->w, "the --init read on rank 0");
+	return agree(p, st);
+}
+
+enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct optimizer *opt)
+{
+	const struct options *o = p->o;
+	struct model *m = p->m;
+	struct ckpt_pos pos = {0};
+	char want[4096];
+	enum status st = ST_OK;
+
+	if (p->w->rank == 0) {
+		settings_resume_text(o, p->ds, want, sizeof want);
+		st = checkpoint_load(o->resume, m, want, p->ckpt_host, &pos, p->d);
+		if (st == ST_OK && pos.world != p->replicas && pos.next_mb != 0)
+			st = diag_set(p->d, ST_USAGE,
+				      "--resume: %s was written by %d replicas in the middle of epoch %ld (next micro-batch %ld); resume it with %d, or from a checkpoint taken at an epoch boundary",
+				      o->resume, pos.world, pos.epoch + 1, pos.next_mb, pos.world);
+		/* --save-best continues from the checkpoint's best loss while its file holds those
+		 * weights; a run without the file starts its best afresh. */
+		if (st == ST_OK && pos.have_best && (o->save_best == NULL || access(o->save_best, F_OK) != 0))
+			pos.have_best = 0;
+		if (st == ST_OK) {
+			memcpy(p->lineage, pos.lineage, sizeof p->lineage); /* the run continues */
+			model_state_to_device(m, 0, m->narenas, p->ckpt_host);
+			st = m->be->ops->sync(m->be->ctx, p->d);
+		}
+	}
+	world_expect_wait(p->w, "the checkpoint read on rank 0");
+	st = agree(p, st);
+	if (st == ST_OK)
+		st = agree(p, world_bcast(p->w, &pos, sizeof pos, 0, p->d));
+	for (int k = 1; k < m->narenas && st == ST_OK; k++) /* the optimizer's state */
+		st = agree(p, p->c->ops->bcast(p->c->ctx, m->arena[k].data, m->arena[k].len, 0, p->d));
+	if (st == ST_OK && pos.have_best) {
+		p->have_best = 1;
+		p->best_loss = pos.best_loss;
+		report_note(p->r, "--save-best: %s holds the best validation loss so far, %.6f; it is replaced only by a lower one",
+			    o->save_best, pos.best_loss);
+	}
+	opt->step = pos.step;
+	ctl->start_step = pos.step;
+	ctl->start_epoch = pos.epoch;
+	ctl->start_mb = pos.next_mb;
+	if (st != ST_OK)
+		return st;
+	/* Every rank has pos: the same verdict everywhere, no agreement needed. */
+	if (pos.epoch >= o->epochs || (o->max_steps > 0 && pos.step >= o->max_steps)) {
+		/* Nothing to train, but --save still gets the finished weights: a batch script
+		 * that retries a run killed after its last checkpoint must not lose the model. */
+		if (o->save != NULL && p->w->rank == 0)
+			st = persist_save_weights(m, o->save, "--save", pos.step, NULL, p->d);
+		world_expect_wait(p->w, "the --save write on rank 0");
+		st = agree(p, st);
+		if (st != ST_OK)
+			return st;
+		report_note(p->r, "--resume: %s is complete (step %ld, %s): nothing to do%s", o->resume,
+			    pos.step, pos.epoch >= o->epochs ? "all --epochs done" : "--max-steps reached",
+			    o->save ? "; --save written from it" : "");
+		return ST_STOP;
+	}
+	report_note(p->r, "resumed from %s: step %ld, epoch %ld, micro-batch %ld (written by %d replica%s)",
+		    o->resume, pos.step, pos.epoch + 1, pos.next_mb, pos.world, pos.world == 1 ? "" : "s");
+	return st;
+}
+
+enum status persist_stage_save(struct persist *p, long steps)
+{
+	enum status st = ST_OK;
+
+	if (p->o->save != NULL && p->w->rank == 0)
+		st = persist_save_weights(p->m, p->o->save, "--save", steps, &p->saved, p->d);
+	world_expect_wait(p->w, "the --save write on rank 0");
+	return agree(p, st);
+}
+
+enum status persist_commit(struct persist *p)
+{
+	if (p->w->rank == 0 && p->o->save != NULL)
+		return st_commit(&p->saved, p->d);
+	return ST_OK;
+}
+
+void persist_free(struct persist *p)
+{
+	st_discard(&p->saved);
+	free(p->ckpt_host);
+	p->ckpt_host = NULL;
+}

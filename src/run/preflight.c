@@ -1,0 +1,78 @@
+/* preflight.c - the checks made before any work. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/outfile.h" /* outfile_distinct, outfile_check */
+#include "run/preflight.h"
+#include "train/model.h"  /* model_layout, model_bytes_needed */
+
+enum status preflight_launch(const struct options *o, struct world *w, struct diag *d)
+{
+	if (world_check_launch(w, d) != ST_OK)
+		return ST_USAGE;
+	if (o->mode == MODE_DP && w->size > 1)
+		return diag_set(d, ST_USAGE, "--mode=dp runs in one process (one thread per replica), but %d MPI ranks were started: run it without mpirun, or use --mode=ddp for one process per replica",
+				w->size);
+	return ST_OK;
+}
+
+enum status preflight_outputs(const struct options *o, const struct optimizer_hparams *hp, int rank,
+			      struct diag *d)
+{
+	struct opt_file f[OPT_MAX_FILES];
+	struct named_path p[OPT_MAX_FILES];
+	char flags[OPT_MAX_FILES][32];
+	int n, resume = -1, checkpoint = -1;
+	size_t weight_bytes;
+	struct model lay;
+	enum status st;
+
+	if (rank != 0)
+		return ST_OK;
+	model_layout(&lay, o->widths, o->nlayers);
+	weight_bytes = lay.nparams * sizeof(float);
+	n = options_paths(o, f);
+	for (int i = 0; i < n; i++) {
+		snprintf(flags[i], sizeof flags[i], "--%s", f[i].flag);
+		p[i] = (struct named_path){flags[i], f[i].path, f[i].kind != OPT_PATH_IN,
+					   f[i].kind == OPT_PATH_CHECKPOINT && o->keep_checkpoints > 0};
+		if (strcmp(f[i].flag, "resume") == 0)
+			resume = i;
+		if (f[i].kind == OPT_PATH_CHECKPOINT)
+			checkpoint = i;
+	}
+	/* --resume=F --checkpoint=F is how a run continues; every other pair is refused. */
+	st = outfile_distinct(p, n, resume, checkpoint, d);
+	for (int i = 0; i < n && st == ST_OK; i++) {
+		size_t bytes = f[i].kind == OPT_PATH_SAVE || f[i].kind == OPT_PATH_BEST ? weight_bytes
+			       : f[i].kind == OPT_PATH_CHECKPOINT
+				       ? weight_bytes * (size_t)(1 + optimizer_state_arenas(hp))
+				       : 0;
+
+		if (f[i].kind != OPT_PATH_IN && f[i].path != NULL)
+			st = outfile_check(f[i].path, flags[i], bytes, d);
+	}
+	return st;
+}
+
+enum status preflight_memory(const struct options *o, const struct optimizer_hparams *hp,
+			     const struct placement *pl, const struct world *w, struct diag *d)
+{
+	int reps = o->mode == MODE_DP ? pl->replicas : 1;
+	struct model lay;
+	double need;
+
+	model_layout(&lay, o->widths, o->nlayers);
+	need = (double)model_bytes_needed(o->widths, o->nlayers, (int)o->batch_size,
+					  optimizer_state_arenas(hp), o->frozen) * reps +
+	       3.0 * (double)lay.nparams * sizeof(float);
+	return placement_check_memory(pl, o, w, need, d);
+}
+
+enum status preflight_finite(const struct dataset *ds, const struct world *w, struct diag *d)
+{
+	size_t first = ds->n * (size_t)w->rank / (size_t)w->size;
+	size_t end = ds->n * (size_t)(w->rank + 1) / (size_t)w->size;
+
+	return data_check_finite(ds, first, end - first, d);
+}

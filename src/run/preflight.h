@@ -1,0 +1,37 @@
+/*
+ * preflight.h - what is refused before any work: a launch this build cannot
+ * run, outputs that cannot be written or that name another path's file, a model
+ * that does not fit, data that is not finite.
+ *
+ * Each check returns a status on the rank that makes it; the session agrees on
+ * it across the ranks. Nothing here writes a file or changes the run.
+ */
+#ifndef DDPT_PREFLIGHT_H
+#define DDPT_PREFLIGHT_H
+
+#include "core/status.h"
+#include "data/data.h"       /* struct dataset */
+#include "dist/world.h"      /* struct world */
+#include "run/options.h"     /* struct options */
+#include "run/placement.h"   /* struct placement */
+#include "train/optimizer.h" /* struct optimizer_hparams */
+
+/* Modes, devices and backends this build and launch can run; the rest fail clearly. */
+enum status preflight_launch(const struct options *o, struct world *w, struct diag *d);
+
+/* Rank 0: no output names the file of another file flag (--resume=F --checkpoint=F is
+ * how a run continues), and each output can be written: a directory that takes the file,
+ * a regular file or none as the target, room for the weights it will hold. Other ranks:
+ * ST_OK. */
+enum status preflight_outputs(const struct options *o, const struct optimizer_hparams *hp, int rank,
+			      struct diag *d);
+
+/* Room for every replica's model (dp: all in this process) and the host copies kept
+ * beside them: two batch buffers, the checkpoint and initial-weight copies. */
+enum status preflight_memory(const struct options *o, const struct optimizer_hparams *hp,
+			     const struct placement *pl, const struct world *w, struct diag *d);
+
+/* This rank's share of ds's rows holds only finite numbers. */
+enum status preflight_finite(const struct dataset *ds, const struct world *w, struct diag *d);
+
+#endif

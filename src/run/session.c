@@ -1,0 +1,209 @@
+/* session.c - one run: set up, train, save, summarise, tear down, agreeing after each phase. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dist/comm_open.h"  /* comm_open */
+#include "run/preflight.h"
+#include "run/session.h"
+#include "run/settings.h"    /* settings_config_text, SETTINGS_TEXT_MAX */
+
+_Static_assert(OPT_MAX_LAYERS == MODEL_MAX_LAYERS, "--layers and the model agree on the depth");
+_Static_assert(OPT_MAX_REPLICAS == TRAIN_MAX_REPLICAS, "--replicas and the trainer agree");
+
+enum status session_agree(struct session *s, enum status st)
+{
+	int reporter = 0;
+	enum status all;
+
+	if ((st == ST_RUNTIME || st == ST_USAGE) && s->d.st != ST_OK)
+		world_failed(&s->w, s->d.msg);
+	all = world_agree(&s->w, st, &reporter);
+
+	if (all != ST_OK && all != ST_STOP && all != ST_INTERRUPTED && reporter && !s->reported) {
+		const char *msg = s->d.st != ST_OK ? s->d.msg : "failed";
+
+		if (s->w.rank == 0)
+			fprintf(stderr, "ddptrain: %s\n", msg);
+		else
+			fprintf(stderr, "ddptrain: rank %d: %s\n", s->w.rank, msg);
+		fflush(stderr);
+	}
+	if (all == ST_STOP && reporter && !s->reported) {
+		/* --help or --version, answered once, by the lowest rank that asked */
+		if (s->o.help)
+			options_print_help(stdout);
+		else
+			options_print_version(stdout);
+		fflush(stdout);
+	}
+	if (all != ST_OK)
+		s->reported = 1; /* the same failure, passed up, is not printed again */
+	return all;
+}
+
+static enum status agree_cb(void *arg, enum status st)
+{
+	return session_agree(arg, st);
+}
+
+int session_replicas(const struct session *s)
+{
+	return s->o.mode == MODE_DP ? s->pl.replicas : s->w.size;
+}
+
+/* The training set and the validation set (the synthetic one continues the training
+ * set's generator), each rank's share scanned for NaN and infinities. */
+static enum status load_data(struct session *s)
+{
+	const struct options *o = &s->o;
+	const int classify = o->loss == LOSS_CROSS_ENTROPY, in = o->widths[0], out = o->widths[o->nlayers];
+	enum status st;
+
+	if (o->inputs != NULL)
+		st = data_init_npy(&s->ds, o->inputs, o->targets, 0, in, out, classify, &s->d);
+	else
+		st = data_init_synthetic(&s->ds, o->seed, 0, (size_t)o->samples, in, out, classify, &s->d);
+	if (st == ST_OK && o->val_inputs != NULL)
+		st = data_init_npy(&s->val, o->val_inputs, o->val_targets, 1, in, out, classify, &s->d);
+	else if (st == ST_OK && o->val_samples > 0)
+		st = data_init_synthetic(&s->val, o->seed, (uint64_t)o->samples, (size_t)o->val_samples, in, out,
+					 classify, &s->d);
+	st = session_agree(s, st);
+	if (st == ST_OK)
+		st = session_agree(s, preflight_finite(&s->ds, &s->w, &s->d));
+	if (st == ST_OK && s->val.n > 0)
+		st = session_agree(s, preflight_finite(&s->val, &s->w, &s->d));
+	return st;
+}
+
+/* The device, its backend, the model and its optimizer, the communicator. */
+static enum status build_model(struct session *s)
+{
+	const struct options *o = &s->o;
+	enum status st;
+
+	st = session_agree(s, placement_decide(&s->pl, o, &s->w, &s->d));
+	if (st == ST_OK)
+		st = session_agree(s, preflight_memory(o, &s->hp, &s->pl, &s->w, &s->d));
+	if (st != ST_OK)
+		return st;
+	s->cfg.device = s->pl.gpu;
+	s->cfg.tf32 = o->tf32;
+	st = backend_init(&s->be, s->pl.device == DEVICE_CUDA ? s->pl.module.mod->backend : &backend_cpu_ops,
+			  &s->cfg, &s->d);
+	if (st == ST_OK)
+		st = model_init(&s->m, &s->be, o->widths, o->nlayers, (int)o->batch_size, &s->d);
+	if (st == ST_OK) {
+		model_freeze(&s->m, o->frozen); /* before the optimizer: no state for frozen layers */
+		st = optimizer_init(&s->opt, &s->m, &s->hp, &s->d);
+	}
+	st = session_agree(s, st);
+	if (st == ST_OK)
+		st = session_agree(s, comm_open(&s->c, s->pl.comm, &s->w, &s->be, &s->pl.module, s->m.grads,
+						s->m.nparams + MODEL_SLOTS, o->timeout, &s->d));
+	if (st == ST_OK && s->c.grads != NULL) /* the shared-memory all-reduce reads them where they are */
+		model_move_grads(&s->m, s->c.grads);
+	return st;
+}
+
+enum status session_setup(struct session *s)
+{
+	const struct options *o = &s->o;
+	char text[SETTINGS_TEXT_MAX];
+	enum status st;
+
+	settings_apply(o, &s->hp, &s->tc);
+	st = session_agree(s, preflight_outputs(o, &s->hp, s->w.rank, &s->d));
+	if (st == ST_OK)
+		st = load_data(s);
+	if (st != ST_OK)
+		return st;
+	settings_config_text(o, &s->ds, text, sizeof text, 0);
+	st = session_agree(s, world_check_config(&s->w, text, &s->d));
+	if (st == ST_OK)
+		st = build_model(s);
+	if (st != ST_OK)
+		return st;
+	report_init(&s->r, s->w.rank == 0, o->quiet);
+	s->per = (struct persist){.o = o, .ds = &s->ds, .m = &s->m, .w = &s->w, .c = &s->c, .r = &s->r,
+				  .ag = {agree_cb, s}, .d = &s->d, .replicas = session_replicas(s)};
+	persist_init(&s->per, &s->ctl);
+	if (s->val.n > 0)
+		s->ctl.val = &s->val;
+	st = persist_start(&s->per);
+	if (st == ST_OK && o->resume != NULL)
+		st = persist_resume(&s->per, &s->ctl, &s->opt);
+	if (st != ST_OK)
+		return st;
+	settings_config_text(o, &s->ds, text, sizeof text, 1);
+	st = session_agree(s, report_open_metrics(&s->r, o->metrics, o->resume != NULL, text, &s->d));
+	if (st != ST_OK)
+		return st;
+	/* Every replica starts from rank 0's weights. */
+	world_watch_begin(&s->w, "the weight broadcast");
+	st = s->c.ops->bcast(s->c.ctx, s->m.params, s->m.nparams, 0, &s->d);
+	world_watch_end(&s->w);
+	st = session_agree(s, st);
+	if (st == ST_OK)
+		st = session_agree(s, observers_init(&s->ob, o, session_replicas(s), &s->w, &s->ctl, &s->d));
+	return st;
+}
+
+enum status session_run(struct session *s)
+{
+	const struct agreement ag = {agree_cb, s};
+	struct report_summary sum = {0};
+	struct replica_stats *ranks = NULL;
+	struct straggler_rank *strag = NULL;
+	double *rss = NULL;
+	enum status st;
+
+	overview_header(s);
+	if (s->o.mode == MODE_DP)
+		st = trainer_dp(&s->tc, s->pl.replicas, &s->m, &s->opt, &s->cfg, &s->ds, &s->ctl, &s->r,
+				&s->res, &s->d);
+	else
+		st = trainer_ddp(&s->tc, &s->w, &s->m, &s->opt, &s->c, &s->ds, &s->ctl, &s->r, &s->res,
+				 &s->d);
+	st = session_agree(s, st);
+	if (st == ST_OK)
+		st = observers_finish(&s->ob, &s->o, session_replicas(s), &s->w, &s->ctl, &s->res, &ag, &s->d);
+	if (st == ST_OK)
+		st = persist_stage_save(&s->per, s->res.steps);
+	if (st == ST_OK) {
+		ranks = calloc((size_t)s->w.size, sizeof *ranks);
+		rss = calloc((size_t)s->w.size, sizeof *rss);
+		strag = calloc((size_t)s->w.size, sizeof *strag);
+		st = ranks && rss && strag ? overview_summary(s, &sum, ranks, rss, strag)
+					   : diag_set(&s->d, ST_RUNTIME, "out of memory");
+		st = session_agree(s, st);
+	}
+	/* The weights go into place only when everything else succeeded: a run that exits
+	 * non-zero leaves no new --save file. */
+	if (st == ST_OK) {
+		st = report_finish(&s->r, &sum, 1, &s->d);
+		if (st == ST_OK)
+			st = persist_commit(&s->per);
+		st = session_agree(s, st);
+	}
+	free(ranks);
+	free(rss);
+	free(strag);
+	return st;
+}
+
+void session_end(struct session *s, enum status st)
+{
+	report_end(&s->r, status_exit_code(st),
+		   st == ST_INTERRUPTED ? "stopped by a signal" : s->d.st != ST_OK ? s->d.msg : NULL);
+	persist_free(&s->per);
+	observers_free(&s->ob);
+	report_free(&s->r);
+	model_free(&s->m);
+	comm_free(&s->c);
+	backend_free(&s->be);
+	data_free(&s->ds);
+	data_free(&s->val);
+	world_free(&s->w);
+}
