@@ -191,10 +191,13 @@ static void file_identity(const char *path, char *out, size_t len)
 	free(bcopy);
 }
 
-/* Is path one of rot's rotation names (rot.step-DIGITS in rot's directory)? */
-static int is_rotation_name(const char *path, const char *rot)
+/* Is path one of rot's rotation names (target.step-DIGITS beside rot's target, the names
+ * checkpoint.c gives them)? Both are resolved through symbolic links. */
+static int is_rotation_name(const char *given, const char *rot_given)
 {
-	char *pd = strdup(path), *pb = strdup(path), *rd = strdup(rot), *rb = strdup(rot);
+	char *path = outfile_target(given), *rot = outfile_target(rot_given);
+	char *pd = path ? strdup(path) : NULL, *pb = path ? strdup(path) : NULL;
+	char *rd = rot ? strdup(rot) : NULL, *rb = rot ? strdup(rot) : NULL;
 	char a[PATH_MAX], b[PATH_MAX];
 	const char *name, *base;
 	size_t blen;
@@ -212,6 +215,8 @@ static int is_rotation_name(const char *path, const char *rot)
 	free(pb);
 	free(rd);
 	free(rb);
+	free(path);
+	free(rot);
 	return hit;
 }
 
