@@ -174,10 +174,13 @@ out_target:
 }
 
 /* Where path is or would be: "D:I" for an existing file (its device and inode, so links
- * and other spellings meet), else the resolved directory and the name. */
-static void file_identity(const char *path, char *out, size_t len)
+ * and other spellings meet), else the resolved directory and the name of the file a write
+ * would create (through a dangling link, the file it names). */
+static void file_identity(const char *given, char *out, size_t len)
 {
-	char *dcopy = strdup(path), *bcopy = strdup(path), dir[PATH_MAX];
+	char *target = outfile_target(given), dir[PATH_MAX];
+	const char *path = target != NULL ? target : given;
+	char *dcopy = strdup(path), *bcopy = strdup(path);
 	struct stat sb;
 
 	if (stat(path, &sb) == 0)
@@ -189,6 +192,7 @@ static void file_identity(const char *path, char *out, size_t len)
 		snprintf(out, len, "%s", path);
 	free(dcopy);
 	free(bcopy);
+	free(target);
 }
 
 /* Is path one of rot's rotation names (target.step-DIGITS beside rot's target, the names
