@@ -39,6 +39,20 @@ have=$(LC_ALL=C ls k.st.step-* | tr '\n' ' ')
 [ "$have" = "k.st.step-00000012 k.st.step-00000016 k.st.step-1000000000 k.st.step-123456789 k.st.step-99 " ] ||
 	fail "after run B resumed: $have"
 
+# Through a symbolic link the kept checkpoints are names of the file it names, beside it:
+# each its own step (link(2) on the link itself made every one the link, so all read the
+# newest), and --save is refused one of their names.
+mkdir real
+ln -s real/l.st l.st
+run_mpi 1 --max-steps=6 --checkpoint-every=2 --keep-checkpoints=2 --checkpoint=l.st --quiet || fail "rotation through a link"
+have=$(cd real && LC_ALL=C ls | tr '\n' ' ')
+[ -L l.st ] && [ "$have" = "l.st l.st.step-00000004 l.st.step-00000006 " ] && ! ls l.st.step-* >/dev/null 2>&1 ||
+	fail "rotation through a link: $(ls -l . real)"
+cmp -s real/l.st real/l.st.step-00000006 && ! cmp -s real/l.st real/l.st.step-00000004 ||
+	fail "the kept checkpoints are not each their own step"
+expect_fail 2 "--save: real/l.st.step-00000002 is one of --checkpoint's rotation names" 1 \
+	--checkpoint=l.st --keep-checkpoints=2 --save=real/l.st.step-00000002
+
 # Data identity: a fingerprint of each .npy file (size, dtype, shape and a SHA-256 of the
 # header and the data, or of a fixed sample of a big file) is in the checkpoint and in the
 # cross-rank configuration check. Same shape, other numbers: refused.
@@ -56,4 +70,4 @@ RCDIR=$TMPD timeout -k 5 60 mpirun --oversubscribe \
 	>out 2>err || fail "mpirun failed ($?)"
 [ "$(cat rc.0 rc.1)" = "$(printf '2\n2')" ] && grep -q "configuration differs between ranks: inputs=f4 (100, 10)" err ||
 	fail "MPMD ranks with different --inputs: $(cat rc.* err)"
-echo "checkpoints: 6 edited headers refused, rotation kept the right files, other data refused"
+echo "checkpoints: 6 edited headers refused, rotation kept the right files (through a link too), other data refused"

@@ -3,7 +3,8 @@
 # of --save, --metrics, --checkpoint (and its --keep-checkpoints rotation names),
 # --inputs, --targets, --init and --resume where one is an output, compared by device and
 # inode for files that exist (hard links, symbolic links, other spellings) and by resolved
-# path for new ones. --resume=F --checkpoint=F (a run continuing) is allowed.
+# path for new ones (through a dangling link, the file it would create). --resume=F
+# --checkpoint=F (a run continuing) is allowed.
 . "$(dirname "$0")/setup.sh"
 cd "$TMPD"
 "$MKNPY" x.npy 100 10 f4 1
@@ -11,6 +12,7 @@ cd "$TMPD"
 cp x.npy x.orig
 ln x.npy hard.npy
 ln -s y.npy soft.npy
+ln -s c.st dangling.st
 mkdir d
 D="--inputs=x.npy --targets=y.npy"
 expect_fail 2 "--save and --metrics name the same file (o): give each output its own name" 2 --save=o --metrics=o
@@ -19,6 +21,8 @@ expect_fail 2 "--save and --inputs name the same file (x.npy): an output would o
 expect_fail 2 "--save and --inputs name the same file (x.npy)" 1 $D --save=hard.npy
 expect_fail 2 "--metrics and --targets name the same file (y.npy)" 2 $D --metrics=soft.npy
 expect_fail 2 "--save and --checkpoint name the same file (c.st)" 1 --checkpoint=c.st --save=c.st
+# A dangling link names the file a write through it would create (before: both written to c.st).
+expect_fail 2 "--save and --checkpoint name the same file (c.st)" 1 --save=dangling.st --checkpoint=c.st
 expect_fail 2 "--save: c.st.step-00000010 is one of --checkpoint's rotation names" 1 \
 	--checkpoint=c.st --keep-checkpoints=2 --save=c.st.step-00000010
 expect_fail 2 "--save and --save-best name the same file (o)" 1 --val-samples=20 --save-best=o --save=o
@@ -29,4 +33,4 @@ expect_fail 2 "--save and --resume name the same file (c.st)" 1 --resume=c.st --
 expect_fail 2 "--metrics and --init name the same file (c.st)" 1 --init=c.st --metrics=c.st
 run_mpi 1 --max-steps=4 --checkpoint=c.st --resume=c.st --quiet || fail "--resume=F --checkpoint=F refused"
 cmp -s x.npy x.orig && [ ! -e o ] || fail "a refused run wrote something"
-echo "collisions: 11 refused, the resume pair allowed"
+echo "collisions: 12 refused, the resume pair allowed"

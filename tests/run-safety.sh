@@ -70,7 +70,7 @@ rc=0; "$DDPTRAIN" --max-steps=3 --save=full.st >/dev/full 2>err || rc=$?
 [ ! -e full.st ] && ! ls full.st.tmp.* >/dev/null 2>&1 || fail "a failed run left --save: $(ls)"
 echo "stdout on /dev/full: exit 1, no --save"
 
-# 13. --save through a symbolic link replaces the file it names and keeps the link.
+# 13. An output through a symbolic link replaces the file it names and keeps the link.
 mkdir real
 "$DDPTRAIN" --max-steps=1 --quiet --save=real/w.st || fail "first save"
 cp real/w.st w.orig
@@ -82,6 +82,17 @@ ln -s real/new.st dangling.st
 ! cmp -s real/w.st w.orig && "$STCOMPARE" --exact real/w.st real/new.st >/dev/null ||
 	fail "the link's target was not rewritten"
 [ "$(ls real)" = "$(printf 'new.st\nw.st')" ] || fail "left in real/: $(ls real)"
+# --trace and --prometheus go through the same writer: links kept, the files they name
+# written (the one a dangling link names created), no temporary left anywhere.
+mkdir obs
+ln -s obs/t.json t-link.json
+ln -s obs/p.prom p-link.prom
+echo old >obs/t.json
+"$DDPTRAIN" --max-steps=3 --quiet --trace=t-link.json --prometheus=p-link.prom || fail "trace and prometheus through links"
+[ -L t-link.json ] && [ -L p-link.prom ] || fail "a --trace or --prometheus link was replaced by a file"
+grep -q traceEvents obs/t.json && grep -q '^ddptrain_step{' obs/p.prom ||
+	fail "the files the links name were not written: $(ls -l obs)"
+! ls ./*.tmp.* obs/*.tmp.* >/dev/null 2>&1 || fail "temporaries left: $(ls . obs)"
 
 # 12. Temporary files of the same target left by a killed run are removed at start-up;
 #     nothing else is.
@@ -89,7 +100,7 @@ touch real/w.st.tmp.Ab3dE9 real/w.st.tmp.keep real/w.st.tmpXYZ123 real/other.st.
 "$DDPTRAIN" --max-steps=1 --quiet --save=link.st || fail "save with stale temporaries"
 [ "$(ls real | tr '\n' ' ')" = "new.st other.st.tmp.Ab3dE9 w.st w.st.tmp.keep w.st.tmpXYZ123 " ] ||
 	fail "stale temporaries: $(ls real)"
-echo "--save through links; stale temporaries of the target removed"
+echo "--save, --trace and --prometheus through links; stale temporaries of the target removed"
 
 # 5. --metrics is a stream: a stopped run keeps its records (start, steps, end) and a
 #    resumed run appends; every record has a time, the first the version and settings.

@@ -1,5 +1,5 @@
-/* outfile.c - output targets, their temporary files, and the start-up checks that output
- * files can be written and do not collide; the atomic text writer. */
+/* outfile.c - output targets, their temporary files, the start-up checks that output
+ * files can be written and do not collide, and the one atomic writer. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -58,7 +58,11 @@ char *outfile_target(const char *path)
 	return NULL;
 }
 
-int outfile_tmp_create(const char *target, char **tmp, int *slot)
+/* The one place a temporary is made: "<target>.tmp.XXXXXX", open for writing, with the
+ * mode the umask gives new files, registered with the signal handlers so that every exit
+ * removes it. *tmp (caller frees) and *slot go to tmp_forget. Returns the descriptor, or
+ * -1 with errno set. */
+static int tmp_create(const char *target, char **tmp, int *slot)
 {
 	mode_t mask;
 	int fd;
@@ -86,12 +90,19 @@ int outfile_tmp_create(const char *target, char **tmp, int *slot)
 	return fd;
 }
 
-void outfile_tmp_done(int slot)
+/* The temporary is renamed or removed: stop tracking it. */
+static void tmp_forget(char **tmp, int *slot)
 {
-	signals_tmp_remove(slot);
+	signals_tmp_remove(*slot);
+	*slot = -1;
+	free(*tmp);
+	*tmp = NULL;
 }
 
-int outfile_remove_stale(const char *target)
+/* Remove "<target>.tmp.XXXXXX" files (exactly ddptrain's pattern) beside target;
+ * returns how many. */
+static int remove_stale(const char *target)
+
 {
 	char *dcopy = strdup(target), *bcopy = strdup(target);
 	const char *dir, *base;
@@ -143,9 +154,9 @@ enum status outfile_check(const char *path, const char *flag, size_t need_bytes,
 		st = diag_set(d, ST_RUNTIME, "%s: %s: exists and is not a regular file", flag, path);
 		goto out_target;
 	}
-	outfile_remove_stale(target);
+	remove_stale(target);
 	/* The same kind of temporary file the writers use. */
-	fd = outfile_tmp_create(target, &probe, &slot);
+	fd = tmp_create(target, &probe, &slot);
 	if (fd < 0) {
 		st = diag_errno(d, errno, "%s: %s: cannot create a file beside it", flag, path);
 		goto out_target;
@@ -156,18 +167,20 @@ enum status outfile_check(const char *path, const char *flag, size_t need_bytes,
 			      flag, path, need_bytes, (unsigned long long)vfs.f_bavail * vfs.f_frsize);
 	close(fd);
 	unlink(probe);
-	outfile_tmp_done(slot);
-	free(probe);
+	tmp_forget(&probe, &slot);
 out_target:
 	free(target);
 	return st;
 }
 
 /* Where path is or would be: "D:I" for an existing file (its device and inode, so links
- * and other spellings meet), else the resolved directory and the name. */
-static void file_identity(const char *path, char *out, size_t len)
+ * and other spellings meet), else the resolved directory and the name of the file a write
+ * would create (through a dangling link, the file it names). */
+static void file_identity(const char *given, char *out, size_t len)
 {
-	char *dcopy = strdup(path), *bcopy = strdup(path), dir[PATH_MAX];
+	char *target = outfile_target(given), dir[PATH_MAX];
+	const char *path = target != NULL ? target : given;
+	char *dcopy = strdup(path), *bcopy = strdup(path);
 	struct stat sb;
 
 	if (stat(path, &sb) == 0)
@@ -179,12 +192,16 @@ static void file_identity(const char *path, char *out, size_t len)
 		snprintf(out, len, "%s", path);
 	free(dcopy);
 	free(bcopy);
+	free(target);
 }
 
-/* Is path one of rot's rotation names (rot.step-DIGITS in rot's directory)? */
-static int is_rotation_name(const char *path, const char *rot)
+/* Is path one of rot's rotation names (target.step-DIGITS beside rot's target, the names
+ * checkpoint.c gives them)? Both are resolved through symbolic links. */
+static int is_rotation_name(const char *given, const char *rot_given)
 {
-	char *pd = strdup(path), *pb = strdup(path), *rd = strdup(rot), *rb = strdup(rot);
+	char *path = outfile_target(given), *rot = outfile_target(rot_given);
+	char *pd = path ? strdup(path) : NULL, *pb = path ? strdup(path) : NULL;
+	char *rd = rot ? strdup(rot) : NULL, *rb = rot ? strdup(rot) : NULL;
 	char a[PATH_MAX], b[PATH_MAX];
 	const char *name, *base;
 	size_t blen;
@@ -202,6 +219,8 @@ static int is_rotation_name(const char *path, const char *rot)
 	free(pb);
 	free(rd);
 	free(rb);
+	free(path);
+	free(rot);
 	return hit;
 }
 
@@ -235,28 +254,24 @@ enum status outfile_distinct(const struct named_path *p, int n, int allow_a, int
 
 enum status outfile_open(struct outfile *of, const char *path, const char *flag, struct diag *d)
 {
-	mode_t mask;
 	int fd;
 
 	memset(of, 0, sizeof *of);
-	of->path = path;
-	of->flag = flag;
-	of->tmp = malloc(strlen(path) + 16);
-	if (of->tmp == NULL)
-		return diag_set(d, ST_RUNTIME, "%s: out of memory", flag);
-	sprintf(of->tmp, "%s.tmp.XXXXXX", path);
-	fd = mkstemp(of->tmp);
+	of->slot = -1;
+	snprintf(of->what, sizeof of->what, "%s: %s", flag, path);
+	of->target = outfile_target(path); /* through a symbolic link, to the file it names */
+	if (of->target == NULL)
+		return diag_errno(d, errno, "%s", of->what);
+	fd = tmp_create(of->target, &of->tmp, &of->slot);
 	if (fd < 0) {
-		free(of->tmp);
-		of->tmp = NULL;
-		return diag_errno(d, errno, "%s: %s: cannot create a file beside it", flag, path);
+		enum status st = diag_errno(d, errno, "%s: cannot create a file beside it", of->what);
+
+		outfile_abort(of);
+		return st;
 	}
-	mask = umask(0); /* mkstemp makes 0600; give the file the usual mode */
-	umask(mask);
-	fchmod(fd, 0666 & ~mask);
 	of->f = fdopen(fd, "w");
 	if (of->f == NULL) {
-		enum status st = diag_errno(d, errno, "%s: %s", flag, path);
+		enum status st = diag_errno(d, errno, "%s", of->what);
 
 		close(fd);
 		outfile_abort(of);
@@ -265,35 +280,64 @@ enum status outfile_open(struct outfile *of, const char *path, const char *flag,
 	return ST_OK;
 }
 
-enum status outfile_commit(struct outfile *of, struct diag *d)
+enum status outfile_write(struct outfile *of, const void *buf, size_t len, struct diag *d)
+{
+	if (len > 0 && fwrite(buf, 1, len, of->f) != len)
+		return diag_errno(d, errno, "%s: write", of->what);
+	return ST_OK;
+}
+
+enum status outfile_sync(struct outfile *of, struct diag *d)
 {
 	enum status st = ST_OK;
-	char *dir;
-	int dfd;
 
-	if (fflush(of->f) != 0 || fsync(fileno(of->f)) != 0)
-		st = diag_errno(d, errno, "%s: %s: write", of->flag, of->path);
+	if (of->f == NULL)
+		return ST_OK;
+	if (fflush(of->f) != 0)
+		st = diag_errno(d, errno, "%s: write", of->what);
 	else if (ferror(of->f)) /* an earlier buffered write failed; its errno is gone */
-		st = diag_set(d, ST_RUNTIME, "%s: %s: write failed", of->flag, of->path);
+		st = diag_set(d, ST_RUNTIME, "%s: write failed", of->what);
+	else if (fsync(fileno(of->f)) != 0)
+		st = diag_errno(d, errno, "%s: fsync", of->what);
 	if (fclose(of->f) != 0 && st == ST_OK)
-		st = diag_errno(d, errno, "%s: %s: close", of->flag, of->path);
+		st = diag_errno(d, errno, "%s: close", of->what);
 	of->f = NULL;
-	if (st == ST_OK && rename(of->tmp, of->path) != 0)
-		st = diag_errno(d, errno, "%s: %s: rename", of->flag, of->path);
-	if (st != ST_OK) {
+	if (st != ST_OK)
 		outfile_abort(of);
-		return st;
-	}
-	free(of->tmp);
-	of->tmp = NULL;
-	dir = strdup(of->path); /* make the rename itself durable */
-	dfd = dir ? open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+	return st;
+}
+
+/* Make a rename in path's directory durable. */
+static void sync_dir(const char *path)
+{
+	char *dir = strdup(path);
+	int dfd = dir ? open(dirname(dir), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+
 	if (dfd >= 0) {
 		fsync(dfd);
 		close(dfd);
 	}
 	free(dir);
-	return ST_OK;
+}
+
+enum status outfile_commit(struct outfile *of, struct diag *d)
+{
+	enum status st = ST_OK;
+
+	if (of->tmp == NULL)
+		goto out;
+	st = outfile_sync(of, d);
+	if (st != ST_OK)
+		goto out;
+	if (rename(of->tmp, of->target) != 0) {
+		st = diag_errno(d, errno, "%s: rename", of->what);
+		goto out;
+	}
+	tmp_forget(&of->tmp, &of->slot);
+	sync_dir(of->target);
+out:
+	outfile_abort(of);
+	return st;
 }
 
 void outfile_abort(struct outfile *of)
@@ -301,8 +345,10 @@ void outfile_abort(struct outfile *of)
 	if (of->f != NULL)
 		fclose(of->f);
 	of->f = NULL;
-	if (of->tmp != NULL)
+	if (of->tmp != NULL) {
 		unlink(of->tmp);
-	free(of->tmp);
-	of->tmp = NULL;
+		tmp_forget(&of->tmp, &of->slot);
+	}
+	free(of->target);
+	of->target = NULL;
 }

@@ -3,11 +3,14 @@
  * does not train for hours and then fail to save), where its bytes go, and
  * the temporary file it is written through.
  *
- * ddptrain writes --save and --checkpoint atomically: a temporary file
- * "<target>.tmp.XXXXXX" beside the final name, renamed over it when complete,
- * so a failed run leaves a previous file untouched. When the name is a
- * symbolic link, the target is the file the link names: the link is kept and
- * what it points to is replaced. The target must be absent or a regular file,
+ * ddptrain writes --save, --save-best, --checkpoint, --trace and --prometheus
+ * atomically, all through struct outfile: a temporary file "<target>.tmp.XXXXXX"
+ * beside the final name, renamed over it when complete, so a failed run leaves a
+ * previous file untouched. When the name is a symbolic link, the target is the
+ * file the link names, even one that does not exist yet: the link is kept and
+ * what it points to is replaced. --metrics is a stream, not rewritten whole (tail
+ * -f follows it, a resumed run appends): it is opened at the same target, in place.
+ * The target must be absent or a regular file,
  * and its directory must take a new file. That is checked by creating and
  * removing such a file: permission bits alone do not tell the truth for root,
  * read-only mounts or ACLs. It is not a guarantee (the disk can fill later);
@@ -48,30 +51,31 @@ enum status outfile_distinct(const struct named_path *p, int n, int allow_a, int
  * them, dangling or not) finally names. Caller frees; NULL with errno set on failure. */
 char *outfile_target(const char *path);
 
-/* A temporary file beside target, open for writing, with the mode the umask gives new
- * files, tracked for removal on a fatal exit. *tmp (caller frees) and *slot are for
- * outfile_tmp_done. Returns the descriptor, or -1 with errno set. */
-int outfile_tmp_create(const char *target, char **tmp, int *slot);
-/* The temporary file is renamed or removed: stop tracking it. */
-void outfile_tmp_done(int slot);
-
-/* Remove "<target>.tmp.XXXXXX" files (exactly ddptrain's pattern) beside target;
- * returns how many. */
-int outfile_remove_stale(const char *target);
-
-/* A text file being written atomically: f writes a temporary beside path, which
- * outfile_commit renames over path (durably); outfile_abort removes it. */
+/* One output file being written: every file ddptrain writes whole (--save, --save-best,
+ * --checkpoint, --trace, --prometheus) goes through it. outfile_open creates the
+ * temporary beside outfile_target(path) and registers it for removal on every exit;
+ * the writer writes through f (or outfile_write); outfile_commit syncs it, renames it
+ * over the target and syncs the directory; outfile_abort removes it. A zeroed struct
+ * holds nothing: committing or aborting it does nothing. */
 struct outfile {
-	FILE *f;
-	char *tmp;         /* the temporary's name */
-	const char *path;  /* borrowed */
-	const char *flag;  /* borrowed: names the file in messages, e.g. "--trace" */
+	FILE *f;           /* the temporary, open for writing; NULL once synced */
+	char *target;      /* owned: the file the rename replaces */
+	char *tmp;         /* owned: the temporary's name; NULL once renamed or removed */
+	int slot;          /* the temporary's entry in the signal handlers' table, or -1 */
+	char what[600];    /* "--trace: path": names the file in messages */
 };
 
+/* Create the temporary; `flag` names the file in messages. On failure nothing is left. */
 enum status outfile_open(struct outfile *of, const char *path, const char *flag, struct diag *d);
-/* Flush, fsync, close and rename into place; on failure the temporary is removed. */
+/* Write len bytes to the temporary (binary writers; text writers use of->f). */
+enum status outfile_write(struct outfile *of, const void *buf, size_t len, struct diag *d);
+/* Flush, fsync and close the temporary: the bytes are on disk, only the rename is left.
+ * On failure the temporary is removed. */
+enum status outfile_sync(struct outfile *of, struct diag *d);
+/* outfile_sync if not done, rename over the target and make the rename durable; on
+ * failure the temporary is removed and the target is untouched. Frees of either way. */
 enum status outfile_commit(struct outfile *of, struct diag *d);
-/* Remove the temporary; safe to call twice and after outfile_commit. */
+/* Remove the temporary and free of; safe to call twice and after outfile_commit. */
 void outfile_abort(struct outfile *of);
 
 #endif

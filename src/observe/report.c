@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/build.h" /* build_json: the summary names the build */
+#include "core/outfile.h" /* outfile_target */
 #include "config.h" /* PACKAGE_VERSION */
 #include "observe/report.h"
 
@@ -121,6 +122,7 @@ static void metrics_write(struct report *r, json_t *obj)
 static int metrics_ready(struct report *r)
 {
 	json_t *first = r->metrics_start;
+	char *target;
 
 	if (r->metrics_fd >= 0)
 		return 1;
@@ -128,14 +130,18 @@ static int metrics_ready(struct report *r)
 		return 0;
 	r->metrics_start = NULL;
 	/* Streamed in place (tail -f works, a stopped or crashed run keeps its lines); a
-	 * resumed run appends to the attempts before it. */
-	r->metrics_fd = open(r->metrics_path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK |
-					      (r->metrics_append ? O_APPEND : O_TRUNC), 0666);
+	 * resumed run appends to the attempts before it. So not an outfile, but the same
+	 * target: the file outfile_check probed, through a link the file it names. */
+	target = outfile_target(r->metrics_path);
+	r->metrics_fd = target == NULL ? -1 : open(target, O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK |
+							      (r->metrics_append ? O_APPEND : O_TRUNC), 0666);
 	if (r->metrics_fd < 0) {
 		r->metrics_err = errno;
+		free(target);
 		json_decref(first);
 		return 0;
 	}
+	free(target);
 	metrics_write(r, first);
 	return 1;
 }

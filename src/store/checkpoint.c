@@ -15,6 +15,7 @@
 #include "store/checkpoint.h"
 #include "config.h"      /* PACKAGE_VERSION */
 #include "core/digest.h"      /* digest_sha256_hex */
+#include "core/outfile.h"     /* outfile_target: the rotation names the file a link names */
 #include "train/optimizer.h"   /* optimizer_is_state_tensor */
 #include "store/safetensors.h" /* st_open, st_find, st_read_f32, st_save */
 
@@ -195,11 +196,13 @@ static int by_step(const void *a, const void *b)
 
 /* Keep the newest `keep` of this lineage's path.step-N: link the new one, then remove the
  * oldest by step. Files of another run (another lineage, or not a checkpoint) are left
- * alone and not counted, so a stale set cannot push out the current run's. */
+ * alone and not counted, so a stale set cannot push out the current run's. When path is
+ * a symbolic link they are names of the file it names, beside that file (link(2) would
+ * name the link itself, and a hard link cannot leave the target's file system). */
 static enum status keep_numbered(const char *path, long step, int keep, const char *lineage,
 				 struct diag *d)
 {
-	char numbered[4200], *dcopy = strdup(path), *bcopy = strdup(path);
+	char numbered[4200], *target = outfile_target(path), *dcopy = NULL, *bcopy = NULL;
 	const char *dir, *base;
 	struct dirent *e;
 	struct numbered *found = NULL;
@@ -207,16 +210,19 @@ static enum status keep_numbered(const char *path, long step, int keep, const ch
 	DIR *dp;
 	enum status st = ST_OK;
 
+	if (target == NULL)
+		return diag_errno(d, errno, "--keep-checkpoints: %s", path);
+	dcopy = strdup(target);
+	bcopy = strdup(target);
 	if (dcopy == NULL || bcopy == NULL) {
-		free(dcopy);
-		free(bcopy);
-		return diag_set(d, ST_RUNTIME, "--keep-checkpoints: out of memory");
+		st = diag_set(d, ST_RUNTIME, "--keep-checkpoints: out of memory");
+		goto out;
 	}
 	dir = dirname(dcopy);
 	base = basename(bcopy);
-	snprintf(numbered, sizeof numbered, "%s.step-%08ld", path, step);
+	snprintf(numbered, sizeof numbered, "%s.step-%08ld", target, step);
 	unlink(numbered);
-	if (link(path, numbered) != 0) {
+	if (link(target, numbered) != 0) {
 		st = diag_errno(d, errno, "--keep-checkpoints: %s", numbered);
 		goto out;
 	}
@@ -248,6 +254,7 @@ static enum status keep_numbered(const char *path, long step, int keep, const ch
 		free(found[i].name);
 	free(found);
 out:
+	free(target);
 	free(dcopy);
 	free(bcopy);
 	return st;

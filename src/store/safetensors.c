@@ -6,9 +6,7 @@
  * with overflow checks, and nothing is allocated from a size the file claims.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
-#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +14,7 @@
 #include <unistd.h>
 
 #include "core/filemap.h"
-#include "core/outfile.h"
+#include "core/outfile.h" /* outfile_open, outfile_write, outfile_sync, outfile_commit */
 #include "store/safetensors.h"
 
 #define ST_MAX_HEADER (100u << 20) /* the reference implementation's limit */
@@ -258,24 +256,6 @@ void st_close(struct st_file *f)
 	f->n = 0;
 }
 
-static enum status write_all(int fd, const void *buf, size_t len, const char *what, struct diag *d)
-{
-	const char *p = buf;
-
-	while (len > 0) {
-		ssize_t w = write(fd, p, len);
-
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			return diag_errno(d, errno, "%s: write", what);
-		}
-		p += w;
-		len -= (size_t)w;
-	}
-	return ST_OK;
-}
-
 char *st_header(const struct st_entry *e, size_t n, const char *const *meta,
 			  size_t nmeta, size_t *hlen)
 {
@@ -327,42 +307,31 @@ enum status st_write(struct st_pending *p, const char *path, const char *flag,
 {
 	unsigned char lenbuf[8];
 	size_t hlen = 0;
-	enum status st = ST_OK;
-	char *header;
-	int fd;
+	enum status st;
+	char *header = st_header(e, n, meta, nmeta, &hlen);
 
 	memset(p, 0, sizeof *p);
-	p->slot = -1;
-	snprintf(p->what, sizeof p->what, "%s: %s", flag, path);
-	p->target = outfile_target(path); /* through a symbolic link, to the file it names */
-	if (p->target == NULL)
-		return diag_errno(d, errno, "%s", p->what);
-	header = st_header(e, n, meta, nmeta, &hlen);
 	if (header == NULL)
-		return diag_set(d, ST_RUNTIME, "%s: cannot build the safetensors header", p->what);
-	fd = outfile_tmp_create(p->target, &p->tmp, &p->slot);
-	if (fd < 0) {
-		st = diag_errno(d, errno, "%s: cannot create a temporary file beside it", p->what);
+		return diag_set(d, ST_RUNTIME, "%s: %s: cannot build the safetensors header", flag, path);
+	st = outfile_open(&p->of, path, flag, d);
+	if (st != ST_OK)
 		goto out_header;
-	}
 	for (int b = 0; b < 8; b++)
 		lenbuf[b] = (unsigned char)((uint64_t)hlen >> (8 * b));
-	st = write_all(fd, lenbuf, 8, p->what, d);
+	st = outfile_write(&p->of, lenbuf, 8, d);
 	if (st == ST_OK)
-		st = write_all(fd, header, hlen, p->what, d);
+		st = outfile_write(&p->of, header, hlen, d);
 	for (size_t i = 0; i < n && st == ST_OK; i++) {
 		size_t count = 1;
 
 		for (int k = 0; k < e[i].ndim; k++)
 			count *= (size_t)e[i].shape[k];
-		st = write_all(fd, e[i].data, count * sizeof(float), p->what, d);
+		st = outfile_write(&p->of, e[i].data, count * sizeof(float), d);
 	}
-	if (st == ST_OK && fsync(fd) != 0)
-		st = diag_errno(d, errno, "%s: fsync", p->what);
-	if (close(fd) != 0 && st == ST_OK)
-		st = diag_errno(d, errno, "%s: close", p->what);
+	if (st == ST_OK)
+		st = outfile_sync(&p->of, d); /* on disk now: st_commit only renames */
 	if (st != ST_OK)
-		st_discard(p);
+		outfile_abort(&p->of);
 out_header:
 	free(header);
 	return st;
@@ -370,43 +339,12 @@ out_header:
 
 enum status st_commit(struct st_pending *p, struct diag *d)
 {
-	char *dircopy;
-	int dfd;
-
-	if (p->tmp == NULL)
-		return ST_OK;
-	if (rename(p->tmp, p->target) != 0) {
-		enum status st = diag_errno(d, errno, "%s: rename", p->what);
-
-		st_discard(p);
-		return st;
-	}
-	outfile_tmp_done(p->slot);
-	free(p->tmp);
-	p->tmp = NULL;
-	/* Make the rename itself durable. */
-	dircopy = strdup(p->target);
-	dfd = dircopy ? open(dirname(dircopy), O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-	if (dfd >= 0) {
-		fsync(dfd);
-		close(dfd);
-	}
-	free(dircopy);
-	st_discard(p);
-	return ST_OK;
+	return outfile_commit(&p->of, d);
 }
 
 void st_discard(struct st_pending *p)
 {
-	if (p->tmp != NULL) {
-		unlink(p->tmp);
-		outfile_tmp_done(p->slot);
-	}
-	free(p->tmp);
-	free(p->target);
-	p->tmp = NULL;
-	p->target = NULL;
-	p->slot = -1;
+	outfile_abort(&p->of);
 }
 
 enum status st_save(const char *path, const char *flag, const struct st_entry *e, size_t n,

@@ -4,9 +4,9 @@
  *
  * The JSON header is parsed and produced by jansson. Reading maps the file
  * and validates every entry (dtype, shape, offsets that tile the data
- * region). Writing is atomic: a temporary file in the same directory,
- * fsync, rename over the target, fsync of the directory, so a reader sees
- * the old file or the new one, never a partial one. The rename can wait
+ * region). Writing is atomic, through core's outfile: a temporary file in the
+ * same directory, fsync, rename over the target, fsync of the directory, so a
+ * reader sees the old file or the new one, never a partial one. The rename can wait
  * (st_write, then st_commit or st_discard), so a run that fails after writing
  * its weights leaves no new file.
  */
@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/outfile.h" /* struct outfile */
 #include "core/status.h"
 
 #define ST_MAX_DIMS 8
@@ -64,11 +65,10 @@ void st_close(struct st_file *f);
 char *st_header(const struct st_entry *e, size_t n, const char *const *meta, size_t nmeta,
 		size_t *hlen);
 /* A file written but not yet in place: its temporary file beside the target (the file
- * path names, through any symbolic link). */
+ * path names, through any symbolic link). A zeroed one holds nothing. */
 struct st_pending {
-	char *target, *tmp; /* owned; tmp NULL once committed or discarded */
-	int slot;           /* outfile_tmp_create's */
-	char what[600];     /* "--save: path", for messages */
+	struct outfile of;
+	int slot;           /* unused: only main.c's "= {.slot = -1}" names it; remove with that */
 };
 
 /* Write n tensors (and optional string metadata pairs, meta[2k]=key, meta[2k+1]=value)
@@ -76,8 +76,8 @@ struct st_pending {
 enum status st_write(struct st_pending *p, const char *path, const char *flag,
 		     const struct st_entry *e, size_t n, const char *const *meta, size_t nmeta,
 		     struct diag *d);
-/* Rename the written file over the target and make that durable; on failure the
- * temporary file is removed and the target is untouched. */
+/* Rename the written file over the target and make that durable (outfile_commit); on
+ * failure the temporary file is removed and the target is untouched. */
 enum status st_commit(struct st_pending *p, struct diag *d);
 /* Remove an uncommitted temporary file and free p. Safe to call twice. */
 void st_discard(struct st_pending *p);

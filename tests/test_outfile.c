@@ -1,0 +1,222 @@
+/* test_outfile.c - the one atomic writer: where its temporary goes, what a commit and an
+ * abort leave, links, and that every exit removes the temporary (it is registered). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/outfile.h"
+#include "core/signals.h"
+
+/* A fresh directory for one test, and paths in it. */
+static char dir[64];
+
+static int setup(void **state)
+{
+	strcpy(dir, "/tmp/test_outfile.XXXXXX");
+	return mkdtemp(dir) == NULL ? -1 : 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static const char *in_dir(const char *name)
+{
+	static char bufs[4][PATH_MAX];
+	static int next;
+	char *p = bufs[next++ % 4];
+
+	snprintf(p, PATH_MAX, "%s/%s", dir, name);
+	return p;
+}
+
+/* How many files under dir (one level of subdirectories too) hold ".tmp.". */
+static int temporaries(const char *where)
+{
+	DIR *dp = opendir(where);
+	struct dirent *e;
+	int n = 0;
+
+	while (dp != NULL && (e = readdir(dp)) != NULL) {
+		char sub[PATH_MAX];
+		struct stat sb;
+
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		snprintf(sub, sizeof sub, "%s/%s", where, e->d_name);
+		if (lstat(sub, &sb) == 0 && S_ISDIR(sb.st_mode))
+			n += temporaries(sub);
+		else if (strstr(e->d_name, ".tmp.") != NULL)
+			n++;
+	}
+	if (dp != NULL)
+		closedir(dp);
+	return n;
+}
+
+static void assert_file_holds(const char *path, const char *want)
+{
+	char buf[256] = "";
+	FILE *f = fopen(path, "r");
+	size_t n;
+
+	assert_non_null(f);
+	n = fread(buf, 1, sizeof buf - 1, f);
+	buf[n] = '\0';
+	fclose(f);
+	assert_string_equal(buf, want);
+}
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static void test_commit_puts_the_bytes_in_place_and_leaves_no_temporary(void **state)
+{
+	struct outfile of;
+	struct diag d = {0};
+
+	write_file(in_dir("out"), "old\n");
+	assert_int_equal(outfile_open(&of, in_dir("out"), "--trace", &d), ST_OK);
+	fputs("new\n", of.f);
+	assert_int_equal(temporaries(dir), 1);
+	assert_file_holds(in_dir("out"), "old\n"); /* untouched until the rename */
+	assert_int_equal(outfile_commit(&of, &d), ST_OK);
+	assert_file_holds(in_dir("out"), "new\n");
+	assert_int_equal(temporaries(dir), 0);
+	outfile_abort(&of); /* after a commit: nothing to do */
+	assert_file_holds(in_dir("out"), "new\n");
+}
+
+static void test_abort_removes_the_temporary_and_keeps_the_previous_file(void **state)
+{
+	struct outfile of;
+	struct diag d = {0};
+
+	write_file(in_dir("out"), "old\n");
+	assert_int_equal(outfile_open(&of, in_dir("out"), "--prometheus", &d), ST_OK);
+	fputs("half", of.f);
+	outfile_abort(&of);
+	outfile_abort(&of);
+	assert_file_holds(in_dir("out"), "old\n");
+	assert_int_equal(temporaries(dir), 0);
+}
+
+static void test_a_missing_directory_names_the_flag_and_leaves_nothing(void **state)
+{
+	struct outfile of;
+	struct diag d = {0};
+	char want[PATH_MAX + 64];
+
+	assert_int_equal(outfile_open(&of, in_dir("no/out"), "--trace", &d), ST_RUNTIME);
+	snprintf(want, sizeof want, "--trace: %s: cannot create a file beside it: No such file or directory",
+		 in_dir("no/out"));
+	assert_string_equal(d.msg, want);
+	outfile_abort(&of);
+}
+
+/* A link is kept and the file it names is replaced, written through a temporary beside
+ * that file, even when it does not exist yet (a dangling link). */
+static void test_writes_through_a_link_and_a_dangling_link_and_keeps_both(void **state)
+{
+	struct outfile of;
+	struct diag d = {0};
+	struct stat sb;
+
+	assert_int_equal(mkdir(in_dir("real"), 0777), 0);
+	write_file(in_dir("real/a"), "old\n");
+	assert_int_equal(symlink("real/a", in_dir("link")), 0);
+	assert_int_equal(symlink("real/b", in_dir("dangling")), 0);
+	assert_int_equal(outfile_open(&of, in_dir("link"), "--trace", &d), ST_OK);
+	fputs("through the link\n", of.f);
+	assert_int_equal(temporaries(in_dir("real")), 1);
+	assert_int_equal(outfile_commit(&of, &d), ST_OK);
+	assert_int_equal(outfile_open(&of, in_dir("dangling"), "--prometheus", &d), ST_OK);
+	fputs("through the dangling link\n", of.f);
+	assert_int_equal(outfile_commit(&of, &d), ST_OK);
+
+	assert_int_equal(lstat(in_dir("link"), &sb), 0);
+	assert_true(S_ISLNK(sb.st_mode));
+	assert_int_equal(lstat(in_dir("dangling"), &sb), 0);
+	assert_true(S_ISLNK(sb.st_mode));
+	assert_file_holds(in_dir("real/a"), "through the link\n");
+	assert_file_holds(in_dir("real/b"), "through the dangling link\n");
+	assert_int_equal(temporaries(dir), 0);
+}
+
+/* A second stop signal ends the process at once (signals.h): the temporary it was
+ * writing goes with it, like every exit the handlers make. */
+static void test_a_second_stop_signal_removes_the_temporary(void **state)
+{
+	int status;
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct outfile of;
+		struct diag d = {0};
+
+		signals_install();
+		if (outfile_open(&of, in_dir("trace.json"), "--trace", &d) != ST_OK)
+			_exit(10);
+		fputs("{\"traceEvents\":[", of.f);
+		fflush(of.f);
+		if (temporaries(dir) != 1)
+			_exit(11);
+		raise(SIGTERM); /* the graceful stop's flag */
+		raise(SIGTERM); /* ends the process */
+		_exit(12);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 128 + SIGTERM);
+	assert_int_equal(temporaries(dir), 0);
+	assert_int_equal(access(in_dir("trace.json"), F_OK), -1);
+}
+
+/* The watchdog's exit (world.c) removes what signals_tmp_cleanup knows of. */
+static void test_the_cleanup_every_fatal_exit_runs_removes_the_temporary(void **state)
+{
+	struct outfile of;
+	struct diag d = {0};
+
+	assert_int_equal(outfile_open(&of, in_dir("metrics.prom"), "--prometheus", &d), ST_OK);
+	assert_int_equal(temporaries(dir), 1);
+	signals_tmp_cleanup();
+	assert_int_equal(temporaries(dir), 0);
+	outfile_abort(&of);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_commit_puts_the_bytes_in_place_and_leaves_no_temporary, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_abort_removes_the_temporary_and_keeps_the_previous_file, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_missing_directory_names_the_flag_and_leaves_nothing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_writes_through_a_link_and_a_dangling_link_and_keeps_both, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_second_stop_signal_removes_the_temporary, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_the_cleanup_every_fatal_exit_runs_removes_the_temporary, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
