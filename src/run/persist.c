@@ -77,7 +77,6 @@ void persist_init(struct persist *p, struct train_ctl *ctl)
 {
 	const struct options *o = p->o;
 
-	p->saved.slot = -1;
 	if (o->checkpoint != NULL) {
 		checkpoint_new_lineage(p->lineage); /* --resume replaces it with the checkpoint's */
 		ctl->checkpoint = write_checkpoint;

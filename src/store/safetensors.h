@@ -68,7 +68,6 @@ char *st_header(const struct st_entry *e, size_t n, const char *const *meta, siz
  * path names, through any symbolic link). A zeroed one holds nothing. */
 struct st_pending {
 	struct outfile of;
-	int slot;           /* unused: only main.c's "= {.slot = -1}" names it; remove with that */
 };
 
 /* Write n tensors (and optional string metadata pairs, meta[2k]=key, meta[2k+1]=value)
