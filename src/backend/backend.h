@@ -1,6 +1,10 @@
 /*
  * backend.h - the compute interface the model is written against.
  *
+ * The backend/ wing (floor 1, above core/): the compute interface, the CPU
+ * backend, and the GPU probe and module loader (backend/gpu.h). It knows no
+ * model, no data and no communicator: those are built on it.
+ *
  * A backend owns the memory its pointers refer to (host memory for the CPU
  * backend, device memory for CUDA) and runs the kernels an MLP, its loss
  * (loss.h) and its optimizer (optimizer.h) are built from: the layers, the

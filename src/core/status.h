@@ -2,6 +2,11 @@
  * status.h - the status every fallible ddptrain function returns, and the
  * one-line message that travels with it.
  *
+ * The core/ wing (floor 0): what every other wing uses and nothing of theirs:
+ * status and messages, the clock, signals, random numbers, digests, build facts,
+ * file mapping, the atomic output writer and trace buffers. It knows nothing of
+ * MPI, models or options.
+ *
  * Library code never prints and never exits: it fills a struct diag and
  * returns its status upward. Only main() turns a status into an exit code
  * (after the ranks have agreed on it), so no rank is left waiting for one

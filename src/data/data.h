@@ -1,6 +1,9 @@
 /*
  * data.h - the training or validation data: a synthetic task or two .npy files.
  *
+ * The data/ wing (floor 2, above backend/): data sets, DistributedSampler and
+ * the loader that feeds micro-batches to a backend. It knows no model and no MPI.
+ *
  * Synthetic sample i is a pure function of (seed, i): inputs uniform with
  * unit variance, targets from a fixed sparse linear "teacher" of the inputs
  * plus a little noise, so the loss can fall. For classification the label

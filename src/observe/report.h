@@ -3,6 +3,10 @@
  * --log-every optimizer steps, a '#' summary, and the --metrics JSON Lines
  * file.
  *
+ * The observe/ wing (floor 3, above data/ and dist/): what the run tells the
+ * world while and after it trains: this report, --trace, the straggler check and
+ * --prometheus. Observers never decide what is trained.
+ *
  * The metrics file is streamed: each record is one whole line, written with
  * one write() as it happens, so `tail -f` follows a run and a stopped, failed
  * or killed run keeps every record it wrote (whole lines only). Each attempt

@@ -5,6 +5,10 @@
  * can fail on some ranks only (so all exit together with the same code and the
  * message is printed once, by the lowest rank that saw the problem).
  *
+ * The run/ wing (floor 6, the top below main.c): the command line, what it
+ * becomes, and one session's phases. Everything that depends on options lives
+ * here or below through the configurations it hands down.
+ *
  * The session owns every module's state for the run; the jobs themselves live
  * beside their data: settings.h (options -> configurations), preflight.h (the
  * checks), persist.h (files of weights), observers.h, overview.c (the report

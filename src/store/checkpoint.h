@@ -9,6 +9,10 @@
  * must match on resume, the run's lineage id, the lowest validation loss so far
  * (best_val_loss, with --save-best), and a SHA-256 of the header and the tensor data.
  *
+ * The store/ wing (floor 5, above train/): the file formats: safetensors and
+ * the checkpoint built on it. Rank 0 alone reads and writes; store/ decides
+ * nothing about when.
+ *
  * Writing goes through st_save (temporary file, fsync, rename, fsync of the
  * directory): a crash at any moment leaves the old checkpoint or the new one.
  */

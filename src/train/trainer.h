@@ -2,6 +2,10 @@
  * trainer.h - the training loops. Both take a model whose replicas already
  * hold identical weights, and run the epochs the options ask for.
  *
+ * The train/ wing (floor 4, above observe/): model, loss, optimizer, schedule
+ * and the two training loops. It knows no files and no options: the loops take
+ * configurations and callbacks (struct train_config, struct train_ctl).
+ *
  * ddp: this rank trains on its DistributedSampler shard; each micro-batch's
  * gradients are summed into the model's gradient buffer and, on the last
  * micro-batch of an optimizer step, every bucket's all-reduce starts as soon
