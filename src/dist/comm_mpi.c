@@ -40,6 +40,8 @@ struct comm_mpi {
 	struct allreduce_obs obs; /* what alg tells: comm_ops.observe's observer */
 };
 
+static const struct comm_ops comm_mpi_ops;
+
 int comm_mpi_cuda_aware(void)
 {
 	/* For the tests' fake GPU module, whose device memory is host memory: force it. */
@@ -156,6 +158,21 @@ static void mpi_observe(void *ctx, const struct comm_observer *obs)
 	c->obs.to = obs != NULL ? *obs : (struct comm_observer){NULL, NULL};
 }
 
+/* "mpi, " and how the gradients travel: the algorithm in host memory, else the path. */
+static void mpi_describe(void *ctx, char *buf, size_t len)
+{
+	static const char *const paths[] = {NULL, "device memory (CUDA-aware MPI)",
+					    "staged through pinned host memory"};
+	struct comm_mpi *c = ctx;
+	char how[128];
+
+	if (c->path == PATH_HOST)
+		c->alg.ops->describe(c->alg.ctx, how, sizeof how);
+	else
+		snprintf(how, sizeof how, "%s", paths[c->path]);
+	snprintf(buf, len, "%s, %s", comm_mpi_ops.name, how);
+}
+
 static const struct comm_ops comm_mpi_ops = {
 	.name = "mpi",
 	.capturable = 0,
@@ -165,6 +182,7 @@ static const struct comm_ops comm_mpi_ops = {
 	.bcast = mpi_bcast,
 	.fini = mpi_fini,
 	.observe = mpi_observe,
+	.describe = mpi_describe,
 };
 
 enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, float *base,
@@ -204,13 +222,9 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, f
 
 const char *comm_mpi_path_name(const struct comm *c)
 {
-	static const char *const paths[] = {NULL, "device memory (CUDA-aware MPI)",
-					    "staged through pinned host memory"};
-	static char text[128]; /* main's one call, before training */
-	const struct comm_mpi *m = c->ctx;
+	static char text[192]; /* main's one call, before training */
+	const size_t skip = strlen(c->ops->name) + 2;
 
-	if (m->path != PATH_HOST)
-		return paths[m->path];
-	m->alg.ops->describe(m->alg.ctx, text, sizeof text);
-	return text;
+	c->ops->describe(c->ctx, text, sizeof text);
+	return strlen(text) > skip ? text + skip : text;
 }

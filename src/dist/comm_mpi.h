@@ -16,8 +16,9 @@
  * (the model's gradient buffer; broadcasts may use any buffer of be). */
 enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, float *base,
 			  size_t nfloats, struct diag *d);
-/* How gradients travel: in host memory, the all-reduce ("ring all-reduce"); else "device
- * memory (CUDA-aware MPI)" or "staged through pinned host memory". A static buffer. */
+/* How gradients travel: c->ops->describe's text after "mpi, " ("ring all-reduce", "device
+ * memory (CUDA-aware MPI)", ...), in a static buffer. Kept for main.c until it asks
+ * describe itself; not thread-safe. */
 const char *comm_mpi_path_name(const struct comm *c);
 /* 1 if this Open MPI reports CUDA support at run time. */
 int comm_mpi_cuda_aware(void);
