@@ -905,6 +905,11 @@ static void fc_fini(void *ctx)
 	free(m);
 }
 
+static void fc_describe(void *ctx, char *buf, size_t len)
+{
+	snprintf(buf, len, "nccl");
+}
+
 static const struct comm_ops fake_comm = {
 	.name = "nccl",
 	.capturable = 1,
@@ -913,6 +918,7 @@ static const struct comm_ops fake_comm = {
 	.wait_all = fc_wait_all,
 	.bcast = fc_bcast,
 	.fini = fc_fini,
+	.describe = fc_describe,
 };
 
 static enum status fc_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], struct diag *d)

@@ -20,7 +20,9 @@
 
 struct comm; /* dist/comm.h: the module fills one in for NCCL */
 
-#define GPU_MODULE_ABI 2
+/* Bump when the tables either side fills in change: struct gpu_module here, struct
+ * backend_ops (backend/backend.h), struct comm_ops (dist/comm.h). 3: comm_ops.describe. */
+#define GPU_MODULE_ABI 3
 #define GPU_MODULE_SYMBOL "ddptrain_gpu_module"
 #define GPU_MODULE_FILE "ddptrain-cuda.so"
 #define GPU_NCCL_ID_BYTES 128 /* sizeof(ncclUniqueId) */

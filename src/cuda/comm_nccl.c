@@ -285,6 +285,12 @@ static void nccl_fini(void *ctx)
 	free(c);
 }
 
+/* comm_ops.describe: NCCL picks its algorithms itself; the table says only "nccl". */
+static void nccl_describe(void *ctx, char *buf, size_t len)
+{
+	snprintf(buf, len, "nccl");
+}
+
 static const struct comm_ops comm_nccl_ops = {
 	.name = "nccl",
 	.capturable = 1,
@@ -294,6 +300,7 @@ static const struct comm_ops comm_nccl_ops = {
 	.bcast = nccl_bcast,
 	.fini = nccl_fini,
 	.observe = nccl_observe,
+	.describe = nccl_describe,
 };
 
 enum status nccl_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], struct diag *d)

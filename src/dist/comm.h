@@ -49,6 +49,9 @@ struct comm_ops {
 	 * stop with obs NULL (reporting what is pending first). A communicator that reads
 	 * device events may report a step's times during the next step. */
 	void (*observe)(void *ctx, const struct comm_observer *obs);
+	/* The per-rank table's text for this communicator, after the device: its name and,
+	 * where it has a choice, how it all-reduces ("mpi, ring all-reduce", "nccl"). */
+	void (*describe)(void *ctx, char *buf, size_t len);
 };
 
 struct comm {

@@ -16,8 +16,6 @@
  * (the model's gradient buffer; broadcasts may use any buffer of be). */
 enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, float *base,
 			  size_t nfloats, struct diag *d);
-/* How gradients travel: "host memory", "device memory (CUDA-aware MPI)" or "staged ...". */
-const char *comm_mpi_path_name(const struct comm *c);
 /* 1 if this Open MPI reports CUDA support at run time. */
 int comm_mpi_cuda_aware(void);
 

@@ -133,10 +133,13 @@ enum status ring_init(struct ring *r, MPI_Comm comm, size_t chunk, int window, s
 		r->comm = MPI_COMM_NULL;
 		return world_mpi_error(d, rc, "MPI_Comm_dup(ring all-reduce)");
 	}
-	MPI_Comm_rank(r->comm, &r->rank);
-	MPI_Comm_size(r->comm, &r->size);
 	/* MPI_TAG_UB is an attribute of MPI_COMM_WORLD (a split communicator has none). */
-	MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag);
+	if ((rc = MPI_Comm_rank(r->comm, &r->rank)) != MPI_SUCCESS ||
+	    (rc = MPI_Comm_size(r->comm, &r->size)) != MPI_SUCCESS ||
+	    (rc = MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag)) != MPI_SUCCESS) {
+		ring_free(r);
+		return world_mpi_error(d, rc, "MPI_Comm_rank/MPI_Comm_size/MPI_Comm_get_attr(ring all-reduce)");
+	}
 	r->chunk = chunk;
 	r->window = window;
 	r->tag_slots = 4 * window;
@@ -228,6 +231,6 @@ void ring_free(struct ring *r)
 	free(r->scratch);
 	r->scratch = NULL;
 	if (r->comm != MPI_COMM_NULL)
-		MPI_Comm_free(&r->comm);
+		(void)MPI_Comm_free(&r->comm); /* teardown: nobody to tell of a failure */
 	r->comm = MPI_COMM_NULL;
 }

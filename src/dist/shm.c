@@ -27,17 +27,22 @@ enum status shm_init(struct shm *s, MPI_Comm local, size_t n, struct diag *d)
 
 	memset(s, 0, sizeof *s);
 	s->win = MPI_WIN_NULL;
-	MPI_Comm_rank(local, &s->rank);
-	MPI_Comm_size(local, &s->size);
+	if ((rc = MPI_Comm_rank(local, &s->rank)) != MPI_SUCCESS ||
+	    (rc = MPI_Comm_size(local, &s->size)) != MPI_SUCCESS)
+		return world_mpi_error(d, rc, "MPI_Comm_rank/MPI_Comm_size(node)");
 	if (s->size > SHM_RANKS) /* the same answer on every rank of the node */
 		return diag_set(d, ST_RUNTIME, "shared-memory all-reduce: %d ranks on one node, at most %d",
 				s->size, SHM_RANKS);
 	s->n = n;
-	/* Each rank's buffer on its own pages (near its own core where memory is NUMA). */
-	MPI_Info_create(&info);
-	MPI_Info_set(info, "alloc_shared_noncontig", "true");
+	/* Each rank's buffer on its own pages (near its own core where memory is NUMA). Only a
+	 * hint: where MPI refuses it, the window is had without. */
+	if (MPI_Info_create(&info) != MPI_SUCCESS)
+		info = MPI_INFO_NULL;
+	else if (MPI_Info_set(info, "alloc_shared_noncontig", "true") != MPI_SUCCESS)
+		(void)MPI_Info_free(&info); /* sets MPI_INFO_NULL */
 	rc = MPI_Win_allocate_shared((MPI_Aint)(tail + 2 * LINE), 1, info, local, &base, &s->win);
-	MPI_Info_free(&info);
+	if (info != MPI_INFO_NULL)
+		(void)MPI_Info_free(&info); /* failing, it leaks a hint: nothing to report */
 	if (rc != MPI_SUCCESS) {
 		s->win = MPI_WIN_NULL;
 		return world_mpi_error(d, rc, "MPI_Win_allocate_shared(gradients)");
@@ -211,7 +216,7 @@ enum status shm_wait(struct shm *s, struct diag *d)
 void shm_free(struct shm *s)
 {
 	if (s->win != MPI_WIN_NULL)
-		MPI_Win_free(&s->win);
+		(void)MPI_Win_free(&s->win); /* teardown: nobody to tell of a failure */
 	s->win = MPI_WIN_NULL;
 	s->mine = NULL;
 }

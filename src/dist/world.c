@@ -206,7 +206,8 @@ enum status world_mpi_error(struct diag *d, int rc, const char *call)
 	char msg[MPI_MAX_ERROR_STRING];
 	int len = 0;
 
-	MPI_Error_string(rc, msg, &len);
+	if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS) /* not an MPI error code */
+		snprintf(msg, sizeof msg, "MPI error code %d", rc);
 	return diag_set(d, ST_RUNTIME, "%s failed: %s", call, msg);
 }
 
@@ -224,7 +225,10 @@ enum status world_init(struct world *w, int *argc, char ***argv, struct diag *d)
 	world_watch_begin(w, "MPI start-up");
 	if (watch != NULL) /* a stop signal now is handled once training starts */
 		atomic_store(&watch->patient, 1);
-	MPI_Initialized(&flag);
+	if ((rc = MPI_Initialized(&flag)) != MPI_SUCCESS) {
+		world_watch_end(w);
+		return diag_set(d, ST_RUNTIME, "MPI_Initialized failed (code %d)", rc);
+	}
 	if (!flag) {
 		/* MPI_THREAD_FUNNELED: only the main thread calls MPI (dp mode's workers and the
 		 * watchdog do not). */
@@ -237,23 +241,23 @@ enum status world_init(struct world *w, int *argc, char ***argv, struct diag *d)
 	}
 	signals_install(); /* MPI_Init put its own SIGBUS handler (opal_signal) in place of ours */
 	/* Errors come back as codes, so every rank can agree before exiting. */
-	rc = MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 	w->comm = MPI_COMM_WORLD;
-	if (rc == MPI_SUCCESS)
-		rc = MPI_Comm_rank(w->comm, &w->rank);
-	if (rc == MPI_SUCCESS)
-		rc = MPI_Comm_size(w->comm, &w->size);
+	if ((rc = MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN)) != MPI_SUCCESS ||
+	    (rc = MPI_Comm_rank(w->comm, &w->rank)) != MPI_SUCCESS ||
+	    (rc = MPI_Comm_size(w->comm, &w->size)) != MPI_SUCCESS) {
+		world_watch_end(w);
+		return world_mpi_error(d, rc, "MPI_Comm_set_errhandler/MPI_Comm_rank/MPI_Comm_size(MPI_COMM_WORLD)");
+	}
 	if (watch != NULL)
 		atomic_store(&watch->rank, w->rank);
-	if (rc == MPI_SUCCESS)
-		rc = MPI_Comm_split_type(w->comm, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &w->local);
+	rc = MPI_Comm_split_type(w->comm, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &w->local);
 	world_watch_end(w);
 	if (rc != MPI_SUCCESS)
-		return world_mpi_error(d, rc, "MPI start-up (rank, size and node split)");
-	rc = MPI_Comm_rank(w->local, &w->local_rank);
-	if (rc == MPI_SUCCESS)
-		rc = MPI_Comm_size(w->local, &w->local_size);
-	return rc == MPI_SUCCESS ? ST_OK : world_mpi_error(d, rc, "MPI_Comm_rank/size(node)");
+		return world_mpi_error(d, rc, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+	if ((rc = MPI_Comm_rank(w->local, &w->local_rank)) != MPI_SUCCESS ||
+	    (rc = MPI_Comm_size(w->local, &w->local_size)) != MPI_SUCCESS)
+		return world_mpi_error(d, rc, "MPI_Comm_rank/MPI_Comm_size(node)");
+	return ST_OK;
 }
 
 int world_launch_size(void)
@@ -426,7 +430,7 @@ static int pin_object(struct dl_phdr_info *info, size_t size, void *arg)
 void world_free(struct world *w)
 {
 	if (w->local != MPI_COMM_NULL)
-		MPI_Comm_free(&w->local);
+		(void)MPI_Comm_free(&w->local); /* teardown: nobody to tell of a failure */
 	w->local = MPI_COMM_NULL;
 	if (w->inited) {
 		/* A rank that never arrives makes MPI_Finalize wait forever: watched too. */
@@ -437,7 +441,7 @@ void world_free(struct world *w)
 		 * at the same page offset). Pinning every object loaded so far keeps that code
 		 * mapped until exit; nothing is loaded or run twice. */
 		dl_iterate_phdr(pin_object, NULL);
-		MPI_Finalize();
+		(void)MPI_Finalize(); /* the last MPI call: nobody to tell of a failure */
 		world_watch_end(w);
 		w->inited = 0;
 	}

@@ -2,7 +2,6 @@
 #include <stdio.h>
 
 #include "config.h"          /* PACKAGE_VERSION */
-#include "dist/comm_mpi.h"   /* comm_mpi_path_name */
 #include "run/session.h"
 
 /* One "#" line per rank or dp replica: where it runs and on what. Collective. */
@@ -24,10 +23,7 @@ static void print_ranks(struct session *s)
 			 s->pl.gpu_name);
 	else
 		snprintf(device, sizeof device, "cpu");
-	if (s->pl.comm == COMM_MPI)
-		snprintf(path, sizeof path, "%s, %s", s->c.ops->name, comm_mpi_path_name(&s->c));
-	else
-		snprintf(path, sizeof path, "%s", s->c.ops->name);
+	s->c.ops->describe(s->c.ctx, path, sizeof path);
 	report_ranks(&s->r, &s->w, device, path);
 }
 

@@ -1,0 +1,188 @@
+/*
+ * allreduce.c - the table of host all-reduce algorithms, the one place that
+ * chooses among them, and the observer they all tell.
+ */
+#include <stddef.h> /* offsetof */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/clock.h"     /* clock_now: the observer's times */
+#include "dist/allreduce.h"
+#include "dist/ring.h"      /* RING_WINDOW: the most DDPTRAIN_RING_WINDOW can ask */
+
+/* Every algorithm; the named ones in the order DDPTRAIN_ALLREDUCE's message lists them. */
+static const struct allreduce_ops *const algs[] = {
+	&allreduce_ring,
+	&allreduce_shm,
+	&allreduce_mpi,
+	&allreduce_hier,
+};
+#define NALGS ((int)(sizeof algs / sizeof algs[0]))
+
+/* The numeric settings: variable, field, default and range. */
+static const struct knob {
+	const char *var;
+	size_t field; /* offsetof(struct allreduce_cfg, ...) */
+	int def, lo, hi;
+} knobs[] = {
+	{"DDPTRAIN_RING_CHUNK_KB", offsetof(struct allreduce_cfg, chunk_kb), 1024, 1, 1 << 20},
+	{"DDPTRAIN_RING_WINDOW", offsetof(struct allreduce_cfg, window), 8, 1, RING_WINDOW},
+	{"DDPTRAIN_RING_MIN_KB", offsetof(struct allreduce_cfg, min_kb), 64, 0, 1 << 22},
+	{"DDPTRAIN_PANEL_MFLOP", offsetof(struct allreduce_cfg, panel_mflop), 0, 0, 1 << 20},
+};
+#define NKNOBS ((int)(sizeof knobs / sizeof knobs[0]))
+
+/* What rank 0's environment asks for, broadcast to every rank as bytes. */
+struct asked {
+	int alg;                 /* index in algs[], or -1: auto */
+	struct allreduce_cfg cfg;
+	int bad;                 /* 0: all fine; 1: DDPTRAIN_ALLREDUCE; 2 + i: knobs[i] */
+};
+
+int allreduce_obs_start(struct allreduce_obs *o, size_t n)
+{
+	int k = o->started++;
+
+	if (k < COMM_MAX_INFLIGHT) {
+		/* Only all-reduces started while somebody watches are told (t0 < 0: not). */
+		o->t0[k] = o->to.done != NULL ? clock_now() : -1.0;
+		o->n[k] = n;
+	}
+	return k;
+}
+
+void allreduce_obs_done(const struct allreduce_obs *o, int order)
+{
+	if (o->to.done != NULL && order >= 0 && order < COMM_MAX_INFLIGHT && o->t0[order] >= 0)
+		o->to.done(o->to.arg, order, o->n[order], o->t0[order], clock_now());
+}
+
+int allreduce_obs_watched(const struct allreduce_obs *o)
+{
+	return o->to.done != NULL;
+}
+
+/* Read the settings from this rank's environment; a bad value leaves its default. */
+static void asked_read(struct asked *e)
+{
+	const char *a = getenv("DDPTRAIN_ALLREDUCE");
+
+	memset(e, 0, sizeof *e);
+	e->alg = -1;
+	if (a != NULL && *a != '\0' && strcmp(a, "auto") != 0) {
+		for (int i = 0; i < NALGS && e->alg < 0; i++)
+			if (algs[i]->name != NULL && strcmp(a, algs[i]->name) == 0)
+				e->alg = i;
+		e->bad = e->alg < 0;
+	}
+	for (int i = 0; i < NKNOBS; i++) {
+		const char *v = getenv(knobs[i].var);
+		int *field = (int *)((char *)&e->cfg + knobs[i].field);
+		char *end;
+		long x;
+
+		*field = knobs[i].def;
+		if (v == NULL || *v == '\0')
+			continue;
+		x = strtol(v, &end, 10);
+		if (*end != '\0' || x < knobs[i].lo || x > knobs[i].hi)
+			e->bad = e->bad ? e->bad : 2 + i;
+		else
+			*field = (int)x;
+	}
+}
+
+/* The refusal of a bad setting: "DDPTRAIN_ALLREDUCE: want auto, ring, shm or mpi". */
+static enum status asked_refuse(const struct asked *e, struct diag *d)
+{
+	char want[256] = "auto";
+	int named = 0, seen = 0;
+	size_t at;
+
+	if (e->bad >= 2)
+		return diag_set(d, ST_USAGE, "%s: want %d to %d", knobs[e->bad - 2].var,
+				knobs[e->bad - 2].lo, knobs[e->bad - 2].hi);
+	for (int i = 0; i < NALGS; i++)
+		named += algs[i]->name != NULL;
+	for (int i = 0; i < NALGS; i++) {
+		if (algs[i]->name == NULL)
+			continue;
+		at = strlen(want);
+		snprintf(want + at, sizeof want - at, "%s%s", ++seen == named ? " or " : ", ",
+			 algs[i]->name);
+	}
+	return diag_set(d, ST_USAGE, "DDPTRAIN_ALLREDUCE: want %s", want);
+}
+
+/* Set up ops as a's algorithm and tell c what it needs. */
+static enum status open_alg(struct allreduce *a, const struct allreduce_ops *ops,
+			    struct allreduce_setup *s, struct comm *c, struct diag *d)
+{
+	enum status st = ops->init(&a->ctx, s, d);
+
+	if (st != ST_OK)
+		return st;
+	a->ops = ops;
+	c->grads = s->grads;
+	c->stream = ops->stream;
+	return ST_OK;
+}
+
+enum status allreduce_choose(struct allreduce *a, struct comm *c, struct world *w, int host,
+			     const float *base, size_t nfloats, struct allreduce_obs *obs,
+			     struct diag *d)
+{
+	struct asked e = {.alg = -1};
+	struct allreduce_setup s = {w, &e.cfg, obs, base, nfloats, NULL, 0};
+	const struct allreduce_ops *ops;
+	struct diag tried = {0};
+	enum status st;
+	int rc;
+
+	a->ops = NULL;
+	a->ctx = NULL;
+	if (!host || w->size == 1) /* nothing to choose: no setting is read */
+		return open_alg(a, &allreduce_mpi, &s, c, d);
+	asked_read(&e);
+	rc = MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, 0, w->comm);
+	ops = e.alg >= 0 ? algs[e.alg] : NULL;
+	if (rc == MPI_SUCCESS && (ops == NULL || ops == &allreduce_shm)) {
+		/* Every rank reaches the same choice: local_size < size on all of them or on none. */
+		int ls[2] = {w->local_size, -w->local_size};
+
+		if (w->local_size == w->size)
+			ops = &allreduce_shm;
+		else if ((rc = MPI_Allreduce(MPI_IN_PLACE, ls, 2, MPI_INT, MPI_MIN, w->comm)) ==
+			 MPI_SUCCESS)
+			ops = ls[0] == -ls[1] && ls[0] > 1 ? &allreduce_hier : &allreduce_ring;
+	}
+	if (rc != MPI_SUCCESS)
+		return world_mpi_error(d, rc, "MPI_Bcast/MPI_Allreduce(all-reduce settings)");
+	if (e.bad)
+		return asked_refuse(&e, d);
+	if (e.alg >= 0) { /* asked for by name: it or nothing */
+		st = open_alg(a, ops, &s, c, d);
+	} else {
+		/* Chosen: where it cannot be had on every rank (a small /dev/shm in a container),
+		 * the choice without it stands in (MPI's all-reduce on one node, the ring across
+		 * nodes), and why it could not be had is no error. */
+		st = open_alg(a, ops, &s, c, &tried);
+		if (st != ST_OK && s.unavailable)
+			st = open_alg(a, w->local_size == w->size ? &allreduce_mpi : &allreduce_ring,
+				      &s, c, d);
+		else if (st != ST_OK)
+			diag_set(d, tried.st, "%s", tried.msg);
+	}
+	if (st == ST_OK)
+		c->panel_flops = e.cfg.panel_mflop * 1e6;
+	return st;
+}
+
+void allreduce_free(struct allreduce *a)
+{
+	if (a->ops != NULL)
+		a->ops->fini(a->ctx);
+	a->ops = NULL;
+	a->ctx = NULL;
+}

@@ -1,0 +1,111 @@
+/*
+ * allreduce.h - the host-memory all-reduce algorithms behind the MPI
+ * communicator, one table of operations each: MPI's own (allreduce_mpi.c),
+ * the pipelined ring over all ranks (allreduce_ring.c, over ring.h), the
+ * shared-memory window of one node and the hierarchical one, the window in
+ * each node with the ring among node peers (allreduce_shm.c, over shm.h).
+ *
+ * allreduce_choose is the one place that picks an algorithm (rank 0's
+ * DDPTRAIN_ALLREDUCE, the layout of the nodes, the fallbacks); comm_mpi.c
+ * then only calls through struct allreduce_ops. Every algorithm tells its
+ * completions to one observer (struct allreduce_obs), which keeps each
+ * all-reduce's start time and length by its order in the step.
+ *
+ * A new algorithm is a file defining its struct allreduce_ops (listed in
+ * Makefile.am), its declaration below and its entry in allreduce.c's table.
+ *
+ * Not here: device memory (comm_mpi.c stages it for allreduce_mpi) and the
+ * broadcast of the weights.
+ */
+#ifndef DDPT_ALLREDUCE_H
+#define DDPT_ALLREDUCE_H
+
+#include <stddef.h>
+
+#include "core/status.h"
+#include "dist/comm.h"  /* struct comm, struct comm_observer, COMM_MAX_INFLIGHT */
+#include "dist/world.h" /* struct world */
+
+/* The one observer of every algorithm: an all-reduce's start time and length, by its
+ * order among the step's all-reduces (0: the first started). All-reduces past the
+ * COMM_MAX_INFLIGHT-th of a step are not timed (the trainer starts at most that many). */
+struct allreduce_obs {
+	struct comm_observer to;       /* to.done NULL: nobody is told */
+	int started;                   /* all-reduces started since the step's wait */
+	double t0[COMM_MAX_INFLIGHT];  /* by order: when it was started (clock_now) */
+	size_t n[COMM_MAX_INFLIGHT];   /* by order: its length, floats */
+};
+
+/* Note the start of an all-reduce of n floats; returns its order in the step. */
+int allreduce_obs_start(struct allreduce_obs *o, size_t n);
+/* All-reduce `order` of this step is complete on this rank: tell the observer, if there
+ * is one and it was there when the all-reduce started. */
+void allreduce_obs_done(const struct allreduce_obs *o, int order);
+/* 1 if somebody is told (an algorithm may then track completions one by one). */
+int allreduce_obs_watched(const struct allreduce_obs *o);
+
+/* The settings, from rank 0's environment (so that every rank agrees). */
+struct allreduce_cfg {
+	int chunk_kb;     /* DDPTRAIN_RING_CHUNK_KB: floats per ring piece x 4 / 1024 */
+	int window;       /* DDPTRAIN_RING_WINDOW: ring blocks in flight */
+	int min_kb;       /* DDPTRAIN_RING_MIN_KB: smallest bucket for the ring */
+	int panel_mflop;  /* DDPTRAIN_PANEL_MFLOP: backward's panels between progress calls */
+};
+
+/* What an algorithm's init is given, and what it gives back. */
+struct allreduce_setup {
+	struct world *w;                 /* over all of w's ranks */
+	const struct allreduce_cfg *cfg;
+	struct allreduce_obs *obs;       /* told of every completion; outlives the algorithm */
+	const float *base;               /* the gradients, base[0..nfloats) */
+	size_t nfloats;
+	float *grads;                    /* out, non-NULL: the gradients must live here */
+	/* out, on failure: the failure is every rank's and for want of something a rank
+	 * lacked (a shared-memory window); nothing is left set up, another may stand in */
+	int unavailable;
+};
+
+struct allreduce_ops {
+	const char *name; /* DDPTRAIN_ALLREDUCE's word for it; NULL: never asked for by name */
+	int stream;       /* its all-reduces move while the caller computes: stream gradients */
+	/* Set up (collective over s->w unless said otherwise); *ctx is the instance. */
+	enum status (*init)(void **ctx, struct allreduce_setup *s, struct diag *d);
+	/* Start summing buf[0..n) over all ranks, in place (see comm_ops.allreduce_start). */
+	enum status (*start)(void *ctx, float *buf, size_t n, int last, struct diag *d);
+	/* Let outstanding all-reduces advance; never blocks. */
+	void (*progress)(void *ctx);
+	/* Complete every outstanding all-reduce, telling the observer of each. */
+	enum status (*wait)(void *ctx, struct diag *d);
+	/* Release the instance (NULL: nothing to do). */
+	void (*fini)(void *ctx);
+	/* The per-rank table's name for it: "ring all-reduce". */
+	void (*describe)(void *ctx, char *buf, size_t len);
+};
+
+/* The algorithms (each in allreduce_NAME.c). */
+extern const struct allreduce_ops allreduce_mpi;  /* MPI_Iallreduce, MPI_Testall */
+extern const struct allreduce_ops allreduce_ring; /* ring.h over all ranks; small buckets: mpi */
+extern const struct allreduce_ops allreduce_shm;  /* shm.h: one node */
+extern const struct allreduce_ops allreduce_hier; /* shm.h in each node, ring.h among them */
+
+/* One algorithm, set up. */
+struct allreduce {
+	const struct allreduce_ops *ops;
+	void *ctx;
+};
+
+/* Choose and set up the all-reduce over w's ranks for the gradients base[0..nfloats),
+ * told to obs: device memory (host 0) and a single rank take MPI's own. Host memory on
+ * 2+ ranks: rank 0's environment decides for all (a collective); auto and shm take the
+ * shared-memory window inside one node; across nodes with the same number of ranks
+ * (2 or more) on each, the hierarchical all-reduce; otherwise the ring over all ranks.
+ * Where the window cannot be had on every rank, auto falls back (to MPI's on one node,
+ * to the ring across nodes); asked for by name, that is an error. Sets c->grads,
+ * c->stream and c->panel_flops. */
+enum status allreduce_choose(struct allreduce *a, struct comm *c, struct world *w, int host,
+			     const float *base, size_t nfloats, struct allreduce_obs *obs,
+			     struct diag *d);
+/* Safe to call twice. */
+void allreduce_free(struct allreduce *a);
+
+#endif
