@@ -3,7 +3,7 @@
 # run per row, a few steps, no PyTorch); torch_ddp_bench.py prints the summary line the
 # bench parses, when /usr/bin/python3 has torch. Timings are never judged here: a row's
 # figures must be there and be numbers, whatever they are.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 BENCH=$TOP_SRCDIR/scripts/bench.sh
 bash -n "$BENCH" || fail "syntax"
