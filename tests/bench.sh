@@ -7,8 +7,8 @@
 
 BENCH=$TOP_SRCDIR/scripts/bench.sh
 bash -n "$BENCH" || fail "syntax"
-export SGEMM_CEILING=$TESTS_BUILDDIR/sgemm_ceiling MPI_FLOOR=$TESTS_BUILDDIR/mpi_floor
-[ -x "$SGEMM_CEILING" ] && [ -x "$MPI_FLOOR" ] || fail "tests/sgemm_ceiling and tests/mpi_floor are not built"
+export SGEMM_CEILING=$TESTS_BUILDDIR/../bench/sgemm_ceiling MPI_FLOOR=$TESTS_BUILDDIR/../bench/mpi_floor
+[ -x "$SGEMM_CEILING" ] && [ -x "$MPI_FLOOR" ] || fail "bench/sgemm_ceiling and bench/mpi_floor are not built"
 
 timeout -k 5 120 "$BENCH" --smoke --no-torch --json "$TMPD/bench.json" >"$TMPD/out" 2>"$TMPD/err" ||
 	fail "exited $?: $(tail -n 5 "$TMPD/err")"
