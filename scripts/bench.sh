@@ -7,10 +7,10 @@
 # Rows: the ToyModel's microseconds per step at 1, 2 and 4 ranks, overlap on
 # and --no-overlap; the wide MLP (1024 x 4 layers, batch 128) in samples/s at 1
 # and 2 ranks, its weak-scaling efficiency and GFLOP/s per rank against the
-# SGEMM ceiling (tests/sgemm_ceiling); ddp against --mode=dp at 2 replicas;
+# SGEMM ceiling (bench/sgemm_ceiling); ddp against --mode=dp at 2 replicas;
 # --trace's cost (ToyModel and wide MLP at 2 ranks, every step recorded: the
 # step time it adds to the same run untraced); the seed job (mpirun -np 2 ddptrain --max-steps=1): wall time and peak RSS
-# per rank against tests/mpi_floor launched the same way. With PyTorch
+# per rank against bench/mpi_floor launched the same way. With PyTorch
 # (TORCH_PYTHON imports torch), each row also runs in PyTorch DDP (gloo,
 # scripts/torch_ddp_bench.py) and shows how many times better ddptrain does.
 #
@@ -23,7 +23,7 @@
 # the same rows (and every run's figure) as JSON. The script builds nothing.
 #
 # Environment: DDPTRAIN (default: the build tree's, else ddptrain on PATH),
-# SGEMM_CEILING and MPI_FLOOR (default: the build tree's tests/), MPIRUN
+# SGEMM_CEILING and MPI_FLOOR (default: the build tree's bench/), MPIRUN
 # (default mpirun; may carry options), TORCH_PYTHON (default /usr/bin/python3).
 set -euo pipefail
 export LC_ALL=C
@@ -87,8 +87,8 @@ if [ -z "${DDPTRAIN:-}" ]; then
 	if [ -x "$here/src/ddptrain" ]; then DDPTRAIN=$here/src/ddptrain; else DDPTRAIN=$(command -v ddptrain || true); fi
 fi
 [ -n "$DDPTRAIN" ] && [ -x "$DDPTRAIN" ] || die "no ddptrain (build it, or set DDPTRAIN)"
-: "${SGEMM_CEILING:=$here/tests/sgemm_ceiling}"
-: "${MPI_FLOOR:=$here/tests/mpi_floor}"
+: "${SGEMM_CEILING:=$here/bench/sgemm_ceiling}"
+: "${MPI_FLOOR:=$here/bench/mpi_floor}"
 [ -x "$SGEMM_CEILING" ] || { echo "$me: no $SGEMM_CEILING (make; or set SGEMM_CEILING): no SGEMM ceiling" >&2; SGEMM_CEILING=; }
 [ -x "$MPI_FLOOR" ] || { echo "$me: no $MPI_FLOOR (make; or set MPI_FLOOR): no MPI floor" >&2; MPI_FLOOR=; }
 MPIRUN=${MPIRUN:-mpirun}

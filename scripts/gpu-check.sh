@@ -2,7 +2,7 @@
 # gpu-check.sh - the whole GPU verification of ddptrain in one command.
 #
 #   scripts/gpu-check.sh --prepare   on a build machine (Debian, network): build with CUDA
-#                                    (make, make tests/opcheck tests/stcompare) first; this
+#                                    (make, make tests/lib/opcheck tests/lib/stcompare) first; this
 #                                    downloads the Debian packages the binaries need at run
 #                                    time (Open MPI, OpenBLAS, jansson) into .gpucheck/debs
 #   scripts/gpu-check.sh             on the GPU machine, from the repository root with the
@@ -35,8 +35,8 @@ G=.gpucheck
 
 if [ "${1:-}" = "--prepare" ]; then
 	set -e
-	for f in src/ddptrain src/ddptrain-cuda.so tests/opcheck tests/stcompare; do
-		[ -x "$f" ] || { echo "gpu-check: build $f first (./configure && make && make tests/opcheck tests/stcompare)" >&2; exit 1; }
+	for f in src/ddptrain src/ddptrain-cuda.so tests/lib/opcheck tests/lib/stcompare; do
+		[ -x "$f" ] || { echo "gpu-check: build $f first (./configure && make && make tests/lib/opcheck tests/lib/stcompare)" >&2; exit 1; }
 	done
 	mkdir -p "$G/debs"
 	pkgs="openmpi-bin openmpi-common libopenmpi3 libhwloc15 libevent-core-2.1-7 libevent-pthreads-2.1-7
@@ -44,7 +44,7 @@ if [ "${1:-}" = "--prepare" ]; then
 	      libnl-route-3-200 libxnvctrl0 libmunge2 libnuma1 libltdl7 libudev1
 	      libopenblas0-pthread libgfortran5 libquadmath0 libjansson4"
 	# Plus whatever else the binaries link (dpkg -S of each library ldd resolves).
-	for f in src/ddptrain tests/opcheck tests/stcompare; do
+	for f in src/ddptrain tests/lib/opcheck tests/lib/stcompare; do
 		ldd "$f" | awk '$3 ~ /^\// { print $3 }'
 	done | xargs -r -n1 readlink -f | xargs -r -n1 dpkg -S 2>/dev/null | cut -d: -f1 |
 		grep -Ev '^(libc6|libgcc-s1|libstdc\+\+6|libzstd1|zlib1g)$' >"$G/extra" || true
@@ -52,7 +52,7 @@ if [ "${1:-}" = "--prepare" ]; then
 	# The packages need this glibc or newer on the GPU machine.
 	getconf GNU_LIBC_VERSION | awk '{ print $2 }' >"$G/glibc"
 	du -sh "$G/debs"
-	echo "gpu-check: prepared; carry src/ddptrain src/ddptrain-cuda.so tests/opcheck tests/stcompare $G"
+	echo "gpu-check: prepared; carry src/ddptrain src/ddptrain-cuda.so tests/lib/opcheck tests/lib/stcompare $G"
 	exit 0
 fi
 
@@ -155,7 +155,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_plm_rsh_agent=/bin/false OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 # GPUCHECK_MODULE, GPUCHECK_NGPU and GPUCHECK_SMALL=1 (tiny sizes) let the script's own
-# logic be tried here against the tests' fake GPU module (tests/fake-gpu.so).
+# logic be tried here against the tests' fake GPU module (tests/lib/fake-gpu.so).
 export DDPTRAIN_CUDA_MODULE=${GPUCHECK_MODULE:-$B/src/ddptrain-cuda.so}
 if [ "${GPUCHECK_SMALL:-0}" = 1 ]; then TOY_STEPS=200 WD=64 WB=32 DPW=32; else TOY_STEPS=20000 WD=4096 WB=1024 DPW=1024; fi
 MPIRUN=$(command -v mpirun.openmpi || command -v mpirun || true)
@@ -165,7 +165,7 @@ trap 'rm -rf "$TMP"' EXIT
 
 echo "# gpu-check on $(hostname): $(nvidia-smi -L 2>/dev/null | head -4 | tr '\n' ';')"
 if [ -z "$MPIRUN" ]; then echo "gpu-check: no mpirun (run --prepare on a build machine and copy $G)" >&2; exit 1; fi
-if missing=$(ldd "$D" "$DDPTRAIN_CUDA_MODULE" "$B/tests/opcheck" | grep 'not found'); then
+if missing=$(ldd "$D" "$DDPTRAIN_CUDA_MODULE" "$B/tests/lib/opcheck" | grep 'not found'); then
 	row "libraries resolved" FAIL "$(echo "$missing" | awk '{ print $1 }' | sort -u | tr '\n' ' ')"; table; exit 1
 fi
 NGPU=${GPUCHECK_NGPU:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
@@ -179,12 +179,12 @@ lim() { local l=$((BUDGET - (SECONDS - t_start))); [ "$l" -lt "$1" ] || l=$1; [ 
 mpi() { local np=$1; shift; timeout -k 5 "$(lim 180)" "$MPIRUN" --oversubscribe -np "$np" "$D" --timeout=60 "$@"; }
 cmp_row() { # NAME A B
 	local out
-	if out=$("$B/tests/stcompare" "$2" "$3" 1e-5 2>&1); then row "$1" ok "${out#stcompare: }"
+	if out=$("$B/tests/lib/stcompare" "$2" "$3" 1e-5 2>&1); then row "$1" ok "${out#stcompare: }"
 	else row "$1" FAIL "${out#stcompare: }"; fi
 }
 
 # 1. operations
-if out=$(timeout "$(lim 120)" "$B/tests/opcheck" 2>&1); then
+if out=$(timeout "$(lim 120)" "$B/tests/lib/opcheck" 2>&1); then
 	row "backend ops vs CPU (TF32 off)" ok "$(echo "$out" | grep -v '^#' | awk '{ if ($(NF-1) > m) m = $(NF-1) } END { printf "worst rel err %.3g over %d ops", m, NR }')"
 else
 	row "backend ops vs CPU (TF32 off)" FAIL "$(echo "$out" | grep -E 'FAIL|SKIP|opcheck' | head -3 | tr '\n' ' ')"
@@ -239,9 +239,9 @@ if mpi 1 --device=cuda --layers=$WD,$WD,$WD,$WD,$WD --batch-size=$WB --samples=$
 	# (T,N WDxWBxWD) x4, weight grad (N,T WDxWDxWB) x4, input grad (N,N WDxWBxWD) x3 (the
 	# first layer has none). Same FLOPs each: the ceiling is their harmonic mean, weighted
 	# by count.
-	f=$(timeout "$(lim 60)" "$B/tests/opcheck" --sgemm $WD $WB $WD T N 2>/dev/null || echo 0)
-	w=$(timeout "$(lim 60)" "$B/tests/opcheck" --sgemm $WD $WD $WB N T 2>/dev/null || echo 0)
-	i=$(timeout "$(lim 60)" "$B/tests/opcheck" --sgemm $WD $WB $WD N N 2>/dev/null || echo 0)
+	f=$(timeout "$(lim 60)" "$B/tests/lib/opcheck" --sgemm $WD $WB $WD T N 2>/dev/null || echo 0)
+	w=$(timeout "$(lim 60)" "$B/tests/lib/opcheck" --sgemm $WD $WD $WB N T 2>/dev/null || echo 0)
+	i=$(timeout "$(lim 60)" "$B/tests/lib/opcheck" --sgemm $WD $WB $WD N N 2>/dev/null || echo 0)
 	peak=$(awk -v f="$f" -v w="$w" -v i="$i" 'BEGIN { if (f > 0 && w > 0 && i > 0) printf "%.2f", 11 / (4 / f + 4 / w + 3 / i); else print 0 }')
 	tf=$(awk -v d=$WD -v b=$WB -v ms="$ms" 'BEGIN { printf "%.2f", 2 * b * d * d * 11 / (ms * 1e-3) / 1e12 }')
 	[ "$peak" != 0 ] && r=ok || r=FAIL # no SGEMM timing: the comparison is the point

@@ -26,7 +26,7 @@
 # touched. On 2 cores the whole suite takes about 2 minutes, so all 17 mutants take
 # about 40 minutes; with --tests naming a few unit tests, a few seconds each.
 #
-# Usage: scripts/mutate.sh [--tests "tests/a.sh tests/test_b ..."] [--keep] [-j N]
+# Usage: scripts/mutate.sh [--tests "tests/a.sh tests/unit/test_b ..."] [--keep] [-j N]
 #                          [MUTANT...]
 #   --tests LIST  run only these tests (make check TESTS=LIST) instead of the suite
 #   --keep        keep the temporary directory (the copy and every log) and say where

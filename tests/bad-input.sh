@@ -2,7 +2,7 @@
 # Every bad input gets one clear line naming the flag or file, the right exit code
 # (2 usage, 1 runtime) on every rank, promptly, alone and at 1 to 4 ranks, and no output
 # file is left behind (but the --metrics stream of a run that failed while training).
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 D=$TMPD/data
 mkdir -p "$D" "$TMPD/out"

@@ -3,7 +3,7 @@
 # launch command the scheduler's allocation calls for (with --resume only when
 # the checkpoint exists), and, run for real against stand-in launchers and
 # scheduler commands, pass the stop signal to the ranks and requeue on exit 3.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 S=$TOP_SRCDIR/scripts
 SBATCH=$S/slurm/ddptrain.sbatch

@@ -4,7 +4,7 @@
 # must be there with a number in every ddptrain column, and nothing the bench made (its
 # namespaces, bridge and veths) may be left behind. Skips where the bench skips (not
 # root, no namespaces, no tbf).
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 BENCH=$TOP_SRCDIR/scripts/bench-network.sh
 bash -n "$BENCH" || fail "syntax"

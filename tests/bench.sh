@@ -3,12 +3,12 @@
 # run per row, a few steps, no PyTorch); torch_ddp_bench.py prints the summary line the
 # bench parses, when /usr/bin/python3 has torch. Timings are never judged here: a row's
 # figures must be there and be numbers, whatever they are.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 BENCH=$TOP_SRCDIR/scripts/bench.sh
 bash -n "$BENCH" || fail "syntax"
-export SGEMM_CEILING=$TESTS_BUILDDIR/sgemm_ceiling MPI_FLOOR=$TESTS_BUILDDIR/mpi_floor
-[ -x "$SGEMM_CEILING" ] && [ -x "$MPI_FLOOR" ] || fail "tests/sgemm_ceiling and tests/mpi_floor are not built"
+export SGEMM_CEILING=$TESTS_BUILDDIR/../bench/sgemm_ceiling MPI_FLOOR=$TESTS_BUILDDIR/../bench/mpi_floor
+[ -x "$SGEMM_CEILING" ] && [ -x "$MPI_FLOOR" ] || fail "bench/sgemm_ceiling and bench/mpi_floor are not built"
 
 timeout -k 5 120 "$BENCH" --smoke --no-torch --json "$TMPD/bench.json" >"$TMPD/out" 2>"$TMPD/err" ||
 	fail "exited $?: $(tail -n 5 "$TMPD/err")"

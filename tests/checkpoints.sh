@@ -3,8 +3,8 @@
 # edited position is refused, and every integer in the header is range-checked even when
 # the checksum is recomputed. --keep-checkpoints prunes only this run's lineage, by the
 # parsed step whatever its digit count, and never another run's files or a non-checkpoint.
-. "$(dirname "$0")/setup.sh"
-EDIT="perl $TOP_SRCDIR/tests/ckpt-edit.pl"
+. "$(dirname "$0")/lib/setup.sh"
+EDIT="perl $TOP_SRCDIR/tests/lib/ckpt-edit.pl"
 cd "$TMPD"
 
 # A checkpoint in the middle of epoch 1 (200 samples, batch 20: 10 micro-batches).

@@ -3,7 +3,7 @@
 # Alone (no launcher), --help, --version and usage errors are answered before MPI starts;
 # under mpirun every rank takes part in the decision, so one rank's --version or bad flag
 # ends all of them (an MPMD launch where only one rank has it must not hang).
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 "$DDPTRAIN" --help >"$TMPD/help" || fail "--help exited $?"
 grep -q -- "--layers=W0,W1,..." "$TMPD/help" || fail "--help lacks --layers"

@@ -5,7 +5,7 @@
 # inode for files that exist (hard links, symbolic links, other spellings) and by resolved
 # path for new ones (through a dangling link, the file it would create). --resume=F
 # --checkpoint=F (a run continuing) is allowed.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 cd "$TMPD"
 "$MKNPY" x.npy 100 10 f4 1
 "$MKNPY" y.npy 100 5 f4 2

@@ -8,7 +8,7 @@
 # Cheap and a little coarse: every word of the scripts' code (comments dropped)
 # that names a program in the system's bin directories counts as a call, so a
 # word that only appears in a message may need to be listed below as not a call.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 command -v dpkg-query >/dev/null 2>&1 && command -v apt-cache >/dev/null 2>&1 ||
 	skip "not a Debian system (no dpkg-query or apt-cache)"
@@ -29,7 +29,7 @@ apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-br
 	--no-enhances $pkgs apt $essential 2>/dev/null | grep -v '^ ' | sort -u >"$TMPD/have"
 [ "$(wc -l <"$TMPD/have")" -gt 50 ] || skip "apt-cache knows too few packages here (no package lists?)"
 
-files=(tests/*.sh scripts/*.sh scripts/slurm/* scripts/pbs/* .ci/run completion/ddptrain.bash)
+files=(tests/*.sh tests/lib/*.sh scripts/*.sh scripts/slurm/* scripts/pbs/* .ci/run completion/ddptrain.bash)
 sed -e 's/^[[:space:]]*#.*//' -e 's/[[:space:]]#[[:space:]].*//' "${files[@]}" |
 	grep -o '[A-Za-z_][A-Za-z0-9_.+-]*' | sort -u >"$TMPD/words"
 : >"$TMPD/paths"

@@ -1,6 +1,6 @@
 #!/bin/bash
 # scripts/compare-modes.sh runs both modes and prints the side-by-side table.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 script=$TOP_SRCDIR/scripts/compare-modes.sh
 bash -n "$script" || fail "syntax"

@@ -4,7 +4,7 @@
 # .npy names for --inputs/--targets and .safetensors names for the weight
 # files, in both the --flag=value and the --flag value spellings, also after a
 # flag abbreviated as ddptrain allows.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 COMPLETION=$TOP_SRCDIR/completion/ddptrain.bash
 # shellcheck source=../completion/ddptrain.bash

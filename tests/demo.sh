@@ -1,6 +1,6 @@
 #!/bin/bash
 # The default demo (no flags, 2 ranks) trains the ToyModel and its loss falls.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 run_mpi 2 >"$TMPD/out" 2>"$TMPD/err" || fail "demo exited $?: $(cat "$TMPD/err")"
 grep -q "^# ddptrain .*2 ranks" "$TMPD/out" || fail "no header"

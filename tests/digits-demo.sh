@@ -3,7 +3,7 @@
 # bundled digits to .npy, and 2 ranks train the README's MLP on them for 5 epochs to a
 # validation accuracy of at least 90% (the full 30 epochs reach 98.3%).
 # Skips (77) when python3 cannot import sklearn and numpy.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 PY=${PYTHON:-/usr/bin/python3}
 command -v "$PY" >/dev/null 2>&1 || skip "no python3 ($PY)"

@@ -7,7 +7,7 @@
 #   --drop-last, --grad-accum, momentum and weight decay: against one process
 #   training on the same batches;
 # - the same command twice is bit-identical, and the report has one row per replica.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 dp() { timeout -k 5 120 "$DDPTRAIN" --mode=dp --quiet "$@"; }
 cmp_st() { # NAME A B

@@ -2,7 +2,7 @@
 # DDP equivalence: W ranks with batch B end with the same weights (relative error
 # at most 1e-5) as one rank with batch W*B, with shuffle on and off, for W = 2, 3, 4,
 # and whatever the bucketing (one bucket, many, overlap off).
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 common="--samples=600 --epochs=3 --seed=3 --lr=0.05 --quiet"
 B=5

@@ -1,13 +1,13 @@
 #!/bin/bash
 # The GPU path's logic without a GPU: ddptrain drives the fake GPU module
-# (tests/fake_gpu.c), which runs the CUDA module's ABI on the CPU and enforces
+# (tests/lib/fake_gpu.c), which runs the CUDA module's ABI on the CPU and enforces
 # CUDA's and NCCL's rules (a broken rule is an error "fake-gpu: rule: ..."), at 1,
 # 2 and 4 ranks: CUDA graphs, gradient accumulation, resume, dp, the MPI paths
 # for device memory, every injected fault, and the teardown. The defects of issue
 # 12 each name the check that guards them.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
-FAKE=$TESTS_BUILDDIR/fake-gpu.so
+FAKE=$FAKE_GPU
 [ -f "$FAKE" ] || skip "no $FAKE (make check builds it)"
 export DDPTRAIN_CUDA_MODULE=$FAKE DDPT_FAKE_STATS=$TMPD
 cd "$TMPD"

@@ -2,7 +2,7 @@
 # Checkpoints, resume, graceful stop, crashed and stalled ranks, corrupt checkpoints.
 # Every fault ends the job promptly with the documented exit code, and resuming
 # from the checkpoint gives the weights of an uninterrupted run, bit for bit.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 cd "$TMPD"
 
 same() { "$STCOMPARE" --exact "$1" "$2" >/dev/null || fail "$3: $("$STCOMPARE" "$1" "$2" 0)"; }

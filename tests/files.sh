@@ -1,7 +1,7 @@
 #!/bin/bash
 # Files in and out: .npy training (float32 and float64 alike, v1 and v2 headers),
 # --save/--init round trip, the safetensors header, and the --metrics JSON Lines.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 D=$TMPD
 "$MKNPY" "$D/x4.npy" 120 10 f4 7 1

@@ -4,7 +4,7 @@
 # nvidia package, deeper than a fixed-depth search reaches, none under the CUDA toolkit --
 # and a glibc too old for the unpacked Debian packages (defect 12 of issue 12); then the
 # whole script, small, against the fake GPU module: every row ok, the table complete.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 GC=$TOP_SRCDIR/scripts/gpu-check.sh
 R=$TMPD/root
@@ -40,7 +40,7 @@ out=$(GPUCHECK_GLIBC=2.39 "$GC" --find-libs) && echo "$out" | grep -qx "glibc 2.
 	fail "newer glibc: $out"
 
 # 5. The whole check against the fake GPU module, at tiny sizes.
-FAKE=$TESTS_BUILDDIR/fake-gpu.so
+FAKE=$FAKE_GPU
 [ -f "$FAKE" ] || skip "no $FAKE for the dry run (the library checks passed)"
 rc=0
 env -u GPUCHECK_GLIBC -u GPUCHECK_GLIBC_WANT GPUCHECK_MODULE=$FAKE GPUCHECK_SMALL=1 GPUCHECK_NGPU=2 \

@@ -2,7 +2,7 @@
 # The CUDA module, checked without a GPU: ddptrain itself links no CUDA library,
 # a CPU run never loads one, the module loads and maps CUDA's errors into one
 # clear line, and --device=cuda without a usable GPU fails with exit 1.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 MODULE=$(dirname "$DDPTRAIN")/ddptrain-cuda.so
 ! ldd "$DDPTRAIN" | grep -Eq 'libcudart|libcublas|libnccl' || fail "ddptrain links CUDA libraries"
@@ -39,7 +39,7 @@ else
 	grep -q "cannot load the CUDA module (DDPTRAIN_CUDA_MODULE): /nonexistent.so" "$TMPD/err" ||
 		fail "missing module message: $(cat "$TMPD/err")"
 	rc=0
-	DDPTRAIN_CUDA_MODULE=$MODULE "$TESTS_BUILDDIR/opcheck" >"$TMPD/op" || rc=$?
+	DDPTRAIN_CUDA_MODULE=$MODULE "$OPCHECK" >"$TMPD/op" || rc=$?
 	[ $rc -eq 77 ] || fail "opcheck without a GPU exited $rc"
 	echo "no GPU here: $msg"
 fi

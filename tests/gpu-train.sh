@@ -2,13 +2,13 @@
 # Training on GPUs against the CPU (needs an NVIDIA GPU; SKIP otherwise):
 # every backend operation, 1 rank GPU vs CPU, 2 ranks sharing a GPU over MPI,
 # NCCL, and dp on every visible GPU, each within 1e-5 of the CPU run.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 MODULE=$(dirname "$DDPTRAIN")/ddptrain-cuda.so
 [ -f "$MODULE" ] || skip "built without CUDA"
 n=$(ls /proc/driver/nvidia/gpus 2>/dev/null | wc -l)
 [ "$n" -gt 0 ] || skip "no NVIDIA GPU on this machine (scripts/gpu-check.sh runs these checks on one)"
-DDPTRAIN_CUDA_MODULE=$MODULE "$TESTS_BUILDDIR/opcheck" || fail "backend operations differ"
+DDPTRAIN_CUDA_MODULE=$MODULE "$OPCHECK" || fail "backend operations differ"
 common="--samples=1000 --batch-size=20 --max-steps=50 --seed=7 --lr=0.01 --momentum=0.9 --quiet"
 run_mpi 1 $common --device=cpu --save="$TMPD/cpu1.st" || fail "cpu 1 rank"
 run_mpi 1 $common --device=cuda --save="$TMPD/gpu1.st" || fail "gpu 1 rank"

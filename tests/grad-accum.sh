@@ -2,9 +2,8 @@
 # --grad-accum=K with batch B equals batch K*B, on 1 and 2 ranks: the same weights, and
 # the same loss reported for every step (--metrics records, progress lines, summary);
 # and the last, shorter group of an epoch averages over the micro-batches it has.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
-METCOMPARE=$TESTS_BUILDDIR/metcompare
 common="--samples=240 --epochs=2 --seed=5 --lr=0.05 --momentum=0.5 --log-every=1"
 for W in 1 2; do
 	run_mpi "$W" $common --batch-size=12 --save="$TMPD/big.st" --metrics="$TMPD/big.jsonl" >"$TMPD/big.out" ||

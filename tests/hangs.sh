@@ -2,10 +2,10 @@
 # Hangs: the watchdog covers every collective from MPI's start-up to
 # MPI_Finalize, and a graceful stop waits for a slow checkpoint write instead
 # of taking it for a stall. The sick rank and the slow file system are made by
-# tests/faultshim.so (LD_PRELOAD).
-. "$(dirname "$0")/setup.sh"
+# tests/lib/faultshim.so (LD_PRELOAD).
+. "$(dirname "$0")/lib/setup.sh"
 cd "$TMPD"
-SHIM=$TESTS_BUILDDIR/faultshim.so
+SHIM=$FAULTSHIM
 [ -f "$SHIM" ] || skip "no $SHIM"
 L="--epochs=100000 --log-every=0"
 

@@ -4,7 +4,7 @@
 # naming the flag and the file, exit 1 on every rank, alone and (a quarter of
 # them) at 2 ranks, promptly, and leave no output file behind. The good files
 # beside them must train.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 C=$TOP_SRCDIR/tests/corpus
 mkdir -p "$TMPD/out"

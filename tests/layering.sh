@@ -13,7 +13,7 @@
 #
 # Wings on one floor never include each other. Every #include "x/y.h" of a file under
 # src/ (and the module's own cuda_*.h) is checked; a header that is not there fails too.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 declare -A floor=([core]=0 [backend]=1 [data]=2 [dist]=2 [observe]=3 [cuda]=3 [train]=4 [store]=5 [run]=6 [main]=7)
 cd "$TOP_SRCDIR/src"

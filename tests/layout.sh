@@ -1,7 +1,7 @@
 #!/bin/bash
 # layout.sh - the README's Layout section is what scripts/layout.sh makes of the tree
 # today: a file added, moved or described anew shows there, or this fails.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 README=$TOP_SRCDIR/README.md
 grep -q '^<!-- layout: made by scripts/layout.sh -->$' "$README" || fail "README.md has no layout marker"

@@ -1,7 +1,7 @@
 #!/bin/bash
 # man/ddptrain.1 and --help list the same flags with the same defaults, the
 # page renders without warnings, and man finds and shows it.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 [ -f "$MANPAGE" ] || fail "no man page at $MANPAGE"
 

@@ -4,7 +4,7 @@
 # \033[K) goes only to a real terminal: not to a file when a wrapper (timeout) sits
 # between mpirun and ddptrain, not with TERM=dumb. Files are created with the umask's
 # mode. Resuming a finished checkpoint says there is nothing to do.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 cd "$TMPD"
 
 # Escaped names, in messages and in the '#' header.

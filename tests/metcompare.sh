@@ -2,9 +2,9 @@
 # metcompare (the reported-loss comparison of torch-ref.sh and grad-accum.sh) on its own:
 # agreement passes; a different, missing, null, NaN or infinite value fails; -0.0 equals
 # 0.0; unreadable input is exit 2.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
-MC=$TESTS_BUILDDIR/metcompare
+MC=$METCOMPARE
 cd "$TMPD"
 
 ref='{"type":"step","step":1,"epoch":1,"loss":1.5,"lr":0.1,"accuracy":0.25}

@@ -2,7 +2,7 @@
 # scripts/metrics-to-tensorboard turns a --metrics file into TensorBoard events that
 # TensorBoard's own reader loads: one loss scalar per logged step, the summary's
 # bus bandwidth per bucket. Skips (77) where the tensorboard package does not import.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 PY=${PYTHON:-/usr/bin/python3}
 command -v "$PY" >/dev/null || skip "no python3 ($PY)"
 "$PY" -c 'import tensorboard' 2>/dev/null || skip "$PY cannot import tensorboard (pip install tensorboard)"

@@ -11,7 +11,7 @@
 # Skips where network namespaces cannot be made or entered (not root, no ip or
 # unshare, a chroot or container whose / is not a mount point), with the reason.
 # Every path out, failures included, removes what it made.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 [ "$(id -u)" -eq 0 ] || skip "network namespaces need root"
 . "$TOP_SRCDIR/scripts/netns-hosts.sh"

@@ -4,7 +4,7 @@
 # column; weights that diverged to non-finite values are never written by --save or
 # --checkpoint, and the message says the training diverged (lower --lr), which is not
 # the same message as bad data. Exit 1 on every rank, at 1 and 2 ranks.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 cd "$TMPD"
 "$MKNPY" x.npy 64 10 f4 1

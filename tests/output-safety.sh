@@ -4,7 +4,7 @@
 # full file system. Each fails with one clear line and exit 1 on every rank,
 # before training where that can be known (nothing printed on stdout), and the
 # previous file of that name survives byte for byte, with no temporary left.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 RO=$TMPD/ro FULL=$TMPD/full
 mkdir -p "$RO" "$FULL"

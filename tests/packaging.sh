@@ -2,7 +2,7 @@
 # Packaging: --version names the build and the licence; LICENSE is there; make install
 # puts the scripts the man page's SEE ALSO names where the page says; the Dockerfiles
 # build by the README's commands; the Spack recipe lists every library configure needs.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 PY=${PYTHON:-/usr/bin/python3}
 
 "$DDPTRAIN" --version >"$TMPD/v" || fail "--version exited $?"

@@ -2,7 +2,7 @@
 # scripts/plot-metrics.sh draws a real run's --metrics file, and two runs laid
 # over each other (ddp against dp), as PNG pictures; it refuses what it cannot
 # draw with one line. Skips (77) without gnuplot.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 PLOT=$TOP_SRCDIR/scripts/plot-metrics.sh
 command -v gnuplot >/dev/null 2>&1 || skip "no gnuplot (apt-get install gnuplot-nox)"

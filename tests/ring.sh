@@ -7,7 +7,7 @@
 # (relative error at most 1e-6) and what one rank trains on the whole batch
 # (1e-5), bit-identically from run to run, with overlap and without; a bad
 # setting is refused with exit 2 and one line naming the variable.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 args="--layers=64,512,512,4 --samples=384 --epochs=1 --batch-size=96 --momentum=0.9 --quiet"
 run_mpi 1 $args --save="$TMPD/one.st" || fail "1 rank"

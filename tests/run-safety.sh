@@ -4,7 +4,7 @@
 # while training, a standard output that cannot be written, --save through a
 # symbolic link, stale temporary files; and the --metrics stream survives
 # stops and resumes.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 cd "$TMPD"
 
 # 2. A FIFO (nobody writing) as an input: refused at once, exit 1 (before: open() blocked forever).

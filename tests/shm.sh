@@ -6,7 +6,7 @@
 # and with the trace observing it. The per-rank table names it, DDPTRAIN_ALLREDUCE=mpi
 # turns it off, a rank set without the window falls back with the others, and a bad
 # value is refused on every rank.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 args="--layers=64,512,512,4 --samples=384 --epochs=1 --batch-size=96 --momentum=0.9 --quiet"
 run_mpi 1 $args --save="$TMPD/one.st" || fail "1 rank"
@@ -37,10 +37,10 @@ n=$(grep -c "backend mpi, shared-memory all-reduce" <<<"$out") || true
 out=$(DDPTRAIN_ALLREDUCE=mpi run_mpi 2 ${args/--quiet/} --batch-size=48 --max-steps=1) || fail "2 ranks, mpi"
 n=$(grep -c "backend mpi, MPI all-reduce" <<<"$out") || true
 [ "$n" = 2 ] || fail "DDPTRAIN_ALLREDUCE=mpi does not turn it off: $out"
-# Where the window cannot be had (tests/faultshim.so fails MPI_Win_allocate_shared on every
+# Where the window cannot be had (tests/lib/faultshim.so fails MPI_Win_allocate_shared on every
 # rank, as a small /dev/shm does): auto falls back to MPI's all-reduce on every rank and
 # trains the same weights; asked for by name, every rank exits 1 with the reason.
-SHIM=$TESTS_BUILDDIR/faultshim.so
+SHIM=$FAULTSHIM
 if [ -f "$SHIM" ]; then
 	real=$DDPTRAIN
 	out=$(timeout -k 5 120 mpirun --oversubscribe -np 2 env LD_PRELOAD="$SHIM" DDPT_SHIM_NO_SHARED_WINDOW=1 \

@@ -2,10 +2,10 @@
 # Stop signals: SIGHUP is a stop like SIGTERM, and so is a signal during MPI's
 # start-up; a second signal removes the temporary file being written; a closed
 # standard output stops the printing, not the run. The slow file system is
-# tests/faultshim.so (LD_PRELOAD).
-. "$(dirname "$0")/setup.sh"
+# tests/lib/faultshim.so (LD_PRELOAD).
+. "$(dirname "$0")/lib/setup.sh"
 cd "$TMPD"
-SHIM=$TESTS_BUILDDIR/faultshim.so
+SHIM=$FAULTSHIM
 [ -f "$SHIM" ] || skip "no $SHIM"
 L="--epochs=100000 --log-every=0"
 

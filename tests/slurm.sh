@@ -8,7 +8,7 @@
 # straight run's bit for bit, and every attempt's metrics file survives.
 # Needs root and the Debian packages slurmctld, slurmd, slurm-client and munge; SKIP
 # otherwise. About a minute: run by .ci/run, not by make check.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 [ "$(id -u)" -eq 0 ] || skip "starting slurmctld, slurmd and munged needs root"
 export PATH=$PATH:/usr/sbin:/sbin

@@ -1,10 +1,10 @@
 #!/bin/bash
-# The comparison tool the other tests trust: tests/stcompare on files written here
+# The comparison tool the other tests trust: tests/lib/stcompare on files written here
 # byte by byte. Identical and within-tolerance files pass, a larger difference fails;
 # a NaN or infinity in either file fails in both modes with one line naming the file,
 # the tensor, the element and the value (even a bit-identical NaN); -0.0 equals 0.0
 # within a tolerance but not bit for bit; a missing file or a bad TOL is exit 2.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 cd "$TMPD"
 

@@ -2,7 +2,7 @@
 # The end-of-run all-reduce table (busbw = algbw x 2(n-1)/n, as nccl-tests) and its metrics;
 # a rank made slow on purpose is warned about during the run and named in the summary;
 # --prometheus leaves a complete textfile.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 PY=${PYTHON:-/usr/bin/python3}
 command -v "$PY" >/dev/null || skip "python3 ($PY) is needed to read the metrics"
 

@@ -9,10 +9,10 @@
 # must be what this torch makes of the cases today: a case changed in torch_crosscheck.py
 # without `torch_crosscheck.py gen tests/torch-ref` fails here.
 # Skips (77) when python3 with torch and numpy is not installed.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 PY=${PYTHON:-/usr/bin/python3}
-HELPER=$(dirname "$0")/torch_crosscheck.py
+HELPER=$(dirname "$0")/lib/torch_crosscheck.py
 COMMITTED=$TOP_SRCDIR/tests/torch-ref
 
 command -v "$PY" >/dev/null 2>&1 || skip "no python3 ($PY) for the PyTorch cross-check"
@@ -37,5 +37,5 @@ for f in "$TMPD"/ref/*.npy "$TMPD"/ref/*.init.safetensors "$TMPD"/ref/*.torch.sa
 	cmp -s "$f" "$COMMITTED/${f##*/}" || stale="$stale ${f##*/}"
 done
 [ -z "$stale" ] ||
-	fail "tests/torch-ref/ is not what this torch makes of today's cases; differ:$stale (regenerate: $PY tests/torch_crosscheck.py gen tests/torch-ref)"
+	fail "tests/torch-ref/ is not what this torch makes of today's cases; differ:$stale (regenerate: $PY tests/lib/torch_crosscheck.py gen tests/torch-ref)"
 echo "the committed references in tests/torch-ref/ are what torch $("$PY" -c 'import torch; print(torch.__version__)') makes today"

@@ -8,10 +8,10 @@
 # loads into ToyModel (load_state_dict, strict) equal to the file's bytes.
 # Skips (77) when /usr/bin/python3 cannot import torch and numpy. Without the
 # safetensors package, a stand-in with its load_file and save_file is used.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 PY=${PYTHON:-/usr/bin/python3}
-HELPER=$(dirname "$0")/torch_interop.py
+HELPER=$(dirname "$0")/lib/torch_interop.py
 README=$TOP_SRCDIR/README.md
 
 command -v "$PY" >/dev/null 2>&1 || skip "no python3 ($PY)"

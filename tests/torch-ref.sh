@@ -1,7 +1,7 @@
 #!/bin/bash
 # torch-ref.sh - ddptrain against PyTorch's committed results, without PyTorch.
 #
-# tests/torch-ref/ holds what tests/torch_crosscheck.py's `gen` wrote where torch was
+# tests/torch-ref/ holds what tests/lib/torch_crosscheck.py's `gen` wrote where torch was
 # installed: the data sets, each case's initial weights, the weights PyTorch ended
 # with (CASE.torch.safetensors) and every step's training loss, accuracy and learning
 # rate and every validation result (CASE.ref.jsonl), and cases.txt, one line per case:
@@ -14,14 +14,13 @@
 # TORCH_REF=DIR compares with another directory of the same shape, and TORCH_REF_OUT=DIR
 # keeps ddptrain's outputs there (torch-crosscheck.sh points both at references it has
 # just made with the installed torch).
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 REF=${TORCH_REF:-$TOP_SRCDIR/tests/torch-ref}
-METCOMPARE=$TESTS_BUILDDIR/metcompare
 OUT=${TORCH_REF_OUT:-$TMPD}
 TOL=1e-5
 
-[ -r "$REF/cases.txt" ] || fail "no reference list $REF/cases.txt (tests/torch_crosscheck.py gen DIR writes it)"
+[ -r "$REF/cases.txt" ] || fail "no reference list $REF/cases.txt (tests/lib/torch_crosscheck.py gen DIR writes it)"
 [ -s "$REF/cases.txt" ] || fail "reference list $REF/cases.txt is empty"
 
 ncase=0 bad=0

@@ -2,10 +2,10 @@
 # --trace: the Chrome trace parses, holds every rank's spans for each layer and bucket,
 # shows all-reduces under backward (and none with --no-overlap), honours --trace-steps;
 # dp's trace has the gather and reduce on replica 0; plot-trace draws it.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 PY=${PYTHON:-/usr/bin/python3}
 command -v "$PY" >/dev/null || skip "python3 ($PY) is needed to read the trace"
-CHECK="$PY $TOP_SRCDIR/tests/trace_check.py"
+CHECK="$PY $TOP_SRCDIR/tests/lib/trace_check.py"
 # 4 layers, 0.05 MiB buckets: 3 (layers 3-2, layer 1, layer 0).
 NET=(--layers=32,160,160,160,4 --bucket-mb=0.05 --batch-size=8 --log-every=0)
 

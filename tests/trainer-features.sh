@@ -4,7 +4,7 @@
 # (equivalence), stop and --resume bit-identical in both modes, the eval records and
 # --save-best, and the bad-input messages. tests/torch-crosscheck.sh checks the same
 # features against PyTorch itself.
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 cd "$TMPD"
 
 same() { "$STCOMPARE" --exact "$1" "$2" >/dev/null || fail "$3: $("$STCOMPARE" "$1" "$2" 0)"; }

@@ -2,10 +2,10 @@
 # Memory errors and leaks under valgrind memcheck: one process (no mpirun)
 # trains a few steps in each mode, with every file reader and writer, and
 # fails on hostile files; valgrind must report no error and no definite leak.
-# Open MPI's own leaks are suppressed (tests/valgrind.supp names only Open
+# Open MPI's own leaks are suppressed (tests/lib/valgrind.supp names only Open
 # MPI's entry points and libraries). Skipped without valgrind, and in a
 # --enable-sanitizers build (ASan and valgrind do not mix).
-. "$(dirname "$0")/setup.sh"
+. "$(dirname "$0")/lib/setup.sh"
 
 command -v valgrind >/dev/null || skip "valgrind is not installed"
 ! ldd "$DDPTRAIN" 2>/dev/null | grep -q libasan || skip "built with --enable-sanitizers"
@@ -17,7 +17,7 @@ vg() {
 	local want=$1 rc=0
 	shift
 	timeout -k 5 300 valgrind -q --leak-check=full --errors-for-leak-kinds=definite --error-exitcode=99 \
-		--num-callers=40 --suppressions="$TOP_SRCDIR/tests/valgrind.supp" \
+		--num-callers=40 --suppressions="$TOP_SRCDIR/tests/lib/valgrind.supp" \
 		"$DDPTRAIN" "$@" >"$TMPD/out" 2>"$TMPD/vg" || rc=$?
 	[ "$rc" -eq "$want" ] || fail "exit $rc, want $want, under valgrind: $*: $(grep -v '^ddptrain' "$TMPD/vg" | head -60)"
 	! grep -q '^==[0-9]*== ' "$TMPD/vg" || fail "valgrind reported: $*: $(head -60 "$TMPD/vg")"

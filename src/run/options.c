@@ -3,7 +3,7 @@
  *
  * Every flag appears exactly once, in opt_table: its spelling, argument,
  * default and help text. getopt_long's table, the defaults in effect and the
- * --help text are all generated from it; tests/test_options checks that each
+ * --help text are all generated from it; tests/unit/test_options checks that each
  * default --help shows is the one in effect, and tests/manpage.sh that
  * man/ddptrain.1 lists the same flags with the same defaults.
  *
@@ -368,7 +368,7 @@ static enum status apply(struct options *o, int key, const char *arg, struct dia
 }
 
 /* The defaults are the table's: each value default is parsed as if given on the command
- * line, so --help shows exactly what is in effect (tests/test_options checks the round
+ * line, so --help shows exactly what is in effect (tests/unit/test_options checks the round
  * trip). A switch whose default is "on" starts on. Only --no-overlap's opposite has no
  * flag of its own. */
 static void set_defaults(struct options *o)

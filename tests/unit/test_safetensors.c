@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "store/safetensors.h"
-#include "slurp.h"
+#include "lib/slurp.h"
 
 static char dir[64], path[128];
 

@@ -1,16 +1,23 @@
-# tests/setup.sh - sourced by every script test (jq's tests/setup shape).
+# tests/lib/setup.sh - sourced by every script test (jq's tests/setup shape),
+# as . "$(dirname "$0")/lib/setup.sh": $0 is then the test, in tests/.
 #
 # Gives: $DDPTRAIN (the binary under test), $TMPD (a private directory removed
 # on exit), run_mpi NP ARGS... (mpirun with what this machine needs), skip,
-# fail, and the Open MPI settings a root CI machine with 2 cores needs.
+# fail, the Open MPI settings a root CI machine with 2 cores needs, and the
+# paths of the helpers make check builds in tests/lib/.
 set -eu
 
 : "${DDPTRAIN:=$(cd "$(dirname "$0")/.." && pwd)/src/ddptrain}"
 : "${TESTS_BUILDDIR:=$(cd "$(dirname "$0")" && pwd)}"
 : "${TOP_SRCDIR:=$(cd "$(dirname "$0")/.." && pwd)}"
 : "${MANPAGE:=$TOP_SRCDIR/man/ddptrain.1}"
-STCOMPARE=$TESTS_BUILDDIR/stcompare
-MKNPY=$TESTS_BUILDDIR/mknpy
+# The tools and test doubles built from tests/lib/ (check_PROGRAMS).
+STCOMPARE=$TESTS_BUILDDIR/lib/stcompare
+METCOMPARE=$TESTS_BUILDDIR/lib/metcompare
+MKNPY=$TESTS_BUILDDIR/lib/mknpy
+OPCHECK=$TESTS_BUILDDIR/lib/opcheck
+FAULTSHIM=$TESTS_BUILDDIR/lib/faultshim.so
+FAKE_GPU=$TESTS_BUILDDIR/lib/fake-gpu.so
 
 # CI runs as root; Open MPI refuses root without these.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "data/npy.h"
-#include "slurp.h"
+#include "lib/slurp.h"
 
 /* Write a .npy file: version 1 or 2 header `dict`, then `nbytes` of data. */
 static void write_npy(const char *path, int version, const char *dict, const void *data,

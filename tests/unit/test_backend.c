@@ -1,0 +1,235 @@
+/*
+ * test_backend.c - the CPU backend's kernels: Linear forward (with the fused ReLU)
+ * and backward, in panels too, ReLU, and the gradient norm and clipping, against
+ * naive loops, finite differences and hand-computed values. The loss kernels are
+ * in test_loss.c.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "lib/fill.h"
+
+static const struct backend_ops *ops = &backend_cpu_ops;
+
+static void test_linear_forward_matches_naive_loops(void **state)
+{
+	enum { N = 4, IN = 3, OUT = 5 };
+	float x[N * IN], w[OUT * IN], b[OUT], y[N * OUT];
+
+	fill(x, N * IN, 1);
+	fill(w, OUT * IN, 2);
+	fill(b, OUT, 3);
+	ops->linear_forward(NULL, y, x, w, b, N, IN, OUT, 0);
+	for (int i = 0; i < N; i++)
+		for (int o = 0; o < OUT; o++) {
+			double s = b[o];
+
+			for (int k = 0; k < IN; k++)
+				s += (double)x[i * IN + k] * w[o * IN + k]; /* w is (out, in) */
+			assert_float_equal(y[i * OUT + o], s, 1e-5);
+		}
+}
+
+static void test_linear_forward_fuses_relu(void **state)
+{
+	enum { N = 5, IN = 4, OUT = 6 };
+	float x[N * IN], w[OUT * IN], b[OUT], y[N * OUT], yr[N * OUT];
+	int negatives = 0;
+
+	fill(x, N * IN, 21);
+	fill(w, OUT * IN, 22);
+	fill(b, OUT, 23);
+	ops->linear_forward(NULL, y, x, w, b, N, IN, OUT, 0);
+	ops->linear_forward(NULL, yr, x, w, b, N, IN, OUT, 1);
+	for (int i = 0; i < N * OUT; i++) {
+		assert_true(yr[i] == (y[i] > 0.0f ? y[i] : 0.0f));
+		negatives += y[i] < 0.0f;
+	}
+	assert_true(negatives > 0); /* the case is not vacuous */
+}
+
+/* f(x, w, b) = sum(r * linear(x)); its gradients are exactly what linear_backward gives for dy = r. */
+static double probe(const float *x, const float *w, const float *b, const float *r, int n, int in,
+		    int out)
+{
+	float y[64];
+	double s = 0;
+
+	ops->linear_forward(NULL, y, x, w, b, n, in, out, 0);
+	for (int i = 0; i < n * out; i++)
+		s += (double)r[i] * y[i];
+	return s;
+}
+
+static void test_linear_backward_matches_finite_differences(void **state)
+{
+	enum { N = 3, IN = 4, OUT = 2 };
+	float x[N * IN], w[OUT * IN], b[OUT], r[N * OUT], dx[N * IN], dw[OUT * IN], db[OUT];
+	const float eps = 1e-2f;
+	float *vars[3] = {x, w, b}, *grads[3] = {dx, dw, db};
+	int sizes[3] = {N * IN, OUT * IN, OUT};
+
+	fill(x, N * IN, 4);
+	fill(w, OUT * IN, 5);
+	fill(b, OUT, 6);
+	fill(r, N * OUT, 7);
+	ops->linear_backward(NULL, dx, dw, db, r, x, w, N, IN, OUT, 0);
+	for (int v = 0; v < 3; v++)
+		for (int i = 0; i < sizes[v]; i++) {
+			float keep = vars[v][i];
+			double up, down;
+
+			vars[v][i] = keep + eps;
+			up = probe(x, w, b, r, N, IN, OUT);
+			vars[v][i] = keep - eps;
+			down = probe(x, w, b, r, N, IN, OUT);
+			vars[v][i] = keep;
+			assert_float_equal(grads[v][i], (up - down) / (2 * eps), 1e-4);
+		}
+}
+
+static void test_linear_backward_accumulates_weight_and_bias_gradients(void **state)
+{
+	enum { N = 2, IN = 2, OUT = 2 };
+	float x[N * IN], w[OUT * IN], r[N * OUT], dw1[OUT * IN], db1[OUT], dw2[OUT * IN], db2[OUT];
+
+	fill(x, N * IN, 8);
+	fill(w, OUT * IN, 9);
+	fill(r, N * OUT, 10);
+	ops->linear_backward(NULL, NULL, dw1, db1, r, x, w, N, IN, OUT, 0);
+	memcpy(dw2, dw1, sizeof dw1);
+	memcpy(db2, db1, sizeof db1);
+	ops->linear_backward(NULL, NULL, dw2, db2, r, x, w, N, IN, OUT, 1);
+	for (int i = 0; i < OUT * IN; i++)
+		assert_float_equal(dw2[i], 2 * dw1[i], 1e-6);
+	for (int i = 0; i < OUT; i++)
+		assert_float_equal(db2[i], 2 * db1[i], 1e-6);
+}
+
+/* What the progress hook saw: dw's rows reported in increasing order, without gaps. */
+struct seen {
+	float *dw;
+	size_t next; /* floats of dw reported so far */
+	int calls, gaps;
+};
+
+static void record(void *arg, float *done, size_t n)
+{
+	struct seen *s = arg;
+
+	s->calls++;
+	if (n == 0)
+		return;
+	if (done != s->dw + s->next)
+		s->gaps++;
+	s->next += n;
+}
+
+static void test_linear_backward_in_panels_is_bit_identical_and_reports_rows_in_order(void **state)
+{
+	enum { N = 64, IN = 512, OUT = 512 }; /* long enough for panels (2 N IN OUT > 32 MFLOP) */
+	struct backend be;
+	struct backend_config cfg = {0};
+	struct diag d = {0};
+	float *x = malloc(sizeof(float) * N * IN), *w = malloc(sizeof(float) * OUT * IN),
+	      *dy = malloc(sizeof(float) * N * OUT);
+	float *dx[2], *dw[2], *db[2];
+	struct seen s = {0};
+
+	assert_int_equal(backend_init(&be, ops, &cfg, &d), ST_OK);
+	assert_non_null(ops->set_progress);
+	for (int k = 0; k < 2; k++) {
+		dx[k] = malloc(sizeof(float) * N * IN);
+		dw[k] = malloc(sizeof(float) * OUT * IN);
+		db[k] = malloc(sizeof(float) * OUT);
+	}
+	fill(x, N * IN, 11);
+	fill(w, OUT * IN, 12);
+	fill(dy, N * OUT, 13);
+	ops->linear_backward(be.ctx, dx[0], dw[0], db[0], dy, x, w, N, IN, OUT, 0);
+	s.dw = dw[1];
+	ops->set_progress(be.ctx, record, &s, 16e6);
+	ops->linear_backward(be.ctx, dx[1], dw[1], db[1], dy, x, w, N, IN, OUT, 0);
+	ops->set_progress(be.ctx, NULL, NULL, 0);
+	assert_true(s.calls > 2); /* it did split */
+	assert_int_equal(s.gaps, 0);
+	assert_int_equal(s.next, (size_t)OUT * IN);
+	assert_memory_equal(dw[0], dw[1], sizeof(float) * OUT * IN);
+	assert_memory_equal(dx[0], dx[1], sizeof(float) * N * IN);
+	assert_memory_equal(db[0], db[1], sizeof(float) * OUT);
+	for (int k = 0; k < 2; k++) {
+		free(dx[k]);
+		free(dw[k]);
+		free(db[k]);
+	}
+	free(x);
+	free(w);
+	free(dy);
+	backend_free(&be);
+}
+
+static void test_relu_forward_and_backward(void **state)
+{
+	float y[5] = {-2, -0.0f, 0.5f, 3, -1e-30f}, dy[5] = {1, 2, 3, 4, 5};
+	const float want_y[5] = {0, 0, 0.5f, 3, 0}, want_dy[5] = {0, 0, 3, 4, 0};
+
+	ops->relu_forward(NULL, y, 5);
+	assert_memory_equal(y, want_y, sizeof y);
+	ops->relu_backward(NULL, dy, y, 5);
+	assert_memory_equal(dy, want_dy, sizeof dy);
+}
+
+/* torch.relu(nan) is nan and its backward (threshold_backward) passes the gradient on:
+ * a NaN must not be hidden as 0. */
+static void test_relu_propagates_nan_like_torch(void **state)
+{
+	float y[2] = {NAN, -1}, dy[2] = {7, 8}, x[1] = {NAN}, w[1] = {1}, b[1] = {0}, yl[1];
+
+	ops->relu_forward(NULL, y, 2);
+	assert_true(isnan(y[0]));
+	assert_true(y[1] == 0.0f);
+	ops->relu_backward(NULL, dy, y, 2);
+	assert_true(dy[0] == 7.0f);
+	assert_true(dy[1] == 0.0f);
+	ops->linear_forward(NULL, yl, x, w, b, 1, 1, 1, 1);
+	assert_true(isnan(yl[0]));
+}
+
+static void test_sumsq_and_clip_match_clip_grad_norm(void **state)
+{
+	/* Two tensors [3] and [4]: norm 5; clip_grad_norm_(max_norm=1) scales by
+	 * 1 / (5 + 1e-6); max_norm=10 leaves them alone (the coefficient is clamped to 1). */
+	float a[1] = {3.0f}, b[1] = {4.0f}, norm[1] = {99.0f};
+
+	ops->sumsq(NULL, norm, a, 1, 0);
+	ops->sumsq(NULL, norm, b, 1, 1);
+	assert_float_equal(norm[0], 25.0, 0);
+	ops->clip(NULL, a, 1, norm, 10.0f);
+	assert_float_equal(a[0], 3.0, 0);
+	ops->clip(NULL, a, 1, norm, 1.0f);
+	ops->clip(NULL, b, 1, norm, 1.0f);
+	assert_float_equal(a[0], 3.0 / (5.0 + 1e-6), 1e-7);
+	assert_float_equal(b[0], 4.0 / (5.0 + 1e-6), 1e-7);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_linear_forward_matches_naive_loops),
+		cmocka_unit_test(test_linear_forward_fuses_relu),
+		cmocka_unit_test(test_linear_backward_matches_finite_differences),
+		cmocka_unit_test(test_linear_backward_accumulates_weight_and_bias_gradients),
+		cmocka_unit_test(test_linear_backward_in_panels_is_bit_identical_and_reports_rows_in_order),
+		cmocka_unit_test(test_relu_forward_and_backward),
+		cmocka_unit_test(test_relu_propagates_nan_like_torch),
+		cmocka_unit_test(test_sumsq_and_clip_match_clip_grad_norm),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
