@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "dist/comm_open.h"  /* comm_open */
+#include "run/overview.h"
 #include "run/preflight.h"
 #include "run/session.h"
 #include "run/settings.h"    /* settings_config_text, SETTINGS_TEXT_MAX */
@@ -150,6 +151,14 @@ enum status session_setup(struct session *s)
 	return st;
 }
 
+/* What the overview reads of s. */
+static struct overview overview_of(struct session *s)
+{
+	return (struct overview){.o = &s->o, .pl = &s->pl, .be = &s->be, .c = &s->c, .w = &s->w, .m = &s->m,
+				 .ds = &s->ds, .val = &s->val, .tc = &s->tc, .hp = &s->hp, .res = &s->res,
+				 .strag = &s->ob.strag, .r = &s->r, .replicas = session_replicas(s)};
+}
+
 enum status session_run(struct session *s)
 {
 	const struct agreement ag = {agree_cb, s};
@@ -159,7 +168,9 @@ enum status session_run(struct session *s)
 	double *rss = NULL;
 	enum status st;
 
-	overview_header(s);
+	const struct overview v = overview_of(s);
+
+	overview_header(&v);
 	if (s->o.mode == MODE_DP)
 		st = trainer_dp(&s->tc, s->pl.replicas, &s->m, &s->opt, &s->cfg, &s->ds, &s->ctl, &s->r,
 				&s->res, &s->d);
@@ -175,7 +186,7 @@ enum status session_run(struct session *s)
 		ranks = calloc((size_t)s->w.size, sizeof *ranks);
 		rss = calloc((size_t)s->w.size, sizeof *rss);
 		strag = calloc((size_t)s->w.size, sizeof *strag);
-		st = ranks && rss && strag ? overview_summary(s, &sum, ranks, rss, strag)
+		st = ranks && rss && strag ? overview_summary(&v, &sum, ranks, rss, strag, &s->d)
 					   : diag_set(&s->d, ST_RUNTIME, "out of memory");
 		st = session_agree(s, st);
 	}

@@ -11,7 +11,7 @@
  *
  * The session owns every module's state for the run; the jobs themselves live
  * beside their data: settings.h (options -> configurations), preflight.h (the
- * checks), persist.h (files of weights), observers.h, overview.c (the report
+ * checks), persist.h (files of weights), observers.h, overview.h (the report
  * text). main.c parses, starts the world and calls these.
  */
 #ifndef DDPT_SESSION_H
@@ -67,11 +67,5 @@ void session_end(struct session *s, enum status st);
 
 /* Replicas of this run: MPI ranks (ddp) or worker threads (dp). */
 int session_replicas(const struct session *s);
-
-/* overview.c: the run's header lines (settings, ranks), and the summary's figures, which
- * in ddp mode rank 0 gathers from every rank into ranks, rss and strag (w.size each). */
-void overview_header(struct session *s);
-enum status overview_summary(struct session *s, struct report_summary *sum, struct replica_stats *ranks,
-			     double *rss, struct straggler_rank *strag);
 
 #endif
