@@ -235,6 +235,13 @@ static void plan_chunks(struct dp *dp, int n)
 	}
 }
 
+/* n floats went from replica `from` to replica `to`: their per-replica byte counts. */
+static void count_copy(struct dp_replica *from, struct dp_replica *to, size_t n)
+{
+	from->st->bytes_out += (double)n * sizeof(float);
+	to->st->bytes_in += (double)n * sizeof(float);
+}
+
 /* One micro-batch b of optimizer step `step` (1-based); scale = 1 / micro-batches in it. */
 static enum status dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *b, float scale,
 			   int first_in_group, long step, struct diag *d)
@@ -296,10 +303,8 @@ static enum status dp_micro_batch(struct dp *dp, struct loader *l, const struct 
 			continue;
 		ops->copy_peer(c0, dp->outputs + r->row0 * out, r->m->be->ctx, r->m->act[L],
 			       (size_t)r->n * out);
-		if (i > 0) {
-			r->st->bytes_out += (double)r->n * out * sizeof(float);
-			r0->st->bytes_in += (double)r->n * out * sizeof(float);
-		}
+		if (i > 0)
+			count_copy(r, r0, (size_t)r->n * out);
 	}
 	phase_end(dp, r0, DP_GATHER, t);
 
@@ -319,10 +324,8 @@ static enum status dp_micro_batch(struct dp *dp, struct loader *l, const struct 
 		r->m->be->ops->copy_peer(r->m->be->ctx, r->m->dbuf[0], c0, dp->dout + r->row0 * out,
 					 (size_t)r->n * out);
 		phase_end(dp, r, DP_SCATTER, t);
-		if (i > 0) {
-			r->st->bytes_in += (double)r->n * out * sizeof(float);
-			r0->st->bytes_out += (double)r->n * out * sizeof(float);
-		}
+		if (i > 0)
+			count_copy(r0, r, (size_t)r->n * out);
 	}
 	r0->accumulate = !first_in_group;
 	dispatch(dp, JOB_BACKWARD);

@@ -194,59 +194,45 @@ static void test_st_rejects_bad_header_length(void **state)
  * except the few that are well-formed files refused later, by --init's checks
  * against the model (names, shapes, dtypes, values); every tensor of a file that
  * parses is read. Under --enable-sanitizers this runs the corpus through ASan. */
-static void test_st_parse_refuses_every_hostile_corpus_file(void **state)
+static int st_well_formed(const char *name)
 {
 	static const char *const well_formed[] = {
 		"good.safetensors", "st-dtype-int.safetensors", "st-missing-name.safetensors",
 		"st-wrong-shape.safetensors", "st-nan-weights.safetensors",
 	};
-	const char *top = getenv("TOP_SRCDIR");
-	char cdir[512], file[1024];
-	struct dirent *e;
-	int bad = 0, good = 0;
-	DIR *dp;
 
-	if (top == NULL)
-		skip();
-	snprintf(cdir, sizeof cdir, "%s/tests/corpus", top);
-	dp = opendir(cdir);
-	assert_non_null(dp);
-	while ((e = readdir(dp)) != NULL) {
-		size_t n = strlen(e->d_name), len, k;
-		struct diag d = {0};
-		unsigned char *buf;
-		struct st_file f;
-		enum status st;
-		int wf = 0;
+	for (size_t k = 0; k < sizeof well_formed / sizeof well_formed[0]; k++)
+		if (strcmp(name, well_formed[k]) == 0)
+			return 1;
+	return 0;
+}
 
-		if (n < 12 || strcmp(e->d_name + n - 12, ".safetensors") != 0)
-			continue;
-		for (k = 0; k < sizeof well_formed / sizeof well_formed[0]; k++)
-			wf |= strcmp(e->d_name, well_formed[k]) == 0;
-		snprintf(file, sizeof file, "%s/%s", cdir, e->d_name);
-		buf = slurp(file, &len);
-		memset(&f, 0, sizeof f);
-		st = st_parse(&f, buf, len, e->d_name, &d);
-		if (wf) {
-			if (st != ST_OK)
-				fail_msg("%s refused: %s", e->d_name, d.msg);
-			for (k = 0; k < f.n; k++) {
-				size_t count = (f.t[k].end - f.t[k].begin) / 4;
-				float *out = malloc(count * sizeof *out + 1);
+/* st_parse, then (a file that parses) every tensor read. */
+static enum status st_parse_and_read(const char *name, unsigned char *buf, size_t len, struct diag *d)
+{
+	struct st_file f;
+	enum status st;
 
-				st_read_f32(&f, &f.t[k], out, count, e->d_name, &d);
-				free(out);
-			}
-			free(f.t);
-			good++;
-		} else {
-			if (st != ST_RUNTIME || strchr(d.msg, '\n') != NULL)
-				fail_msg("%s: status %d, message '%s'", e->d_name, st, d.msg);
-			bad++;
-		}
-		free(buf);
+	memset(&f, 0, sizeof f);
+	st = st_parse(&f, buf, len, name, d);
+	if (st != ST_OK)
+		return st;
+	for (size_t k = 0; k < f.n; k++) {
+		size_t count = (f.t[k].end - f.t[k].begin) / 4;
+		float *out = malloc(count * sizeof *out + 1);
+
+		st_read_f32(&f, &f.t[k], out, count, name, d);
+		free(out);
 	}
-	closedir(dp);
+	free(f.t);
+	return st;
+}
+
+static void test_st_parse_refuses_every_hostile_corpus_file(void **state)
+{
+	int good, bad;
+
+	corpus_each(".safetensors", st_well_formed, st_parse_and_read, &good, &bad);
 	assert_int_equal(good, 5);
 	assert_true(bad >= 20);
 }
