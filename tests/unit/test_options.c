@@ -314,6 +314,51 @@ static void test_options_settings_text_comes_from_the_table_and_parses_back(void
 	assert_non_null(strstr(text, "--freeze=1,3\n"));
 }
 
+/* The file column of the option table: every file flag's value is in the full settings
+ * text (no setting is missing or "?"), every output is in the text the ranks compare, an
+ * empty name is refused for any of them, and options_paths lists the outputs first. */
+static void test_options_file_flags_come_from_the_table(void **state)
+{
+	struct options o;
+	struct diag d;
+	struct opt_file f[OPT_MAX_FILES];
+	char text[8192] = "";
+	int n;
+
+	assert_int_equal(parse(&o, &d, "--inputs=x.npy", "--targets=y.npy", "--val-inputs=vx.npy",
+			       "--val-targets=vy.npy", "--save-best=best.st", "--init=i.st", "--save=s.st",
+			       "--checkpoint=c.st", "--metrics=m.jsonl", "--trace=t.json", "--prometheus=p.prom",
+			       "--prometheus-every=5", NULL),
+			 ST_OK);
+	options_format_settings(&o, OPT_SCOPE_ALL, text, sizeof text);
+	assert_null(strstr(text, "=?\n"));
+	assert_non_null(strstr(text, "--trace=t.json\n"));
+	assert_non_null(strstr(text, "--prometheus=p.prom\n--prometheus-every=5\n"));
+	assert_non_null(strstr(text, "--val-targets=vy.npy\n"));
+	text[0] = '\0';
+	options_format_settings(&o, OPT_SCOPE_RUN, text, sizeof text);
+	assert_non_null(strstr(text, "--prometheus=p.prom\n"));
+	assert_non_null(strstr(text, "--save=s.st\n"));
+	assert_null(strstr(text, "--inputs=")); /* inputs are compared by their contents */
+	n = options_paths(&o, f);
+	assert_int_equal(n, 12);
+	assert_string_equal(f[0].flag, "save");
+	assert_int_equal(f[0].kind, OPT_PATH_SAVE);
+	assert_int_equal(f[1].kind, OPT_PATH_LOG);
+	assert_int_equal(f[n - 1].kind, OPT_PATH_IN);
+	for (int i = 0; i < n; i++) {
+		const char *partner = strcmp(f[i].flag, "inputs") == 0    ? "--targets=y.npy"
+				      : strcmp(f[i].flag, "targets") == 0 ? "--inputs=x.npy"
+									  : NULL;
+		char flag[64];
+
+		snprintf(flag, sizeof flag, "--%s=", f[i].flag);
+		assert_int_equal(parse(&o, &d, flag, partner, NULL), ST_USAGE);
+		assert_non_null(strstr(d.msg, "empty file name"));
+		assert_non_null(strstr(d.msg, f[i].flag));
+	}
+}
+
 /* The new flags' combinations that the flags alone decide. */
 static void test_options_refuse_contradictory_trainer_settings(void **state)
 {
@@ -360,6 +405,7 @@ int main(void)
 		cmocka_unit_test(test_options_switch_given_a_value_is_refused),
 		cmocka_unit_test(test_options_help_shows_the_defaults_in_effect),
 		cmocka_unit_test(test_options_settings_text_comes_from_the_table_and_parses_back),
+		cmocka_unit_test(test_options_file_flags_come_from_the_table),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
