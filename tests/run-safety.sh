@@ -34,8 +34,13 @@ mpmd_fail 2 "configuration differs between ranks: --checkpoint=c.st here, --chec
 	-np 1 bash -c "$R" "$DDPTRAIN" --quiet : -np 1 bash -c "$R" "$DDPTRAIN" --quiet --checkpoint=c.st
 mpmd_fail 2 "configuration differs between ranks: --metrics= here, --metrics=m.jsonl on rank 0" \
 	-np 1 bash -c "$R" "$DDPTRAIN" --quiet --metrics=m.jsonl : -np 1 bash -c "$R" "$DDPTRAIN" --quiet
-[ ! -e c.st ] && [ ! -e m.jsonl ] || fail "refused runs wrote output"
-echo "--checkpoint or --metrics on one rank only: exit 2 on both"
+# Every output is compared (the option table's file column): --prometheus and its interval too.
+mpmd_fail 2 "configuration differs between ranks: --prometheus=b.prom here, --prometheus=a.prom on rank 0" \
+	-np 1 bash -c "$R" "$DDPTRAIN" --quiet --prometheus=a.prom : -np 1 bash -c "$R" "$DDPTRAIN" --quiet --prometheus=b.prom
+mpmd_fail 2 "configuration differs between ranks: --prometheus-every=4 here, --prometheus-every=3 on rank 0" \
+	-np 1 bash -c "$R" "$DDPTRAIN" --quiet --prometheus-every=3 : -np 1 bash -c "$R" "$DDPTRAIN" --quiet --prometheus-every=4
+[ ! -e c.st ] && [ ! -e m.jsonl ] && [ ! -e a.prom ] || fail "refused runs wrote output"
+echo "--checkpoint, --metrics, --prometheus or --prometheus-every on one rank only or differing: exit 2 on both"
 
 # 18. A launcher that starts lone processes: refused with a hint, unless one is what it says.
 for env in "SLURM_STEP_NUM_TASKS=4 SLURM_NTASKS=4 SLURM_PROCID=1" "WORLD_SIZE=2 RANK=1"; do
