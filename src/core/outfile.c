@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -17,6 +18,35 @@
 
 #define TMP_SUFFIX ".tmp."
 #define TMP_RANDOM 6 /* mkstemp's XXXXXX */
+
+/* The file-size limit (RLIMIT_FSIZE, ulimit -f) in bytes, or 0 when there is none. */
+static unsigned long long size_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+		return 0;
+	return (unsigned long long)rl.rlim_cur;
+}
+
+/* Has the file open at fd reached the file-size limit? (Then that is why a buffered write
+ * failed, whose errno is gone.) */
+static int at_size_limit(int fd)
+{
+	struct stat sb;
+
+	return size_limit() > 0 && fstat(fd, &sb) == 0 && (unsigned long long)sb.st_size >= size_limit();
+}
+
+enum status outfile_write_failed(struct diag *d, int errnum, const char *what)
+{
+	unsigned long long limit = size_limit();
+	char why[80] = "";
+
+	if (errnum == EFBIG && limit > 0)
+		snprintf(why, sizeof why, " (the file-size limit, ulimit -f, is %llu bytes)", limit);
+	return diag_set(d, ST_RUNTIME, "%s: write: %s%s", what, strerror(errnum), why);
+}
 
 char *outfile_target(const char *path)
 {
@@ -161,8 +191,11 @@ enum status outfile_check(const char *path, const char *flag, size_t need_bytes,
 		st = diag_errno(d, errno, "%s: %s: cannot create a file beside it", flag, path);
 		goto out_target;
 	}
-	if (need_bytes > 0 && fstatvfs(fd, &vfs) == 0 &&
-	    (unsigned long long)vfs.f_bavail * vfs.f_frsize < need_bytes)
+	if (need_bytes > 0 && size_limit() > 0 && need_bytes > size_limit())
+		st = diag_set(d, ST_RUNTIME, "%s: %s: needs %zu bytes but the file-size limit (ulimit -f) is %llu bytes",
+			      flag, path, need_bytes, size_limit());
+	else if (need_bytes > 0 && fstatvfs(fd, &vfs) == 0 &&
+		 (unsigned long long)vfs.f_bavail * vfs.f_frsize < need_bytes)
 		st = diag_set(d, ST_RUNTIME, "%s: %s: needs %zu bytes but its file system has %llu free",
 			      flag, path, need_bytes, (unsigned long long)vfs.f_bavail * vfs.f_frsize);
 	close(fd);
@@ -283,7 +316,7 @@ enum status outfile_open(struct outfile *of, const char *path, const char *flag,
 enum status outfile_write(struct outfile *of, const void *buf, size_t len, struct diag *d)
 {
 	if (len > 0 && fwrite(buf, 1, len, of->f) != len)
-		return diag_errno(d, errno, "%s: write", of->what);
+		return outfile_write_failed(d, errno, of->what);
 	return ST_OK;
 }
 
@@ -294,7 +327,9 @@ enum status outfile_sync(struct outfile *of, struct diag *d)
 	if (of->f == NULL)
 		return ST_OK;
 	if (fflush(of->f) != 0)
-		st = diag_errno(d, errno, "%s: write", of->what);
+		st = outfile_write_failed(d, errno, of->what);
+	else if (ferror(of->f) && at_size_limit(fileno(of->f)))
+		st = outfile_write_failed(d, EFBIG, of->what);
 	else if (ferror(of->f)) /* an earlier buffered write failed; its errno is gone */
 		st = diag_set(d, ST_RUNTIME, "%s: write failed", of->what);
 	else if (fsync(fileno(of->f)) != 0)

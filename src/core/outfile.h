@@ -29,9 +29,14 @@
 #include "core/status.h"
 
 /* ST_RUNTIME naming `flag` and path if path cannot be written atomically, or if its
- * file system has fewer than need_bytes free (0: no size check). Also removes the
+ * file system has fewer than need_bytes free or the file-size limit (ulimit -f) is
+ * below need_bytes (0: no size check). Also removes the
  * temporary files an earlier, killed run left beside path's target. */
 enum status outfile_check(const char *path, const char *flag, size_t need_bytes, struct diag *d);
+
+/* ST_RUNTIME: "<what>: write: <strerror>", and for EFBIG the file-size limit (ulimit -f)
+ * that caused it. Every writer of an output reports a failed write through it. */
+enum status outfile_write_failed(struct diag *d, int errnum, const char *what);
 
 /* One file named on the command line, for outfile_distinct. */
 struct named_path {

@@ -84,6 +84,7 @@ void signals_install(void)
 		sigaction(stops[i], &sa, NULL);
 	sa.sa_handler = SIG_IGN;
 	sigaction(SIGPIPE, &sa, NULL);
+	sigaction(SIGXFSZ, &sa, NULL);
 	sa.sa_flags = SA_SIGINFO;
 	sa.sa_sigaction = on_bus;
 	sigaction(SIGBUS, &sa, NULL);

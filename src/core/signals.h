@@ -12,6 +12,10 @@
  * SIGPIPE is ignored: a write to a closed standard output fails with EPIPE
  * and the report stops printing (training goes on).
  *
+ * SIGXFSZ is ignored: a write past the file-size limit (ulimit -f, which Slurm
+ * copies from the submitting shell) fails with EFBIG, an ordinary write error
+ * that names the file and removes the temporary, instead of killing the rank.
+ *
  * SIGBUS on a mapped input file (another process truncated it) ends the process
  * with one line naming the file and exit 1, instead of a bare "Bus error".
  *
