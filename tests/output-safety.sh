@@ -108,6 +108,35 @@ if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=68k tmpfs "$FULL" 2>/dev/null;
 else
 	echo "output-safety: cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN); full file system cases skipped"
 fi
+# An output another job is writing. A second job naming the same checkpoint is refused at
+# start (exit 2, not retried by run-local.sh or the batch scripts) with the first job's host
+# and pid, and the first job's temporary in flight survives (before: the second job removed
+# it as stale and the first died with "rename: No such file or directory"). Every fsync of
+# the first job takes 1 s, so its checkpoint temporaries live that long (5 checkpoints,
+# about 10 s in all).
+J=$TMPD/jobs
+mkdir "$J"
+mpirun --oversubscribe -np 2 -x LD_PRELOAD="$FAULTSHIM" -x DDPT_SHIM_SLOW_FSYNC=1 "$DDPTRAIN" --max-steps=5 \
+	--checkpoint-every=1 --checkpoint="$J/c.st" --quiet >"$J/a.out" 2>"$J/a.err" &
+a=$!
+for _ in $(seq 1 300); do ls "$J"/c.st.tmp.* >/dev/null 2>&1 && break; sleep 0.1; done
+inflight=$(ls "$J"/c.st.tmp.* 2>/dev/null) || fail "the first job wrote no checkpoint: $(cat "$J/a.err")"
+expect_fail 2 "--checkpoint: $J/c.st: another ddptrain is writing it (host $(hostname), pid " 2 \
+	--max-steps=2 --checkpoint="$J/c.st"
+[ -e "$inflight" ] || [ -e "$J/c.st" ] || fail "the refused job removed the first job's temporary"
+# The pid named is the first job's rank 0, which holds c.st.lock.
+[ "$(cat "$J/c.st.lock")" = "$(hostname) $(sed -n 's/.*, pid \([0-9]*\)).*/\1/p' "$TMPD/stderr")" ] ||
+	fail "the message names another process than c.st.lock's: $(cat "$TMPD/stderr") / $(cat "$J/c.st.lock")"
+wait "$a" || fail "the first job failed: $(grep -v '^[- ]*$' "$J/a.err" | head -3)"
+[ "$(ls "$J" | tr '\n' ' ')" = "a.err a.out c.st " ] || fail "left beside the checkpoint: $(ls "$J")"
+# A job killed with kill -9 leaves its lock file and a temporary: the next job takes the
+# lock over and removes the temporary, which no live writer holds.
+echo "$(hostname) 999999" >"$J/c.st.lock"
+cp "$J/c.st" "$J/c.st.tmp.AbC123"
+run_mpi 2 --max-steps=4 --resume="$J/c.st" --checkpoint="$J/c.st" --quiet || fail "taking over a dead job's lock"
+[ "$(ls "$J" | tr '\n' ' ')" = "a.err a.out c.st " ] || fail "left after taking over a dead job's files: $(ls "$J")"
+checks=$((checks + 2))
+
 # A file-size limit (ulimit -f, which Slurm copies from the submitting shell) is a write
 # error naming the file, not SIGXFSZ (before: exit 153, no message, c.st.tmp.* left). Open
 # MPI's own files need a few MiB, so 8000 KiB (8192000 bytes), and the all-reduce that maps
@@ -139,4 +168,4 @@ head -c 8191900 /dev/zero | tr '\0' ' ' >"$FS/m.jsonl"
 ) || exit 1
 [ "$(ls "$FS" | tr '\n' ' ')" = "c.st c.st.orig m.jsonl " ] || fail "left behind under the file-size limit: $(ls "$FS")"
 checks=$((checks + 6))
-echo "output-safety: $checks cases, each refused with exit 1 on every rank and the previous files intact"
+echo "output-safety: $checks cases, each refused with exit 1 (another job's output: 2) on every rank and the previous files intact"

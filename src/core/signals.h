@@ -43,9 +43,10 @@ void signals_stop_saved(void);
 void signals_map_add(const void *addr, size_t len, const char *what);
 void signals_map_remove(const void *addr);
 
-/* A temporary file this process is writing: removed by any exit a handler or the
- * watchdog makes. Returns a slot for signals_tmp_remove, or -1 when the table
- * (8 entries) is full or the path is too long, in which case it is not tracked. */
+/* A temporary file this process is writing (or the lock file of an output it claims):
+ * removed by any exit a handler or the watchdog makes. Returns a slot for
+ * signals_tmp_remove, or -1 when the table (16 entries) is full or the path is too
+ * long, in which case it is not tracked. */
 int signals_tmp_add(const char *path);
 void signals_tmp_remove(int slot);
 /* Remove every tracked temporary file (async-signal-safe: only unlink). */

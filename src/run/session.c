@@ -115,7 +115,7 @@ enum status session_setup(struct session *s)
 	enum status st;
 
 	settings_apply(o, &s->hp, &s->tc);
-	st = session_agree(s, preflight_outputs(o, &s->hp, s->w.rank, &s->d));
+	st = session_agree(s, preflight_outputs(o, &s->hp, s->w.rank, s->claims, &s->d));
 	if (st == ST_OK)
 		st = load_data(s);
 	if (st != ST_OK)
@@ -211,6 +211,8 @@ void session_end(struct session *s, enum status st)
 	persist_free(&s->per);
 	observers_free(&s->ob);
 	report_free(&s->r);
+	for (int i = 0; i < OPT_MAX_FILES; i++) /* the outputs are written or abandoned: free */
+		outfile_release(&s->claims[i]);
 	model_free(&s->m);
 	comm_free(&s->c);
 	backend_free(&s->be);
