@@ -115,6 +115,18 @@ enum status persist_start(struct persist *p)
 	return agree(p, st);
 }
 
+/* Rank 0: pos against the epochs of this run's data and batches (checkpoint_check_position):
+ * an epoch's length at the checkpoint's world size, and at world size 1, the longest. */
+static enum status check_position(struct persist *p, const struct ckpt_pos *pos)
+{
+	const int dp = p->o->mode == MODE_DP;
+	const struct loader_config at = trainer_loader_config(p->tc, dp, pos->world, 0),
+				   one = trainer_loader_config(p->tc, dp, 1, 0);
+
+	return checkpoint_check_position(pos, loader_epoch_length(p->ds->n, &at), loader_epoch_length(p->ds->n, &one),
+					 p->tc->grad_accum, p->o->resume, p->d);
+}
+
 enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct optimizer *opt)
 {
 	const struct options *o = p->o;
@@ -126,6 +138,8 @@ enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct opti
 	if (p->w->rank == 0) {
 		settings_resume_text(o, p->ds, want, sizeof want);
 		st = checkpoint_load(o->resume, m, want, p->ckpt_host, &pos, p->d);
+		if (st == ST_OK)
+			st = check_position(p, &pos);
 		if (st == ST_OK && pos.world != p->replicas && pos.next_mb != 0)
 			st = diag_set(p->d, ST_USAGE,
 				      "--resume: %s was written by %d replicas in the middle of epoch %ld (next micro-batch %ld); resume it with %d, or from a checkpoint taken at an epoch boundary",

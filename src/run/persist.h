@@ -26,6 +26,7 @@
 struct persist {
 	/* borrowed from the session */
 	const struct options *o;
+	const struct train_config *tc; /* the loop's batches: a checkpoint's position is checked against them */
 	const struct dataset *ds;  /* the checkpoint's data identity */
 	struct model *m;
 	struct world *w;

@@ -486,6 +486,34 @@ out:
 	return st;
 }
 
+enum status checkpoint_check_position(const struct ckpt_pos *pos, long nmicro, long longest,
+				      long grad_accum, const char *path, struct diag *d)
+{
+	/* Steps the epochs before this one took, and this one's micro-batches so far took. */
+	const long before = pos->step - pos->next_mb / grad_accum, most = (longest + grad_accum - 1) / grad_accum;
+
+	if (pos->next_mb >= nmicro)
+		return diag_set(d, ST_RUNTIME, "--resume: %s: next_micro_batch %ld is past the end of an epoch of %ld micro-batches (world size %d)",
+				path, pos->next_mb, nmicro, pos->world);
+	if (pos->next_mb % grad_accum != 0)
+		return diag_set(d, ST_RUNTIME, "--resume: %s: next_micro_batch %ld does not begin a step of --grad-accum=%ld micro-batches",
+				path, pos->next_mb, grad_accum);
+	/* pos->epoch <= before <= pos->epoch * most, without the product overflowing */
+	if (before < pos->epoch || (pos->epoch > 0 ? (before - 1) / pos->epoch >= most : before > 0)) {
+		long lo = pos->epoch + pos->next_mb / grad_accum;
+		double hi = (double)pos->epoch * (double)most + (double)(pos->next_mb / grad_accum);
+		char range[64];
+
+		if (hi == (double)lo)
+			snprintf(range, sizeof range, "%ld", lo);
+		else
+			snprintf(range, sizeof range, "%ld to %.0f", lo, hi);
+		return diag_set(d, ST_RUNTIME, "--resume: %s: step %ld contradicts epoch %ld and next_micro_batch %ld: those take %s steps (an epoch takes 1 to %ld steps, by world size)",
+				path, pos->step, pos->epoch, pos->next_mb, range, most);
+	}
+	return ST_OK;
+}
+
 int checkpoint_config_diff(const char *have, const char *want, char *have_line,
 			   char *want_line, size_t len)
 {

@@ -66,6 +66,16 @@ long checkpoint_numbered_step(const char *name, const char *base);
 enum status checkpoint_load(const char *path, const struct model *m, const char *want,
 			    float *host, struct ckpt_pos *pos, struct diag *d);
 
+/* Is pos a position a run could have written? An epoch is nmicro micro-batches at the
+ * checkpoint's world size (pos->world) and at most longest at any (world size 1: the
+ * world may change between resumes at an epoch boundary, which changes the epoch's
+ * length). The next micro-batch lies inside the epoch and begins a step of grad_accum
+ * micro-batches; the step count is what the epochs before (1 to ceil(longest / grad_accum)
+ * steps each) and the micro-batches before in this one take. ST_RUNTIME naming the
+ * fields otherwise: the checksum proves a file intact, not that its writer was right. */
+enum status checkpoint_check_position(const struct ckpt_pos *pos, long nmicro, long longest,
+				      long grad_accum, const char *path, struct diag *d);
+
 /* --init: m's weights (arena 0) from a safetensors file into host (nparams floats), as
  * strict as PyTorch's load_state_dict: every tensor present with its shape, finite, and
  * no tensor the model has no place for (optimizer state excepted). */

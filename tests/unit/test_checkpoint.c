@@ -191,6 +191,47 @@ static void test_checkpoint_keeps_the_last_k_numbered_copies(void **state)
 	rig_free(&a);
 }
 
+/* check_position's verdict on (step, epoch, next_mb) for epochs of 10 micro-batches at the
+ * checkpoint's world size, 10 at the longest, in steps of accum. */
+static enum status position(long step, long epoch, long next_mb, long accum, struct diag *d)
+{
+	const struct ckpt_pos pos = {step, epoch, next_mb, 1, LINEAGE};
+
+	*d = (struct diag){0};
+	return checkpoint_check_position(&pos, 10, 10, accum, "c.st", d);
+}
+
+/* A position is one a run can write: its micro-batch inside the epoch at the start of a
+ * step, and as many steps as the epochs before (1 to 10 each, by world size) and the
+ * micro-batches before it in this one take; the extremes of the ranges do not overflow. */
+static void test_position_fits_the_epochs_length_and_itself(void **state)
+{
+	struct diag d;
+	const struct ckpt_pos far = {CKPT_MAX_STEP, CKPT_MAX_EPOCH, 0, 1, LINEAGE};
+
+	assert_int_equal(position(4, 0, 4, 1, &d), ST_OK);
+	assert_int_equal(position(0, 0, 0, 1, &d), ST_OK);
+	assert_int_equal(position(34, 3, 4, 1, &d), ST_OK); /* one world size throughout */
+	assert_int_equal(position(7, 3, 4, 1, &d), ST_OK);  /* a world size with 1 step an epoch */
+	assert_int_equal(position(5 + 3, 3, 4, 2, &d), ST_OK); /* 3 epochs of 1 to 5 steps, then 2 */
+	assert_int_equal(position(4, 0, 10, 1, &d), ST_RUNTIME);
+	assert_string_equal(d.msg, "--resume: c.st: next_micro_batch 10 is past the end of an epoch of 10 micro-batches (world size 1)");
+	assert_int_equal(position(4, 0, 2147483647, 1, &d), ST_RUNTIME);
+	assert_int_equal(position(1, 0, 3, 2, &d), ST_RUNTIME);
+	assert_string_equal(d.msg, "--resume: c.st: next_micro_batch 3 does not begin a step of --grad-accum=2 micro-batches");
+	assert_int_equal(position(3, 0, 4, 1, &d), ST_RUNTIME);
+	assert_string_equal(d.msg, "--resume: c.st: step 3 contradicts epoch 0 and next_micro_batch 4: those take 4 steps (an epoch takes 1 to 10 steps, by world size)");
+	assert_int_equal(position(6, 3, 4, 1, &d), ST_RUNTIME);
+	assert_int_equal(position(35, 3, 4, 1, &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "those take 7 to 34 steps"));
+	assert_int_equal(position(17 + 3, 3, 4, 2, &d), ST_RUNTIME); /* 3 x 5 + 2 = 17 at most */
+	/* The largest values the range checks let through: no product overflows. */
+	d = (struct diag){0};
+	assert_int_equal(checkpoint_check_position(&far, 1, 1L << 40, 1, "c.st", &d), ST_OK);
+	d = (struct diag){0};
+	assert_int_equal(checkpoint_check_position(&far, 1, 1, 1, "c.st", &d), ST_RUNTIME);
+}
+
 /* Rotation names parse whatever their digit count; other names are not rotation names. */
 static void test_numbered_step_parses_any_digit_count(void **state)
 {
@@ -269,6 +310,7 @@ int main(void)
 		cmocka_unit_test(test_checkpoint_is_not_written_from_non_finite_state),
 		cmocka_unit_test(test_checkpoint_keeps_the_last_k_numbered_copies),
 		cmocka_unit_test(test_numbered_step_parses_any_digit_count),
+		cmocka_unit_test(test_position_fits_the_epochs_length_and_itself),
 		cmocka_unit_test(test_init_reads_the_weights_of_save_and_of_a_checkpoint),
 		cmocka_unit_test(test_init_is_strict_about_names_and_shapes),
 		cmocka_unit_test(test_config_diff_names_the_first_differing_or_missing_line),
