@@ -45,7 +45,7 @@ static enum status write_checkpoint(void *arg, long step, long epoch, long next_
 		settings_resume_text(p->o, p->ds, text, sizeof text);
 		st = model_state_to_host(p->m, 0, p->m->narenas, p->ckpt_host, d);
 		if (st == ST_OK)
-			st = checkpoint_save(p->o->checkpoint, (int)p->o->keep_checkpoints, p->m, p->ckpt_host,
+			st = checkpoint_save(p->o->checkpoint, &p->kept, p->m, p->ckpt_host,
 					     &pos, text, d);
 	}
 	/* Waiting for rank 0 to write a big checkpoint is not a stall, even when stopping. */
@@ -79,6 +79,7 @@ void persist_init(struct persist *p, struct train_ctl *ctl)
 
 	if (o->checkpoint != NULL) {
 		checkpoint_new_lineage(p->lineage); /* --resume replaces it with the checkpoint's */
+		p->kept.keep = (int)o->keep_checkpoints;
 		ctl->checkpoint = write_checkpoint;
 		ctl->every = o->checkpoint_every;
 	}
@@ -212,6 +213,7 @@ enum status persist_commit(struct persist *p)
 void persist_free(struct persist *p)
 {
 	st_discard(&p->saved);
+	checkpoint_rotation_free(&p->kept);
 	free(p->ckpt_host);
 	p->ckpt_host = NULL;
 }
