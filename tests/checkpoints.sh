@@ -1,7 +1,7 @@
 #!/bin/bash
 # Checkpoint integrity and rotation. The SHA-256 covers the header as well as the data: an
 # edited position is refused, and every integer in the header is range-checked even when
-# the checksum is recomputed. --keep-checkpoints prunes only this run's lineage, by the
+# the checksum is recomputed, the position against the epoch's length and itself. --keep-checkpoints prunes only this run's lineage, by the
 # parsed step whatever its digit count, and never another run's files or a non-checkpoint.
 . "$(dirname "$0")/lib/setup.sh"
 EDIT="perl $TOP_SRCDIR/tests/lib/ckpt-edit.pl"
@@ -18,6 +18,41 @@ for edit in 's/"epoch":"0"/"epoch":"9223372036854775807"/' 's/"world_size":"1"/"
 	's/"lineage":"[0-9a-f]*"/"lineage":"x"/'; do
 	$EDIT c.st e2.st "$edit" resign
 	expect_fail 1 "--resume: e2.st: checkpoint metadata is incomplete, malformed or out of range" 2 $R --resume=e2.st
+done
+
+# The position is checked against the epoch's length and itself, the checksum recomputed
+# (it proves integrity, not validity): 10 micro-batches an epoch, so a next micro-batch of
+# 2^31-1 (before: accepted, the rest of the epoch silently skipped), and a step that no
+# run could have taken to reach epoch 0, micro-batch 4 (exactly 4 steps) or epoch 3,
+# micro-batch 4 (34 steps at one rank; at least 7 at any world size).
+# forge IN OUT EXPR...: IN with each edit made, the checksum recomputed.
+forge() {
+	local in=$1 out=$2
+	shift 2
+	cp "$in" "$out"
+	for e in "$@"; do
+		$EDIT "$out" "$out.edit" "$e" resign && mv "$out.edit" "$out"
+	done
+}
+S4='s/"step":"4"/"step":' E0='s/"epoch":"0"/"epoch":"3"/'
+forge c.st e3.st 's/"next_micro_batch":"4"/"next_micro_batch":"2147483647"/'
+expect_fail 1 "--resume: e3.st: next_micro_batch 2147483647 is past the end of an epoch of 10 micro-batches (world size 1)" 1 $R --resume=e3.st
+forge c.st e3.st "$S4\"3\"/"
+expect_fail 1 "--resume: e3.st: step 3 contradicts epoch 0 and next_micro_batch 4: those take 4 steps (an epoch takes 1 to 10 steps, by world size)" 1 $R --resume=e3.st
+forge c.st e3.st "$E0"
+expect_fail 1 "--resume: e3.st: step 4 contradicts epoch 3 and next_micro_batch 4: those take 7 to 34 steps" 1 $R --resume=e3.st
+forge c.st e3.st "$S4\"35\"/" "$E0"
+expect_fail 1 "--resume: e3.st: step 35 contradicts epoch 3 and next_micro_batch 4: those take 7 to 34 steps" 2 $R --resume=e3.st
+# With --grad-accum=2 a checkpoint follows a whole step: micro-batch 4 after 2 steps, never 3.
+run_mpi 1 --samples=200 --grad-accum=2 --max-steps=2 --checkpoint=g.st --quiet || fail "a --grad-accum=2 checkpoint"
+forge g.st e3.st 's/"next_micro_batch":"4"/"next_micro_batch":"3"/'
+expect_fail 1 "--resume: e3.st: next_micro_batch 3 does not begin a step of --grad-accum=2 micro-batches" 1 \
+	--samples=200 --grad-accum=2 --max-steps=4 --resume=e3.st
+# Consistent forgeries are accepted: epoch 3, micro-batch 4 after 34 steps (one rank
+# throughout) or after 7 (earlier epochs at a world size that makes each one step).
+for s in 34 7; do
+	forge c.st e3.st "$S4\"$s\"/" "$E0"
+	run_mpi 1 --samples=200 --max-steps=40 --quiet --resume=e3.st || fail "a consistent position refused: step $s"
 done
 
 # Rotation. Run A (an earlier run) leaves k.st.step-4..16 and a file that is no checkpoint.
@@ -70,4 +105,4 @@ RCDIR=$TMPD timeout -k 5 60 mpirun --oversubscribe \
 	>out 2>err || fail "mpirun failed ($?)"
 [ "$(cat rc.0 rc.1)" = "$(printf '2\n2')" ] && grep -q "configuration differs between ranks: inputs=f4 (100, 10)" err ||
 	fail "MPMD ranks with different --inputs: $(cat rc.* err)"
-echo "checkpoints: 6 edited headers refused, rotation kept the right files (through a link too), other data refused"
+echo "checkpoints: 12 edited headers refused (6 of them positions), 2 consistent ones resumed, rotation kept the right files (through a link too), other data refused"

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Outputs that cannot be written: --save and --metrics into a missing directory,
 # onto something that is not a regular file, into a read-only directory, onto a
-# full file system. Each fails with one clear line and exit 1 on every rank,
+# full file system; --checkpoint and --metrics past the file-size limit. Each fails with one clear line and exit 1 on every rank,
 # before training where that can be known (nothing printed on stdout), and the
 # previous file of that name survives byte for byte, with no temporary left.
 . "$(dirname "$0")/lib/setup.sh"
@@ -108,4 +108,64 @@ if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=68k tmpfs "$FULL" 2>/dev/null;
 else
 	echo "output-safety: cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN); full file system cases skipped"
 fi
-echo "output-safety: $checks cases, each refused with exit 1 on every rank and the previous files intact"
+# An output another job is writing. A second job naming the same checkpoint is refused at
+# start (exit 2, not retried by run-local.sh or the batch scripts) with the first job's host
+# and pid, and the first job's temporary in flight survives (before: the second job removed
+# it as stale and the first died with "rename: No such file or directory"). Every fsync of
+# the first job takes 1 s, so its checkpoint temporaries live that long (5 checkpoints,
+# about 10 s in all).
+J=$TMPD/jobs
+mkdir "$J"
+mpirun --oversubscribe -np 2 -x LD_PRELOAD="$FAULTSHIM" -x DDPT_SHIM_SLOW_FSYNC=1 "$DDPTRAIN" --max-steps=5 \
+	--checkpoint-every=1 --checkpoint="$J/c.st" --quiet >"$J/a.out" 2>"$J/a.err" &
+a=$!
+for _ in $(seq 1 300); do ls "$J"/c.st.tmp.* >/dev/null 2>&1 && break; sleep 0.1; done
+inflight=$(ls "$J"/c.st.tmp.* 2>/dev/null) || fail "the first job wrote no checkpoint: $(cat "$J/a.err")"
+expect_fail 2 "--checkpoint: $J/c.st: another ddptrain is writing it (host $(hostname), pid " 2 \
+	--max-steps=2 --checkpoint="$J/c.st"
+[ -e "$inflight" ] || [ -e "$J/c.st" ] || fail "the refused job removed the first job's temporary"
+# The pid named is the first job's rank 0, which holds c.st.lock.
+[ "$(cat "$J/c.st.lock")" = "$(hostname) $(sed -n 's/.*, pid \([0-9]*\)).*/\1/p' "$TMPD/stderr")" ] ||
+	fail "the message names another process than c.st.lock's: $(cat "$TMPD/stderr") / $(cat "$J/c.st.lock")"
+wait "$a" || fail "the first job failed: $(grep -v '^[- ]*$' "$J/a.err" | head -3)"
+[ "$(ls "$J" | tr '\n' ' ')" = "a.err a.out c.st " ] || fail "left beside the checkpoint: $(ls "$J")"
+# A job killed with kill -9 leaves its lock file and a temporary: the next job takes the
+# lock over and removes the temporary, which no live writer holds.
+echo "$(hostname) 999999" >"$J/c.st.lock"
+cp "$J/c.st" "$J/c.st.tmp.AbC123"
+run_mpi 2 --max-steps=4 --resume="$J/c.st" --checkpoint="$J/c.st" --quiet || fail "taking over a dead job's lock"
+[ "$(ls "$J" | tr '\n' ' ')" = "a.err a.out c.st " ] || fail "left after taking over a dead job's files: $(ls "$J")"
+checks=$((checks + 2))
+
+# A file-size limit (ulimit -f, which Slurm copies from the submitting shell) is a write
+# error naming the file, not SIGXFSZ (before: exit 153, no message, c.st.tmp.* left). Open
+# MPI's own files need a few MiB, so 8000 KiB (8192000 bytes), and the all-reduce that maps
+# no shared window of the gradients' size. Layers 1,682666,1 hold 8191996 bytes of weights:
+# they fit, the header does not.
+FS=$TMPD/fsize
+mkdir "$FS"
+# One epoch of 2 micro-batches: a checkpoint at its end, which 2 ranks can resume too.
+run_mpi 1 --samples=40 --max-steps=2 --quiet --checkpoint="$FS/c.st" --metrics="$FS/m.jsonl" ||
+	fail "making the files under the limit"
+cp "$FS/c.st" "$FS/c.st.orig"
+# A metrics file 100 bytes short of the limit: the resumed run's first record crosses it.
+head -c 8191900 /dev/zero | tr '\0' ' ' >"$FS/m.jsonl"
+(
+	ulimit -f 8000
+	export DDPTRAIN_ALLREDUCE=mpi
+	for np in 1 2; do
+		# Known at start-up: 1,700000,1 needs 8400004 bytes.
+		expect "--checkpoint: $FS/c.st: needs 8400004 bytes but the file-size limit (ulimit -f) is 8192000 bytes" early $np \
+			--layers=1,700000,1 --samples=40 --max-steps=1 --checkpoint="$FS/c.st"
+		expect "--checkpoint: $FS/c.st: write: File too large (the file-size limit, ulimit -f, is 8192000 bytes)" late $np \
+			--layers=1,682666,1 --samples=40 --max-steps=1 --quiet --checkpoint="$FS/c.st"
+		keep "$FS/c.st"
+		expect "--metrics: $FS/m.jsonl: write: File too large (the file-size limit, ulimit -f, is 8192000 bytes)" late $np \
+			--samples=40 --max-steps=3 --quiet --resume="$FS/c.st" --checkpoint="$FS/c.st" --metrics="$FS/m.jsonl"
+		[ "$(stat -c %s "$FS/m.jsonl")" = 8191900 ] || fail "the metrics file kept part of a record: $(stat -c %s "$FS/m.jsonl")"
+		cp "$FS/c.st.orig" "$FS/c.st" # that run's checkpoint of step 3 was written
+	done
+) || exit 1
+[ "$(ls "$FS" | tr '\n' ' ')" = "c.st c.st.orig m.jsonl " ] || fail "left behind under the file-size limit: $(ls "$FS")"
+checks=$((checks + 6))
+echo "output-safety: $checks cases, each refused with exit 1 (another job's output: 2) on every rank and the previous files intact"

@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -17,6 +19,36 @@
 
 #define TMP_SUFFIX ".tmp."
 #define TMP_RANDOM 6 /* mkstemp's XXXXXX */
+#define LOCK_SUFFIX ".lock"
+
+/* The file-size limit (RLIMIT_FSIZE, ulimit -f) in bytes, or 0 when there is none. */
+static unsigned long long size_limit(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_FSIZE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+		return 0;
+	return (unsigned long long)rl.rlim_cur;
+}
+
+/* Has the file open at fd reached the file-size limit? (Then that is why a buffered write
+ * failed, whose errno is gone.) */
+static int at_size_limit(int fd)
+{
+	struct stat sb;
+
+	return size_limit() > 0 && fstat(fd, &sb) == 0 && (unsigned long long)sb.st_size >= size_limit();
+}
+
+enum status outfile_write_failed(struct diag *d, int errnum, const char *what)
+{
+	unsigned long long limit = size_limit();
+	char why[80] = "";
+
+	if (errnum == EFBIG && limit > 0)
+		snprintf(why, sizeof why, " (the file-size limit, ulimit -f, is %llu bytes)", limit);
+	return diag_set(d, ST_RUNTIME, "%s: write: %s%s", what, strerror(errnum), why);
+}
 
 char *outfile_target(const char *path)
 {
@@ -139,7 +171,110 @@ out:
 	return removed;
 }
 
-enum status outfile_check(const char *path, const char *flag, size_t need_bytes, struct diag *d)
+/* Do fd and name refer to the same file? */
+static int same_file(int fd, const char *name)
+{
+	struct stat a, b;
+
+	return fstat(fd, &a) == 0 && stat(name, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* Another process holds the lock on fd (the lock file `name`): ST_USAGE naming it by the
+ * "host pid" it wrote. */
+static enum status lock_refused(int fd, const char *name, const char *flag, const char *path,
+				struct diag *d)
+{
+	char text[300] = "", host[256], q[256];
+	ssize_t n = pread(fd, text, sizeof text - 1, 0);
+	long pid;
+
+	text[n > 0 ? n : 0] = '\0';
+	if (sscanf(text, "%255s %ld", host, &pid) != 2) /* it has not written them yet */
+		return diag_set(d, ST_USAGE, "%s: %s: another ddptrain is writing it (it holds %s); give this run another file, or wait for that one to end",
+				flag, path, name);
+	return diag_set(d, ST_USAGE, "%s: %s: another ddptrain is writing it (host %s, pid %ld); give this run another file, or wait for that one to end",
+			flag, path, diag_quote(q, sizeof q, host), pid);
+}
+
+/* Claim target for this process: lock (flock) "<target>.lock". ST_OK with l->path set;
+ * ST_OK with l->path NULL where the file system has no locks; ST_USAGE when another
+ * process holds it. lock_sign then writes who holds it. */
+static enum status lock_take(struct outfile_lock *l, const char *target, const char *flag,
+			     const char *path, struct diag *d)
+{
+	char *name = malloc(strlen(target) + sizeof LOCK_SUFFIX);
+	enum status st = ST_OK;
+	int fd = -1;
+
+	l->path = NULL;
+	l->slot = -1;
+	if (name == NULL)
+		return diag_set(d, ST_RUNTIME, "%s: %s: out of memory", flag, path);
+	sprintf(name, "%s" LOCK_SUFFIX, target);
+	/* A holder removes the file as it ends: a lock taken on a name that has gone (or been
+	 * made anew) since it was opened claims nothing, so take the new one. */
+	for (int tries = 0; st == ST_OK; tries++) {
+		fd = open(name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+		if (fd < 0) {
+			st = diag_errno(d, errno, "%s: %s: cannot create a file beside it", flag, path);
+		} else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+			int e = errno;
+
+			if (e == EWOULDBLOCK)
+				st = lock_refused(fd, name, flag, path, d);
+			else if (e != ENOLCK && e != EOPNOTSUPP && e != ENOSYS && e != EINVAL)
+				st = diag_errno(d, e, "%s: %s: flock(%s)", flag, path, name);
+			close(fd);
+			free(name);
+			return st; /* ST_OK: no locks here, nothing claimed */
+		} else if (same_file(fd, name)) {
+			break;
+		} else if (tries == 100) {
+			st = diag_set(d, ST_RUNTIME, "%s: %s: %s keeps being replaced", flag, path, name);
+		}
+		if (fd >= 0)
+			close(fd);
+	}
+	if (st != ST_OK) {
+		free(name);
+		return st;
+	}
+	l->path = name;
+	l->fd = fd;
+	l->slot = signals_tmp_add(name);
+	return ST_OK;
+}
+
+/* Write "host pid" into a lock taken, for the message of a job refused (lock_refused); a
+ * failure to write it claims nothing less. */
+static void lock_sign(const struct outfile_lock *l)
+{
+	char host[256] = "?", text[300];
+
+	if (l->path == NULL)
+		return;
+	gethostname(host, sizeof host - 1);
+	host[sizeof host - 1] = '\0';
+	snprintf(text, sizeof text, "%s %ld\n", host, (long)getpid());
+	if (ftruncate(l->fd, 0) == 0)
+		(void)!pwrite(l->fd, text, strlen(text), 0);
+}
+
+void outfile_release(struct outfile_lock *l)
+{
+	if (l->path == NULL)
+		return;
+	signals_tmp_remove(l->slot);
+	l->slot = -1;
+	if (same_file(l->fd, l->path)) /* remove it while it is held: see lock_take */
+		unlink(l->path);
+	close(l->fd);
+	free(l->path);
+	l->path = NULL;
+}
+
+enum status outfile_check(const char *path, const char *flag, size_t need_bytes,
+			  struct outfile_lock *lock, struct diag *d)
 {
 	struct stat sb;
 	struct statvfs vfs;
@@ -147,6 +282,7 @@ enum status outfile_check(const char *path, const char *flag, size_t need_bytes,
 	char *target, *probe;
 	int fd, slot;
 
+	lock->path = NULL;
 	target = outfile_target(path);
 	if (target == NULL)
 		return diag_errno(d, errno, "%s: %s", flag, path);
@@ -154,21 +290,34 @@ enum status outfile_check(const char *path, const char *flag, size_t need_bytes,
 		st = diag_set(d, ST_RUNTIME, "%s: %s: exists and is not a regular file", flag, path);
 		goto out_target;
 	}
-	remove_stale(target);
+	st = lock_take(lock, target, flag, path, d);
+	if (st != ST_OK)
+		goto out_target;
+	/* Every writer of target holds its lock: with it held, a temporary is a dead run's.
+	 * Without locks, whose it is cannot be known, and it is left alone. */
+	if (lock->path != NULL)
+		remove_stale(target);
 	/* The same kind of temporary file the writers use. */
 	fd = tmp_create(target, &probe, &slot);
 	if (fd < 0) {
 		st = diag_errno(d, errno, "%s: %s: cannot create a file beside it", flag, path);
 		goto out_target;
 	}
-	if (need_bytes > 0 && fstatvfs(fd, &vfs) == 0 &&
-	    (unsigned long long)vfs.f_bavail * vfs.f_frsize < need_bytes)
+	if (need_bytes > 0 && size_limit() > 0 && need_bytes > size_limit())
+		st = diag_set(d, ST_RUNTIME, "%s: %s: needs %zu bytes but the file-size limit (ulimit -f) is %llu bytes",
+			      flag, path, need_bytes, size_limit());
+	else if (need_bytes > 0 && fstatvfs(fd, &vfs) == 0 &&
+		 (unsigned long long)vfs.f_bavail * vfs.f_frsize < need_bytes)
 		st = diag_set(d, ST_RUNTIME, "%s: %s: needs %zu bytes but its file system has %llu free",
 			      flag, path, need_bytes, (unsigned long long)vfs.f_bavail * vfs.f_frsize);
 	close(fd);
 	unlink(probe);
 	tmp_forget(&probe, &slot);
 out_target:
+	if (st != ST_OK)
+		outfile_release(lock);
+	else /* after the space check: on a nearly full disk the text takes a block */
+		lock_sign(lock);
 	free(target);
 	return st;
 }
@@ -195,32 +344,51 @@ static void file_identity(const char *given, char *out, size_t len)
 	free(target);
 }
 
-/* Is path one of rot's rotation names (target.step-DIGITS beside rot's target, the names
- * checkpoint.c gives them)? Both are resolved through symbolic links. */
-static int is_rotation_name(const char *given, const char *rot_given)
+/* If given lies in the directory of of_given's target (both resolved through symbolic
+ * links) and its name begins with that target's name, the rest of its name (caller
+ * frees); else NULL. */
+static char *name_beyond(const char *given, const char *of_given)
 {
-	char *path = outfile_target(given), *rot = outfile_target(rot_given);
+	char *path = outfile_target(given), *of = outfile_target(of_given);
 	char *pd = path ? strdup(path) : NULL, *pb = path ? strdup(path) : NULL;
-	char *rd = rot ? strdup(rot) : NULL, *rb = rot ? strdup(rot) : NULL;
-	char a[PATH_MAX], b[PATH_MAX];
-	const char *name, *base;
-	size_t blen;
-	int hit = 0;
+	char *od = of ? strdup(of) : NULL, *ob = of ? strdup(of) : NULL;
+	char a[PATH_MAX], b[PATH_MAX], *rest = NULL;
 
-	if (pd && pb && rd && rb && realpath(dirname(pd), a) != NULL && realpath(dirname(rd), b) != NULL &&
+	if (pd && pb && od && ob && realpath(dirname(pd), a) != NULL && realpath(dirname(od), b) != NULL &&
 	    strcmp(a, b) == 0) {
-		name = basename(pb);
-		base = basename(rb);
-		blen = strlen(base);
-		hit = strncmp(name, base, blen) == 0 && strncmp(name + blen, ".step-", 6) == 0 &&
-		      name[blen + 6] != '\0' && strspn(name + blen + 6, "0123456789") == strlen(name + blen + 6);
+		const char *name = basename(pb), *base = basename(ob);
+
+		if (strncmp(name, base, strlen(base)) == 0)
+			rest = strdup(name + strlen(base));
 	}
 	free(pd);
 	free(pb);
-	free(rd);
-	free(rb);
+	free(od);
+	free(ob);
 	free(path);
-	free(rot);
+	free(of);
+	return rest;
+}
+
+/* Is path one of rot's rotation names (target.step-DIGITS beside rot's target, the names
+ * checkpoint.c gives them)? */
+static int is_rotation_name(const char *given, const char *rot_given)
+{
+	char *rest = name_beyond(given, rot_given);
+	int hit = rest != NULL && strncmp(rest, ".step-", 6) == 0 && rest[6] != '\0' &&
+		  strspn(rest + 6, "0123456789") == strlen(rest + 6);
+
+	free(rest);
+	return hit;
+}
+
+/* Is path the lock file of the output of_given (outfile_check's claim)? */
+static int is_lock_name(const char *given, const char *of_given)
+{
+	char *rest = name_beyond(given, of_given);
+	int hit = rest != NULL && strcmp(rest, LOCK_SUFFIX) == 0;
+
+	free(rest);
 	return hit;
 }
 
@@ -237,6 +405,9 @@ enum status outfile_distinct(const struct named_path *p, int n, int allow_a, int
 				continue;
 			if (p[j].rotation && p[i].output && is_rotation_name(p[i].path, p[j].path))
 				return diag_set(d, ST_USAGE, "%s: %s is one of %s's rotation names (%s.step-N, --keep-checkpoints); give it another name",
+						p[i].flag, p[i].path, p[j].flag, p[j].path);
+			if (p[j].output && p[i].output && is_lock_name(p[i].path, p[j].path))
+				return diag_set(d, ST_USAGE, "%s: %s is the lock file of %s (%s" LOCK_SUFFIX "); give it another name",
 						p[i].flag, p[i].path, p[j].flag, p[j].path);
 			if (j < i || (i == allow_a && j == allow_b) || (i == allow_b && j == allow_a))
 				continue;
@@ -283,7 +454,7 @@ enum status outfile_open(struct outfile *of, const char *path, const char *flag,
 enum status outfile_write(struct outfile *of, const void *buf, size_t len, struct diag *d)
 {
 	if (len > 0 && fwrite(buf, 1, len, of->f) != len)
-		return diag_errno(d, errno, "%s: write", of->what);
+		return outfile_write_failed(d, errno, of->what);
 	return ST_OK;
 }
 
@@ -294,7 +465,9 @@ enum status outfile_sync(struct outfile *of, struct diag *d)
 	if (of->f == NULL)
 		return ST_OK;
 	if (fflush(of->f) != 0)
-		st = diag_errno(d, errno, "%s: write", of->what);
+		st = outfile_write_failed(d, errno, of->what);
+	else if (ferror(of->f) && at_size_limit(fileno(of->f)))
+		st = outfile_write_failed(d, EFBIG, of->what);
 	else if (ferror(of->f)) /* an earlier buffered write failed; its errno is gone */
 		st = diag_set(d, ST_RUNTIME, "%s: write failed", of->what);
 	else if (fsync(fileno(of->f)) != 0)

@@ -18,7 +18,8 @@
  *
  * Temporary files are removed on every exit ddptrain makes (errors, a second
  * signal, the watchdog, SIGBUS: see signals.h); those a kill -9 leaves behind
- * are removed by the next run that writes the same target (outfile_check).
+ * are removed by the next run that writes the same target (outfile_check), once
+ * it holds the target's lock, which every writer of it holds while it runs.
  */
 #ifndef DDPT_OUTFILE_H
 #define DDPT_OUTFILE_H
@@ -28,10 +29,32 @@
 
 #include "core/status.h"
 
-/* ST_RUNTIME naming `flag` and path if path cannot be written atomically, or if its
- * file system has fewer than need_bytes free (0: no size check). Also removes the
- * temporary files an earlier, killed run left beside path's target. */
-enum status outfile_check(const char *path, const char *flag, size_t need_bytes, struct diag *d);
+/* A run's claim on one output: the lock file "<target>.lock" beside the file it writes,
+ * held (flock) while the run lives and holding "host pid", so that a second job writing
+ * the same file is refused at start with the first one's host and pid, and a temporary
+ * beside a file whose lock is free is known to be a dead run's. A zeroed struct holds
+ * nothing. Where the file system has no locks (flock: ENOLCK), nothing is claimed. */
+struct outfile_lock {
+	char *path;  /* owned: the lock file; NULL: nothing held */
+	int fd;      /* holds the lock */
+	int slot;    /* its entry in the signal handlers' table (removed on a fatal exit), or -1 */
+};
+
+/* Check that path can be written and claim it. ST_USAGE naming `flag`, path and the
+ * other job's host and pid if another process holds path's lock; ST_RUNTIME naming them
+ * if path cannot be written atomically, or if its file system has fewer than need_bytes
+ * free or the file-size limit (ulimit -f) is below need_bytes (0: no size check). On
+ * success *lock holds the claim (outfile_release gives it up); on failure it holds
+ * nothing. With the claim held, removes the temporary files an earlier, killed run left
+ * beside path's target; a live writer's are never touched. */
+enum status outfile_check(const char *path, const char *flag, size_t need_bytes,
+			  struct outfile_lock *lock, struct diag *d);
+/* Give up the claim and remove the lock file; safe to call twice. */
+void outfile_release(struct outfile_lock *lock);
+
+/* ST_RUNTIME: "<what>: write: <strerror>", and for EFBIG the file-size limit (ulimit -f)
+ * that caused it. Every writer of an output reports a failed write through it. */
+enum status outfile_write_failed(struct diag *d, int errnum, const char *what);
 
 /* One file named on the command line, for outfile_distinct. */
 struct named_path {
@@ -43,7 +66,8 @@ struct named_path {
 
 /* ST_USAGE if an output names the same file as any other path (input or output): device
  * and inode for files that exist, the resolved directory and name for those that do not;
- * also a path that is one of a rotation's names (path.step-N). allow_a and allow_b (indexes
+ * also a path that is one of a rotation's names (path.step-N) or, for two outputs, one's
+ * lock file (path.lock, outfile_check). allow_a and allow_b (indexes
  * into p, or -1) may name the same file: --resume and --checkpoint continue one run. */
 enum status outfile_distinct(const struct named_path *p, int n, int allow_a, int allow_b,
 			     struct diag *d);

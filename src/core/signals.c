@@ -8,6 +8,7 @@
 #include "core/status.h" /* EXIT_INTERRUPTED */
 
 #define SLOTS 8
+#define TMP_SLOTS 16 /* a run's temporaries and the lock files of its outputs */
 #define PATH_LEN 4096
 
 static volatile sig_atomic_t first_signal, stop_saved;
@@ -25,7 +26,7 @@ static struct {
 static struct {
 	atomic_int used;
 	char path[PATH_LEN];
-} tmps[SLOTS];
+} tmps[TMP_SLOTS];
 
 static void say(const char *s)
 {
@@ -34,7 +35,7 @@ static void say(const char *s)
 
 void signals_tmp_cleanup(void)
 {
-	for (int i = 0; i < SLOTS; i++)
+	for (int i = 0; i < TMP_SLOTS; i++)
 		if (atomic_load(&tmps[i].used))
 			unlink(tmps[i].path);
 }
@@ -84,6 +85,7 @@ void signals_install(void)
 		sigaction(stops[i], &sa, NULL);
 	sa.sa_handler = SIG_IGN;
 	sigaction(SIGPIPE, &sa, NULL);
+	sigaction(SIGXFSZ, &sa, NULL);
 	sa.sa_flags = SA_SIGINFO;
 	sa.sa_sigaction = on_bus;
 	sigaction(SIGBUS, &sa, NULL);
@@ -124,7 +126,7 @@ int signals_tmp_add(const char *path)
 {
 	if (strlen(path) >= PATH_LEN)
 		return -1;
-	for (int i = 0; i < SLOTS; i++) {
+	for (int i = 0; i < TMP_SLOTS; i++) {
 		if (atomic_load(&tmps[i].used))
 			continue;
 		strcpy(tmps[i].path, path);
@@ -136,6 +138,6 @@ int signals_tmp_add(const char *path)
 
 void signals_tmp_remove(int slot)
 {
-	if (slot >= 0 && slot < SLOTS)
+	if (slot >= 0 && slot < TMP_SLOTS)
 		atomic_store(&tmps[slot].used, 0);
 }

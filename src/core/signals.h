@@ -12,6 +12,10 @@
  * SIGPIPE is ignored: a write to a closed standard output fails with EPIPE
  * and the report stops printing (training goes on).
  *
+ * SIGXFSZ is ignored: a write past the file-size limit (ulimit -f, which Slurm
+ * copies from the submitting shell) fails with EFBIG, an ordinary write error
+ * that names the file and removes the temporary, instead of killing the rank.
+ *
  * SIGBUS on a mapped input file (another process truncated it) ends the process
  * with one line naming the file and exit 1, instead of a bare "Bus error".
  *
@@ -39,9 +43,10 @@ void signals_stop_saved(void);
 void signals_map_add(const void *addr, size_t len, const char *what);
 void signals_map_remove(const void *addr);
 
-/* A temporary file this process is writing: removed by any exit a handler or the
- * watchdog makes. Returns a slot for signals_tmp_remove, or -1 when the table
- * (8 entries) is full or the path is too long, in which case it is not tracked. */
+/* A temporary file this process is writing (or the lock file of an output it claims):
+ * removed by any exit a handler or the watchdog makes. Returns a slot for
+ * signals_tmp_remove, or -1 when the table (16 entries) is full or the path is too
+ * long, in which case it is not tracked. */
 int signals_tmp_add(const char *path);
 void signals_tmp_remove(int slot);
 /* Remove every tracked temporary file (async-signal-safe: only unlink). */

@@ -3,6 +3,14 @@
 
 #include "data/loader.h"
 
+long loader_epoch_length(size_t n, const struct loader_config *cfg)
+{
+	size_t samples = sampler_num_samples(n, cfg->world, cfg->sampler_drop_last);
+	long nmicro = (long)(samples / (size_t)cfg->batch);
+
+	return nmicro + (!cfg->drop_short && samples % (size_t)cfg->batch != 0);
+}
+
 enum status loader_init(struct loader *l, const struct dataset *ds, const struct loader_config *cfg,
 			struct backend *be, struct diag *d)
 {
@@ -18,9 +26,7 @@ enum status loader_init(struct loader *l, const struct dataset *ds, const struct
 			  d);
 	if (st != ST_OK)
 		return st;
-	l->nmicro = (long)(l->s.num_samples / (size_t)batch);
-	if (!cfg->drop_short && l->s.num_samples % (size_t)batch != 0)
-		l->nmicro++;
+	l->nmicro = loader_epoch_length(ds->n, cfg);
 	if (l->nmicro == 0) {
 		st = diag_set(d, ST_USAGE, "--drop-last: %zu samples make no full batch of %ld",
 			      l->s.num_samples, batch);

@@ -56,6 +56,8 @@ struct loader_config {
 };
 enum status loader_init(struct loader *l, const struct dataset *ds, const struct loader_config *cfg,
 			struct backend *be, struct diag *d);
+/* Micro-batches per epoch of n samples under cfg (the loader's nmicro); 0: none. */
+long loader_epoch_length(size_t n, const struct loader_config *cfg);
 /* Begin at micro-batch mb of epoch (a resumed run); before the first loader_next. */
 void loader_seek(struct loader *l, long epoch, long mb);
 /* The next batch (prepared earlier or now); 0 when all epochs are done. Valid until the

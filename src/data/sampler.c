@@ -24,6 +24,13 @@ void sampler_randperm(uint32_t *out, size_t n, uint64_t seed)
 	}
 }
 
+size_t sampler_num_samples(size_t n, int world, int drop_last)
+{
+	if (drop_last && n % (size_t)world != 0)
+		return n / (size_t)world; /* ceil((n - W) / W) */
+	return (n + (size_t)world - 1) / (size_t)world;
+}
+
 enum status sampler_init(struct sampler *s, size_t n, int world, int rank, int shuffle,
 			 int drop_last, uint64_t seed, struct diag *d)
 {
@@ -34,10 +41,7 @@ enum status sampler_init(struct sampler *s, size_t n, int world, int rank, int s
 	s->shuffle = shuffle;
 	s->drop_last = drop_last;
 	s->seed = seed;
-	if (drop_last && n % (size_t)world != 0)
-		s->num_samples = n / (size_t)world; /* ceil((n - W) / W) */
-	else
-		s->num_samples = (n + (size_t)world - 1) / (size_t)world;
+	s->num_samples = sampler_num_samples(n, world, drop_last);
 	s->total_size = s->num_samples * (size_t)world;
 	if (s->num_samples == 0)
 		return diag_set(d, ST_USAGE, "--drop-last: %zu samples leave none for each of %d ranks",

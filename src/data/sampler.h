@@ -25,6 +25,8 @@ struct sampler {
 	uint32_t *indices;  /* (num_samples) this rank's indices for the current epoch */
 };
 
+/* Indices each of `world` ranks sees per epoch of n samples (0: none). */
+size_t sampler_num_samples(size_t n, int world, int drop_last);
 /* Set up for n samples on `world` ranks. ST_USAGE if a rank would get no sample. */
 enum status sampler_init(struct sampler *s, size_t n, int world, int rank, int shuffle,
 			 int drop_last, uint64_t seed, struct diag *d);

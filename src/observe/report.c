@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +14,7 @@
 #include <unistd.h>
 
 #include "core/build.h" /* build_json: the summary names the build */
-#include "core/outfile.h" /* outfile_target */
+#include "core/outfile.h" /* outfile_target, outfile_write_failed */
 #include "config.h" /* PACKAGE_VERSION */
 #include "observe/report.h"
 
@@ -85,8 +86,9 @@ static void wall_time(char *buf, size_t len)
 }
 
 /* Append one record as a whole line with one write(): a reader (tail -f) or a killed run
- * sees whole lines only. A short write (full disk) is cut back off the file. Every
- * record gets the wall-clock time as its "time". */
+ * sees whole lines only. A short write is followed by one for the rest, whose failure
+ * gives the reason (a full disk, the file-size limit); a line that cannot be finished is
+ * cut back off the file. Every record gets the wall-clock time as its "time". */
 static void metrics_write(struct report *r, json_t *obj)
 {
 	char when[64], *text = NULL;
@@ -100,16 +102,20 @@ static void metrics_write(struct report *r, json_t *obj)
 	if (text != NULL) {
 		struct stat sb;
 		off_t before = fstat(r->metrics_fd, &sb) == 0 ? sb.st_size : -1;
-		ssize_t w;
+		size_t done = 0;
+		ssize_t w = 0;
 
 		len = strlen(text);
 		text[len] = '\n'; /* json_dumps's terminator: the line is len + 1 bytes */
-		do
-			w = write(r->metrics_fd, text, len + 1);
-		while (w < 0 && errno == EINTR);
-		if (w != (ssize_t)(len + 1)) {
+		while (done < len + 1 && (w = write(r->metrics_fd, text + done, len + 1 - done)) != 0) {
+			if (w > 0)
+				done += (size_t)w;
+			else if (errno != EINTR)
+				break;
+		}
+		if (done != len + 1) {
 			r->metrics_err = w < 0 ? errno : ENOSPC;
-			if (w > 0 && before >= 0 && ftruncate(r->metrics_fd, before) != 0)
+			if (done > 0 && before >= 0 && ftruncate(r->metrics_fd, before) != 0)
 				r->metrics_err = errno;
 		}
 		free(text);
@@ -530,8 +536,12 @@ enum status report_finish(struct report *r, const struct report_summary *s, int 
 	}
 	if (r->metrics_fd >= 0 && r->metrics_err == 0 && fsync(r->metrics_fd) != 0 && errno != EINVAL)
 		r->metrics_err = errno;
-	if (r->metrics_err != 0 && st == ST_OK)
-		st = diag_errno(d, r->metrics_err, "--metrics: %s: write", r->metrics_path);
+	if (r->metrics_err != 0 && st == ST_OK) {
+		char what[PATH_MAX + 16];
+
+		snprintf(what, sizeof what, "--metrics: %s", r->metrics_path);
+		st = outfile_write_failed(d, r->metrics_err, what);
+	}
 	r->finished = 1;
 	return st;
 }

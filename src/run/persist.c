@@ -45,7 +45,7 @@ static enum status write_checkpoint(void *arg, long step, long epoch, long next_
 		settings_resume_text(p->o, p->ds, text, sizeof text);
 		st = model_state_to_host(p->m, 0, p->m->narenas, p->ckpt_host, d);
 		if (st == ST_OK)
-			st = checkpoint_save(p->o->checkpoint, (int)p->o->keep_checkpoints, p->m, p->ckpt_host,
+			st = checkpoint_save(p->o->checkpoint, &p->kept, p->m, p->ckpt_host,
 					     &pos, text, d);
 	}
 	/* Waiting for rank 0 to write a big checkpoint is not a stall, even when stopping. */
@@ -79,6 +79,7 @@ void persist_init(struct persist *p, struct train_ctl *ctl)
 
 	if (o->checkpoint != NULL) {
 		checkpoint_new_lineage(p->lineage); /* --resume replaces it with the checkpoint's */
+		p->kept.keep = (int)o->keep_checkpoints;
 		ctl->checkpoint = write_checkpoint;
 		ctl->every = o->checkpoint_every;
 	}
@@ -115,6 +116,18 @@ enum status persist_start(struct persist *p)
 	return agree(p, st);
 }
 
+/* Rank 0: pos against the epochs of this run's data and batches (checkpoint_check_position):
+ * an epoch's length at the checkpoint's world size, and at world size 1, the longest. */
+static enum status check_position(struct persist *p, const struct ckpt_pos *pos)
+{
+	const int dp = p->o->mode == MODE_DP;
+	const struct loader_config at = trainer_loader_config(p->tc, dp, pos->world, 0),
+				   one = trainer_loader_config(p->tc, dp, 1, 0);
+
+	return checkpoint_check_position(pos, loader_epoch_length(p->ds->n, &at), loader_epoch_length(p->ds->n, &one),
+					 p->tc->grad_accum, p->o->resume, p->d);
+}
+
 enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct optimizer *opt)
 {
 	const struct options *o = p->o;
@@ -126,6 +139,8 @@ enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct opti
 	if (p->w->rank == 0) {
 		settings_resume_text(o, p->ds, want, sizeof want);
 		st = checkpoint_load(o->resume, m, want, p->ckpt_host, &pos, p->d);
+		if (st == ST_OK)
+			st = check_position(p, &pos);
 		if (st == ST_OK && pos.world != p->replicas && pos.next_mb != 0)
 			st = diag_set(p->d, ST_USAGE,
 				      "--resume: %s was written by %d replicas in the middle of epoch %ld (next micro-batch %ld); resume it with %d, or from a checkpoint taken at an epoch boundary",
@@ -198,6 +213,7 @@ enum status persist_commit(struct persist *p)
 void persist_free(struct persist *p)
 {
 	st_discard(&p->saved);
+	checkpoint_rotation_free(&p->kept);
 	free(p->ckpt_host);
 	p->ckpt_host = NULL;
 }

@@ -26,6 +26,7 @@
 struct persist {
 	/* borrowed from the session */
 	const struct options *o;
+	const struct train_config *tc; /* the loop's batches: a checkpoint's position is checked against them */
 	const struct dataset *ds;  /* the checkpoint's data identity */
 	struct model *m;
 	struct world *w;
@@ -40,6 +41,7 @@ struct persist {
 	double best_loss;          /* --save-best: the best validation loss so far */
 	int have_best;
 	struct st_pending saved;   /* rank 0: --save, written and waiting for the run's success */
+	struct ckpt_rotation kept; /* rank 0: --keep-checkpoints' numbered copies */
 };
 
 /* Set up p over what it borrows (its fields up to `ckpt_host` filled in by the caller)

@@ -2,7 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/outfile.h" /* outfile_distinct, outfile_check */
+#include "core/outfile.h" /* outfile_distinct, outfile_check, outfile_release */
 #include "run/preflight.h"
 #include "train/model.h"  /* model_layout, model_bytes_needed */
 
@@ -17,7 +17,7 @@ enum status preflight_launch(const struct options *o, struct world *w, struct di
 }
 
 enum status preflight_outputs(const struct options *o, const struct optimizer_hparams *hp, int rank,
-			      struct diag *d)
+			      struct outfile_lock claims[OPT_MAX_FILES], struct diag *d)
 {
 	struct opt_file f[OPT_MAX_FILES];
 	struct named_path p[OPT_MAX_FILES];
@@ -50,7 +50,7 @@ enum status preflight_outputs(const struct options *o, const struct optimizer_hp
 				       : 0;
 
 		if (f[i].kind != OPT_PATH_IN && f[i].path != NULL)
-			st = outfile_check(f[i].path, flags[i], bytes, d);
+			st = outfile_check(f[i].path, flags[i], bytes, &claims[i], d);
 	}
 	return st;
 }

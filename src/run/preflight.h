@@ -4,11 +4,13 @@
  * that does not fit, data that is not finite.
  *
  * Each check returns a status on the rank that makes it; the session agrees on
- * it across the ranks. Nothing here writes a file or changes the run.
+ * it across the ranks. Nothing here writes a file or changes the run, except the
+ * claims on the outputs (their lock files) that preflight_outputs hands the session.
  */
 #ifndef DDPT_PREFLIGHT_H
 #define DDPT_PREFLIGHT_H
 
+#include "core/outfile.h"   /* struct outfile_lock */
 #include "core/status.h"
 #include "data/data.h"       /* struct dataset */
 #include "dist/world.h"      /* struct world */
@@ -21,10 +23,11 @@ enum status preflight_launch(const struct options *o, struct world *w, struct di
 
 /* Rank 0: no output names the file of another file flag (--resume=F --checkpoint=F is
  * how a run continues), and each output can be written: a directory that takes the file,
- * a regular file or none as the target, room for the weights it will hold. Other ranks:
- * ST_OK. */
+ * a regular file or none as the target, room for the weights it will hold, no other job
+ * writing it. claims[i] (options_paths' order) gets the claim on output i, held until
+ * outfile_release, by the caller, also on failure. Other ranks: ST_OK, no claims. */
 enum status preflight_outputs(const struct options *o, const struct optimizer_hparams *hp, int rank,
-			      struct diag *d);
+			      struct outfile_lock claims[OPT_MAX_FILES], struct diag *d);
 
 /* Room for every replica's model (dp: all in this process) and the host copies kept
  * beside them: two batch buffers, the checkpoint and initial-weight copies. */

@@ -115,7 +115,7 @@ enum status session_setup(struct session *s)
 	enum status st;
 
 	settings_apply(o, &s->hp, &s->tc);
-	st = session_agree(s, preflight_outputs(o, &s->hp, s->w.rank, &s->d));
+	st = session_agree(s, preflight_outputs(o, &s->hp, s->w.rank, s->claims, &s->d));
 	if (st == ST_OK)
 		st = load_data(s);
 	if (st != ST_OK)
@@ -127,7 +127,7 @@ enum status session_setup(struct session *s)
 	if (st != ST_OK)
 		return st;
 	report_init(&s->r, s->w.rank == 0, o->quiet);
-	s->per = (struct persist){.o = o, .ds = &s->ds, .m = &s->m, .w = &s->w, .c = &s->c, .r = &s->r,
+	s->per = (struct persist){.o = o, .tc = &s->tc, .ds = &s->ds, .m = &s->m, .w = &s->w, .c = &s->c, .r = &s->r,
 				  .ag = {agree_cb, s}, .d = &s->d, .replicas = session_replicas(s)};
 	persist_init(&s->per, &s->ctl);
 	if (s->val.n > 0)
@@ -211,6 +211,8 @@ void session_end(struct session *s, enum status st)
 	persist_free(&s->per);
 	observers_free(&s->ob);
 	report_free(&s->r);
+	for (int i = 0; i < OPT_MAX_FILES; i++) /* the outputs are written or abandoned: free */
+		outfile_release(&s->claims[i]);
 	model_free(&s->m);
 	comm_free(&s->c);
 	backend_free(&s->be);

@@ -18,6 +18,7 @@
 #define DDPT_SESSION_H
 
 #include "backend/backend.h"  /* struct backend, struct backend_config */
+#include "core/outfile.h"     /* struct outfile_lock */
 #include "data/data.h"        /* struct dataset */
 #include "dist/comm.h"        /* struct comm */
 #include "dist/world.h"       /* struct world */
@@ -48,6 +49,7 @@ struct session {
 	struct train_ctl ctl;
 	struct observers ob;
 	struct persist per;
+	struct outfile_lock claims[OPT_MAX_FILES]; /* rank 0: the outputs' lock files, held to the end */
 	int reported;        /* the current failure was printed already */
 	struct diag d;
 };

@@ -182,32 +182,74 @@ long checkpoint_numbered_step(const char *name, const char *base)
 	return errno == 0 && *end == '\0' ? step : -1;
 }
 
-struct numbered {
-	char *name;
-	long step;
-};
-
-static int by_step(const void *a, const void *b)
+void checkpoint_rotation_free(struct ckpt_rotation *rot)
 {
-	long x = ((const struct numbered *)a)->step, y = ((const struct numbered *)b)->step;
-
-	return (x > y) - (x < y);
+	for (size_t i = 0; i < rot->n; i++)
+		free(rot->copy[i].name);
+	free(rot->copy);
+	rot->copy = NULL;
+	rot->n = rot->cap = 0;
+	rot->listed = 0;
 }
 
-/* Keep the newest `keep` of this lineage's path.step-N: link the new one, then remove the
- * oldest by step. Files of another run (another lineage, or not a checkpoint) are left
- * alone and not counted, so a stale set cannot push out the current run's. When path is
- * a symbolic link they are names of the file it names, beside that file (link(2) would
- * name the link itself, and a hard link cannot leave the target's file system). */
-static enum status keep_numbered(const char *path, long step, int keep, const char *lineage,
-				 struct diag *d)
+/* Add name (taken) at step to rot's list, in step order; 0 when out of memory (name freed). */
+static int rotation_add(struct ckpt_rotation *rot, char *name, long step)
+{
+	size_t at = rot->n;
+
+	if (name == NULL)
+		return 0;
+	if (rot->n == rot->cap) {
+		size_t cap = rot->cap ? 2 * rot->cap : 16;
+		struct ckpt_copy *g = realloc(rot->copy, cap * sizeof *g);
+
+		if (g == NULL) {
+			free(name);
+			return 0;
+		}
+		rot->copy = g;
+		rot->cap = cap;
+	}
+	while (at > 0 && rot->copy[at - 1].step > step) /* steps grow: normally none to pass */
+		at--;
+	memmove(rot->copy + at + 1, rot->copy + at, (rot->n - at) * sizeof *rot->copy);
+	rot->copy[at] = (struct ckpt_copy){name, step};
+	rot->n++;
+	return 1;
+}
+
+/* The lineage's copies beside target (dir/base), read once: files of another run (another
+ * lineage, or not a checkpoint) are left alone and not counted, so a stale set cannot push
+ * out the current run's. */
+static enum status rotation_list(struct ckpt_rotation *rot, const char *dir, const char *base,
+				 const char *lineage, struct diag *d)
+{
+	DIR *dp = opendir(dir);
+	struct dirent *e;
+	int ok = 1;
+
+	if (dp == NULL)
+		return diag_errno(d, errno, "--keep-checkpoints: %s", dir);
+	while (ok && (e = readdir(dp)) != NULL) {
+		long s = checkpoint_numbered_step(e->d_name, base);
+		char full[4200];
+
+		snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+		if (s >= 0 && same_lineage(full, lineage))
+			ok = rotation_add(rot, strdup(full), s);
+	}
+	closedir(dp);
+	rot->listed = 1;
+	return ok ? ST_OK : diag_set(d, ST_RUNTIME, "--keep-checkpoints: out of memory");
+}
+
+/* Keep the newest rot->keep copies: link the new one, then remove the oldest by step. When
+ * path is a symbolic link they are names of the file it names, beside that file (link(2)
+ * would name the link itself, and a hard link cannot leave the target's file system). */
+static enum status keep_numbered(const char *path, long step, struct ckpt_rotation *rot,
+				 const char *lineage, struct diag *d)
 {
 	char numbered[4200], *target = outfile_target(path), *dcopy = NULL, *bcopy = NULL;
-	const char *dir, *base;
-	struct dirent *e;
-	struct numbered *found = NULL;
-	size_t nfound = 0, cap = 0;
-	DIR *dp;
 	enum status st = ST_OK;
 
 	if (target == NULL)
@@ -218,41 +260,37 @@ static enum status keep_numbered(const char *path, long step, int keep, const ch
 		st = diag_set(d, ST_RUNTIME, "--keep-checkpoints: out of memory");
 		goto out;
 	}
-	dir = dirname(dcopy);
-	base = basename(bcopy);
 	snprintf(numbered, sizeof numbered, "%s.step-%08ld", target, step);
 	unlink(numbered);
 	if (link(target, numbered) != 0) {
 		st = diag_errno(d, errno, "--keep-checkpoints: %s", numbered);
 		goto out;
 	}
-	dp = opendir(dir);
-	while (dp != NULL && (e = readdir(dp)) != NULL) {
-		long s = checkpoint_numbered_step(e->d_name, base);
-		char full[4200];
-
-		snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
-		if (s < 0 || !same_lineage(full, lineage))
-			continue;
-		if (nfound == cap) {
-			struct numbered *g = realloc(found, (cap = cap ? 2 * cap : 16) * sizeof *found);
-
-			if (g == NULL)
+	/* The first time, the new copy is among those listed; later it joins the list, in
+	 * place of a copy of the same name (a step taken again after a resume). */
+	if (!rot->listed) {
+		st = rotation_list(rot, dirname(dcopy), basename(bcopy), lineage, d);
+	} else {
+		for (size_t i = rot->n; i-- > 0 && rot->copy[i].step >= step;)
+			if (strcmp(rot->copy[i].name, numbered) == 0) {
+				free(rot->copy[i].name);
+				memmove(rot->copy + i, rot->copy + i + 1, (rot->n - i - 1) * sizeof *rot->copy);
+				rot->n--;
 				break;
-			found = g;
-		}
-		found[nfound].name = strdup(full);
-		found[nfound++].step = s;
+			}
+		if (!rotation_add(rot, strdup(numbered), step))
+			st = diag_set(d, ST_RUNTIME, "--keep-checkpoints: out of memory");
 	}
-	if (dp != NULL)
-		closedir(dp);
-	qsort(found, nfound, sizeof *found, by_step);
-	for (size_t i = 0; i + (size_t)keep < nfound; i++)
-		if (found[i].name != NULL)
-			unlink(found[i].name);
-	for (size_t i = 0; i < nfound; i++)
-		free(found[i].name);
-	free(found);
+	if (rot->n > (size_t)rot->keep) {
+		size_t drop = rot->n - (size_t)rot->keep;
+
+		for (size_t i = 0; i < drop; i++) {
+			unlink(rot->copy[i].name);
+			free(rot->copy[i].name);
+		}
+		memmove(rot->copy, rot->copy + drop, (rot->n - drop) * sizeof *rot->copy);
+		rot->n -= drop;
+	}
 out:
 	free(target);
 	free(dcopy);
@@ -284,7 +322,7 @@ void checkpoint_new_lineage(char lineage[CKPT_LINEAGE])
 static const char sha_zeros[SHA_HEX] =
 	"0000000000000000000000000000000000000000000000000000000000000000";
 
-enum status checkpoint_save(const char *path, int keep, const struct model *m,
+enum status checkpoint_save(const char *path, struct ckpt_rotation *rot, const struct model *m,
 			    const float *host, const struct ckpt_pos *pos, const char *config,
 			    struct diag *d)
 {
@@ -339,8 +377,8 @@ enum status checkpoint_save(const char *path, int keep, const struct model *m,
 		return diag_set(d, ST_RUNTIME, "--checkpoint: SHA-256 failed");
 	meta[nm - 1] = sha;
 	st = st_save(path, "--checkpoint", e, (size_t)n, meta, (size_t)nm / 2, d);
-	if (st == ST_OK && keep > 0)
-		st = keep_numbered(path, pos->step, keep, pos->lineage, d);
+	if (st == ST_OK && rot != NULL && rot->keep > 0)
+		st = keep_numbered(path, pos->step, rot, pos->lineage, d);
 	return st;
 }
 
@@ -484,6 +522,34 @@ out:
 	json_decref(root);
 	st_close(&f);
 	return st;
+}
+
+enum status checkpoint_check_position(const struct ckpt_pos *pos, long nmicro, long longest,
+				      long grad_accum, const char *path, struct diag *d)
+{
+	/* Steps the epochs before this one took, and this one's micro-batches so far took. */
+	const long before = pos->step - pos->next_mb / grad_accum, most = (longest + grad_accum - 1) / grad_accum;
+
+	if (pos->next_mb >= nmicro)
+		return diag_set(d, ST_RUNTIME, "--resume: %s: next_micro_batch %ld is past the end of an epoch of %ld micro-batches (world size %d)",
+				path, pos->next_mb, nmicro, pos->world);
+	if (pos->next_mb % grad_accum != 0)
+		return diag_set(d, ST_RUNTIME, "--resume: %s: next_micro_batch %ld does not begin a step of --grad-accum=%ld micro-batches",
+				path, pos->next_mb, grad_accum);
+	/* pos->epoch <= before <= pos->epoch * most, without the product overflowing */
+	if (before < pos->epoch || (pos->epoch > 0 ? (before - 1) / pos->epoch >= most : before > 0)) {
+		long lo = pos->epoch + pos->next_mb / grad_accum;
+		double hi = (double)pos->epoch * (double)most + (double)(pos->next_mb / grad_accum);
+		char range[64];
+
+		if (hi == (double)lo)
+			snprintf(range, sizeof range, "%ld", lo);
+		else
+			snprintf(range, sizeof range, "%ld to %.0f", lo, hi);
+		return diag_set(d, ST_RUNTIME, "--resume: %s: step %ld contradicts epoch %ld and next_micro_batch %ld: those take %s steps (an epoch takes 1 to %ld steps, by world size)",
+				path, pos->step, pos->epoch, pos->next_mb, range, most);
+	}
+	return ST_OK;
 }
 
 int checkpoint_config_diff(const char *have, const char *want, char *have_line,

@@ -45,11 +45,28 @@ struct ckpt_pos {
 	double best_loss;  /* ... and this is the lowest (kept across --resume) */
 };
 
+/* --keep-checkpoints: a run's numbered copies path.step-N of its checkpoints (names of the
+ * same file), the newest `keep` of its lineage kept (files of other runs are never
+ * removed). The directory is read once, at the run's first checkpoint (a resumed run
+ * finds its lineage's earlier copies there); after that the list lives here, so a
+ * checkpoint opens no other file. A zeroed struct keeps none; the caller owns it. */
+struct ckpt_rotation {
+	int keep;          /* copies to keep; 0: none */
+	int listed;        /* the directory has been read */
+	struct ckpt_copy {
+		char *name;    /* owned */
+		long step;
+	} *copy;           /* (n) owned, by step, oldest first */
+	size_t n, cap;
+};
+/* Safe to call twice. */
+void checkpoint_rotation_free(struct ckpt_rotation *rot);
+
 /* Write path: m's whole state dict (every arena) from host, the arenas one after another
  * (model_state_to_host(m, 0, m->narenas, host)); config is the "--flag=value" lines that
- * must match on resume. keep > 0 also keeps path.step-NNNNNNNN for the last keep
- * checkpoints of pos->lineage (files of other runs are never removed). */
-enum status checkpoint_save(const char *path, int keep, const struct model *m,
+ * must match on resume. With rot (NULL: none) also path.step-NNNNNNNN, pruned to the last
+ * rot->keep checkpoints of pos->lineage. */
+enum status checkpoint_save(const char *path, struct ckpt_rotation *rot, const struct model *m,
 			    const float *host, const struct ckpt_pos *pos, const char *config,
 			    struct diag *d);
 
@@ -65,6 +82,16 @@ long checkpoint_numbered_step(const char *name, const char *base);
  * optimizer state zeroed if the file has none) and pos. */
 enum status checkpoint_load(const char *path, const struct model *m, const char *want,
 			    float *host, struct ckpt_pos *pos, struct diag *d);
+
+/* Is pos a position a run could have written? An epoch is nmicro micro-batches at the
+ * checkpoint's world size (pos->world) and at most longest at any (world size 1: the
+ * world may change between resumes at an epoch boundary, which changes the epoch's
+ * length). The next micro-batch lies inside the epoch and begins a step of grad_accum
+ * micro-batches; the step count is what the epochs before (1 to ceil(longest / grad_accum)
+ * steps each) and the micro-batches before in this one take. ST_RUNTIME naming the
+ * fields otherwise: the checksum proves a file intact, not that its writer was right. */
+enum status checkpoint_check_position(const struct ckpt_pos *pos, long nmicro, long longest,
+				      long grad_accum, const char *path, struct diag *d);
 
 /* --init: m's weights (arena 0) from a safetensors file into host (nparams floats), as
  * strict as PyTorch's load_state_dict: every tensor present with its shape, finite, and

@@ -88,6 +88,17 @@ long trainer_steps_per_epoch(long nmicro, long grad_accum)
 	return (nmicro + grad_accum - 1) / grad_accum;
 }
 
+struct loader_config trainer_loader_config(const struct train_config *tc, int dp, int replicas, int rank)
+{
+	if (dp) /* one global order (world 1), batches of B*G; --drop-last drops the short one */
+		return (struct loader_config){.world = 1, .rank = 0, .shuffle = tc->shuffle, .seed = tc->seed,
+					      .batch = tc->batch_size * replicas, .drop_short = tc->drop_last,
+					      .epochs = tc->epochs};
+	return (struct loader_config){.world = replicas, .rank = rank, .shuffle = tc->shuffle,
+				      .sampler_drop_last = tc->drop_last, .seed = tc->seed,
+				      .batch = tc->batch_size, .epochs = tc->epochs};
+}
+
 long trainer_total_steps(const struct train_ctl *ctl, long nmicro, long grad_accum, long epochs,
 			 long max_steps)
 {

@@ -108,6 +108,9 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 long trainer_group(long mb, long nmicro, long grad_accum, long *gi);
 /* Optimizer steps in an epoch of nmicro micro-batches. */
 long trainer_steps_per_epoch(long nmicro, long grad_accum);
+/* The loader a training loop reads through: ddp's rank `rank` of `replicas` ranks, or
+ * dp's one loader of batches for all `replicas` threads (rank 0). */
+struct loader_config trainer_loader_config(const struct train_config *tc, int dp, int replicas, int rank);
 
 /* The step number training ends at: the resumed position plus the steps left in its epoch
  * and the epochs after it, capped by max_steps (0: no cap). */

@@ -352,6 +352,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	struct ddp t = {.tc = tc, .w = w, .m = m, .opt = opt, .c = c, .d = d, .ctl = ctl, .r = r,
 			.ydim = ds->out, .slot_bucket = -1, .res = res};
 	const struct comm_observer obs = {ddp_allreduce_done, &t};
+	const struct loader_config lcfg = trainer_loader_config(tc, 0, w->size, w->rank);
 	struct loader L;
 	struct batch b;
 	float slots[MODEL_SLOTS] = {0};
@@ -364,11 +365,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	enum status st;
 
 	memset(res, 0, sizeof *res);
-	st = loader_init(&L, ds,
-			 &(struct loader_config){.world = w->size, .rank = w->rank, .shuffle = tc->shuffle,
-						 .sampler_drop_last = tc->drop_last, .seed = tc->seed,
-						 .batch = tc->batch_size, .epochs = tc->epochs},
-			 m->be, d);
+	st = loader_init(&L, ds, &lcfg, m->be, d);
 	if (st == ST_OK) {
 		loader_seek(&L, ctl->start_epoch, ctl->start_mb);
 		t.stop_host = ops->host_alloc(bctx, 1);

@@ -498,16 +498,14 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 	struct step_clock clk = {0};
 	struct train_loop loop;
 	double consumed = 0.0;
+	struct loader_config lcfg;
 	enum status st;
 
 	memset(res, 0, sizeof *res);
 	res->nreplicas = replicas;
-	/* One global order (world 1); batches of B*G; --drop-last drops the short one. */
 	/* One process: the sampler sees one replica; --drop-last drops the short last batch. */
-	st = loader_init(&L, ds,
-			 &(struct loader_config){.world = 1, .rank = 0, .shuffle = tc->shuffle, .seed = tc->seed,
-						 .batch = global, .drop_short = tc->drop_last, .epochs = tc->epochs},
-			 m0->be, d);
+	lcfg = trainer_loader_config(tc, 1, replicas, 0);
+	st = loader_init(&L, ds, &lcfg, m0->be, d);
 	if (st != ST_OK) {
 		if (st == ST_USAGE)
 			diag_append(d, " (--batch-size x --replicas)");

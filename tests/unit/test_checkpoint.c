@@ -90,7 +90,7 @@ static void test_checkpoint_round_trips_weights_momentum_and_position(void **sta
 	rig_init(&a, widths, 2, 0.9f, 1.0f);
 	rig_init(&b, widths, 2, 0.9f, -5.0f);
 	assert_int_equal(a.m.narenas, 2);
-	assert_int_equal(checkpoint_save(path, 0, &a.m, a.host, &pos, config, &d), ST_OK);
+	assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, &d), ST_OK);
 	assert_int_equal(checkpoint_load(path, &b.m, config, b.host, &got, &d), ST_OK);
 	assert_memory_equal(b.host, a.host, a.m.nparams * 2 * sizeof(float));
 	assert_int_equal(got.step, 7);
@@ -111,7 +111,7 @@ static void test_checkpoint_without_momentum_loads_zero_momentum(void **state)
 
 	rig_init(&a, widths, 2, 0.0f, 1.0f);
 	rig_init(&b, widths, 2, 0.9f, -5.0f);
-	assert_int_equal(checkpoint_save(path, 0, &a.m, a.host, &pos, config, &d), ST_OK);
+	assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, &d), ST_OK);
 	assert_int_equal(checkpoint_load(path, &b.m, config, b.host, &got, &d), ST_OK);
 	assert_memory_equal(b.host, a.host, a.m.nparams * sizeof(float));
 	for (size_t i = 0; i < b.m.nparams; i++)
@@ -128,7 +128,7 @@ static void test_checkpoint_refuses_another_configuration_naming_the_flag(void *
 	const char *path = path_in_dir("cfg.st");
 
 	rig_init(&a, widths, 2, 0.9f, 1.0f);
-	assert_int_equal(checkpoint_save(path, 0, &a.m, a.host, &pos, config, &d), ST_OK);
+	assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, &d), ST_OK);
 	assert_int_equal(checkpoint_load(path, &a.m, "--layers=4,3,2\n--lr=0.2\n", a.host, &got, &d),
 			 ST_USAGE);
 	assert_non_null(strstr(d.msg, "was written with --lr=0.1; this run has --lr=0.2"));
@@ -145,7 +145,7 @@ static void test_checkpoint_detects_corrupt_tensor_data(void **state)
 	long size;
 
 	rig_init(&a, widths, 2, 0.9f, 1.0f);
-	assert_int_equal(checkpoint_save(path, 0, &a.m, a.host, &pos, config, &d), ST_OK);
+	assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, &d), ST_OK);
 	f = fopen(path, "r+b");
 	assert_non_null(f);
 	fseek(f, 0, SEEK_END);
@@ -167,7 +167,7 @@ static void test_checkpoint_is_not_written_from_non_finite_state(void **state)
 
 	rig_init(&a, widths, 2, 0.9f, 1.0f);
 	a.host[a.m.nparams + 2] = NAN; /* in the momentum buffer */
-	assert_int_equal(checkpoint_save(path, 0, &a.m, a.host, &pos, config, &d), ST_RUNTIME);
+	assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, &d), ST_RUNTIME);
 	assert_non_null(strstr(d.msg, "training diverged: the weights are not finite after step 3"));
 	assert_int_equal(access(path, F_OK), -1);
 	rig_free(&a);
@@ -178,16 +178,107 @@ static void test_checkpoint_keeps_the_last_k_numbered_copies(void **state)
 	struct rig a;
 	struct diag d = {0};
 	const char *path = path_in_dir("keep.st");
+	struct ckpt_rotation rot = {.keep = 2};
 
 	rig_init(&a, widths, 2, 0.0f, 1.0f);
 	for (long s = 1; s <= 3; s++) {
 		struct ckpt_pos pos = {s, 0, s, 1, LINEAGE};
 
-		assert_int_equal(checkpoint_save(path, 2, &a.m, a.host, &pos, config, &d), ST_OK);
+		assert_int_equal(checkpoint_save(path, &rot, &a.m, a.host, &pos, config, &d), ST_OK);
 	}
+	checkpoint_rotation_free(&rot);
+	checkpoint_rotation_free(&rot); /* safe twice */
 	assert_int_equal(access(path_in_dir("keep.st.step-00000001"), F_OK), -1);
 	assert_int_equal(access(path_in_dir("keep.st.step-00000002"), F_OK), 0);
 	assert_int_equal(access(path_in_dir("keep.st.step-00000003"), F_OK), 0);
+	rig_free(&a);
+}
+
+/* check_position's verdict on (step, epoch, next_mb) for epochs of 10 micro-batches at the
+ * checkpoint's world size, 10 at the longest, in steps of accum. */
+static enum status position(long step, long epoch, long next_mb, long accum, struct diag *d)
+{
+	const struct ckpt_pos pos = {step, epoch, next_mb, 1, LINEAGE};
+
+	*d = (struct diag){0};
+	return checkpoint_check_position(&pos, 10, 10, accum, "c.st", d);
+}
+
+/* A position is one a run can write: its micro-batch inside the epoch at the start of a
+ * step, and as many steps as the epochs before (1 to 10 each, by world size) and the
+ * micro-batches before it in this one take; the extremes of the ranges do not overflow. */
+static void test_position_fits_the_epochs_length_and_itself(void **state)
+{
+	struct diag d;
+	const struct ckpt_pos far = {CKPT_MAX_STEP, CKPT_MAX_EPOCH, 0, 1, LINEAGE};
+
+	assert_int_equal(position(4, 0, 4, 1, &d), ST_OK);
+	assert_int_equal(position(0, 0, 0, 1, &d), ST_OK);
+	assert_int_equal(position(34, 3, 4, 1, &d), ST_OK); /* one world size throughout */
+	assert_int_equal(position(7, 3, 4, 1, &d), ST_OK);  /* a world size with 1 step an epoch */
+	assert_int_equal(position(5 + 3, 3, 4, 2, &d), ST_OK); /* 3 epochs of 1 to 5 steps, then 2 */
+	assert_int_equal(position(4, 0, 10, 1, &d), ST_RUNTIME);
+	assert_string_equal(d.msg, "--resume: c.st: next_micro_batch 10 is past the end of an epoch of 10 micro-batches (world size 1)");
+	assert_int_equal(position(4, 0, 2147483647, 1, &d), ST_RUNTIME);
+	assert_int_equal(position(1, 0, 3, 2, &d), ST_RUNTIME);
+	assert_string_equal(d.msg, "--resume: c.st: next_micro_batch 3 does not begin a step of --grad-accum=2 micro-batches");
+	assert_int_equal(position(3, 0, 4, 1, &d), ST_RUNTIME);
+	assert_string_equal(d.msg, "--resume: c.st: step 3 contradicts epoch 0 and next_micro_batch 4: those take 4 steps (an epoch takes 1 to 10 steps, by world size)");
+	assert_int_equal(position(6, 3, 4, 1, &d), ST_RUNTIME);
+	assert_int_equal(position(35, 3, 4, 1, &d), ST_RUNTIME);
+	assert_non_null(strstr(d.msg, "those take 7 to 34 steps"));
+	assert_int_equal(position(17 + 3, 3, 4, 2, &d), ST_RUNTIME); /* 3 x 5 + 2 = 17 at most */
+	/* The largest values the range checks let through: no product overflows. */
+	d = (struct diag){0};
+	assert_int_equal(checkpoint_check_position(&far, 1, 1L << 40, 1, "c.st", &d), ST_OK);
+	d = (struct diag){0};
+	assert_int_equal(checkpoint_check_position(&far, 1, 1, 1, "c.st", &d), ST_RUNTIME);
+}
+
+/* The test links with --wrap=st_open: every file checkpoint.c opens is counted. */
+static int opened;
+enum status __real_st_open(struct st_file *f, const char *path, const char *flag, struct diag *d);
+enum status __wrap_st_open(struct st_file *f, const char *path, const char *flag, struct diag *d);
+enum status __wrap_st_open(struct st_file *f, const char *path, const char *flag, struct diag *d)
+{
+	opened++;
+	return __real_st_open(f, path, flag, d);
+}
+
+/* --keep-checkpoints reads the directory's kept checkpoints once, at the run's first
+ * checkpoint (a resumed run has earlier ones of its lineage), and then keeps the list in
+ * memory: the checkpoints after it open no file (reopening every kept one at every
+ * checkpoint made a run with --checkpoint-every=1 quadratic in its steps). */
+static void test_rotation_reads_the_kept_checkpoints_once(void **state)
+{
+	struct rig a;
+	struct diag d = {0};
+	const char *path = path_in_dir("once.st");
+	struct ckpt_rotation rot = {.keep = 5};
+	char name[160];
+
+	rig_init(&a, widths, 2, 0.0f, 1.0f);
+	for (long s = 1; s <= 3; s++) { /* an earlier attempt of this run: step-1 to step-3 */
+		struct ckpt_pos pos = {s, 0, s, 1, LINEAGE};
+
+		assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, &d), ST_OK);
+		snprintf(name, sizeof name, "%s.step-%08ld", path, s);
+		assert_int_equal(link(path, name), 0);
+	}
+	opened = 0;
+	for (long s = 4; s <= 30; s++) {
+		struct ckpt_pos pos = {s, 0, s, 1, LINEAGE};
+
+		assert_int_equal(checkpoint_save(path, &rot, &a.m, a.host, &pos, config, &d), ST_OK);
+		if (s == 4)
+			assert_int_equal(opened, 4); /* the three before and the new one */
+	}
+	assert_int_equal(opened, 4);
+	for (long s = 1; s <= 30; s++) {
+		snprintf(name, sizeof name, "%s.step-%08ld", path, s);
+		assert_int_equal(access(name, F_OK), s > 25 ? 0 : -1);
+	}
+	checkpoint_rotation_free(&rot);
 	rig_free(&a);
 }
 
@@ -215,7 +306,7 @@ static void test_init_reads_the_weights_of_save_and_of_a_checkpoint(void **state
 	assert_int_equal(checkpoint_read_weights(path_in_dir("w.st"), &b.m, b.host, &d), ST_OK);
 	assert_memory_equal(b.host, a.host, a.m.nparams * sizeof(float));
 	/* A checkpoint's momentum buffers are not weights: skipped, not refused. */
-	assert_int_equal(checkpoint_save(path_in_dir("c.st"), 0, &a.m, a.host, &pos, config, &d), ST_OK);
+	assert_int_equal(checkpoint_save(path_in_dir("c.st"), NULL, &a.m, a.host, &pos, config, &d), ST_OK);
 	memset(b.host, 0, b.m.nparams * sizeof(float));
 	assert_int_equal(checkpoint_read_weights(path_in_dir("c.st"), &b.m, b.host, &d), ST_OK);
 	assert_memory_equal(b.host, a.host, a.m.nparams * sizeof(float));
@@ -269,6 +360,8 @@ int main(void)
 		cmocka_unit_test(test_checkpoint_is_not_written_from_non_finite_state),
 		cmocka_unit_test(test_checkpoint_keeps_the_last_k_numbered_copies),
 		cmocka_unit_test(test_numbered_step_parses_any_digit_count),
+		cmocka_unit_test(test_position_fits_the_epochs_length_and_itself),
+		cmocka_unit_test(test_rotation_reads_the_kept_checkpoints_once),
 		cmocka_unit_test(test_init_reads_the_weights_of_save_and_of_a_checkpoint),
 		cmocka_unit_test(test_init_is_strict_about_names_and_shapes),
 		cmocka_unit_test(test_config_diff_names_the_first_differing_or_missing_line),

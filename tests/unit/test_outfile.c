@@ -1,5 +1,6 @@
 /* test_outfile.c - the one atomic writer: where its temporary goes, what a commit and an
- * abort leave, links, and that every exit removes the temporary (it is registered). */
+ * abort leave, links, and that every exit removes the temporary (it is registered); the
+ * claim on an output (its lock file) and which temporaries are a dead run's. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -207,6 +208,50 @@ static void test_the_cleanup_every_fatal_exit_runs_removes_the_temporary(void **
 	outfile_abort(&of);
 }
 
+/* A second claim on an output whose lock is held (here by this process's first claim: flock
+ * locks belong to the open file) is refused naming the holder, and leaves the holder's
+ * temporary alone; once the holder gives its claim up, a new claim removes a temporary it
+ * left (a dead writer's) and the lock file goes with the claim. */
+static void test_a_held_output_is_refused_naming_the_holder_and_its_temporary_kept(void **state)
+{
+	struct outfile_lock first = {0}, second = {0};
+	struct diag d = {0};
+	char want[400], host[256] = "";
+
+	assert_int_equal(outfile_check(in_dir("c.st"), "--checkpoint", 0, &first, &d), ST_OK);
+	assert_non_null(first.path);
+	write_file(in_dir("c.st.tmp.XyZ789"), "the holder's, in flight\n");
+	assert_int_equal(outfile_check(in_dir("c.st"), "--checkpoint", 0, &second, &d), ST_USAGE);
+	assert_null(second.path);
+	gethostname(host, sizeof host - 1);
+	snprintf(want, sizeof want, "--checkpoint: %s: another ddptrain is writing it (host %s, pid %ld)",
+		 in_dir("c.st"), host, (long)getpid());
+	assert_non_null(strstr(d.msg, want));
+	assert_int_equal(access(in_dir("c.st.tmp.XyZ789"), F_OK), 0);
+	outfile_release(&first);
+	outfile_release(&first); /* safe twice */
+	assert_int_equal(access(in_dir("c.st.lock"), F_OK), -1);
+	d = (struct diag){0};
+	assert_int_equal(outfile_check(in_dir("c.st"), "--checkpoint", 0, &second, &d), ST_OK);
+	assert_int_equal(temporaries(dir), 0);
+	outfile_release(&second);
+	assert_int_equal(access(in_dir("c.st.lock"), F_OK), -1);
+}
+
+/* A claim left by a killed run (its lock file, no process holding it) is taken over. */
+static void test_a_dead_runs_lock_file_is_taken_over(void **state)
+{
+	struct outfile_lock l = {0};
+	struct diag d = {0};
+
+	write_file(in_dir("w.st.lock"), "elsewhere 999999\n");
+	write_file(in_dir("w.st.tmp.Qq1234"), "a dead writer's\n");
+	assert_int_equal(outfile_check(in_dir("w.st"), "--save", 0, &l, &d), ST_OK);
+	assert_int_equal(temporaries(dir), 0);
+	outfile_release(&l);
+	assert_int_equal(access(in_dir("w.st.lock"), F_OK), -1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -216,6 +261,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_writes_through_a_link_and_a_dangling_link_and_keeps_both, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_second_stop_signal_removes_the_temporary, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_the_cleanup_every_fatal_exit_runs_removes_the_temporary, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_held_output_is_refused_naming_the_holder_and_its_temporary_kept, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_dead_runs_lock_file_is_taken_over, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
