@@ -11,7 +11,6 @@
  * reproducible bit for bit. With --trace, a device clock (the end of this
  * file) times spans with events on the stream.
  */
-#include <sched.h>
 #include <nvtx3/nvToolsExt.h> /* header-only NVTX 3: the --trace spans' ranges */
 #include <stdio.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 #include "core/clock.h"
 #include "cuda_ctx.h"
 #include "cuda_module.h" /* this file's prototypes, as module.c sees them */
+#include "cuda/hostwait.h"   /* hostwait: every wait of the host */
 #include "core/tracebuf.h"           /* struct trace_dev, clock_now */
 
 #define THREADS 256
@@ -75,31 +75,36 @@ static enum status report(struct cuda_ctx *c, struct diag *d)
 	return c->err.st;
 }
 
+/* hostwait's query: whether ev has passed (the whole stream if ev is NULL). */
+struct waited {
+	struct cuda_ctx *c;
+	cudaEvent_t ev;
+	const char *what;
+};
+
+static int waited_query(void *arg, struct diag *d)
+{
+	struct waited *w = (struct waited *)arg;
+	cudaError_t q = w->ev != NULL ? cudaEventQuery(w->ev) : cudaStreamQuery(w->c->stream);
+
+	if (q == cudaSuccess)
+		return 1;
+	if (q == cudaErrorNotReady)
+		return 0;
+	cuda_note(w->c, q, w->what, __FILE__, __LINE__);
+	return -1;
+}
+
 /* Wait on the host until ev has passed (the whole stream if ev is NULL), watching the
  * communicator's asynchronous errors and its timeout: a dead peer leaves NCCL's kernels
  * spinning, which cudaStreamSynchronize would wait for forever. */
 static enum status wait_for(struct cuda_ctx *c, cudaEvent_t ev, const char *what, struct diag *d)
 {
-	double t0 = clock_now();
+	struct waited wd = {c, ev, what};
+	const struct hostwait w = {what, c->device, waited_query, &wd, c->poll, c->poll_arg, c->timeout_s};
 
-	while (c->err.st == ST_OK) {
-		cudaError_t q = ev != NULL ? cudaEventQuery(ev) : cudaStreamQuery(c->stream);
-
-		if (q == cudaSuccess)
-			break;
-		if (q != cudaErrorNotReady) {
-			cuda_note(c, q, what, __FILE__, __LINE__);
-			break;
-		}
-		if (c->poll != NULL && c->poll(c->poll_arg, &c->err) != ST_OK)
-			break;
-		if (c->timeout_s > 0 && clock_now() - t0 > c->timeout_s) {
-			diag_set(&c->err, ST_RUNTIME, "GPU %d: %s: no progress for %d s: a peer rank is gone or stalled",
-				 c->device, what, c->timeout_s);
-			break;
-		}
-		sched_yield();
-	}
+	if (c->err.st == ST_OK)
+		hostwait(&w, &c->err);
 	return report(c, d);
 }
 
