@@ -6,8 +6,9 @@
  * exchange can be captured into a CUDA graph.
  *
  * NCCL failures are looked for with ncclCommGetAsyncError wherever the host
- * waits -- here, and in every wait of the backend (its poll hook), which is
- * where a replayed graph's all-reduce is waited for -- and a wait longer than
+ * waits, while it waits and once more when the work is done (cuda/hostwait.c)
+ * -- here, and in every wait of the backend (its poll hook), which is where a
+ * replayed graph's all-reduce is waited for -- and a wait longer than
  * the timeout aborts the communicator, so a failed or missing peer ends the
  * run with a message instead of a hang. Once an error was seen the teardown
  * aborts the communicator (ncclCommAbort) rather than destroying it, which

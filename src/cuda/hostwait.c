@@ -1,4 +1,5 @@
-/* hostwait.c - the CUDA module's host waits: poll the work, the communicator and the clock. */
+/* hostwait.c - the CUDA module's host waits: poll the work, the communicator and the clock
+ * until the work is known complete, and the communicator once more then. */
 #include <sched.h>
 
 #include "core/clock.h"
@@ -11,8 +12,11 @@ enum status hostwait(const struct hostwait *w, struct diag *d)
 	for (;;) {
 		int q = w->query(w->arg, d);
 
+		/* Done: the poll runs once more. A replayed graph's collectives are waited for
+		 * only here, and NCCL may report their error as the stream drains, or before
+		 * the host came to wait at all. */
 		if (q > 0)
-			return ST_OK;
+			return w->poll != NULL ? w->poll(w->poll_arg, d) : ST_OK;
 		if (q < 0)
 			return d->st != ST_OK ? d->st : diag_set(d, ST_RUNTIME, "%s failed", w->what);
 		if (w->poll != NULL && w->poll(w->poll_arg, d) != ST_OK)

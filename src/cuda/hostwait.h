@@ -29,8 +29,9 @@ struct hostwait {
 	int timeout_s;     /* give up after this long without the work done; 0: never */
 };
 
-/* Wait until w->query says done; the first failure (the query's, the poll's, or the
- * timeout's "no progress" with w->what) is returned, set in d. */
+/* Wait until w->query says done, polling the communicator meanwhile and once more after;
+ * the first failure (the query's, the poll's, or the timeout's "no progress" with
+ * w->what) is returned, set in d. */
 enum status hostwait(const struct hostwait *w, struct diag *d);
 
 #ifdef __cplusplus

@@ -70,6 +70,21 @@ static void test_hostwait_reports_the_poll_error_seen_while_waiting(void **state
 	assert_int_equal(s.polls, 2);
 }
 
+/* A replayed graph's all-reduce is waited for only here (no wait_all runs): an error NCCL
+ * reports once the stream has drained, or a stream already drained when the host comes to
+ * wait, must still be seen, so the poll runs after the work is known complete too. */
+static void test_hostwait_polls_once_more_after_the_work_is_done(void **state)
+{
+	struct script s = {.busy = 0, .poll_fails = 1};
+	struct hostwait w = waiting_on(&s, 0);
+	struct diag d = {0};
+
+	assert_int_equal(hostwait(&w, &d), ST_RUNTIME);
+	assert_string_equal(d.msg, "NCCL all-reduce failed: remote process exited");
+	assert_int_equal(s.queries, 1);
+	assert_int_equal(s.polls, 1);
+}
+
 static void test_hostwait_reports_a_failed_query(void **state)
 {
 	struct script s = {.busy = 1, .fail_query = 1};
@@ -108,6 +123,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hostwait_returns_once_the_work_is_done),
 		cmocka_unit_test(test_hostwait_reports_the_poll_error_seen_while_waiting),
+		cmocka_unit_test(test_hostwait_polls_once_more_after_the_work_is_done),
 		cmocka_unit_test(test_hostwait_reports_a_failed_query),
 		cmocka_unit_test(test_hostwait_without_a_communicator_only_queries),
 		cmocka_unit_test(test_hostwait_gives_up_after_the_timeout),
