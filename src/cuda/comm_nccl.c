@@ -136,6 +136,14 @@ static enum status wait_stream(struct nccl_ctx *c, const char *what, struct diag
 	return st;
 }
 
+/* The communication stream waits for the work queued on the compute stream so far. */
+static cudaError_t after_compute(struct nccl_ctx *c, cudaEvent_t ev)
+{
+	cudaError_t rc = cudaEventRecord(ev, c->cu->stream);
+
+	return rc == cudaSuccess ? cudaStreamWaitEvent(c->stream, ev, 0) : rc;
+}
+
 static enum status nccl_allreduce_start(void *ctx, float *buf, size_t n, int last, struct diag *d)
 {
 	struct nccl_ctx *c = ctx;
@@ -146,9 +154,7 @@ static enum status nccl_allreduce_start(void *ctx, float *buf, size_t n, int las
 	if (c->n == COMM_MAX_INFLIGHT)
 		return diag_set(d, ST_RUNTIME, "internal: more than %d all-reduces in flight",
 				COMM_MAX_INFLIGHT);
-	rc = cudaEventRecord(c->ready[c->n], c->cu->stream);
-	if (rc == cudaSuccess)
-		rc = cudaStreamWaitEvent(c->stream, c->ready[c->n], 0);
+	rc = after_compute(c, c->ready[c->n]);
 	if (rc != cudaSuccess)
 		return cuda_fail(d, rc, "cudaStreamWaitEvent(bucket ready)");
 	if (c->obs.done != NULL) {
@@ -208,7 +214,14 @@ static enum status nccl_bcast(void *ctx, float *buf, size_t n, int root, struct 
 {
 	struct nccl_ctx *c = ctx;
 	ncclResult_t r;
+	cudaError_t rc;
 
+	/* After what the compute stream did to buf: the zeroing of the weights (alloc's
+	 * cudaMemsetAsync) on every rank, rank 0's copy of its initial weights. No all-reduce
+	 * is in flight outside a step, so the first bucket's event is free. */
+	rc = after_compute(c, c->ready[0]);
+	if (rc != cudaSuccess)
+		return cuda_fail(d, rc, "cudaStreamWaitEvent(weights ready)");
 	r = ncclBroadcast(buf, buf, n, ncclFloat, root, c->comm, c->stream);
 	if (r != ncclSuccess && r != ncclInProgress)
 		return nccl_fail(d, r, "ncclBroadcast");
