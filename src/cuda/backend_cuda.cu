@@ -6,9 +6,9 @@
  *
  * Nothing in a step allocates or waits for the device; errors are recorded
  * with the failing call and the library's message and reported by sync().
- * TF32 is off unless asked for, so products match float32. The loss is
- * reduced in a fixed order (two passes, no atomics), so a run is
- * reproducible bit for bit. With --trace, a device clock (the end of this
+ * TF32 is off unless asked for, so products match float32 (PyTorch's default
+ * math, cuda_ctx.h). The loss is reduced in a fixed order (two passes, no
+ * atomics), so a run is reproducible bit for bit. With --trace, a device clock (the end of this
  * file) times spans with events on the stream.
  */
 #include <nvtx3/nvToolsExt.h> /* header-only NVTX 3: the --trace spans' ranges */
@@ -350,9 +350,7 @@ extern "C" enum status cuda_init(void **out, const struct backend_config *cfg, s
 		if (bs == CUBLAS_STATUS_SUCCESS) {
 			blas_note(c, cublasSetStream(c->blas, c->stream), "cublasSetStream");
 			blas_note(c, cublasSetWorkspace(c->blas, c->blas_workspace, ws), "cublasSetWorkspace");
-			blas_note(c, cublasSetMathMode(c->blas, cfg->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-									  : CUBLAS_PEDANTIC_MATH),
-				  "cublasSetMathMode");
+			blas_note(c, cublasSetMathMode(c->blas, cuda_blas_math(cfg->tf32)), "cublasSetMathMode");
 		}
 	}
 	if (c->err.st != ST_OK) {
