@@ -138,16 +138,31 @@ __global__ void k_relu_bwd(float *dy, const float *y, size_t n)
 		dy[i] = y[i] <= 0.0f ? 0.0f : dy[i];
 }
 
-/* db[k] (+)= sum over rows of dy[:, k]; one thread per column, rows in order. */
+/* db[k] (+)= sum over rows of dy[:, k], parallel over rows as well as columns: a block
+ * per BG_COLS columns, whose BG_COLS x BG_LANES threads each sum every BG_LANES-th row of
+ * one column (a warp reads BG_COLS neighbours of one row), then each column's BG_LANES
+ * partial sums are added in a fixed tree order -- the same bits on every run. (One
+ * thread per column, rows in order, gave a 4096-wide layer 16 blocks.) */
+#define BG_COLS 32
+#define BG_LANES 32
 __global__ void k_bias_grad(float *db, const float *dy, int n, int out, int accumulate)
 {
-	for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < out; k += gridDim.x * blockDim.x) {
-		float s = accumulate ? db[k] : 0.0f;
+	__shared__ float part[BG_LANES][BG_COLS + 1]; /* + 1: no bank conflicts */
+	int k = blockIdx.x * BG_COLS + threadIdx.x;
+	float s = 0.0f;
 
-		for (int i = 0; i < n; i++)
+	if (k < out)
+		for (int i = threadIdx.y; i < n; i += BG_LANES)
 			s += dy[(size_t)i * out + k];
-		db[k] = s;
+	part[threadIdx.y][threadIdx.x] = s;
+	__syncthreads();
+	for (int h = BG_LANES / 2; h > 0; h /= 2) {
+		if (threadIdx.y < h)
+			part[threadIdx.y][threadIdx.x] += part[threadIdx.y + h][threadIdx.x];
+		__syncthreads();
 	}
+	if (threadIdx.y == 0 && k < out)
+		db[k] = (accumulate ? db[k] : 0.0f) + part[0][threadIdx.x];
 }
 
 /* The sum of every thread's s over the block (THREADS threads), in a fixed order, so the
@@ -540,8 +555,8 @@ extern "C" void cuda_linear_backward(void *ctx, float *dx, float *dw, float *db,
 	if (dw != NULL) {
 		blas_note(c, cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy,
 					 out, accumulate ? &one : &zero, dw, in), "cublasSgemm(weight grad)");
-		k_bias_grad<<<(out + THREADS - 1) / THREADS, THREADS, 0, c->stream>>>(db, dy, n, out,
-										  accumulate);
+		k_bias_grad<<<(out + BG_COLS - 1) / BG_COLS, dim3(BG_COLS, BG_LANES), 0, c->stream>>>(
+			db, dy, n, out, accumulate);
 		LAUNCH_CHECK(c, "k_bias_grad");
 	}
 	/* dx (n, in) row-major = (in, n) column-major = w^T (in, out) dy^T (out, n) */
