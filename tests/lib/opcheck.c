@@ -90,6 +90,91 @@ static void pair_dyadic(struct pair *p, int q)
 	gpu.ops->to_device(gpu.ctx, p->g, p->h, p->n);
 }
 
+/* linear_backward writing dx, dw, db, then accumulating into dw and db; each check's
+ * name starts with size. */
+static void check_backward(const char *size, struct pair *dx, struct pair *dw, struct pair *db,
+			   const struct pair *dy, const struct pair *x, const struct pair *w, int n,
+			   int in, int out)
+{
+	char what[64];
+
+	for (int acc = 0; acc < 2; acc++) {
+		cpu.ops->linear_backward(cpu.ctx, dx->c, dw->c, db->c, dy->c, x->c, w->c, n, in, out, acc);
+		gpu.ops->linear_backward(gpu.ctx, dx->g, dw->g, db->g, dy->g, x->g, w->g, n, in, out, acc);
+		snprintf(what, sizeof what, "%slinear_backward dx%s", size, acc ? " (acc)" : "");
+		check(what, dx);
+		snprintf(what, sizeof what, "%slinear_backward dw%s", size, acc ? " (acc)" : "");
+		check(what, dw);
+		snprintf(what, sizeof what, "%slinear_backward db%s", size, acc ? " (acc)" : "");
+		check(what, db);
+	}
+}
+
+/* The optimizers' and the clipping's vector operations on n elements (random keys from
+ * key on), as optimizer.c and trainer.c call them; each check's name starts with size. */
+static void check_vectors(const char *size, size_t n, uint64_t key)
+{
+	struct pair p, g, m, v, nrm;
+	struct adamw_hparams ha = {0.9995f, 0.9f, 0.999f, 0.1f, 0.001f, 0.05f, 0.0447f, 1e-8f};
+	const size_t cut = n * 3 / 5;
+	char what[64];
+
+#define CHECK(name, x) (snprintf(what, sizeof what, "%s%s", size, name), check(what, x))
+	pair_init(&p, n, key);
+	pair_init(&g, n, key + 1);
+	pair_init(&m, n, key + 2);
+	pair_init(&v, n, key + 6);
+	pair_init(&nrm, 1, key + 7);
+	for (size_t i = 0; i < v.n; i++) /* exp_avg_sq is never negative */
+		v.h[i] = fabsf(v.h[i]);
+	memcpy(v.c, v.h, v.n * sizeof(float));
+	gpu.ops->to_device(gpu.ctx, v.g, v.h, v.n);
+	/* The three forms optimizer.c uses: SGD without momentum (z is y), the momentum
+	 * buffer (z another buffer), the step along the buffer (no z). */
+	cpu.ops->axpbz(cpu.ctx, p.c, 1.0f, -0.01f, g.c, 0.001f, p.c, p.n);
+	gpu.ops->axpbz(gpu.ctx, p.g, 1.0f, -0.01f, g.g, 0.001f, p.g, p.n);
+	CHECK("axpbz (sgd, wd)", &p);
+	cpu.ops->axpbz(cpu.ctx, m.c, 0.9f, 1.0f, g.c, 0.001f, p.c, m.n);
+	gpu.ops->axpbz(gpu.ctx, m.g, 0.9f, 1.0f, g.g, 0.001f, p.g, m.n);
+	CHECK("axpbz (momentum buffer)", &m);
+	cpu.ops->axpbz(cpu.ctx, p.c, 1.0f, -0.01f, m.c, 0.0f, NULL, p.n);
+	gpu.ops->axpbz(gpu.ctx, p.g, 1.0f, -0.01f, m.g, 0.0f, NULL, p.n);
+	CHECK("axpbz (no z)", &p);
+	for (int k = 0; k < 2; k++) {
+		cpu.ops->adamw(cpu.ctx, p.c, g.c, m.c, v.c, p.n, &ha);
+		gpu.ops->adamw(gpu.ctx, p.g, g.g, m.g, v.g, p.n, &ha);
+		CHECK("adamw params", &p);
+		CHECK("adamw exp_avg", &m);
+		CHECK("adamw exp_avg_sq", &v);
+	}
+	cpu.ops->sumsq(cpu.ctx, nrm.c, g.c, cut, 0);
+	gpu.ops->sumsq(gpu.ctx, nrm.g, g.g, cut, 0);
+	cpu.ops->sumsq(cpu.ctx, nrm.c, g.c + cut, n - cut, 1);
+	gpu.ops->sumsq(gpu.ctx, nrm.g, g.g + cut, n - cut, 1);
+	CHECK("sumsq (two slices)", &nrm);
+	cpu.ops->clip(cpu.ctx, g.c, g.n, nrm.c, 1.0f);
+	gpu.ops->clip(gpu.ctx, g.g, g.n, nrm.g, 1.0f);
+	CHECK("clip to norm 1", &g);
+	cpu.ops->add(cpu.ctx, g.c, m.c, g.n);
+	gpu.ops->add(gpu.ctx, g.g, m.g, g.n);
+	CHECK("add", &g);
+	cpu.ops->copy(cpu.ctx, g.c, p.c, g.n);
+	gpu.ops->copy(gpu.ctx, g.g, p.g, g.n);
+	CHECK("copy", &g);
+	cpu.ops->copy_peer(cpu.ctx, m.c, cpu.ctx, p.c, m.n);
+	gpu.ops->copy_peer(gpu.ctx, m.g, gpu.ctx, p.g, m.n);
+	CHECK("copy_peer", &m);
+	cpu.ops->relu_forward(cpu.ctx, p.c, p.n);
+	gpu.ops->relu_forward(gpu.ctx, p.g, p.n);
+	CHECK("relu_forward (vector)", &p);
+#undef CHECK
+	pair_free(&p);
+	pair_free(&g);
+	pair_free(&m);
+	pair_free(&v);
+	pair_free(&nrm);
+}
+
 /* The launch paths small sizes never take: element-wise kernels past 4096 blocks of 256
  * threads (their grid-stride loops: 2^21 + 3 elements), reductions past one pass of
  * their 256 x 256 threads (more than 65,536 rows or elements), the bias over more than
@@ -100,8 +185,7 @@ static void check_large(void)
 {
 	enum { R = 70001, IN = 33, OUT = 31 };
 	const size_t E = ((size_t)1 << 21) + 3;
-	struct pair x, w, b, y, t, dy, dx, dw, db, lab, ce, loss, p, g, m, v, nrm;
-	struct adamw_hparams ha = {0.9995f, 0.9f, 0.999f, 0.1f, 0.001f, 0.05f, 0.0447f, 1e-8f};
+	struct pair x, w, b, y, t, dy, dx, dw, db, lab, ce, loss;
 
 	printf("# large: %d rows of %d -> %d, %zu elements\n", R, IN, OUT, E);
 	pair_init(&x, (size_t)R * IN, 31);
@@ -116,32 +200,17 @@ static void check_large(void)
 	pair_init(&lab, R, 39);
 	pair_init(&ce, 2, 40);
 	pair_init(&loss, 1, 41);
-	pair_init(&p, E, 42);
-	pair_init(&g, E, 43);
-	pair_init(&m, E, 44);
-	pair_init(&v, E, 45);
-	pair_init(&nrm, 1, 46);
 	pair_dyadic(&x, 16);
 	pair_dyadic(&dy, 32);
 	for (size_t i = 0; i < lab.n; i++)
 		lab.h[i] = (float)((i * 7) % OUT);
-	for (size_t i = 0; i < v.n; i++)
-		v.h[i] = fabsf(v.h[i]);
 	memcpy(lab.c, lab.h, lab.n * sizeof(float));
 	gpu.ops->to_device(gpu.ctx, lab.g, lab.h, lab.n);
-	memcpy(v.c, v.h, v.n * sizeof(float));
-	gpu.ops->to_device(gpu.ctx, v.g, v.h, v.n);
 
 	cpu.ops->linear_forward(cpu.ctx, y.c, x.c, w.c, b.c, R, IN, OUT, 1);
 	gpu.ops->linear_forward(gpu.ctx, y.g, x.g, w.g, b.g, R, IN, OUT, 1);
 	check("large linear_forward + relu", &y);
-	for (int acc = 0; acc < 2; acc++) {
-		cpu.ops->linear_backward(cpu.ctx, dx.c, dw.c, db.c, dy.c, x.c, w.c, R, IN, OUT, acc);
-		gpu.ops->linear_backward(gpu.ctx, dx.g, dw.g, db.g, dy.g, x.g, w.g, R, IN, OUT, acc);
-		check(acc ? "large linear_backward dx (acc)" : "large linear_backward dx", &dx);
-		check(acc ? "large linear_backward dw (acc)" : "large linear_backward dw", &dw);
-		check(acc ? "large linear_backward db (acc)" : "large linear_backward db", &db);
-	}
+	check_backward("large ", &dx, &dw, &db, &dy, &x, &w, R, IN, OUT);
 	cpu.ops->relu_backward(cpu.ctx, dy.c, y.c, dy.n);
 	gpu.ops->relu_backward(gpu.ctx, dy.g, y.g, dy.n);
 	check("large relu_backward", &dy);
@@ -153,31 +222,7 @@ static void check_large(void)
 	gpu.ops->cross_entropy(gpu.ctx, dy.g, ce.g, y.g, lab.g, R, OUT, 0.5f, 0);
 	check("large cross_entropy loss+acc", &ce);
 	check("large cross_entropy gradient", &dy);
-	cpu.ops->relu_forward(cpu.ctx, p.c, p.n);
-	gpu.ops->relu_forward(gpu.ctx, p.g, p.n);
-	check("large relu_forward", &p);
-	cpu.ops->axpbz(cpu.ctx, p.c, 1.0f, -0.01f, g.c, 0.001f, p.c, p.n);
-	gpu.ops->axpbz(gpu.ctx, p.g, 1.0f, -0.01f, g.g, 0.001f, p.g, p.n);
-	check("large axpbz (sgd, wd)", &p);
-	cpu.ops->axpbz(cpu.ctx, m.c, 0.9f, 1.0f, g.c, 0.001f, p.c, m.n);
-	gpu.ops->axpbz(gpu.ctx, m.g, 0.9f, 1.0f, g.g, 0.001f, p.g, m.n);
-	check("large axpbz (momentum)", &m);
-	cpu.ops->axpbz(cpu.ctx, p.c, 1.0f, -0.01f, m.c, 0.0f, NULL, p.n);
-	gpu.ops->axpbz(gpu.ctx, p.g, 1.0f, -0.01f, m.g, 0.0f, NULL, p.n);
-	check("large axpbz (no z)", &p);
-	cpu.ops->adamw(cpu.ctx, p.c, g.c, m.c, v.c, p.n, &ha);
-	gpu.ops->adamw(gpu.ctx, p.g, g.g, m.g, v.g, p.n, &ha);
-	check("large adamw params", &p);
-	check("large adamw exp_avg_sq", &v);
-	cpu.ops->sumsq(cpu.ctx, nrm.c, g.c, g.n, 0);
-	gpu.ops->sumsq(gpu.ctx, nrm.g, g.g, g.n, 0);
-	check("large sumsq", &nrm);
-	cpu.ops->clip(cpu.ctx, g.c, g.n, nrm.c, 1.0f);
-	gpu.ops->clip(gpu.ctx, g.g, g.n, nrm.g, 1.0f);
-	check("large clip", &g);
-	cpu.ops->add(cpu.ctx, g.c, m.c, g.n);
-	gpu.ops->add(gpu.ctx, g.g, m.g, g.n);
-	check("large add", &g);
+	check_vectors("large ", E, 42);
 	pair_free(&x);
 	pair_free(&w);
 	pair_free(&b);
@@ -190,11 +235,6 @@ static void check_large(void)
 	pair_free(&lab);
 	pair_free(&ce);
 	pair_free(&loss);
-	pair_free(&p);
-	pair_free(&g);
-	pair_free(&m);
-	pair_free(&v);
-	pair_free(&nrm);
 }
 
 int main(int argc, char **argv)
@@ -233,8 +273,7 @@ int main(int argc, char **argv)
 	printf("# %s, %d GPU(s); relative error max|gpu-cpu|/max|cpu|, tolerance %g\n", info, count, tol);
 	{
 		enum { N = 37, IN = 96, OUT = 64 };
-		struct pair x, w, b, y, dy, dx, dw, db, t, loss, p, g, m, acts, lab, ce, v, nrm;
-		struct adamw_hparams ha = {0.9995f, 0.9f, 0.999f, 0.1f, 0.001f, 0.05f, 0.0447f, 1e-8f};
+		struct pair x, w, b, y, dy, dx, dw, db, t, loss, acts, lab, ce;
 
 		pair_init(&x, N * IN, 1);
 		pair_init(&w, OUT * IN, 2);
@@ -246,22 +285,13 @@ int main(int argc, char **argv)
 		pair_init(&db, OUT, 8);
 		pair_init(&t, N * OUT, 9);
 		pair_init(&loss, 1, 10);
-		pair_init(&p, 5000, 11);
-		pair_init(&g, 5000, 12);
-		pair_init(&m, 5000, 13);
 		pair_init(&acts, N * OUT, 14);
 		pair_init(&lab, N, 15);
 		pair_init(&ce, 2, 16);
-		pair_init(&v, 5000, 17);
-		pair_init(&nrm, 1, 18);
 		for (int i = 0; i < N; i++) /* class labels in [0, OUT), as floats */
 			lab.h[i] = (float)((i * 7) % OUT);
 		memcpy(lab.c, lab.h, N * sizeof(float));
 		gpu.ops->to_device(gpu.ctx, lab.g, lab.h, N);
-		for (size_t i = 0; i < v.n; i++) /* exp_avg_sq is never negative */
-			v.h[i] = fabsf(v.h[i]);
-		memcpy(v.c, v.h, v.n * sizeof(float));
-		gpu.ops->to_device(gpu.ctx, v.g, v.h, v.n);
 
 		cpu.ops->linear_forward(cpu.ctx, acts.c, x.c, w.c, b.c, N, IN, OUT, 1);
 		gpu.ops->linear_forward(gpu.ctx, acts.g, x.g, w.g, b.g, N, IN, OUT, 1);
@@ -274,13 +304,7 @@ int main(int argc, char **argv)
 		gpu.ops->linear_backward(gpu.ctx, dx.g, NULL, db.g, dy.g, x.g, w.g, N, IN, OUT, 0);
 		check("linear_backward dx (frozen)", &dx);
 		check("linear_backward db untouched", &db);
-		for (int acc = 0; acc < 2; acc++) {
-			cpu.ops->linear_backward(cpu.ctx, dx.c, dw.c, db.c, dy.c, x.c, w.c, N, IN, OUT, acc);
-			gpu.ops->linear_backward(gpu.ctx, dx.g, dw.g, db.g, dy.g, x.g, w.g, N, IN, OUT, acc);
-			check(acc ? "linear_backward dx (acc)" : "linear_backward dx", &dx);
-			check(acc ? "linear_backward dw (acc)" : "linear_backward dw", &dw);
-			check(acc ? "linear_backward db (acc)" : "linear_backward db", &db);
-		}
+		check_backward("", &dx, &dw, &db, &dy, &x, &w, N, IN, OUT);
 		acts.c[3] = NAN; /* and a NaN, which ReLU must pass on forward and backward */
 		gpu.ops->to_device(gpu.ctx, acts.g + 3, acts.c + 3, 1);
 		cpu.ops->relu_forward(cpu.ctx, acts.c, acts.n);
@@ -301,41 +325,7 @@ int main(int argc, char **argv)
 			check(acc ? "cross_entropy loss+acc (acc)" : "cross_entropy loss+acc", &ce);
 			check("cross_entropy gradient", &dy);
 		}
-		/* The three forms optimizer.c uses: SGD without momentum (z is y), the momentum
-		 * buffer (z another buffer), the step along the buffer (no z). */
-		cpu.ops->axpbz(cpu.ctx, p.c, 1.0f, -0.01f, g.c, 0.001f, p.c, p.n);
-		gpu.ops->axpbz(gpu.ctx, p.g, 1.0f, -0.01f, g.g, 0.001f, p.g, p.n);
-		check("axpbz (sgd, wd)", &p);
-		cpu.ops->axpbz(cpu.ctx, m.c, 0.9f, 1.0f, g.c, 0.001f, p.c, m.n);
-		gpu.ops->axpbz(gpu.ctx, m.g, 0.9f, 1.0f, g.g, 0.001f, p.g, m.n);
-		check("axpbz (momentum buffer)", &m);
-		cpu.ops->axpbz(cpu.ctx, p.c, 1.0f, -0.01f, m.c, 0.0f, NULL, p.n);
-		gpu.ops->axpbz(gpu.ctx, p.g, 1.0f, -0.01f, m.g, 0.0f, NULL, p.n);
-		check("axpbz (no z)", &p);
-		for (int k = 0; k < 2; k++) {
-			cpu.ops->adamw(cpu.ctx, p.c, g.c, m.c, v.c, p.n, &ha);
-			gpu.ops->adamw(gpu.ctx, p.g, g.g, m.g, v.g, p.n, &ha);
-			check("adamw params", &p);
-			check("adamw exp_avg", &m);
-			check("adamw exp_avg_sq", &v);
-		}
-		cpu.ops->sumsq(cpu.ctx, nrm.c, g.c, 3000, 0);
-		gpu.ops->sumsq(gpu.ctx, nrm.g, g.g, 3000, 0);
-		cpu.ops->sumsq(cpu.ctx, nrm.c, g.c + 3000, 2000, 1);
-		gpu.ops->sumsq(gpu.ctx, nrm.g, g.g + 3000, 2000, 1);
-		check("sumsq (two slices)", &nrm);
-		cpu.ops->clip(cpu.ctx, g.c, g.n, nrm.c, 1.0f);
-		gpu.ops->clip(gpu.ctx, g.g, g.n, nrm.g, 1.0f);
-		check("clip to norm 1", &g);
-		cpu.ops->add(cpu.ctx, g.c, m.c, g.n);
-		gpu.ops->add(gpu.ctx, g.g, m.g, g.n);
-		check("add", &g);
-		cpu.ops->copy(cpu.ctx, g.c, p.c, g.n);
-		gpu.ops->copy(gpu.ctx, g.g, p.g, g.n);
-		check("copy", &g);
-		cpu.ops->copy_peer(cpu.ctx, m.c, cpu.ctx, p.c, m.n);
-		gpu.ops->copy_peer(gpu.ctx, m.g, gpu.ctx, p.g, m.n);
-		check("copy_peer", &m);
+		check_vectors("", 5000, 11);
 		if (gpu.ops->sync(gpu.ctx, &d) != ST_OK) {
 			fprintf(stderr, "opcheck: %s\n", d.msg);
 			return 1;
@@ -344,8 +334,6 @@ int main(int argc, char **argv)
 		pair_free(&w);
 		pair_free(&lab);
 		pair_free(&ce);
-		pair_free(&v);
-		pair_free(&nrm);
 	}
 	check_large();
 	printf("# %s\n", failures ? "FAILED" : "all operations agree");
