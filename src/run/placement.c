@@ -34,7 +34,7 @@ static enum status check_shared_gpus(struct placement *p, const struct options *
 {
 	unsigned char (*all)[GPU_UUID_BYTES], mine[GPU_UUID_BYTES];
 	enum status st, info;
-	int a = 0, b = 0, shared = 0;
+	int a = 0, b = 0, shared = 0, auto_shared;
 
 	memset(mine, 0, sizeof mine);
 	info = p->module.mod->device_info(p->gpu, mine, p->gpu_name, sizeof p->gpu_name, d);
@@ -46,19 +46,19 @@ static enum status check_shared_gpus(struct placement *p, const struct options *
 	if (st == ST_OK && p->comm == COMM_NCCL)
 		shared = gpu_find_duplicate((const unsigned char (*)[GPU_UUID_BYTES])all, w->local_size, &a, &b);
 	free(all);
+	/* Every rank joins, whatever its own options or outcome: no rank waits alone. */
+	auto_shared = !world_all(w, !(shared && o->comm == COMM_AUTO));
 	if (st != ST_OK)
 		return st;
-	if (p->comm == COMM_NCCL && o->comm == COMM_AUTO) {
-		if (!world_all(w, !shared)) {
-			p->comm = COMM_MPI;
-			if (shared)
-				snprintf(p->notice, sizeof p->notice,
-					 "backend auto: mpi, not nccl (node-local ranks %d and %d share GPU %d, %s, which NCCL cannot do)",
-					 a, b, p->gpu, p->gpu_name);
-			else
-				snprintf(p->notice, sizeof p->notice,
-					 "backend auto: mpi, not nccl (ranks of another node share a GPU, which NCCL cannot do)");
-		}
+	if (auto_shared && p->comm == COMM_NCCL && o->comm == COMM_AUTO) {
+		p->comm = COMM_MPI;
+		if (shared)
+			snprintf(p->notice, sizeof p->notice,
+				 "backend auto: mpi, not nccl (node-local ranks %d and %d share GPU %d, %s, which NCCL cannot do)",
+				 a, b, p->gpu, p->gpu_name);
+		else
+			snprintf(p->notice, sizeof p->notice,
+				 "backend auto: mpi, not nccl (ranks of another node share a GPU, which NCCL cannot do)");
 		return info;
 	}
 	if (info == ST_OK && shared && b == w->local_rank)
