@@ -44,7 +44,7 @@ out=$(GPUCHECK_GLIBC=2.39 "$GC" --find-libs) && echo "$out" | grep -qx "glibc 2.
 #    balanced and nested ranges, one forward range per forward span; each way of being
 #    wrong named.
 printf '{"name":"forward layer 0","ph":"X"},{"name":"forward layer 1","ph":"X"}\n' >"$TMPD/t.json"
-good="7 push load|7 pop|7 push forward|7 pop|7 push forward|7 pop|7 push wait|7 push allreduce bucket 0|7 pop|7 pop"
+good="7 push load|7 pop|7 push forward|7 pop|7 push forward|7 pop|7 push allreduce bucket 0|7 pop|7 push wait|7 push allreduce bucket 1|7 pop|7 pop"
 nvtx() { # NAME WANT(ok|SUBSTRING) EVENTS ('|' between them)
 	echo "$3" | tr '|' '\n' >"$TMPD/nvtx.1"
 	if out=$("$GC" --check-nvtx "$TMPD/t.json" "$TMPD/nvtx.1"); then
@@ -55,12 +55,12 @@ nvtx() { # NAME WANT(ok|SUBSTRING) EVENTS ('|' between them)
 }
 nvtx "good log" ok "$good"
 out=$(echo "$good" | tr '|' '\n' >"$TMPD/nvtx.1"; "$GC" --check-nvtx "$TMPD/t.json" "$TMPD/nvtx.1")
-[ "$out" = "5 ranges balanced, depth 2, 2 forward = the trace's spans, 1 all-reduces" ] || fail "--check-nvtx figures: $out"
+[ "$out" = "6 ranges balanced, depth 2, 2 forward = the trace's spans, 2 all-reduces" ] || fail "--check-nvtx figures: $out"
 nvtx "a pop too many" "thread 7: a pop without its push" "$good|7 pop"
 nvtx "a range left open" "thread 7: 1 range(s) never closed" "7 push load|$good"
 nvtx "a forward span without its range" "1 forward ranges, 2 forward spans in the trace" "${good/7 push forward|7 pop|/}"
 nvtx "no all-reduce" "no all-reduce range" "7 push forward|7 pop|7 push forward|7 pop"
-nvtx "the all-reduce not nested" "no all-reduce range nested" "7 push forward|7 pop|7 push forward|7 pop|7 push allreduce bucket 0|7 pop"
+nvtx "the all-reduce not in the wait" "no all-reduce range nested in the wait: [backward > allreduce bucket N]" "7 push forward|7 pop|7 push forward|7 pop|7 push backward|7 push allreduce bucket 0|7 pop|7 pop"
 nvtx "nothing recorded" "no NVTX range recorded" ""
 
 # 6. The whole check against the fake GPU module, at tiny sizes: every feature row ok
