@@ -1,15 +1,22 @@
 #!/usr/bin/env python3
-"""torch_ddp_bench.py - the PyTorch DDP side of scripts/bench.sh.
+"""torch_ddp_bench.py - the PyTorch DDP side of scripts/bench.sh and scripts/gpu-check.sh.
 
     mpirun -np N python3 torch_ddp_bench.py [--layers=10,10,5] [--batch-size=20]
                                             [--steps=N] [--warmup=W] [--seed=S]
+                                            [--device=cpu|cuda] [--graphs]
 
 Trains the MLP ddptrain trains (Linear layers with ReLU between them, named
 net1, net2, ... like the DDP tutorial's ToyModel) with
-DistributedDataParallel over the gloo backend, MSELoss and SGD lr 0.001,
-one thread per process, the default bucket size. Each rank cycles through
-a few batches generated before the clock starts, so the timing is the
-training step alone: no DataLoader, no sampler.
+DistributedDataParallel, MSELoss and SGD lr 0.001, the default bucket size:
+on the CPU over gloo, one thread per process; with --device=cuda over NCCL,
+each rank on GPU (node-local rank) modulo (GPUs), in float32 with TF32 off
+(PyTorch's default for matrix products), and with --graphs the whole step
+(forward, backward with DDP's all-reduces, the optimizer) captured once as a
+CUDA graph and replayed, as PyTorch's documentation captures DDP (its
+asynchronous error handling off, 11 eager steps on a side stream first).
+Each rank cycles through a few batches generated on the device before the
+clock starts, so the timing is the training step alone: no DataLoader, no
+sampler, no copy from the host.
 
 The ranks come from Open MPI's launcher (OMPI_COMM_WORLD_RANK and _SIZE;
 without them, one rank), the rendezvous from MASTER_ADDR (default
@@ -62,6 +69,8 @@ def parse_args(argv):
     p.add_argument("--steps", type=int, default=1000)
     p.add_argument("--warmup", type=int, default=50)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--graphs", action="store_true")
     a = p.parse_args(argv)
     try:
         a.widths = [int(w) for w in a.layers.split(",")]
@@ -71,7 +80,28 @@ def parse_args(argv):
         p.error("--layers: need at least two positive widths")
     if a.batch_size < 1 or a.steps < 1 or a.warmup < 0:
         p.error("--batch-size and --steps must be positive, --warmup not negative")
+    if a.graphs and a.device != "cuda":
+        p.error("--graphs needs --device=cuda")
     return a
+
+
+def capture(model, loss_fn, opt, x, y, warmup):
+    """The whole step as one CUDA graph over the static batch x, y: returns (graph, loss)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(max(warmup, 11)):  # DDP needs 11 eager steps before a capture
+            opt.zero_grad(set_to_none=True)
+            loss_fn(model(x), y).backward()
+            opt.step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)  # backward inside the graph then writes fresh .grad
+    with torch.cuda.graph(graph):
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+    return graph, loss
 
 
 def main(argv):
@@ -81,38 +111,63 @@ def main(argv):
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=size)
+    cuda = a.device == "cuda"
+    if cuda:
+        if not torch.cuda.is_available():
+            print("torch_ddp_bench.py: --device=cuda: torch %s sees no GPU (torch.cuda.is_available() is False)"
+                  % torch.__version__, file=sys.stderr)
+            return 1
+        torch.cuda.set_device(int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")) % torch.cuda.device_count())
+        torch.backends.cuda.matmul.allow_tf32 = False  # the default, said: float32 products
+        if a.graphs:  # its watchdog cannot watch a captured collective
+            os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"
+    dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=size)
 
     torch.manual_seed(a.seed)  # the same initial weights everywhere; DDP broadcasts rank 0's anyway
-    model = DDP(MLP(a.widths))
+    model = DDP(MLP(a.widths).to(dev), device_ids=[dev.index] if cuda else None)
     loss_fn = nn.MSELoss()
     opt = torch.optim.SGD(model.parameters(), lr=0.001)
     gen = torch.Generator().manual_seed(a.seed * 1000 + rank)
-    xs = [torch.randn(a.batch_size, a.widths[0], generator=gen) for _ in range(NBATCHES)]
-    ys = [torch.randn(a.batch_size, a.widths[-1], generator=gen) for _ in range(NBATCHES)]
+    xs = [torch.randn(a.batch_size, a.widths[0], generator=gen).to(dev) for _ in range(NBATCHES)]
+    ys = [torch.randn(a.batch_size, a.widths[-1], generator=gen).to(dev) for _ in range(NBATCHES)]
 
-    def step(i):
-        opt.zero_grad()
-        loss = loss_fn(model(xs[i % NBATCHES]), ys[i % NBATCHES])
-        loss.backward()
-        opt.step()
-        return loss
+    if a.graphs:
+        x, y = xs[0].clone(), ys[0].clone()
+        graph, static_loss = capture(model, loss_fn, opt, x, y, a.warmup)
 
-    for i in range(a.warmup):
-        step(i)
+        def step(i):
+            x.copy_(xs[i % NBATCHES])
+            y.copy_(ys[i % NBATCHES])
+            graph.replay()
+            return static_loss
+    else:
+        def step(i):
+            opt.zero_grad()
+            loss = loss_fn(model(xs[i % NBATCHES]), ys[i % NBATCHES])
+            loss.backward()
+            opt.step()
+            return loss
+
+        for i in range(a.warmup):
+            step(i)
     dist.barrier()
+    if cuda:
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
     for i in range(a.steps):
         loss = step(a.warmup + i)
-    loss.item()
+    loss.item()  # waits for the device
     seconds = time.perf_counter() - t0
 
     if rank == 0:
         nparams = sum(p.numel() for p in model.parameters())
         # parameters, gradients and DDP's bucket copies of the gradients (not activations)
         state_mib = 3 * nparams * 4 / 1048576.0
-        print("# torch %s, gloo, %d ranks, %d thread(s) per rank, model %s, batch %d per rank"
-              % (torch.__version__, size, torch.get_num_threads(), a.layers, a.batch_size))
+        where = ("%s, nccl, %s" % (torch.cuda.get_device_name(dev), "graphs" if a.graphs else "eager")
+                 if cuda else "gloo, %d thread(s) per rank" % torch.get_num_threads())
+        print("# torch %s, %s, %d ranks, model %s, batch %d per rank"
+              % (torch.__version__, where, size, a.layers, a.batch_size))
         print("# summary: mode=torch-ddp replicas=%d steps=%d seconds=%.6f samples_per_s=%.1f "
               "ms_per_step=%.6f state_mib=%.3f"
               % (size, a.steps, seconds, a.steps * a.batch_size * size / seconds,

@@ -62,7 +62,9 @@ struct backend_ops {
 	void (*to_device)(void *ctx, float *dst, const float *src, size_t n);
 	/* Copy to host memory; returns when dst holds the data (waits for queued work). An
 	 * error in that work, or in the communicator ordered with it, is returned here with
-	 * the failing call: dst is then not valid. */
+	 * the failing call: dst is then not valid. Behind a collective, dst must come from
+	 * host_alloc: a copy into pageable memory blocks inside the CUDA driver until the
+	 * collective ends, where a dead peer is neither polled for nor timed out. */
 	enum status (*to_host)(void *ctx, float *dst, const float *src, size_t n, struct diag *d);
 	/* dst = src, both device memory of this backend. */
 	void (*copy)(void *ctx, float *dst, const float *src, size_t n);

@@ -6,12 +6,11 @@
  *
  * Nothing in a step allocates or waits for the device; errors are recorded
  * with the failing call and the library's message and reported by sync().
- * TF32 is off unless asked for, so products match float32. The loss is
- * reduced in a fixed order (two passes, no atomics), so a run is
- * reproducible bit for bit. With --trace, a device clock (the end of this
+ * TF32 is off unless asked for, so products match float32 (PyTorch's default
+ * math, cuda_ctx.h). The loss is reduced in a fixed order (two passes, no
+ * atomics), so a run is reproducible bit for bit. With --trace, a device clock (the end of this
  * file) times spans with events on the stream.
  */
-#include <sched.h>
 #include <nvtx3/nvToolsExt.h> /* header-only NVTX 3: the --trace spans' ranges */
 #include <stdio.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 #include "core/clock.h"
 #include "cuda_ctx.h"
 #include "cuda_module.h" /* this file's prototypes, as module.c sees them */
+#include "cuda/hostwait.h"   /* hostwait: every wait of the host */
 #include "core/tracebuf.h"           /* struct trace_dev, clock_now */
 
 #define THREADS 256
@@ -75,31 +75,36 @@ static enum status report(struct cuda_ctx *c, struct diag *d)
 	return c->err.st;
 }
 
+/* hostwait's query: whether ev has passed (the whole stream if ev is NULL). */
+struct waited {
+	struct cuda_ctx *c;
+	cudaEvent_t ev;
+	const char *what;
+};
+
+static int waited_query(void *arg, struct diag *d)
+{
+	struct waited *w = (struct waited *)arg;
+	cudaError_t q = w->ev != NULL ? cudaEventQuery(w->ev) : cudaStreamQuery(w->c->stream);
+
+	if (q == cudaSuccess)
+		return 1;
+	if (q == cudaErrorNotReady)
+		return 0;
+	cuda_note(w->c, q, w->what, __FILE__, __LINE__);
+	return -1;
+}
+
 /* Wait on the host until ev has passed (the whole stream if ev is NULL), watching the
  * communicator's asynchronous errors and its timeout: a dead peer leaves NCCL's kernels
  * spinning, which cudaStreamSynchronize would wait for forever. */
 static enum status wait_for(struct cuda_ctx *c, cudaEvent_t ev, const char *what, struct diag *d)
 {
-	double t0 = clock_now();
+	struct waited wd = {c, ev, what};
+	const struct hostwait w = {what, c->device, waited_query, &wd, c->poll, c->poll_arg, c->timeout_s};
 
-	while (c->err.st == ST_OK) {
-		cudaError_t q = ev != NULL ? cudaEventQuery(ev) : cudaStreamQuery(c->stream);
-
-		if (q == cudaSuccess)
-			break;
-		if (q != cudaErrorNotReady) {
-			cuda_note(c, q, what, __FILE__, __LINE__);
-			break;
-		}
-		if (c->poll != NULL && c->poll(c->poll_arg, &c->err) != ST_OK)
-			break;
-		if (c->timeout_s > 0 && clock_now() - t0 > c->timeout_s) {
-			diag_set(&c->err, ST_RUNTIME, "GPU %d: %s: no progress for %d s: a peer rank is gone or stalled",
-				 c->device, what, c->timeout_s);
-			break;
-		}
-		sched_yield();
-	}
+	if (c->err.st == ST_OK)
+		hostwait(&w, &c->err);
 	return report(c, d);
 }
 
@@ -133,16 +138,31 @@ __global__ void k_relu_bwd(float *dy, const float *y, size_t n)
 		dy[i] = y[i] <= 0.0f ? 0.0f : dy[i];
 }
 
-/* db[k] (+)= sum over rows of dy[:, k]; one thread per column, rows in order. */
+/* db[k] (+)= sum over rows of dy[:, k], parallel over rows as well as columns: a block
+ * per BG_COLS columns, whose BG_COLS x BG_LANES threads each sum every BG_LANES-th row of
+ * one column (a warp reads BG_COLS neighbours of one row), then each column's BG_LANES
+ * partial sums are added in a fixed tree order -- the same bits on every run. (One
+ * thread per column, rows in order, gave a 4096-wide layer 16 blocks.) */
+#define BG_COLS 32
+#define BG_LANES 32
 __global__ void k_bias_grad(float *db, const float *dy, int n, int out, int accumulate)
 {
-	for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < out; k += gridDim.x * blockDim.x) {
-		float s = accumulate ? db[k] : 0.0f;
+	__shared__ float part[BG_LANES][BG_COLS + 1]; /* + 1: no bank conflicts */
+	int k = blockIdx.x * BG_COLS + threadIdx.x;
+	float s = 0.0f;
 
-		for (int i = 0; i < n; i++)
+	if (k < out)
+		for (int i = threadIdx.y; i < n; i += BG_LANES)
 			s += dy[(size_t)i * out + k];
-		db[k] = s;
+	part[threadIdx.y][threadIdx.x] = s;
+	__syncthreads();
+	for (int h = BG_LANES / 2; h > 0; h /= 2) {
+		if (threadIdx.y < h)
+			part[threadIdx.y][threadIdx.x] += part[threadIdx.y + h][threadIdx.x];
+		__syncthreads();
 	}
+	if (threadIdx.y == 0 && k < out)
+		db[k] = (accumulate ? db[k] : 0.0f) + part[0][threadIdx.x];
 }
 
 /* The sum of every thread's s over the block (THREADS threads), in a fixed order, so the
@@ -345,9 +365,7 @@ extern "C" enum status cuda_init(void **out, const struct backend_config *cfg, s
 		if (bs == CUBLAS_STATUS_SUCCESS) {
 			blas_note(c, cublasSetStream(c->blas, c->stream), "cublasSetStream");
 			blas_note(c, cublasSetWorkspace(c->blas, c->blas_workspace, ws), "cublasSetWorkspace");
-			blas_note(c, cublasSetMathMode(c->blas, cfg->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
-									  : CUBLAS_PEDANTIC_MATH),
-				  "cublasSetMathMode");
+			blas_note(c, cublasSetMathMode(c->blas, cuda_blas_math(cfg->tf32)), "cublasSetMathMode");
 		}
 	}
 	if (c->err.st != ST_OK) {
@@ -537,8 +555,8 @@ extern "C" void cuda_linear_backward(void *ctx, float *dx, float *dw, float *db,
 	if (dw != NULL) {
 		blas_note(c, cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy,
 					 out, accumulate ? &one : &zero, dw, in), "cublasSgemm(weight grad)");
-		k_bias_grad<<<(out + THREADS - 1) / THREADS, THREADS, 0, c->stream>>>(db, dy, n, out,
-										  accumulate);
+		k_bias_grad<<<(out + BG_COLS - 1) / BG_COLS, dim3(BG_COLS, BG_LANES), 0, c->stream>>>(
+			db, dy, n, out, accumulate);
 		LAUNCH_CHECK(c, "k_bias_grad");
 	}
 	/* dx (n, in) row-major = (in, n) column-major = w^T (in, out) dy^T (out, n) */

@@ -6,8 +6,9 @@
  * exchange can be captured into a CUDA graph.
  *
  * NCCL failures are looked for with ncclCommGetAsyncError wherever the host
- * waits -- here, and in every wait of the backend (its poll hook), which is
- * where a replayed graph's all-reduce is waited for -- and a wait longer than
+ * waits, while it waits and once more when the work is done (cuda/hostwait.c)
+ * -- here, and in every wait of the backend (its poll hook), which is where a
+ * replayed graph's all-reduce is waited for -- and a wait longer than
  * the timeout aborts the communicator, so a failed or missing peer ends the
  * run with a message instead of a hang. Once an error was seen the teardown
  * aborts the communicator (ncclCommAbort) rather than destroying it, which
@@ -30,6 +31,7 @@
 #include "dist/comm.h"
 #include "cuda_ctx.h"
 #include "cuda_module.h" /* nccl_unique_id, nccl_comm_init as module.c sees them */
+#include "cuda/hostwait.h" /* hostwait: the broadcast's wait */
 #include "backend/gpu.h"
 
 struct nccl_ctx {
@@ -94,30 +96,52 @@ static enum status cuda_fail(struct diag *d, cudaError_t rc, const char *call)
 	return diag_set(d, ST_RUNTIME, "%s failed: %s", call, cudaGetErrorString(rc));
 }
 
-/* Wait for the communication stream, watching NCCL's asynchronous errors and the clock. */
-static enum status wait_stream(struct nccl_ctx *c, cudaStream_t s, const char *what, struct diag *d)
+/* hostwait's query: whether the communication stream is idle. */
+static int stream_query(void *arg, struct diag *d)
 {
-	double t0 = clock_now();
+	struct nccl_ctx *c = arg;
+	cudaError_t q = cudaStreamQuery(c->stream);
 
-	for (;;) {
-		cudaError_t q = cudaStreamQuery(s);
-		ncclResult_t async = ncclSuccess;
+	if (q == cudaSuccess || q == cudaErrorNotReady)
+		return q == cudaSuccess;
+	cuda_fail(d, q, "cudaStreamQuery(communication stream)");
+	return -1;
+}
 
-		if (q == cudaSuccess)
-			return ST_OK;
-		if (q != cudaErrorNotReady)
-			return cuda_fail(d, q, what);
-		ncclCommGetAsyncError(c->comm, &async);
-		if (async != ncclSuccess && async != ncclInProgress) {
-			nccl_abort(c);
-			return nccl_fail(d, async, what);
-		}
-		if (c->timeout_s > 0 && clock_now() - t0 > c->timeout_s) {
-			nccl_abort(c);
-			return diag_set(d, ST_RUNTIME, "%s: no progress for %d s: a peer rank is gone or stalled",
-					what, c->timeout_s);
-		}
-	}
+/* The backend's poll hook: an asynchronous error aborts the communicator and is the
+ * error of the wait that saw it. */
+static enum status nccl_poll(void *arg, struct diag *d)
+{
+	struct nccl_ctx *c = arg;
+	ncclResult_t async = ncclSuccess;
+
+	if (c->comm == NULL)
+		return c->failed ? diag_set(d, ST_RUNTIME, "NCCL communicator aborted after an error") : ST_OK;
+	if (ncclCommGetAsyncError(c->comm, &async) == ncclSuccess &&
+	    (async == ncclSuccess || async == ncclInProgress))
+		return ST_OK;
+	nccl_abort(c);
+	return nccl_fail(d, async, "NCCL all-reduce (ncclCommGetAsyncError)");
+}
+
+/* Wait for the communication stream, watching NCCL's asynchronous errors and the clock;
+ * a wait that failed leaves the communicator aborted. */
+static enum status wait_stream(struct nccl_ctx *c, const char *what, struct diag *d)
+{
+	const struct hostwait w = {what, c->cu->device, stream_query, c, nccl_poll, c, c->timeout_s};
+	enum status st = hostwait(&w, d);
+
+	if (st != ST_OK)
+		nccl_abort(c);
+	return st;
+}
+
+/* The communication stream waits for the work queued on the compute stream so far. */
+static cudaError_t after_compute(struct nccl_ctx *c, cudaEvent_t ev)
+{
+	cudaError_t rc = cudaEventRecord(ev, c->cu->stream);
+
+	return rc == cudaSuccess ? cudaStreamWaitEvent(c->stream, ev, 0) : rc;
 }
 
 static enum status nccl_allreduce_start(void *ctx, float *buf, size_t n, int last, struct diag *d)
@@ -130,9 +154,7 @@ static enum status nccl_allreduce_start(void *ctx, float *buf, size_t n, int las
 	if (c->n == COMM_MAX_INFLIGHT)
 		return diag_set(d, ST_RUNTIME, "internal: more than %d all-reduces in flight",
 				COMM_MAX_INFLIGHT);
-	rc = cudaEventRecord(c->ready[c->n], c->cu->stream);
-	if (rc == cudaSuccess)
-		rc = cudaStreamWaitEvent(c->stream, c->ready[c->n], 0);
+	rc = after_compute(c, c->ready[c->n]);
 	if (rc != cudaSuccess)
 		return cuda_fail(d, rc, "cudaStreamWaitEvent(bucket ready)");
 	if (c->obs.done != NULL) {
@@ -168,22 +190,6 @@ static void nccl_progress(void *ctx)
 {
 }
 
-/* The backend's poll hook: an asynchronous error aborts the communicator and is the
- * error of the wait that saw it. */
-static enum status nccl_poll(void *arg, struct diag *d)
-{
-	struct nccl_ctx *c = arg;
-	ncclResult_t async = ncclSuccess;
-
-	if (c->comm == NULL)
-		return c->failed ? diag_set(d, ST_RUNTIME, "NCCL communicator aborted after an error") : ST_OK;
-	if (ncclCommGetAsyncError(c->comm, &async) == ncclSuccess &&
-	    (async == ncclSuccess || async == ncclInProgress))
-		return ST_OK;
-	nccl_abort(c);
-	return nccl_fail(d, async, "NCCL all-reduce (ncclCommGetAsyncError)");
-}
-
 static enum status nccl_wait_all(void *ctx, struct diag *d)
 {
 	struct nccl_ctx *c = ctx;
@@ -208,11 +214,18 @@ static enum status nccl_bcast(void *ctx, float *buf, size_t n, int root, struct 
 {
 	struct nccl_ctx *c = ctx;
 	ncclResult_t r;
+	cudaError_t rc;
 
+	/* After what the compute stream did to buf: the zeroing of the weights (alloc's
+	 * cudaMemsetAsync) on every rank, rank 0's copy of its initial weights. No all-reduce
+	 * is in flight outside a step, so the first bucket's event is free. */
+	rc = after_compute(c, c->ready[0]);
+	if (rc != cudaSuccess)
+		return cuda_fail(d, rc, "cudaStreamWaitEvent(weights ready)");
 	r = ncclBroadcast(buf, buf, n, ncclFloat, root, c->comm, c->stream);
 	if (r != ncclSuccess && r != ncclInProgress)
 		return nccl_fail(d, r, "ncclBroadcast");
-	return wait_stream(c, c->stream, "ncclBroadcast(weights)", d);
+	return wait_stream(c, "ncclBroadcast(weights)", d);
 }
 
 /* comm_ops.observe: timing events are made on first use. */

@@ -40,6 +40,16 @@ struct cuda_ctx {
 	int tref_set;
 };
 
+/* cuBLAS's math mode, the same for the backend and the SGEMM ceiling it is measured
+ * against. Without --tf32 it is PyTorch's for float32 (allow_tf32 off, the default:
+ * CUBLAS_DEFAULT_MATH), which computes in float32 -- no TF32 -- but leaves cuBLAS its
+ * fastest kernels; CUBLAS_PEDANTIC_MATH would rule some of those out for the same result
+ * precision. */
+static inline cublasMath_t cuda_blas_math(int tf32)
+{
+	return tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH;
+}
+
 #ifdef __cplusplus
 extern "C" {
 #endif

@@ -113,7 +113,7 @@ static enum status bench_sgemm(int dev, int trans_a, int trans_b, int m, int n, 
 			      cudaGetErrorString(cudaGetLastError()));
 		goto out;
 	}
-	cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH);
+	cublasSetMathMode(h, cuda_blas_math(tf32));
 	for (int i = -2; i < iters; i++) {
 		cudaEventRecord(e0, 0);
 		if (cublasSgemm(h, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,

@@ -102,7 +102,7 @@ static const struct opt_def opt_table[] = {
 	{"mode", K_MODE, "ddp|dp", "ddp", "ddp: one process per replica; dp: threads in one process", R, NOFILE},
 	{"replicas", K_REPLICAS, "G", "auto", "--mode=dp worker threads, one replica each (auto: one per GPU, else 2)", C, NOFILE},
 	{"device", K_DEVICE, "auto|cpu|cuda", "auto", "where the model runs (auto: a GPU if one is visible, else the CPU)", C, NOFILE},
-	{"backend", K_BACKEND, "auto|mpi|nccl", "auto", "how gradients are all-reduced (auto: nccl on GPUs, else mpi)", C, NOFILE},
+	{"backend", K_BACKEND, "auto|mpi|nccl", "auto", "how gradients are all-reduced (auto: nccl on GPUs, mpi on the CPU or on a GPU ranks share)", C, NOFILE},
 	{"tf32", K_TF32, NULL, "off", "let cuBLAS use TF32 tensor cores (faster; results no longer match float32)", C, NOFILE},
 	{"bucket-mb", K_BUCKET, "F", "25", "gradient bucket cap in MiB", C, NOFILE},
 	{"no-overlap", K_NO_OVERLAP, NULL, NULL, "all-reduce only after the whole backward", C, NOFILE},

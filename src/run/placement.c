@@ -25,14 +25,16 @@ static enum status open_cuda(struct placement *p, struct diag *d)
 	return st;
 }
 
-/* Ranks of one node must not share a GPU under NCCL ("Duplicate GPU detected"). */
-static enum status check_shared_gpus(struct placement *p, struct world *w, struct diag *d)
+/* Ranks of one node must not share a GPU under NCCL ("Duplicate GPU detected"). Asked for
+ * NCCL, such ranks are refused; chosen by auto, every rank takes MPI instead (on the same
+ * GPUs: a one-GPU workstation running two ranks trains, as with --backend=mpi), and says
+ * so. All ranks of the world make that choice together: another node may share none. */
+static enum status check_shared_gpus(struct placement *p, const struct options *o, struct world *w,
+				     struct diag *d)
 {
 	unsigned char (*all)[GPU_UUID_BYTES], mine[GPU_UUID_BYTES];
-	enum status st;
-	int a, b;
-
-	enum status info;
+	enum status st, info;
+	int a = 0, b = 0, shared = 0, auto_shared;
 
 	memset(mine, 0, sizeof mine);
 	info = p->module.mod->device_info(p->gpu, mine, p->gpu_name, sizeof p->gpu_name, d);
@@ -41,16 +43,29 @@ static enum status check_shared_gpus(struct placement *p, struct world *w, struc
 		return diag_set(d, ST_RUNTIME, "out of memory");
 	/* Every rank of the node joins the gather, whatever device_info said. */
 	st = world_local_allgather(w, mine, GPU_UUID_BYTES, all, d);
-	if (st == ST_OK)
-		st = info;
-	if (st == ST_OK && p->comm == COMM_NCCL &&
-	    gpu_find_duplicate((const unsigned char (*)[GPU_UUID_BYTES])all, w->local_size, &a, &b) &&
-	    b == w->local_rank)
-		st = diag_set(d, ST_USAGE,
-			      "--backend=nccl: node-local ranks %d and %d would share GPU %d (%s), which NCCL cannot do; use --backend=mpi, or start at most %d ranks per node",
-			      a, b, p->gpu, p->gpu_name, p->gpu_count);
+	if (st == ST_OK && p->comm == COMM_NCCL)
+		shared = gpu_find_duplicate((const unsigned char (*)[GPU_UUID_BYTES])all, w->local_size, &a, &b);
 	free(all);
-	return st;
+	/* Every rank joins, whatever its own options or outcome: no rank waits alone. */
+	auto_shared = !world_all(w, !(shared && o->comm == COMM_AUTO));
+	if (st != ST_OK)
+		return st;
+	if (auto_shared && p->comm == COMM_NCCL && o->comm == COMM_AUTO) {
+		p->comm = COMM_MPI;
+		if (shared)
+			snprintf(p->notice, sizeof p->notice,
+				 "backend auto: mpi, not nccl (node-local ranks %d and %d share GPU %d, %s, which NCCL cannot do)",
+				 a, b, p->gpu, p->gpu_name);
+		else
+			snprintf(p->notice, sizeof p->notice,
+				 "backend auto: mpi, not nccl (ranks of another node share a GPU, which NCCL cannot do)");
+		return info;
+	}
+	if (info == ST_OK && shared && b == w->local_rank)
+		return diag_set(d, ST_USAGE,
+				"--backend=nccl: node-local ranks %d and %d would share GPU %d (%s), which NCCL cannot do; use --backend=mpi (or auto), or start at most %d rank%s per node",
+				a, b, p->gpu, p->gpu_name, p->gpu_count, p->gpu_count == 1 ? "" : "s");
+	return info;
 }
 
 enum status placement_decide(struct placement *p, const struct options *o, struct world *w,
@@ -112,7 +127,7 @@ enum status placement_decide(struct placement *p, const struct options *o, struc
 	}
 	if (p->device == DEVICE_CUDA) {
 		p->gpu = o->mode == MODE_DP ? 0 : placement_gpu_for(w->local_rank, p->gpu_count);
-		st = check_shared_gpus(p, w, d);
+		st = check_shared_gpus(p, o, w, d);
 	}
 	return st;
 }

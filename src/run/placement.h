@@ -5,8 +5,9 @@
  * --device=auto looks for GPUs without loading any CUDA library (gpu.h),
  * loads the CUDA module only if one is visible, and falls back to the CPU
  * with a one-line notice when it cannot be used; all ranks make the same
- * choice. Each rank takes GPU local_rank % count, and NCCL is refused before
- * it would fail when two ranks of a node would share a GPU.
+ * choice. Each rank takes GPU local_rank % count. When two ranks of a node
+ * would share a GPU, which NCCL cannot do, --backend=auto takes MPI on every
+ * rank (with a notice) and an explicit --backend=nccl is refused.
  */
 #ifndef DDPT_PLACEMENT_H
 #define DDPT_PLACEMENT_H
@@ -25,7 +26,7 @@ struct placement {
 	struct gpu module;       /* the loaded CUDA module (cuda) */
 	char gpu_name[128];
 	char info[128];          /* CUDA runtime and driver versions */
-	char notice[640];        /* why auto fell back to the CPU, or "" */
+	char notice[640];        /* why auto fell back to the CPU or to MPI, or "" */
 };
 
 /* The GPU of the rank with node-local rank local_rank when count GPUs are visible. */

@@ -149,16 +149,17 @@ enum status trainer_evaluate(const struct train_config *tc, struct model *m, con
 	void *bc = m->be->ctx;
 	const size_t lo = val->n * (size_t)rank / (size_t)world;
 	const size_t hi = val->n * (size_t)(rank + 1) / (size_t)world;
-	float *slots = m->grads + m->nparams + MODEL_SLOT_LOSS, res[3];
+	float *slots = m->grads + m->nparams + MODEL_SLOT_LOSS;
 	float *hx = ops->host_alloc(bc, (size_t)m->max_batch * (size_t)val->in);
 	float *hy = ops->host_alloc(bc, (size_t)m->max_batch * (size_t)val->out);
+	float *res = ops->host_alloc(bc, 3); /* read behind the all-reduce: pinned (backend.h) */
 	uint32_t *idx = malloc((size_t)m->max_batch * sizeof *idx);
 	enum status st = ST_OK;
 
 	/* slots: loss, accuracy, and (MODEL_SLOT_STOP's place) how many ranks failed, so that a
 	 * rank failing here still meets the others in the all-reduce and all end at once. */
 	ops->to_device(bc, slots, zeros, 3);
-	if (hx == NULL || hy == NULL || idx == NULL)
+	if (hx == NULL || hy == NULL || res == NULL || idx == NULL)
 		st = diag_set(d, ST_RUNTIME, "evaluation: out of host memory for batches of %d", m->max_batch);
 	for (size_t r0 = lo; r0 < hi && st == ST_OK; r0 += (size_t)m->max_batch) {
 		int n = hi - r0 < (size_t)m->max_batch ? (int)(hi - r0) : m->max_batch;
@@ -200,6 +201,7 @@ enum status trainer_evaluate(const struct train_config *tc, struct model *m, con
 	}
 	ops->host_free(bc, hx);
 	ops->host_free(bc, hy);
+	ops->host_free(bc, res);
 	free(idx);
 	return st;
 }

@@ -28,6 +28,7 @@ struct ddp {
 	double lr;                  /* the lr of the last optimizer step */
 	double wait;                /* host time blocked in wait_all */
 	float *stop_host;           /* (1) pinned: 1 if this rank was asked to stop */
+	float *slots;               /* (MODEL_SLOTS) pinned: the step's read of the slots */
 	const float *graph_x[2];    /* the host batch buffer each captured step reads */
 	int graph_off;              /* no (more) graphs: unsupported, or a capture failed */
 	struct bucket buckets[MODEL_MAX_LAYERS + 1];
@@ -355,7 +356,6 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	const struct loader_config lcfg = trainer_loader_config(tc, 0, w->size, w->rank);
 	struct loader L;
 	struct batch b;
-	float slots[MODEL_SLOTS] = {0};
 	struct step_clock clk = {0};
 	struct train_loop loop;
 	long steps_per_epoch, total, step = ctl->start_step;
@@ -368,8 +368,14 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	st = loader_init(&L, ds, &lcfg, m->be, d);
 	if (st == ST_OK) {
 		loader_seek(&L, ctl->start_epoch, ctl->start_mb);
+		/* The step's read comes after its all-reduces on the device: into pageable memory
+		 * it would block inside the driver until they end, where a dead peer is never
+		 * noticed; into pinned memory the backend's wait watches the communicator. */
 		t.stop_host = ops->host_alloc(bctx, 1);
-		if (t.stop_host == NULL) {
+		t.slots = ops->host_alloc(bctx, MODEL_SLOTS);
+		if (t.stop_host == NULL || t.slots == NULL) {
+			ops->host_free(bctx, t.stop_host);
+			ops->host_free(bctx, t.slots);
 			loader_free(&L);
 			st = diag_set(d, ST_RUNTIME, "trainer: out of host memory");
 		}
@@ -379,6 +385,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	if (!world_all(w, st == ST_OK)) {
 		if (st == ST_OK) {
 			ops->host_free(bctx, t.stop_host);
+			ops->host_free(bctx, t.slots);
 			loader_free(&L);
 		}
 		return st != ST_OK ? st : diag_set(d, ST_PEER, "another rank could not start training");
@@ -468,17 +475,17 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		 * whether any rank was asked to stop. A device or communicator error stops the
 		 * run here, before anything (a checkpoint) is taken from this step. */
 		world_watch_begin(w, "the gradient all-reduce");
-		st = ops->to_host(bctx, slots, m->grads + m->nparams, MODEL_SLOTS, d);
+		st = ops->to_host(bctx, t.slots, m->grads + m->nparams, MODEL_SLOTS, d);
 		world_watch_end(w);
 		if (st != ST_OK)
 			break;
 		trace_resolve(t.tb);
 		st = trainer_after_step(&loop, &step,
-					&(struct step_end){&b, slots[MODEL_SLOT_LOSS], slots[MODEL_SLOT_ACC], t.lr,
-							   consumed * w->size, slots[MODEL_SLOT_STOP] != 0.0f},
+					&(struct step_end){&b, t.slots[MODEL_SLOT_LOSS], t.slots[MODEL_SLOT_ACC], t.lr,
+							   consumed * w->size, t.slots[MODEL_SLOT_STOP] != 0.0f},
 					d);
 		if (st == ST_OK)
-			st = ddp_after_step(&t, ctl, &clk, step, total, slots[MODEL_SLOT_LOSS],
+			st = ddp_after_step(&t, ctl, &clk, step, total, t.slots[MODEL_SLOT_LOSS],
 					    consumed * w->size, r);
 		if (st != ST_OK)
 			break;
@@ -507,6 +514,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		(double)step * (double)reduced * sizeof(float);
 	res->rep[0].state_bytes = m->bytes;
 	ops->host_free(bctx, t.stop_host);
+	ops->host_free(bctx, t.slots);
 	loader_free(&L);
 	return st;
 }

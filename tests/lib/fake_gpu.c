@@ -20,6 +20,8 @@
  *   - a host read or host synchronisation inside a capture (it invalidates the capture);
  *   - a pinned host buffer rewritten while its queued copy to the device has not run
  *     (from pageable memory CUDA copies before returning, and so does the fake);
+ *   - a read into pageable host memory behind a queued collective (the copy blocks in
+ *     the driver, out of reach of the asynchronous-error poll and the timeout);
  *   - an operation issued from a thread that never selected a device (cudaSetDevice);
  *   - the first cuBLAS use, or the first all-reduce, of an instance inside a capture
  *     (both set up lazily, with allocations a capture cannot record).
@@ -572,9 +574,28 @@ static void fk_to_device(void *ctx, float *dst, const float *src, size_t n)
 	pthread_mutex_unlock(&c->mu);
 }
 
+/* A collective queued on c's stream and not yet run. */
+static int collective_queued(struct fk_ctx *c)
+{
+	int yes = 0;
+
+	pthread_mutex_lock(&c->mu);
+	for (size_t i = 0; i < c->q.n && !yes; i++)
+		yes = c->q.op[i].k == K_ALLREDUCE;
+	pthread_mutex_unlock(&c->mu);
+	return yes;
+}
+
+/* Into pageable memory the copy blocks inside the driver until the stream drains: behind
+ * a collective, a dead peer then hangs the rank where no error or timeout is watched. */
 static enum status fk_to_host(void *ctx, float *dst, const float *src, size_t n, struct diag *d)
 {
-	enum status st = host_waits(ctx, "cudaMemcpy(device to host)", d);
+	enum status st;
+
+	if (!is_pinned(dst) && collective_queued(ctx))
+		rule("cudaMemcpyAsync device to host into pageable memory %p (%zu floats) on device %d behind a queued collective: the copy blocks inside the driver until the collective ends, where neither NCCL's asynchronous error nor the timeout is watched; read into pinned memory (host_alloc)",
+		     (void *)dst, n, ((struct fk_ctx *)ctx)->device);
+	st = host_waits(ctx, "cudaMemcpy(device to host)", d);
 
 	if (st == ST_OK)
 		memcpy(dst, src, n * sizeof(float));

@@ -4,7 +4,8 @@
  *
  *   opcheck [--tf32]              exit 0 if every operation's relative error
  *                                 max|gpu - cpu| / max|cpu| is at most 1e-6
- *                                 (TF32 off); 77 if no GPU can be used
+ *                                 (TF32 off), at small sizes and at the large
+ *                                 ones of every launch path; 77 if no GPU can be used
  *   opcheck --sgemm M N K [TA TB] print the cuBLAS SGEMM rate in TFLOP/s of C (M, N) =
  *                                 op(A) (M, K) op(B) (K, N), op = N or T (column-major)
  */
@@ -53,7 +54,7 @@ static void check(const char *what, const struct pair *p)
 	struct diag d = {0};
 
 	if (gpu.ops->to_host(gpu.ctx, back, p->g, p->n, &d) != ST_OK) {
-		printf("%-28s FAIL: %s\n", what, d.msg);
+		printf("%-32s FAIL: %s\n", what, d.msg);
 		failures++;
 		free(back);
 		return;
@@ -74,9 +75,166 @@ static void check(const char *what, const struct pair *p)
 			maxc = fabs(cv) > maxc ? fabs(cv) : maxc;
 	}
 	rel = maxc > 0 ? maxd / maxc : maxd;
-	printf("%-28s %10.3g %s\n", what, rel, rel <= tol ? "ok" : "FAIL");
+	printf("%-32s %10.3g %s\n", what, rel, rel <= tol ? "ok" : "FAIL");
 	failures += !(rel <= tol);
 	free(back);
+}
+
+/* Set p's values to multiples of 1/q in [-1, 1] on both backends. */
+static void pair_dyadic(struct pair *p, int q)
+{
+	for (size_t i = 0; i < p->n; i++)
+		p->h[i] = (float)((int)(p->h[i] * 0.5f * (float)q + 0.5f * (float)q + 0.5f) - q / 2) /
+			  (float)(q / 2);
+	memcpy(p->c, p->h, p->n * sizeof(float));
+	gpu.ops->to_device(gpu.ctx, p->g, p->h, p->n);
+}
+
+/* linear_backward writing dx, dw, db, then accumulating into dw and db; each check's
+ * name starts with size. */
+static void check_backward(const char *size, struct pair *dx, struct pair *dw, struct pair *db,
+			   const struct pair *dy, const struct pair *x, const struct pair *w, int n,
+			   int in, int out)
+{
+	char what[64];
+
+	for (int acc = 0; acc < 2; acc++) {
+		cpu.ops->linear_backward(cpu.ctx, dx->c, dw->c, db->c, dy->c, x->c, w->c, n, in, out, acc);
+		gpu.ops->linear_backward(gpu.ctx, dx->g, dw->g, db->g, dy->g, x->g, w->g, n, in, out, acc);
+		snprintf(what, sizeof what, "%slinear_backward dx%s", size, acc ? " (acc)" : "");
+		check(what, dx);
+		snprintf(what, sizeof what, "%slinear_backward dw%s", size, acc ? " (acc)" : "");
+		check(what, dw);
+		snprintf(what, sizeof what, "%slinear_backward db%s", size, acc ? " (acc)" : "");
+		check(what, db);
+	}
+}
+
+/* The optimizers' and the clipping's vector operations on n elements (random keys from
+ * key on), as optimizer.c and trainer.c call them; each check's name starts with size. */
+static void check_vectors(const char *size, size_t n, uint64_t key)
+{
+	struct pair p, g, m, v, nrm;
+	struct adamw_hparams ha = {0.9995f, 0.9f, 0.999f, 0.1f, 0.001f, 0.05f, 0.0447f, 1e-8f};
+	const size_t cut = n * 3 / 5;
+	char what[64];
+
+#define CHECK(name, x) (snprintf(what, sizeof what, "%s%s", size, name), check(what, x))
+	pair_init(&p, n, key);
+	pair_init(&g, n, key + 1);
+	pair_init(&m, n, key + 2);
+	pair_init(&v, n, key + 6);
+	pair_init(&nrm, 1, key + 7);
+	for (size_t i = 0; i < v.n; i++) /* exp_avg_sq is never negative */
+		v.h[i] = fabsf(v.h[i]);
+	memcpy(v.c, v.h, v.n * sizeof(float));
+	gpu.ops->to_device(gpu.ctx, v.g, v.h, v.n);
+	/* The three forms optimizer.c uses: SGD without momentum (z is y), the momentum
+	 * buffer (z another buffer), the step along the buffer (no z). */
+	cpu.ops->axpbz(cpu.ctx, p.c, 1.0f, -0.01f, g.c, 0.001f, p.c, p.n);
+	gpu.ops->axpbz(gpu.ctx, p.g, 1.0f, -0.01f, g.g, 0.001f, p.g, p.n);
+	CHECK("axpbz (sgd, wd)", &p);
+	cpu.ops->axpbz(cpu.ctx, m.c, 0.9f, 1.0f, g.c, 0.001f, p.c, m.n);
+	gpu.ops->axpbz(gpu.ctx, m.g, 0.9f, 1.0f, g.g, 0.001f, p.g, m.n);
+	CHECK("axpbz (momentum buffer)", &m);
+	cpu.ops->axpbz(cpu.ctx, p.c, 1.0f, -0.01f, m.c, 0.0f, NULL, p.n);
+	gpu.ops->axpbz(gpu.ctx, p.g, 1.0f, -0.01f, m.g, 0.0f, NULL, p.n);
+	CHECK("axpbz (no z)", &p);
+	for (int k = 0; k < 2; k++) {
+		cpu.ops->adamw(cpu.ctx, p.c, g.c, m.c, v.c, p.n, &ha);
+		gpu.ops->adamw(gpu.ctx, p.g, g.g, m.g, v.g, p.n, &ha);
+		CHECK("adamw params", &p);
+		CHECK("adamw exp_avg", &m);
+		CHECK("adamw exp_avg_sq", &v);
+	}
+	cpu.ops->sumsq(cpu.ctx, nrm.c, g.c, cut, 0);
+	gpu.ops->sumsq(gpu.ctx, nrm.g, g.g, cut, 0);
+	cpu.ops->sumsq(cpu.ctx, nrm.c, g.c + cut, n - cut, 1);
+	gpu.ops->sumsq(gpu.ctx, nrm.g, g.g + cut, n - cut, 1);
+	CHECK("sumsq (two slices)", &nrm);
+	cpu.ops->clip(cpu.ctx, g.c, g.n, nrm.c, 1.0f);
+	gpu.ops->clip(gpu.ctx, g.g, g.n, nrm.g, 1.0f);
+	CHECK("clip to norm 1", &g);
+	cpu.ops->add(cpu.ctx, g.c, m.c, g.n);
+	gpu.ops->add(gpu.ctx, g.g, m.g, g.n);
+	CHECK("add", &g);
+	cpu.ops->copy(cpu.ctx, g.c, p.c, g.n);
+	gpu.ops->copy(gpu.ctx, g.g, p.g, g.n);
+	CHECK("copy", &g);
+	cpu.ops->copy_peer(cpu.ctx, m.c, cpu.ctx, p.c, m.n);
+	gpu.ops->copy_peer(gpu.ctx, m.g, gpu.ctx, p.g, m.n);
+	CHECK("copy_peer", &m);
+	cpu.ops->relu_forward(cpu.ctx, p.c, p.n);
+	gpu.ops->relu_forward(gpu.ctx, p.g, p.n);
+	CHECK("relu_forward (vector)", &p);
+#undef CHECK
+	pair_free(&p);
+	pair_free(&g);
+	pair_free(&m);
+	pair_free(&v);
+	pair_free(&nrm);
+}
+
+/* The launch paths small sizes never take: element-wise kernels past 4096 blocks of 256
+ * threads (their grid-stride loops: 2^21 + 3 elements), reductions past one pass of
+ * their 256 x 256 threads (more than 65,536 rows or elements), the bias over more than
+ * 1M elements, odd widths. The products' inputs there are multiples of 1/8 and 1/16, so
+ * every sum over the 70,001 rows is exact in float32 in any order: the CPU's rows in
+ * order and the GPU's parallel reductions must agree to the bit. */
+static void check_large(void)
+{
+	enum { R = 70001, IN = 33, OUT = 31 };
+	const size_t E = ((size_t)1 << 21) + 3;
+	struct pair x, w, b, y, t, dy, dx, dw, db, lab, ce, loss;
+
+	printf("# large: %d rows of %d -> %d, %zu elements\n", R, IN, OUT, E);
+	pair_init(&x, (size_t)R * IN, 31);
+	pair_init(&w, OUT * IN, 32);
+	pair_init(&b, OUT, 33);
+	pair_init(&y, (size_t)R * OUT, 34);
+	pair_init(&t, (size_t)R * OUT, 47);
+	pair_init(&dy, (size_t)R * OUT, 35);
+	pair_init(&dx, (size_t)R * IN, 36);
+	pair_init(&dw, OUT * IN, 37);
+	pair_init(&db, OUT, 38);
+	pair_init(&lab, R, 39);
+	pair_init(&ce, 2, 40);
+	pair_init(&loss, 1, 41);
+	pair_dyadic(&x, 16);
+	pair_dyadic(&dy, 32);
+	for (size_t i = 0; i < lab.n; i++)
+		lab.h[i] = (float)((i * 7) % OUT);
+	memcpy(lab.c, lab.h, lab.n * sizeof(float));
+	gpu.ops->to_device(gpu.ctx, lab.g, lab.h, lab.n);
+
+	cpu.ops->linear_forward(cpu.ctx, y.c, x.c, w.c, b.c, R, IN, OUT, 1);
+	gpu.ops->linear_forward(gpu.ctx, y.g, x.g, w.g, b.g, R, IN, OUT, 1);
+	check("large linear_forward + relu", &y);
+	check_backward("large ", &dx, &dw, &db, &dy, &x, &w, R, IN, OUT);
+	cpu.ops->relu_backward(cpu.ctx, dy.c, y.c, dy.n);
+	gpu.ops->relu_backward(gpu.ctx, dy.g, y.g, dy.n);
+	check("large relu_backward", &dy);
+	cpu.ops->mse(cpu.ctx, dy.c, loss.c, y.c, t.c, R, OUT, 0.5f, 0);
+	gpu.ops->mse(gpu.ctx, dy.g, loss.g, y.g, t.g, R, OUT, 0.5f, 0);
+	check("large mse loss", &loss);
+	check("large mse gradient", &dy);
+	cpu.ops->cross_entropy(cpu.ctx, dy.c, ce.c, y.c, lab.c, R, OUT, 0.5f, 0);
+	gpu.ops->cross_entropy(gpu.ctx, dy.g, ce.g, y.g, lab.g, R, OUT, 0.5f, 0);
+	check("large cross_entropy loss+acc", &ce);
+	check("large cross_entropy gradient", &dy);
+	check_vectors("large ", E, 42);
+	pair_free(&x);
+	pair_free(&w);
+	pair_free(&b);
+	pair_free(&y);
+	pair_free(&t);
+	pair_free(&dy);
+	pair_free(&dx);
+	pair_free(&dw);
+	pair_free(&db);
+	pair_free(&lab);
+	pair_free(&ce);
+	pair_free(&loss);
 }
 
 int main(int argc, char **argv)
@@ -115,8 +273,7 @@ int main(int argc, char **argv)
 	printf("# %s, %d GPU(s); relative error max|gpu-cpu|/max|cpu|, tolerance %g\n", info, count, tol);
 	{
 		enum { N = 37, IN = 96, OUT = 64 };
-		struct pair x, w, b, y, dy, dx, dw, db, t, loss, p, g, m, acts, lab, ce, v, nrm;
-		struct adamw_hparams ha = {0.9995f, 0.9f, 0.999f, 0.1f, 0.001f, 0.05f, 0.0447f, 1e-8f};
+		struct pair x, w, b, y, dy, dx, dw, db, t, loss, acts, lab, ce;
 
 		pair_init(&x, N * IN, 1);
 		pair_init(&w, OUT * IN, 2);
@@ -128,22 +285,13 @@ int main(int argc, char **argv)
 		pair_init(&db, OUT, 8);
 		pair_init(&t, N * OUT, 9);
 		pair_init(&loss, 1, 10);
-		pair_init(&p, 5000, 11);
-		pair_init(&g, 5000, 12);
-		pair_init(&m, 5000, 13);
 		pair_init(&acts, N * OUT, 14);
 		pair_init(&lab, N, 15);
 		pair_init(&ce, 2, 16);
-		pair_init(&v, 5000, 17);
-		pair_init(&nrm, 1, 18);
 		for (int i = 0; i < N; i++) /* class labels in [0, OUT), as floats */
 			lab.h[i] = (float)((i * 7) % OUT);
 		memcpy(lab.c, lab.h, N * sizeof(float));
 		gpu.ops->to_device(gpu.ctx, lab.g, lab.h, N);
-		for (size_t i = 0; i < v.n; i++) /* exp_avg_sq is never negative */
-			v.h[i] = fabsf(v.h[i]);
-		memcpy(v.c, v.h, v.n * sizeof(float));
-		gpu.ops->to_device(gpu.ctx, v.g, v.h, v.n);
 
 		cpu.ops->linear_forward(cpu.ctx, acts.c, x.c, w.c, b.c, N, IN, OUT, 1);
 		gpu.ops->linear_forward(gpu.ctx, acts.g, x.g, w.g, b.g, N, IN, OUT, 1);
@@ -156,13 +304,7 @@ int main(int argc, char **argv)
 		gpu.ops->linear_backward(gpu.ctx, dx.g, NULL, db.g, dy.g, x.g, w.g, N, IN, OUT, 0);
 		check("linear_backward dx (frozen)", &dx);
 		check("linear_backward db untouched", &db);
-		for (int acc = 0; acc < 2; acc++) {
-			cpu.ops->linear_backward(cpu.ctx, dx.c, dw.c, db.c, dy.c, x.c, w.c, N, IN, OUT, acc);
-			gpu.ops->linear_backward(gpu.ctx, dx.g, dw.g, db.g, dy.g, x.g, w.g, N, IN, OUT, acc);
-			check(acc ? "linear_backward dx (acc)" : "linear_backward dx", &dx);
-			check(acc ? "linear_backward dw (acc)" : "linear_backward dw", &dw);
-			check(acc ? "linear_backward db (acc)" : "linear_backward db", &db);
-		}
+		check_backward("", &dx, &dw, &db, &dy, &x, &w, N, IN, OUT);
 		acts.c[3] = NAN; /* and a NaN, which ReLU must pass on forward and backward */
 		gpu.ops->to_device(gpu.ctx, acts.g + 3, acts.c + 3, 1);
 		cpu.ops->relu_forward(cpu.ctx, acts.c, acts.n);
@@ -183,41 +325,7 @@ int main(int argc, char **argv)
 			check(acc ? "cross_entropy loss+acc (acc)" : "cross_entropy loss+acc", &ce);
 			check("cross_entropy gradient", &dy);
 		}
-		/* The three forms optimizer.c uses: SGD without momentum (z is y), the momentum
-		 * buffer (z another buffer), the step along the buffer (no z). */
-		cpu.ops->axpbz(cpu.ctx, p.c, 1.0f, -0.01f, g.c, 0.001f, p.c, p.n);
-		gpu.ops->axpbz(gpu.ctx, p.g, 1.0f, -0.01f, g.g, 0.001f, p.g, p.n);
-		check("axpbz (sgd, wd)", &p);
-		cpu.ops->axpbz(cpu.ctx, m.c, 0.9f, 1.0f, g.c, 0.001f, p.c, m.n);
-		gpu.ops->axpbz(gpu.ctx, m.g, 0.9f, 1.0f, g.g, 0.001f, p.g, m.n);
-		check("axpbz (momentum buffer)", &m);
-		cpu.ops->axpbz(cpu.ctx, p.c, 1.0f, -0.01f, m.c, 0.0f, NULL, p.n);
-		gpu.ops->axpbz(gpu.ctx, p.g, 1.0f, -0.01f, m.g, 0.0f, NULL, p.n);
-		check("axpbz (no z)", &p);
-		for (int k = 0; k < 2; k++) {
-			cpu.ops->adamw(cpu.ctx, p.c, g.c, m.c, v.c, p.n, &ha);
-			gpu.ops->adamw(gpu.ctx, p.g, g.g, m.g, v.g, p.n, &ha);
-			check("adamw params", &p);
-			check("adamw exp_avg", &m);
-			check("adamw exp_avg_sq", &v);
-		}
-		cpu.ops->sumsq(cpu.ctx, nrm.c, g.c, 3000, 0);
-		gpu.ops->sumsq(gpu.ctx, nrm.g, g.g, 3000, 0);
-		cpu.ops->sumsq(cpu.ctx, nrm.c, g.c + 3000, 2000, 1);
-		gpu.ops->sumsq(gpu.ctx, nrm.g, g.g + 3000, 2000, 1);
-		check("sumsq (two slices)", &nrm);
-		cpu.ops->clip(cpu.ctx, g.c, g.n, nrm.c, 1.0f);
-		gpu.ops->clip(gpu.ctx, g.g, g.n, nrm.g, 1.0f);
-		check("clip to norm 1", &g);
-		cpu.ops->add(cpu.ctx, g.c, m.c, g.n);
-		gpu.ops->add(gpu.ctx, g.g, m.g, g.n);
-		check("add", &g);
-		cpu.ops->copy(cpu.ctx, g.c, p.c, g.n);
-		gpu.ops->copy(gpu.ctx, g.g, p.g, g.n);
-		check("copy", &g);
-		cpu.ops->copy_peer(cpu.ctx, m.c, cpu.ctx, p.c, m.n);
-		gpu.ops->copy_peer(gpu.ctx, m.g, gpu.ctx, p.g, m.n);
-		check("copy_peer", &m);
+		check_vectors("", 5000, 11);
 		if (gpu.ops->sync(gpu.ctx, &d) != ST_OK) {
 			fprintf(stderr, "opcheck: %s\n", d.msg);
 			return 1;
@@ -226,9 +334,8 @@ int main(int argc, char **argv)
 		pair_free(&w);
 		pair_free(&lab);
 		pair_free(&ce);
-		pair_free(&v);
-		pair_free(&nrm);
 	}
+	check_large();
 	printf("# %s\n", failures ? "FAILED" : "all operations agree");
 	return failures ? 1 : 0;
 }
