@@ -84,6 +84,61 @@ static void wall_time(char *buf, size_t len)
 		 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000L);
 }
 
+/* The length of the valid UTF-8 character at s (overlong forms, surrogates and code
+ * points past U+10FFFF are not valid: jansson refuses them too), or 0. */
+static size_t utf8_char(const unsigned char *s)
+{
+	unsigned lo = 0x80, hi = 0xbf;
+	size_t n;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		n = 2;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		n = 3, lo = s[0] == 0xe0 ? 0xa0 : lo, hi = s[0] == 0xed ? 0x9f : hi;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		n = 4, lo = s[0] == 0xf0 ? 0x90 : lo, hi = s[0] == 0xf4 ? 0x8f : hi;
+	else
+		return 0;
+	if (s[1] < lo || s[1] > hi)
+		return 0;
+	for (size_t i = 2; i < n; i++) /* stops at the terminator, which is no continuation */
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return n;
+}
+
+/* A JSON string holding s whatever its bytes. JSON text is UTF-8, and jansson gives no
+ * string (so json_pack no object) for other bytes: a path or a message cut inside a
+ * character would cost a record its key or the whole record. Each byte that is not
+ * part of a valid character is written as the text \xHH, as messages show control
+ * characters. NULL for s NULL (or no memory). */
+static json_t *json_text(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	json_t *j = s != NULL ? json_string(s) : NULL;
+	char *buf, *o;
+
+	if (j != NULL || s == NULL || (buf = malloc(4 * strlen(s) + 1)) == NULL)
+		return j;
+	for (o = buf; *p != '\0';) {
+		size_t n = utf8_char(p);
+
+		if (n == 0) {
+			o += sprintf(o, "\\x%02x", *p++);
+			continue;
+		}
+		memcpy(o, p, n);
+		o += n;
+		p += n;
+	}
+	*o = '\0';
+	j = json_string(buf);
+	free(buf);
+	return j;
+}
+
 /* Append one record as a whole line with one write(): a reader (tail -f) or a killed run
  * sees whole lines only. A short write (full disk) is cut back off the file. Every
  * record gets the wall-clock time as its "time". */
@@ -209,7 +264,7 @@ enum status report_open_metrics(struct report *r, const char *metrics_path, int 
 				 line + (line[0] == '-' && line[1] == '-' ? 2 : 0));
 			val = strndup(line + k + 1, n - k - 1);
 			if (val != NULL)
-				json_object_set_new(cfg, key, json_string(val));
+				json_object_set_new(cfg, key, json_text(val));
 			free(val);
 		}
 		line += n + (line[n] == '\n');
@@ -465,14 +520,14 @@ static void metrics_observers(json_t *sum, const struct report_summary *s)
 		for (int i = 0; i < s->replicas; i++) {
 			const struct straggler_rank *x = &s->strag[i];
 
-			json_array_append_new(arr, json_pack("{s:i, s:s, s:f, s:f, s:f, s:f}", "rank", i, "host",
-							     x->host, "step_p50_s", x->step_p50, "step_p99_s",
+			json_array_append_new(arr, json_pack("{s:i, s:o, s:f, s:f, s:f, s:f}", "rank", i, "host",
+							     json_text(x->host), "step_p50_s", x->step_p50, "step_p99_s",
 							     x->step_p99, "step_max_s", x->step_max, "compute_p50_s",
 							     x->busy_p50));
 		}
 		json_object_set_new(sum, "step_times", arr);
-		json_object_set_new(sum, "slowest_rank", json_pack("{s:i, s:s, s:f}", "rank", worst, "host",
-								   s->strag[worst].host, "ratio_to_median",
+		json_object_set_new(sum, "slowest_rank", json_pack("{s:i, s:o, s:f}", "rank", worst, "host",
+								   json_text(s->strag[worst].host), "ratio_to_median",
 								   ratio));
 	}
 }
@@ -543,8 +598,8 @@ void report_end(struct report *r, int exit_code, const char *why)
 	r->finished = 1;
 	if (exit_code == 2 && r->metrics_fd < 0)
 		return; /* refused before its first record: the file is not touched */
-	metrics_line(r, json_pack("{s:s, s:i, s:s?}", "type", "end", "exit_code", exit_code,
-				  "reason", why));
+	metrics_line(r, json_pack("{s:s, s:i, s:o?}", "type", "end", "exit_code", exit_code,
+				  "reason", json_text(why)));
 }
 
 void report_free(struct report *r)
