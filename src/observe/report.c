@@ -139,6 +139,16 @@ static json_t *json_text(const char *s)
 	return j;
 }
 
+/* The metrics file failed (r->metrics_err) in what: no more records are tried, and the
+ * user hears of it now, not at the end of the run. */
+static void metrics_failed(struct report *r, const char *what)
+{
+	struct diag d = {0};
+
+	diag_errno(&d, r->metrics_err, "--metrics: %s: %s", r->metrics_path, what);
+	report_output_failed(r, REPORT_METRICS, d.msg);
+}
+
 /* Append one record as a whole line with one write(): a reader (tail -f) or a killed run
  * sees whole lines only. A short write (full disk) is cut back off the file. Every
  * record gets the wall-clock time as its "time". */
@@ -166,6 +176,7 @@ static void metrics_write(struct report *r, json_t *obj)
 			r->metrics_err = w < 0 ? errno : ENOSPC;
 			if (w > 0 && before >= 0 && ftruncate(r->metrics_fd, before) != 0)
 				r->metrics_err = errno;
+			metrics_failed(r, "write");
 		}
 		free(text);
 	}
@@ -192,6 +203,7 @@ static int metrics_ready(struct report *r)
 							      (r->metrics_append ? O_APPEND : O_TRUNC), 0666);
 	if (r->metrics_fd < 0) {
 		r->metrics_err = errno;
+		metrics_failed(r, "open");
 		free(target);
 		json_decref(first);
 		return 0;
@@ -295,6 +307,57 @@ void report_note(struct report *r, const char *fmt, ...)
 	diag_escape(line, sizeof line, raw); /* names from the command line, escaped */
 	fprintf(r->out, "# %s\n", line);
 	out_check(r);
+}
+
+void report_output_failed(struct report *r, enum report_output out, const char *why)
+{
+	static const char *const goes_on[] = {
+		[REPORT_METRICS] = "training goes on without its records",
+		[REPORT_TRACE] = "the weights and the other outputs are kept",
+		[REPORT_PROMETHEUS] = "training goes on; the file is written again at the next update",
+	};
+
+	if (!r->root)
+		return;
+	r->lost |= out;
+	if (r->warned & out)
+		return;
+	r->warned |= out;
+	if (r->line_open) { /* a progress line redrawn on the terminal: end it first */
+		fputc('\n', r->out);
+		fflush(r->out);
+		r->line_open = 0;
+	}
+	fprintf(stderr, "ddptrain: warning: %s; %s\n", why, goes_on[out]);
+	fflush(stderr);
+}
+
+void report_output_ok(struct report *r, enum report_output out)
+{
+	r->lost &= ~(unsigned)out;
+}
+
+int report_lost(const struct report *r, char *names, size_t len)
+{
+	static const struct {
+		enum report_output out;
+		const char *flag;
+	} outputs[] = {{REPORT_METRICS, "--metrics"}, {REPORT_TRACE, "--trace"},
+		       {REPORT_PROMETHEUS, "--prometheus"}};
+	int n = __builtin_popcount(r->lost), left = n;
+	size_t o = 0;
+
+	if (names == NULL || len == 0)
+		return n;
+	names[0] = '\0';
+	for (size_t i = 0; i < sizeof outputs / sizeof outputs[0]; i++) {
+		if (!(r->lost & outputs[i].out))
+			continue;
+		left--;
+		o += (size_t)snprintf(names + o, o < len ? len - o : 0, "%s%s", outputs[i].flag,
+				      left > 1 ? ", " : left == 1 ? " and " : "");
+	}
+	return n;
 }
 
 void report_step(struct report *r, long epoch, long epochs, long step, long total, double loss,
@@ -583,19 +646,19 @@ enum status report_finish(struct report *r, const struct report_summary *s, int 
 			json_object_set_new(sumj, "build", build_json());
 		metrics_line(r, sumj);
 	}
-	if (r->metrics_fd >= 0 && r->metrics_err == 0 && fsync(r->metrics_fd) != 0 && errno != EINVAL)
+	if (r->metrics_fd >= 0 && r->metrics_err == 0 && fsync(r->metrics_fd) != 0 && errno != EINVAL) {
 		r->metrics_err = errno;
-	if (r->metrics_err != 0 && st == ST_OK)
-		st = diag_errno(d, r->metrics_err, "--metrics: %s: write", r->metrics_path);
+		metrics_failed(r, "fsync");
+	}
 	r->finished = 1;
 	return st;
 }
 
 void report_end(struct report *r, int exit_code, const char *why)
 {
-	if (r->metrics_path == NULL || r->finished)
+	if (r->metrics_path == NULL || r->ended || (r->finished && exit_code == 0))
 		return;
-	r->finished = 1;
+	r->ended = 1;
 	if (exit_code == 2 && r->metrics_fd < 0)
 		return; /* refused before its first record: the file is not touched */
 	metrics_line(r, json_pack("{s:s, s:i, s:o?}", "type", "end", "exit_code", exit_code,

@@ -30,24 +30,40 @@ enum status observers_init(struct observers *ob, const struct options *o, int re
 
 enum status observers_finish(struct observers *ob, const struct options *o, int replicas,
 			     struct world *w, const struct train_ctl *ctl, const struct train_result *res,
-			     const struct agreement *ag, struct diag *d)
+			     struct report *r, enum status st, const struct agreement *ag, struct diag *d)
 {
 	const char *meta[4] = {NULL};
-	char mode[32];
-	enum status st = ST_OK;
+	char mode[32], lost[64];
+	int trace_lost = 0, nlost;
 
+	if (st != ST_OK)
+		return st;
 	snprintf(mode, sizeof mode, "mode=%s", options_mode_names[o->mode]);
 	meta[0] = "producer=ddptrain " PACKAGE_VERSION;
 	meta[1] = mode;
-	if (o->trace != NULL)
-		st = agreement_reach(ag, trace_write(&ob->trace, w, meta, w->host, d));
-	if (st == ST_OK && ctl->prom != NULL) {
+	if (o->trace != NULL) {
+		struct diag td = {0}; /* the trace's own: it is lost, the run is not */
+
+		trace_lost = trace_write(&ob->trace, w, meta, w->host, &td) != ST_OK;
+		if (trace_lost)
+			report_output_failed(r, REPORT_TRACE, td.msg);
+		/* Rank 0 may take long to write it (hundreds of MB on a long run). */
+		world_expect_wait(w, "the --trace write on rank 0");
+	}
+	if (ctl->prom != NULL) {
 		double el = res->seconds;
 
-		st = trainer_prometheus(ctl, res, res->steps, res->steps, res->final_loss,
-					el > 0 ? res->samples / el : 0.0, el > 0 ? res->wait_s / el : 0.0, 0,
-					replicas, d);
+		trainer_prometheus(ctl, r, res, res->steps, res->steps, res->final_loss,
+				   el > 0 ? res->samples / el : 0.0, el > 0 ? res->wait_s / el : 0.0, 0,
+				   replicas);
 	}
+	/* Rank 0 holds the observers; another rank can only lose the trace's gathers. */
+	nlost = report_lost(r, lost, sizeof lost);
+	if (nlost > 0)
+		st = diag_set(d, ST_INCOMPLETE, "training finished%s, but %s %s not written in full (see the warning above)",
+			      o->save != NULL ? " and --save is written" : "", lost, nlost > 1 ? "were" : "was");
+	else if (trace_lost)
+		st = diag_set(d, ST_INCOMPLETE, "--trace could not be written");
 	return agreement_reach(ag, st);
 }
 

@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "dist/world.h"        /* struct world */
 #include "observe/prometheus.h" /* struct prometheus */
+#include "observe/report.h"     /* struct report */
 #include "observe/straggler.h" /* struct straggler */
 #include "observe/trace.h"     /* struct trace */
 #include "run/agree.h"         /* struct agreement */
@@ -29,11 +30,14 @@ struct observers {
 enum status observers_init(struct observers *ob, const struct options *o, int replicas, struct world *w,
 			   struct train_ctl *ctl, struct diag *d);
 
-/* After training: rank 0 writes the merged trace and the last --prometheus file.
- * Collective; agreed through ag. */
+/* After the run, st its agreed status: on a finished run (ST_OK, its weights already
+ * saved) rank 0 writes the merged trace and the last --prometheus file. An output that
+ * could not be written is r's warning, and the run ends ST_INCOMPLETE (exit 4): it is
+ * finished, and its weights are in place. Collective for ST_OK; agreed through ag.
+ * Returns the run's status. */
 enum status observers_finish(struct observers *ob, const struct options *o, int replicas,
 			     struct world *w, const struct train_ctl *ctl, const struct train_result *res,
-			     const struct agreement *ag, struct diag *d);
+			     struct report *r, enum status st, const struct agreement *ag, struct diag *d);
 
 /* Safe to call twice. */
 void observers_free(struct observers *ob);

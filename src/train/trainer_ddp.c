@@ -317,7 +317,9 @@ static void say_note(void *r, const char *line)
 	report_note(r, "%s", line);
 }
 
-/* After trainer_after_step: the straggler samples (and check), and --prometheus when due. */
+/* After trainer_after_step: the straggler samples (and check), and --prometheus when due
+ * (whose failure is a warning: rank 0 alone writes it, and must not leave the others in
+ * the next step's all-reduce). */
 static enum status ddp_after_step(struct ddp *t, const struct train_ctl *ctl,
 				  struct step_clock *clk, long step, long total, float loss,
 				  double consumed, struct report *r)
@@ -334,8 +336,8 @@ static enum status ddp_after_step(struct ddp *t, const struct train_ctl *ctl,
 		double el = now - clk->t0;
 
 		t->res->wait_s = t->wait;
-		st = trainer_prometheus(ctl, t->res, step, total, loss, el > 0 ? consumed / el : 0.0,
-					el > 0 ? t->wait / el : 0.0, 1, t->w->size, t->d);
+		trainer_prometheus(ctl, r, t->res, step, total, loss, el > 0 ? consumed / el : 0.0,
+				   el > 0 ? t->wait / el : 0.0, 1, t->w->size);
 	}
 	return st;
 }

@@ -560,8 +560,8 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 		if (st == ST_OK && ctl->prom != NULL && prometheus_due(ctl->prom, clock_now())) {
 			double el = clock_now() - clk.t0;
 
-			st = trainer_prometheus(ctl, res, step, total, loss[0],
-						el > 0 ? consumed / el : 0.0, 0.0, 1, replicas, d);
+			trainer_prometheus(ctl, r, res, step, total, loss[0], el > 0 ? consumed / el : 0.0, 0.0,
+					   1, replicas);
 		}
 		if (st != ST_OK)
 			break;

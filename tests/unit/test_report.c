@@ -1,14 +1,17 @@
 /* test_report.c - the --metrics stream: every record is one line of valid JSON whatever
- * bytes the paths and messages in it hold. */
+ * bytes the paths and messages in it hold; an output that cannot be written is one
+ * warning, said at once, and a lost output, not a failed run. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "observe/report.h"
@@ -111,6 +114,91 @@ static void test_report_refuses_overlong_forms_and_surrogates(void **state)
 	json_decref(rec[1]);
 }
 
+/* Standard error into a file of dir while f runs on r; returns what was written. */
+static char *stderr_of(void (*f)(struct report *), struct report *r)
+{
+	static char text[4096];
+	char errpath[160];
+	int saved = dup(2), fd;
+	FILE *in;
+	size_t n;
+
+	snprintf(errpath, sizeof errpath, "%s/stderr", dir);
+	fd = open(errpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(saved >= 0 && fd >= 0);
+	fflush(stderr);
+	dup2(fd, 2);
+	close(fd);
+	f(r);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	in = fopen(errpath, "r");
+	assert_non_null(in);
+	n = fread(text, 1, sizeof text - 1, in);
+	text[n] = '\0';
+	fclose(in);
+	unlink(errpath);
+	return text;
+}
+
+static void three_steps(struct report *r)
+{
+	report_training_starts(r);
+	for (long s = 1; s <= 3; s++)
+		report_step(r, 1, 1, s, 3, 0.5, NAN, 0.1, 100.0, 0.1 * (double)s, s);
+}
+
+static void finish(struct report *r)
+{
+	struct report_summary sum = {.mode = "ddp", .replicas = 1, .rss_mib = (double[]){0.0},
+				     .rep = (struct replica_stats[1]){{0}}};
+	struct diag d = {0};
+
+	assert_int_equal(report_finish(r, &sum, 1, &d), ST_OK);
+}
+
+/* A metrics file that takes no more bytes (/dev/full: ENOSPC on every write): one warning
+ * line at the first record, not one per record and not at the end, and report_finish
+ * does not fail the run: the output is lost (before: silent until report_finish, which
+ * failed the run, and the caller then wrote no --save). */
+static void test_report_warns_once_when_metrics_fail_and_the_run_goes_on(void **state)
+{
+	struct report r;
+	char names[64];
+	const char *err;
+
+	report_init(&r, 1, 1);
+	assert_int_equal(report_open_metrics(&r, "/dev/full", 0, "--seed=1\n", NULL), ST_OK);
+	err = stderr_of(three_steps, &r);
+	assert_string_equal(err, "ddptrain: warning: --metrics: /dev/full: write: No space left on device; "
+				 "training goes on without its records\n");
+	assert_int_equal(report_lost(&r, names, sizeof names), 1);
+	assert_string_equal(names, "--metrics");
+	assert_string_equal(stderr_of(finish, &r), "");
+	report_end(&r, 4, "lost"); /* nothing more is tried */
+	report_free(&r);
+}
+
+/* The closing line names every lost output; --prometheus written again is not lost. */
+static void test_report_names_the_lost_outputs(void **state)
+{
+	struct report r;
+	char names[64];
+
+	report_init(&r, 1, 1);
+	report_output_failed(&r, REPORT_PROMETHEUS, "--prometheus: p: write: EIO");
+	assert_int_equal(report_lost(&r, names, sizeof names), 1);
+	report_output_ok(&r, REPORT_PROMETHEUS);
+	assert_int_equal(report_lost(&r, names, sizeof names), 0);
+	report_output_failed(&r, REPORT_TRACE, "--trace: t: write: EIO");
+	report_output_failed(&r, REPORT_METRICS, "--metrics: m: write: EIO");
+	report_output_failed(&r, REPORT_PROMETHEUS, "--prometheus: p: write: EIO");
+	assert_int_equal(report_lost(&r, names, sizeof names), 3);
+	assert_string_equal(names, "--metrics, --trace and --prometheus");
+	report_free(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -118,6 +206,9 @@ int main(void)
 						setup, teardown),
 		cmocka_unit_test_setup_teardown(test_report_refuses_overlong_forms_and_surrogates, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_report_warns_once_when_metrics_fail_and_the_run_goes_on,
+						setup, teardown),
+		cmocka_unit_test_setup_teardown(test_report_names_the_lost_outputs, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
