@@ -41,7 +41,10 @@ enum status prometheus_write(struct prometheus *p, const struct prom_sample *s, 
 	if (st != ST_OK)
 		return st;
 	snprintf(labels, sizeof labels, "mode=\"%s\",replicas=\"%d\"", p->mode, p->replicas);
-	gauge(of.f, "running", "1 while training, 0 once the run has ended.", labels, s->running);
+	gauge(of.f, "running", "1 while training, 0 once the run has ended.", labels, s->exit_code < 0);
+	if (s->exit_code >= 0)
+		gauge(of.f, "exit_code", "The run's exit status (ddptrain(1), EXIT STATUS), once it has ended.",
+		      labels, s->exit_code);
 	gauge(of.f, "step", "Optimizer steps completed.", labels, (double)s->step);
 	gauge(of.f, "steps_planned", "The optimizer step the run ends at.", labels, (double)s->total);
 	gauge(of.f, "loss", "Loss of the latest step (mean over replicas).", labels, s->loss);

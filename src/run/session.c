@@ -116,6 +116,7 @@ enum status session_setup(struct session *s)
 
 	settings_apply(o, &s->hp, &s->tc);
 	st = session_agree(s, preflight_outputs(o, &s->hp, s->w.rank, &s->d));
+	s->outputs_checked = st == ST_OK;
 	if (st == ST_OK)
 		st = load_data(s);
 	if (st != ST_OK)
@@ -207,6 +208,9 @@ enum status session_run(struct session *s)
 
 void session_end(struct session *s, enum status st)
 {
+	/* Failed in the set-up: a refused run (exit 2) leaves its outputs alone. */
+	if (s->outputs_checked && (st == ST_RUNTIME || st == ST_PEER))
+		observers_end_early(&s->ob, &s->o, session_replicas(s), &s->w, &s->ctl, &s->res, &s->r, st);
 	report_end(&s->r, status_exit_code(st),
 		   st == ST_INTERRUPTED ? "stopped by a signal" : s->d.st != ST_OK ? s->d.msg : NULL);
 	persist_free(&s->per);

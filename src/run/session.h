@@ -49,6 +49,7 @@ struct session {
 	struct observers ob;
 	struct persist per;
 	int reported;        /* the current failure was printed already */
+	int outputs_checked; /* preflight_outputs passed: the output paths may be written */
 	struct diag d;
 };
 

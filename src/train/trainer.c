@@ -195,7 +195,7 @@ enum status trainer_evaluate(const struct train_config *tc, struct model *m, con
 
 void trainer_prometheus(const struct train_ctl *ctl, struct report *r, const struct train_result *res,
 			long step, long total, double loss, double samples_per_s, double wait_share,
-			int running, int nranks)
+			int exit_code, int nranks)
 {
 	struct prom_sample ps = {0};
 	struct diag d = {0}; /* its own: the run's diag keeps the run's failure */
@@ -205,7 +205,7 @@ void trainer_prometheus(const struct train_ctl *ctl, struct report *r, const str
 	ps.loss = loss;
 	ps.samples_per_s = samples_per_s;
 	ps.wait_share = wait_share;
-	ps.running = running;
+	ps.exit_code = exit_code;
 	ps.nbuckets = res->nbuckets < PROM_MAX_BUCKETS ? res->nbuckets : PROM_MAX_BUCKETS;
 	for (int b = 0; b < ps.nbuckets; b++) {
 		const struct bucket_stats *x = &res->buckets[b];

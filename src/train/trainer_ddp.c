@@ -337,7 +337,7 @@ static enum status ddp_after_step(struct ddp *t, const struct train_ctl *ctl,
 
 		t->res->wait_s = t->wait;
 		trainer_prometheus(ctl, r, t->res, step, total, loss, el > 0 ? consumed / el : 0.0,
-				   el > 0 ? t->wait / el : 0.0, 1, t->w->size);
+				   el > 0 ? t->wait / el : 0.0, -1, t->w->size);
 	}
 	return st;
 }
@@ -426,6 +426,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 
 	steps_per_epoch = trainer_steps_per_epoch(L.nmicro, tc->grad_accum);
 	total = trainer_total_steps(ctl, L.nmicro, tc->grad_accum, tc->epochs, tc->max_steps);
+	res->total = total;
 	loop = (struct train_loop){ctl, tc, res, r, &clk, total, L.nmicro, ddp_eval, &t};
 	t.total = total;
 	report_training_starts(r); /* nothing refuses the run now: the metrics stream opens */
