@@ -10,7 +10,8 @@
 # (exit 3); the same command again resumes from it. A second Ctrl-C stops at once.
 # A crash (a rank killed, exit 1) is retried from the last periodic checkpoint up to
 # --max-restarts=N times (default MAX_RESTARTS, 3; torchrun's --max-restarts); exit 2
-# is not retried. "attempt N" (from 0) is logged, and @ATTEMPT@ in an argument becomes
+# is not retried, nor exit 4 (finished and saved, but an observer's output is
+# incomplete: see ddptrain(1)). "attempt N" (from 0) is logged, and @ATTEMPT@ in an argument becomes
 # N (--metrics=m.@ATTEMPT@.jsonl keeps one metrics file per attempt).
 set -euo pipefail
 
@@ -137,7 +138,7 @@ while :; do
 		kill -0 "$pid" 2>/dev/null || break
 	done
 	pid=
-	case $rc in 0 | 2 | 3) break ;; esac
+	case $rc in 0 | 2 | 3 | 4) break ;; esac
 	if [ "$stops" -gt 0 ] || [ -n "$early" ] || [ "$restarts" -ge "$MAX_RESTARTS" ]; then
 		break
 	fi
@@ -147,5 +148,7 @@ while :; do
 done
 if [ "$rc" -eq 3 ]; then
 	echo "$me: stopped; checkpoint in $CHECKPOINT: run the same command again to resume" >&2
+elif [ "$rc" -eq 4 ]; then
+	echo "$me: finished with --save written, but an output of --metrics, --trace or --prometheus is incomplete (exit 4); not run again" >&2
 fi
 exit "$rc"

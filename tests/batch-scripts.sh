@@ -143,8 +143,9 @@ kill -TERM "$pid"
 wait "$pid" || fail "sbatch script exited $? after SIGTERM: $(cat "$TMPD/out")"
 grep -qx "got USR1" "$FAKE_LOG" || fail "SIGTERM was not passed on as SIGUSR1: $(cat "$FAKE_LOG")"
 checks=$((checks + 1))
-# No requeue after a normal end, a failure, or MAX_RESTARTS restarts; a refused requeue keeps exit 3.
-for c in "0 0 0" "1 1 0" "3 3 20" "3 3 0 refused"; do
+# No requeue after a normal end, a failure, a finished run that lost an observer's output
+# (exit 4), or MAX_RESTARTS restarts; a refused requeue keeps exit 3.
+for c in "0 0 0" "1 1 0" "4 4 0" "3 3 20" "3 3 0 refused"; do
 	read -r frc want restarts refused <<<"$c"
 	: >"$FAKE_LOG"
 	rc=0
@@ -161,8 +162,9 @@ for c in "0 0 0" "1 1 0" "3 3 20" "3 3 0 refused"; do
 done
 
 # A crash is retried MAX_RESTARTS times (default 3, or --max-restarts=N), each attempt
-# numbered in the log and in its metrics file; exit 2 (bad options) is not retried.
-for c in "1 3 4" "137 1 2" "2 3 1"; do
+# numbered in the log and in its metrics file; exit 2 (bad options) is not retried, nor
+# exit 4 (finished and saved, an observer's output incomplete).
+for c in "1 3 4" "137 1 2" "2 3 1" "4 3 1"; do
 	read -r frc max launches <<<"$c"
 	: >"$FAKE_LOG"
 	rm -rf "$R/ddptrain-4242"
@@ -238,6 +240,17 @@ out=$(CHECKPOINT='' DRY_RUN=1 "$LOCAL" -n 2) || fail "run-local dry run exited $
 lacks "$out" --checkpoint
 "$LOCAL" -n 0 >/dev/null 2>&1 && fail "run-local took -n 0"
 checks=$((checks + 4))
+# A crash is retried; exit 4 (finished and saved, an observer's output incomplete) is not.
+for c in "1 4" "4 1"; do
+	read -r frc launches <<<"$c"
+	: >"$FAKE_LOG"
+	rc=0
+	FAKE_RC=$frc "$LOCAL" -n 2 >"$TMPD/out" 2>&1 || rc=$?
+	[ "$rc" -eq "$frc" ] || fail "run-local: launcher exit $frc: script exited $rc: $(cat "$TMPD/out")"
+	[ "$(grep -c '^mpirun ' "$FAKE_LOG")" -eq "$launches" ] ||
+		fail "run-local: launcher exit $frc: $(grep -c '^mpirun ' "$FAKE_LOG") launches, want $launches"
+	checks=$((checks + 1))
+done
 
 # Ctrl-C reaches the script only; it asks for a graceful stop with SIGUSR1.
 # Bash cannot trap a signal that was ignored when it started, and make check may

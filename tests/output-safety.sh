@@ -4,6 +4,8 @@
 # full file system; --checkpoint and --metrics past the file-size limit. Each fails with one clear line and exit 1 on every rank,
 # before training where that can be known (nothing printed on stdout), and the
 # previous file of that name survives byte for byte, with no temporary left.
+# The observers' outputs (--metrics, --trace, --prometheus) filling the disk cost
+# a run its exit 0, not its weights: one warning at once, --save written, exit 4.
 . "$(dirname "$0")/lib/setup.sh"
 
 RO=$TMPD/ro FULL=$TMPD/full
@@ -81,6 +83,30 @@ if [ "${ro_ok:-0}" = 1 ]; then
 	keep "$RO/w.st" "$RO/m.jsonl"
 fi
 
+# incomplete WARNING NP ARGS...: a run that finishes but loses an observer's output
+# (--metrics, --trace, --prometheus): every rank exits 4 within 20 s; standard error is
+# the warning, said when it happened, and the closing line; and --save is written, the
+# same weights as the run without that output ($TMPD/ref.NP.st).
+incomplete() {
+	local want=$1 np=$2 t0=$SECONDS el
+	shift 2
+	rm -f "$TMPD"/rc.* "$TMPD/lost.st"
+	RCDIR=$TMPD timeout -k 5 60 mpirun --oversubscribe -np "$np" \
+		bash -c '"$0" "$@"; echo $? >"$RCDIR/rc.$OMPI_COMM_WORLD_RANK"' "$DDPTRAIN" "$@" --save="$TMPD/lost.st" \
+		>"$TMPD/stdout" 2>"$TMPD/stderr" || fail "mpirun itself failed ($?) for: $*: $(tail -n 5 "$TMPD/stderr")"
+	el=$((SECONDS - t0))
+	[ "$el" -le 20 ] || fail "took ${el}s: $*: $(cat "$TMPD/stderr")"
+	for r in $(seq 0 $((np - 1))); do
+		[ "$(cat "$TMPD/rc.$r")" = 4 ] || fail "rank $r exited $(cat "$TMPD/rc.$r"), want 4: $* ($(cat "$TMPD/stderr"))"
+	done
+	[ "$(wc -l <"$TMPD/stderr")" -eq 2 ] || fail "want the warning and the closing line: $*: $(cat "$TMPD/stderr")"
+	head -n 1 "$TMPD/stderr" | grep -qF -- "ddptrain: warning: $want" || fail "want the warning '$want': $(cat "$TMPD/stderr")"
+	tail -n 1 "$TMPD/stderr" | grep -q '^ddptrain: training finished and --save is written, but --[a-z]* was not written in full' ||
+		fail "want the closing line: $(cat "$TMPD/stderr")"
+	cmp -s "$TMPD/lost.st" "$TMPD/ref.$np.st" || fail "--save of the run that lost an output differs: $*"
+	checks=$((checks + 1))
+}
+
 # A full file system: a 68 KiB tmpfs (root only) holding a 4 KiB previous --save.
 if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=68k tmpfs "$FULL" 2>/dev/null; then
 	# Layers 1,5461,1 hold 16384 parameters: 64 KiB of data plus the header.
@@ -95,15 +121,27 @@ if [ "$(id -u)" -eq 0 ] && mount -t tmpfs -o size=68k tmpfs "$FULL" 2>/dev/null;
 		expect "--save: $FULL/w.st: write: No space left on device" late $np $big --quiet --save="$FULL/w.st"
 		cmp -s "$FULL/w.st" "$TMPD/full-w.st.orig" || fail "previous --save changed by a failed save"
 		[ "$(ls "$FULL")" = w.st ] || fail "left behind on the full device: $(ls "$FULL")"
-		# Metrics outgrow the device during training: one line per step. The records
-		# written stay (whole lines only); the --save of the failed run is not written.
-		expect "--metrics: $FULL/m.jsonl: write: No space left on device" late $np \
-			--log-every=1 --quiet --metrics="$FULL/m.jsonl" --save="$TMPD/full-run.st"
+		# The observers' outputs cost a finished run its exit 0, not its weights (before:
+		# exit 1 and no --save; --prometheus: rank 0 left the others in the next step's
+		# all-reduce until --timeout). 300 steps, one metrics record each: 60 KiB in.
+		obs="--max-steps=300 --log-every=1 --quiet --timeout=15"
+		run_mpi $np $obs --save="$TMPD/ref.$np.st" || fail "the run without observers"
+		incomplete "--metrics: $FULL/m.jsonl: write: No space left on device; training goes on without its records" \
+			$np $obs --metrics="$FULL/m.jsonl"
 		[ "$(ls "$FULL" | tr '\n' ' ')" = "m.jsonl w.st " ] || fail "left behind on the full device: $(ls "$FULL")"
 		python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$FULL/m.jsonl" ||
 			fail "the metrics on the full device hold a partial line"
-		[ ! -e "$TMPD/full-run.st" ] || fail "a run that failed wrote --save"
 		rm -f "$FULL/m.jsonl"
+		# The trace, written at the end, outgrows the device: the weights come first.
+		incomplete "--trace: $FULL/t.json: write: No space left on device; the weights and the other outputs are kept" \
+			$np $obs --trace="$FULL/t.json"
+		[ "$(ls "$FULL")" = w.st ] || fail "left behind on the full device: $(ls "$FULL")"
+		# --prometheus on a device already full: its first write, at step 1, fails.
+		dd if=/dev/zero of="$FULL/filler" bs=4k 2>/dev/null || true
+		incomplete "--prometheus: $FULL/p.prom: write: No space left on device; training goes on; the file is written again at the next update" \
+			$np $obs --prometheus="$FULL/p.prom" --prometheus-every=0.01
+		[ "$(ls "$FULL" | tr '\n' ' ')" = "filler w.st " ] || fail "left behind on the full device: $(ls "$FULL")"
+		rm -f "$FULL/filler"
 	done
 else
 	echo "output-safety: cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN); full file system cases skipped"
@@ -160,7 +198,10 @@ head -c 8191900 /dev/zero | tr '\0' ' ' >"$FS/m.jsonl"
 		expect "--checkpoint: $FS/c.st: write: File too large (the file-size limit, ulimit -f, is 8192000 bytes)" late $np \
 			--layers=1,682666,1 --samples=40 --max-steps=1 --quiet --checkpoint="$FS/c.st"
 		keep "$FS/c.st"
-		expect "--metrics: $FS/m.jsonl: write: File too large (the file-size limit, ulimit -f, is 8192000 bytes)" late $np \
+		# The metrics crossing the limit cost the run its exit 0, not its weights (exit 4).
+		run_mpi $np --samples=40 --max-steps=3 --quiet --resume="$FS/c.st" --save="$TMPD/ref.$np.st" ||
+			fail "the resumed run without --metrics under the limit"
+		incomplete "--metrics: $FS/m.jsonl: write: File too large (the file-size limit, ulimit -f, is 8192000 bytes)" $np \
 			--samples=40 --max-steps=3 --quiet --resume="$FS/c.st" --checkpoint="$FS/c.st" --metrics="$FS/m.jsonl"
 		[ "$(stat -c %s "$FS/m.jsonl")" = 8191900 ] || fail "the metrics file kept part of a record: $(stat -c %s "$FS/m.jsonl")"
 		cp "$FS/c.st.orig" "$FS/c.st" # that run's checkpoint of step 3 was written
@@ -168,4 +209,4 @@ head -c 8191900 /dev/zero | tr '\0' ' ' >"$FS/m.jsonl"
 ) || exit 1
 [ "$(ls "$FS" | tr '\n' ' ')" = "c.st c.st.orig m.jsonl " ] || fail "left behind under the file-size limit: $(ls "$FS")"
 checks=$((checks + 6))
-echo "output-safety: $checks cases, each refused with exit 1 (another job's output: 2) on every rank and the previous files intact"
+echo "output-safety: $checks cases, each refused with exit 1 (another job's output: 2) on every rank and the previous files intact, or finished with exit 4 and its weights saved"

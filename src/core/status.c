@@ -125,6 +125,8 @@ int status_exit_code(enum status st)
 		return 1;
 	case ST_INTERRUPTED:
 		return EXIT_INTERRUPTED;
+	case ST_INCOMPLETE:
+		return EXIT_INCOMPLETE;
 	}
 	return 1;
 }

@@ -27,6 +27,8 @@ enum status {
 	ST_STOP,    /* nothing wrong, but stop now (--help, --version): exit 0 */
 	ST_INTERRUPTED, /* stopped by a signal after a checkpoint, to be resumed: exit 3 */
 	ST_PEER,    /* failed because another rank failed, which reports why: exit 1 */
+	ST_INCOMPLETE, /* trained and saved, but an observer's output (--metrics, --trace,
+			* --prometheus) is incomplete: exit 4 */
 };
 
 struct diag {
@@ -49,6 +51,7 @@ void diag_prefix(struct diag *d, const char *fmt, ...) __attribute__((format(pri
 void diag_append(struct diag *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define EXIT_INTERRUPTED 3 /* documented in ddptrain(1): requeue and --resume */
+#define EXIT_INCOMPLETE 4  /* documented in ddptrain(1): finished, not to be retried */
 
 /* Copy src into dst (n bytes, truncating at a whole escape) with control characters
  * written as \n, \r, \t or \xHH; returns the length. Every message goes through it. */
@@ -58,7 +61,7 @@ size_t diag_escape(char *dst, size_t n, const char *src);
  * replaced by '?', so it cannot break a one-line message; returns dst. */
 const char *diag_quote(char *dst, size_t n, const char *src);
 
-/* Exit code for a status: 0, 1, 2 or EXIT_INTERRUPTED. */
+/* Exit code for a status: 0, 1, 2, EXIT_INTERRUPTED or EXIT_INCOMPLETE. */
 int status_exit_code(enum status st);
 
 #ifdef __cplusplus

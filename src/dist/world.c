@@ -306,21 +306,22 @@ static int severity(enum status st)
 {
 	switch (st) {
 	case ST_OK: return 0;
-	case ST_STOP: return 1;
-	case ST_INTERRUPTED: return 2;
-	case ST_PEER: return 3; /* below the failure it follows, whose rank then reports it */
-	case ST_RUNTIME: return 4;
-	case ST_USAGE: return 5;
+	case ST_INCOMPLETE: return 1; /* a finished run: anything else that happened says more */
+	case ST_STOP: return 2;
+	case ST_INTERRUPTED: return 3;
+	case ST_PEER: return 4; /* below the failure it follows, whose rank then reports it */
+	case ST_RUNTIME: return 5;
+	case ST_USAGE: return 6;
 	}
-	return 4;
+	return 5;
 }
 
 enum status world_agree(struct world *w, enum status mine, int *reporter)
 {
 	/* MINLOC over (-severity, rank): the most severe status, lowest rank on ties. */
 	struct { int value, rank; } in = {-severity(mine), w->rank}, out;
-	static const enum status by_severity[] = {ST_OK, ST_STOP, ST_INTERRUPTED, ST_PEER, ST_RUNTIME,
-						  ST_USAGE};
+	static const enum status by_severity[] = {ST_OK, ST_INCOMPLETE, ST_STOP, ST_INTERRUPTED, ST_PEER,
+						  ST_RUNTIME, ST_USAGE};
 
 	int rc;
 

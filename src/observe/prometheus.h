@@ -23,7 +23,7 @@ struct prom_sample {
 	int nbuckets;
 	double bucket_bytes[PROM_MAX_BUCKETS];
 	double bucket_busbw[PROM_MAX_BUCKETS]; /* bytes/s, 0 if not measured yet */
-	int running;                /* 0 in the last write */
+	int exit_code;              /* the run's exit status in the last write; -1 while running */
 };
 
 struct prometheus {

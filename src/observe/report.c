@@ -85,6 +85,78 @@ static void wall_time(char *buf, size_t len)
 		 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ts.tv_nsec / 1000000L);
 }
 
+/* The length of the valid UTF-8 character at s (overlong forms, surrogates and code
+ * points past U+10FFFF are not valid: jansson refuses them too), or 0. */
+static size_t utf8_char(const unsigned char *s)
+{
+	unsigned lo = 0x80, hi = 0xbf;
+	size_t n;
+
+	if (s[0] < 0x80)
+		return 1;
+	if (s[0] >= 0xc2 && s[0] <= 0xdf)
+		n = 2;
+	else if (s[0] >= 0xe0 && s[0] <= 0xef)
+		n = 3, lo = s[0] == 0xe0 ? 0xa0 : lo, hi = s[0] == 0xed ? 0x9f : hi;
+	else if (s[0] >= 0xf0 && s[0] <= 0xf4)
+		n = 4, lo = s[0] == 0xf0 ? 0x90 : lo, hi = s[0] == 0xf4 ? 0x8f : hi;
+	else
+		return 0;
+	if (s[1] < lo || s[1] > hi)
+		return 0;
+	for (size_t i = 2; i < n; i++) /* stops at the terminator, which is no continuation */
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+	return n;
+}
+
+/* A JSON string holding s whatever its bytes. JSON text is UTF-8, and jansson gives no
+ * string (so json_pack no object) for other bytes: a path or a message cut inside a
+ * character would cost a record its key or the whole record. Each byte that is not
+ * part of a valid character is written as the text \xHH, as messages show control
+ * characters. NULL for s NULL (or no memory). */
+static json_t *json_text(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	json_t *j = s != NULL ? json_string(s) : NULL;
+	char *buf, *o;
+
+	if (j != NULL || s == NULL || (buf = malloc(4 * strlen(s) + 1)) == NULL)
+		return j;
+	for (o = buf; *p != '\0';) {
+		size_t n = utf8_char(p);
+
+		if (n == 0) {
+			o += sprintf(o, "\\x%02x", *p++);
+			continue;
+		}
+		memcpy(o, p, n);
+		o += n;
+		p += n;
+	}
+	*o = '\0';
+	j = json_string(buf);
+	free(buf);
+	return j;
+}
+
+/* The metrics file failed (r->metrics_err) in what: no more records are tried, and the
+ * user hears of it now, not at the end of the run. */
+static void metrics_failed(struct report *r, const char *what)
+{
+	struct diag d = {0};
+
+	if (strcmp(what, "write") == 0) { /* EFBIG names the file-size limit */
+		char name[PATH_MAX + 16];
+
+		snprintf(name, sizeof name, "--metrics: %s", r->metrics_path);
+		outfile_write_failed(&d, r->metrics_err, name);
+	} else {
+		diag_errno(&d, r->metrics_err, "--metrics: %s: %s", r->metrics_path, what);
+	}
+	report_output_failed(r, REPORT_METRICS, d.msg);
+}
+
 /* Append one record as a whole line with one write(): a reader (tail -f) or a killed run
  * sees whole lines only. A short write is followed by one for the rest, whose failure
  * gives the reason (a full disk, the file-size limit); a line that cannot be finished is
@@ -117,6 +189,7 @@ static void metrics_write(struct report *r, json_t *obj)
 			r->metrics_err = w < 0 ? errno : ENOSPC;
 			if (done > 0 && before >= 0 && ftruncate(r->metrics_fd, before) != 0)
 				r->metrics_err = errno;
+			metrics_failed(r, "write");
 		}
 		free(text);
 	}
@@ -143,6 +216,7 @@ static int metrics_ready(struct report *r)
 							      (r->metrics_append ? O_APPEND : O_TRUNC), 0666);
 	if (r->metrics_fd < 0) {
 		r->metrics_err = errno;
+		metrics_failed(r, "open");
 		free(target);
 		json_decref(first);
 		return 0;
@@ -215,7 +289,7 @@ enum status report_open_metrics(struct report *r, const char *metrics_path, int 
 				 line + (line[0] == '-' && line[1] == '-' ? 2 : 0));
 			val = strndup(line + k + 1, n - k - 1);
 			if (val != NULL)
-				json_object_set_new(cfg, key, json_string(val));
+				json_object_set_new(cfg, key, json_text(val));
 			free(val);
 		}
 		line += n + (line[n] == '\n');
@@ -246,6 +320,57 @@ void report_note(struct report *r, const char *fmt, ...)
 	diag_escape(line, sizeof line, raw); /* names from the command line, escaped */
 	fprintf(r->out, "# %s\n", line);
 	out_check(r);
+}
+
+void report_output_failed(struct report *r, enum report_output out, const char *why)
+{
+	static const char *const goes_on[] = {
+		[REPORT_METRICS] = "training goes on without its records",
+		[REPORT_TRACE] = "the weights and the other outputs are kept",
+		[REPORT_PROMETHEUS] = "training goes on; the file is written again at the next update",
+	};
+
+	if (!r->root)
+		return;
+	r->lost |= out;
+	if (r->warned & out)
+		return;
+	r->warned |= out;
+	if (r->line_open) { /* a progress line redrawn on the terminal: end it first */
+		fputc('\n', r->out);
+		fflush(r->out);
+		r->line_open = 0;
+	}
+	fprintf(stderr, "ddptrain: warning: %s; %s\n", why, goes_on[out]);
+	fflush(stderr);
+}
+
+void report_output_ok(struct report *r, enum report_output out)
+{
+	r->lost &= ~(unsigned)out;
+}
+
+int report_lost(const struct report *r, char *names, size_t len)
+{
+	static const struct {
+		enum report_output out;
+		const char *flag;
+	} outputs[] = {{REPORT_METRICS, "--metrics"}, {REPORT_TRACE, "--trace"},
+		       {REPORT_PROMETHEUS, "--prometheus"}};
+	int n = __builtin_popcount(r->lost), left = n;
+	size_t o = 0;
+
+	if (names == NULL || len == 0)
+		return n;
+	names[0] = '\0';
+	for (size_t i = 0; i < sizeof outputs / sizeof outputs[0]; i++) {
+		if (!(r->lost & outputs[i].out))
+			continue;
+		left--;
+		o += (size_t)snprintf(names + o, o < len ? len - o : 0, "%s%s", outputs[i].flag,
+				      left > 1 ? ", " : left == 1 ? " and " : "");
+	}
+	return n;
 }
 
 void report_step(struct report *r, long epoch, long epochs, long step, long total, double loss,
@@ -471,14 +596,14 @@ static void metrics_observers(json_t *sum, const struct report_summary *s)
 		for (int i = 0; i < s->replicas; i++) {
 			const struct straggler_rank *x = &s->strag[i];
 
-			json_array_append_new(arr, json_pack("{s:i, s:s, s:f, s:f, s:f, s:f}", "rank", i, "host",
-							     x->host, "step_p50_s", x->step_p50, "step_p99_s",
+			json_array_append_new(arr, json_pack("{s:i, s:o, s:f, s:f, s:f, s:f}", "rank", i, "host",
+							     json_text(x->host), "step_p50_s", x->step_p50, "step_p99_s",
 							     x->step_p99, "step_max_s", x->step_max, "compute_p50_s",
 							     x->busy_p50));
 		}
 		json_object_set_new(sum, "step_times", arr);
-		json_object_set_new(sum, "slowest_rank", json_pack("{s:i, s:s, s:f}", "rank", worst, "host",
-								   s->strag[worst].host, "ratio_to_median",
+		json_object_set_new(sum, "slowest_rank", json_pack("{s:i, s:o, s:f}", "rank", worst, "host",
+								   json_text(s->strag[worst].host), "ratio_to_median",
 								   ratio));
 	}
 }
@@ -534,13 +659,9 @@ enum status report_finish(struct report *r, const struct report_summary *s, int 
 			json_object_set_new(sumj, "build", build_json());
 		metrics_line(r, sumj);
 	}
-	if (r->metrics_fd >= 0 && r->metrics_err == 0 && fsync(r->metrics_fd) != 0 && errno != EINVAL)
+	if (r->metrics_fd >= 0 && r->metrics_err == 0 && fsync(r->metrics_fd) != 0 && errno != EINVAL) {
 		r->metrics_err = errno;
-	if (r->metrics_err != 0 && st == ST_OK) {
-		char what[PATH_MAX + 16];
-
-		snprintf(what, sizeof what, "--metrics: %s", r->metrics_path);
-		st = outfile_write_failed(d, r->metrics_err, what);
+		metrics_failed(r, "fsync");
 	}
 	r->finished = 1;
 	return st;
@@ -548,13 +669,13 @@ enum status report_finish(struct report *r, const struct report_summary *s, int 
 
 void report_end(struct report *r, int exit_code, const char *why)
 {
-	if (r->metrics_path == NULL || r->finished)
+	if (r->metrics_path == NULL || r->ended || (r->finished && exit_code == 0))
 		return;
-	r->finished = 1;
+	r->ended = 1;
 	if (exit_code == 2 && r->metrics_fd < 0)
 		return; /* refused before its first record: the file is not touched */
-	metrics_line(r, json_pack("{s:s, s:i, s:s?}", "type", "end", "exit_code", exit_code,
-				  "reason", why));
+	metrics_line(r, json_pack("{s:s, s:i, s:o?}", "type", "end", "exit_code", exit_code,
+				  "reason", json_text(why)));
 }
 
 void report_free(struct report *r)

@@ -17,6 +17,11 @@
  * printing; a closed pipe is not an error, any other write error is reported
  * by report_finish.
  *
+ * An observer's output that cannot be written (--metrics, --trace, --prometheus)
+ * costs the run a record of itself, not the run: the report says so at once in one
+ * warning line on standard error and remembers it, training goes on, and the run
+ * ends with ST_INCOMPLETE (exit 4) once its weights are saved.
+ *
  * Every function is a no-op on ranks other than 0.
  */
 #ifndef DDPT_REPORT_H
@@ -63,6 +68,13 @@ static inline double report_busbw(double algbw, int n)
 	return n > 1 ? algbw * 2.0 * (double)(n - 1) / (double)n : 0.0;
 }
 
+/* The observers' outputs, as bits of report.lost. */
+enum report_output {
+	REPORT_METRICS = 1,
+	REPORT_TRACE = 2,
+	REPORT_PROMETHEUS = 4,
+};
+
 struct report {
 	int root;           /* this rank prints */
 	int quiet;
@@ -73,7 +85,10 @@ struct report {
 	struct json_t *metrics_start; /* the "start" record, until the file is opened */
 	int metrics_err;    /* errno of the first failed metrics write; no more are tried */
 	int out_err;        /* errno of the first failed write to out; printing stopped */
-	int finished;       /* the last record (summary or end) is written */
+	int finished;       /* the summary record is written */
+	int ended;          /* the end record is written */
+	unsigned lost;      /* REPORT_* outputs incomplete now */
+	unsigned warned;    /* REPORT_* outputs already warned about */
 	int header_done;
 	int tty;            /* stdout is a terminal: one progress line, redrawn in place */
 	int line_open;      /* a redrawn line awaits its newline */
@@ -94,6 +109,13 @@ enum status report_open_metrics(struct report *r, const char *metrics_path, int 
 void report_training_starts(struct report *r);
 /* A '#' line (printf-style) on the terminal, unless quiet. */
 void report_note(struct report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Output out could not be written (why: the message, escaped): warn at once on standard
+ * error, once per output, quiet or not, and count it lost. The run goes on. */
+void report_output_failed(struct report *r, enum report_output out, const char *why);
+/* Output out was written whole again (--prometheus, rewritten at each update): not lost. */
+void report_output_ok(struct report *r, enum report_output out);
+/* How many outputs are lost; their flags in names ("--metrics and --trace") when not NULL. */
+int report_lost(const struct report *r, char *names, size_t len);
 /* One logged optimizer step: epoch of epochs, step of total, the loss and accuracy (means
  * since the last line; accuracy NaN when the loss has none), the step's lr, samples/s,
  * elapsed seconds and the steps this run has taken (for the ETA). */
@@ -131,12 +153,14 @@ void report_ranks(struct report *r, struct world *w, const char *device, const c
 double report_peak_rss_mib(void);
 
 /* Print the per-replica (dp) or per-rank (ddp) table and the summary, write the metrics
- * summary record and sync the file. Fails if standard output or the metrics file could
- * not be written (a closed standard output excepted). */
+ * summary record and sync the file. Fails if standard output could not be written (a
+ * closed standard output excepted); a metrics file that could not be written is lost
+ * (report_lost), not a failure. */
 enum status report_finish(struct report *r, const struct report_summary *s, int success,
 			  struct diag *d);
-/* A run that did not finish: its last metrics record, {"type":"end","exit_code":...,
- * "reason":why (may be NULL)}. Nothing after report_finish. */
+/* A run that did not end as its summary said: its last metrics record,
+ * {"type":"end","exit_code":...,"reason":why (may be NULL)}. Nothing for exit 0 after
+ * report_finish, nothing twice. */
 void report_end(struct report *r, int exit_code, const char *why);
 /* Safe to call twice. */
 void report_free(struct report *r);

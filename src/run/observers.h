@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "dist/world.h"        /* struct world */
 #include "observe/prometheus.h" /* struct prometheus */
+#include "observe/report.h"     /* struct report */
 #include "observe/straggler.h" /* struct straggler */
 #include "observe/trace.h"     /* struct trace */
 #include "run/agree.h"         /* struct agreement */
@@ -29,11 +30,23 @@ struct observers {
 enum status observers_init(struct observers *ob, const struct options *o, int replicas, struct world *w,
 			   struct train_ctl *ctl, struct diag *d);
 
-/* After training: rank 0 writes the merged trace and the last --prometheus file.
- * Collective; agreed through ag. */
+/* After the run, st its agreed status, whatever it is: on a finished run (ST_OK, its
+ * weights already saved) or a stop (ST_INTERRUPTED) rank 0 writes the merged trace; on
+ * every end the last --prometheus file (running 0, the exit status, the last step). An
+ * output that could not be written is r's warning, and a finished run ends
+ * ST_INCOMPLETE (exit 4): it is finished, and its weights are in place. Collective for
+ * ST_OK and ST_INTERRUPTED, agreed through ag; rank 0 alone after a failure. Returns the
+ * run's status. */
 enum status observers_finish(struct observers *ob, const struct options *o, int replicas,
 			     struct world *w, const struct train_ctl *ctl, const struct train_result *res,
-			     const struct agreement *ag, struct diag *d);
+			     struct report *r, enum status st, const struct agreement *ag, struct diag *d);
+
+/* A run that failed with st before observers_init, once its outputs were checked: rank 0
+ * still leaves --prometheus final (res: what training did, nothing yet). No-op when
+ * observers_init ran (observers_finish wrote it). */
+void observers_end_early(struct observers *ob, const struct options *o, int replicas,
+			 const struct world *w, struct train_ctl *ctl, const struct train_result *res,
+			 struct report *r, enum status st);
 
 /* Safe to call twice. */
 void observers_free(struct observers *ob);

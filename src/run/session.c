@@ -116,6 +116,7 @@ enum status session_setup(struct session *s)
 
 	settings_apply(o, &s->hp, &s->tc);
 	st = session_agree(s, preflight_outputs(o, &s->hp, s->w.rank, s->claims, &s->d));
+	s->outputs_checked = st == ST_OK;
 	if (st == ST_OK)
 		st = load_data(s);
 	if (st != ST_OK)
@@ -179,8 +180,6 @@ enum status session_run(struct session *s)
 				 &s->d);
 	st = session_agree(s, st);
 	if (st == ST_OK)
-		st = observers_finish(&s->ob, &s->o, session_replicas(s), &s->w, &s->ctl, &s->res, &ag, &s->d);
-	if (st == ST_OK)
 		st = persist_stage_save(&s->per, s->res.steps);
 	if (st == ST_OK) {
 		ranks = calloc((size_t)s->w.size, sizeof *ranks);
@@ -190,8 +189,8 @@ enum status session_run(struct session *s)
 					   : diag_set(&s->d, ST_RUNTIME, "out of memory");
 		st = session_agree(s, st);
 	}
-	/* The weights go into place only when everything else succeeded: a run that exits
-	 * non-zero leaves no new --save file. */
+	/* The weights go into place only when training and its summary succeeded: a run that
+	 * fails leaves no new --save file. */
 	if (st == ST_OK) {
 		st = report_finish(&s->r, &sum, 1, &s->d);
 		if (st == ST_OK)
@@ -201,11 +200,17 @@ enum status session_run(struct session *s)
 	free(ranks);
 	free(rss);
 	free(strag);
-	return st;
+	/* The observers' last files after the weights: the weights are the product, and a
+	 * trace or metrics file that cannot be written costs the run its exit 0, not them. */
+	return observers_finish(&s->ob, &s->o, session_replicas(s), &s->w, &s->ctl, &s->res, &s->r, st,
+				&ag, &s->d);
 }
 
 void session_end(struct session *s, enum status st)
 {
+	/* Failed in the set-up: a refused run (exit 2) leaves its outputs alone. */
+	if (s->outputs_checked && (st == ST_RUNTIME || st == ST_PEER))
+		observers_end_early(&s->ob, &s->o, session_replicas(s), &s->w, &s->ctl, &s->res, &s->r, st);
 	report_end(&s->r, status_exit_code(st),
 		   st == ST_INTERRUPTED ? "stopped by a signal" : s->d.st != ST_OK ? s->d.msg : NULL);
 	persist_free(&s->per);

@@ -51,6 +51,7 @@ struct session {
 	struct persist per;
 	struct outfile_lock claims[OPT_MAX_FILES]; /* rank 0: the outputs' lock files, held to the end */
 	int reported;        /* the current failure was printed already */
+	int outputs_checked; /* preflight_outputs passed: the output paths may be written */
 	struct diag d;
 };
 
@@ -61,7 +62,8 @@ enum status session_agree(struct session *s, enum status st);
 /* After options_parse and world_init: everything up to the first training step. */
 enum status session_setup(struct session *s);
 
-/* Train, finish the observers, write --save, print the summary. */
+/* Train, write --save, print the summary, then finish the observers (whatever the outcome:
+ * a stop writes the trace, every end the last --prometheus update). */
 enum status session_run(struct session *s);
 
 /* The metrics file's end record for st, then free everything. */

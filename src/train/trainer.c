@@ -206,18 +206,19 @@ enum status trainer_evaluate(const struct train_config *tc, struct model *m, con
 	return st;
 }
 
-enum status trainer_prometheus(const struct train_ctl *ctl, const struct train_result *res,
-			       long step, long total, double loss, double samples_per_s,
-			       double wait_share, int running, int nranks, struct diag *d)
+void trainer_prometheus(const struct train_ctl *ctl, struct report *r, const struct train_result *res,
+			long step, long total, double loss, double samples_per_s, double wait_share,
+			int exit_code, int nranks)
 {
 	struct prom_sample ps = {0};
+	struct diag d = {0}; /* its own: the run's diag keeps the run's failure */
 
 	ps.step = step;
 	ps.total = total;
 	ps.loss = loss;
 	ps.samples_per_s = samples_per_s;
 	ps.wait_share = wait_share;
-	ps.running = running;
+	ps.exit_code = exit_code;
 	ps.nbuckets = res->nbuckets < PROM_MAX_BUCKETS ? res->nbuckets : PROM_MAX_BUCKETS;
 	for (int b = 0; b < ps.nbuckets; b++) {
 		const struct bucket_stats *x = &res->buckets[b];
@@ -226,5 +227,8 @@ enum status trainer_prometheus(const struct train_ctl *ctl, const struct train_r
 		ps.bucket_busbw[b] = x->count > 0 && x->sum_s > 0 ?
 			report_busbw(x->bytes * (double)x->count / x->sum_s, nranks) : 0.0;
 	}
-	return prometheus_write(ctl->prom, &ps, clock_now(), d);
+	if (prometheus_write(ctl->prom, &ps, clock_now(), &d) == ST_OK)
+		report_output_ok(r, REPORT_PROMETHEUS);
+	else
+		report_output_failed(r, REPORT_PROMETHEUS, d.msg);
 }

@@ -59,6 +59,7 @@ struct train_config {
 
 struct train_result {
 	long steps;         /* optimizer steps taken */
+	long total;         /* the step training was to end at (0 if it never began) */
 	long epochs;        /* epochs started */
 	double seconds;     /* training loop wall time */
 	double samples;     /* samples consumed, all ranks */
@@ -179,9 +180,12 @@ enum status trainer_evaluate(const struct train_config *tc, struct model *m, con
 			     double *acc, struct diag *d);
 
 /* Write the --prometheus file (rank 0): progress, throughput since the start, the
- * all-reduce wait share and each bucket's bus bandwidth so far (res->buckets). */
-enum status trainer_prometheus(const struct train_ctl *ctl, const struct train_result *res,
-			       long step, long total, double loss, double samples_per_s,
-			       double wait_share, int running, int nranks, struct diag *d);
+ * all-reduce wait share and each bucket's bus bandwidth so far (res->buckets), and
+ * exit_code: -1 while training, the run's exit status in its last write. A write that
+ * fails is r's warning and a lost output (report_output_failed), not the run's failure:
+ * training goes on, and the next write tries again. */
+void trainer_prometheus(const struct train_ctl *ctl, struct report *r, const struct train_result *res,
+			long step, long total, double loss, double samples_per_s, double wait_share,
+			int exit_code, int nranks);
 
 #endif

@@ -318,7 +318,9 @@ static void say_note(void *r, const char *line)
 	report_note(r, "%s", line);
 }
 
-/* After trainer_after_step: the straggler samples (and check), and --prometheus when due. */
+/* After trainer_after_step: the straggler samples (and check), and --prometheus when due
+ * (whose failure is a warning: rank 0 alone writes it, and must not leave the others in
+ * the next step's all-reduce). */
 static enum status ddp_after_step(struct ddp *t, const struct train_ctl *ctl,
 				  struct step_clock *clk, long step, long total, float loss,
 				  double consumed, struct report *r)
@@ -335,8 +337,8 @@ static enum status ddp_after_step(struct ddp *t, const struct train_ctl *ctl,
 		double el = now - clk->t0;
 
 		t->res->wait_s = t->wait;
-		st = trainer_prometheus(ctl, t->res, step, total, loss, el > 0 ? consumed / el : 0.0,
-					el > 0 ? t->wait / el : 0.0, 1, t->w->size, t->d);
+		trainer_prometheus(ctl, r, t->res, step, total, loss, el > 0 ? consumed / el : 0.0,
+				   el > 0 ? t->wait / el : 0.0, -1, t->w->size);
 	}
 	return st;
 }
@@ -428,6 +430,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 
 	steps_per_epoch = trainer_steps_per_epoch(L.nmicro, tc->grad_accum);
 	total = trainer_total_steps(ctl, L.nmicro, tc->grad_accum, tc->epochs, tc->max_steps);
+	res->total = total;
 	loop = (struct train_loop){ctl, tc, res, r, &clk, total, L.nmicro, ddp_eval, &t};
 	t.total = total;
 	report_training_starts(r); /* nothing refuses the run now: the metrics stream opens */

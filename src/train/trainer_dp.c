@@ -525,6 +525,7 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 	dp.trace = ctl->trace;
 	steps_per_epoch = trainer_steps_per_epoch(L.nmicro, tc->grad_accum);
 	total = trainer_total_steps(ctl, L.nmicro, tc->grad_accum, tc->epochs, tc->max_steps);
+	res->total = total;
 	loop = (struct train_loop){ctl, tc, res, r, &clk, total, L.nmicro, dp_eval, &dp};
 	report_training_starts(r); /* nothing refuses the run now: the metrics stream opens */
 	report_note(r, "dp: %d replicas on worker threads, %ld samples per step split in chunks of %ld, %ld steps per epoch, %ld steps in all",
@@ -558,8 +559,8 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 		if (st == ST_OK && ctl->prom != NULL && prometheus_due(ctl->prom, clock_now())) {
 			double el = clock_now() - clk.t0;
 
-			st = trainer_prometheus(ctl, res, step, total, loss[0],
-						el > 0 ? consumed / el : 0.0, 0.0, 1, replicas, d);
+			trainer_prometheus(ctl, r, res, step, total, loss[0], el > 0 ? consumed / el : 0.0, 0.0,
+					   -1, replicas);
 		}
 		if (st != ST_OK)
 			break;
