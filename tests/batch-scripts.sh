@@ -220,6 +220,51 @@ grep -q "^qsub -V -v RUN_DIR=$R/ddptrain-777,CHECKPOINT=$R/ddptrain-777/checkpoi
 	fail "no resubmission: $(cat "$FAKE_LOG")"
 checks=$((checks + 1))
 
+# ---- Values that reach arithmetic ----
+# Bash evaluates a variable's text inside $((...)), and an array subscript there runs
+# its $(...). The attempts file and every number taken from the environment must be a
+# plain count: anything else stops the script with one line naming it (exit 1 for the
+# file, 2 for a setting) before anything is launched or run.
+H=$TMPD/hostile
+mkdir -p "$H"
+# shellcheck disable=SC2016 # the $(...) must reach the scripts unexpanded
+evil='restarts[$(touch '"$TMPD"'/pwned)]'
+# refused WANT NAME ENV...: the script run under ENV exits WANT, naming NAME
+refused() {
+	local want=$1 name=$2 rc=0
+	shift 2
+	: >"$FAKE_LOG"
+	"$@" >"$TMPD/out" 2>"$TMPD/err" || rc=$?
+	[ ! -e "$TMPD/pwned" ] || fail "the \$(...) in $name was run: ${*: -1}"
+	[ "$rc" -eq "$want" ] || fail "bad $name: exit $rc, want $want: $(cat "$TMPD/out" "$TMPD/err")"
+	[ "$(wc -l <"$TMPD/err")" -eq 1 ] && grep -qF -- "$name: '" "$TMPD/err" ||
+		fail "bad $name: want one line naming it: $(cat "$TMPD/err")"
+	! grep -qE '^(srun|mpirun) ' "$FAKE_LOG" || fail "launched despite a bad $name: $(cat "$FAKE_LOG")"
+}
+slurm_h=(env SLURM_JOB_ID=9 RUN_DIR="$H" DDPTRAIN_ARGS=--epochs=1)
+pbs_h=(env PBS_JOBID=9.server PBS_NODEFILE="$R/nodes" WALLTIME=60 RUN_DIR="$H" DDPTRAIN_ARGS=--epochs=1)
+for bad in "$evil" abc '' 1e3 -1 1234567890; do
+	printf '%s\n' "$bad" >"$H/attempts"
+	refused 1 "$H/attempts" "${slurm_h[@]}" "$SBATCH"
+	refused 1 "$H/attempts" "${pbs_h[@]}" "$PBS"
+done
+rm "$H/attempts"
+for v in SLURM_RESTART_COUNT SLURM_JOB_NUM_NODES SLURM_NTASKS_PER_NODE SLURM_NTASKS MAX_RESTARTS MAX_REQUEUES; do
+	refused 2 "$v" "${slurm_h[@]}" "$v=$evil" "$SBATCH"
+done
+for v in GPUS_PER_NODE STOP_BEFORE MAX_RESTARTS MAX_REQUEUES; do
+	refused 2 "$v" "${pbs_h[@]}" "$v=$evil" "$PBS"
+done
+refused 2 -n "$LOCAL" -n "$evil"
+refused 2 MAX_RESTARTS env MAX_RESTARTS="$evil" "$LOCAL"
+refused 2 --max-restarts "$LOCAL" --max-restarts="$evil"
+# A count with leading zeros is decimal (bash would read 010 as octal 8).
+echo 010 >"$H/attempts"
+out=$("${slurm_h[@]}" DRY_RUN=1 "$SBATCH") || fail "sbatch with attempts 010 exited $?"
+has "$out" --metrics="$H/metrics.10.jsonl"
+echo "hostile counts: the attempts file and the numeric settings are refused unless plain counts"
+checks=$((checks + 1))
+
 # ---- run-local ----
 cd "$TMPD" || fail "cd $TMPD"
 ncpu=$(nproc)
