@@ -158,9 +158,24 @@ while :; do
 	fi
 	restarts=$((restarts + 1))
 	attempt=$((attempt + 1))
-	echo "$me: ddptrain failed (exit $rc); restart $restarts of $MAX_RESTARTS${CHECKPOINT:+ from the last checkpoint}" >&2
+	if [ -z "$CHECKPOINT" ]; then
+		from="from the start (CHECKPOINT is empty: no checkpoints)"
+	elif [ -f "$CHECKPOINT" ]; then
+		from="from the last checkpoint"
+	else
+		from="from the start (no checkpoint written yet)"
+	fi
+	echo "$me: ddptrain failed (exit $rc); restart $restarts of $MAX_RESTARTS $from" >&2
 done
-if [ "$rc" -eq 3 ]; then
-	echo "$me: stopped; checkpoint in $CHECKPOINT: run the same command again to resume" >&2
-fi
+case $rc in
+0 | 2) ;;
+3) echo "$me: stopped; checkpoint in $CHECKPOINT: run the same command again to resume" >&2 ;;
+*)
+	if [ "$stops" -gt 0 ] || [ -n "$early" ]; then
+		echo "$me: ddptrain failed (exit $rc) while stopping; not restarted" >&2
+	else
+		echo "$me: gave up: ddptrain failed (exit $rc) in attempt $attempt, after $restarts of $MAX_RESTARTS restarts" >&2
+	fi
+	;;
+esac
 exit "$rc"

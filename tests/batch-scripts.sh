@@ -174,6 +174,15 @@ for c in "1 3 4" "137 1 2" "2 3 1"; do
 	last=$((launches - 1))
 	grep -q "^srun .*--metrics=$R/ddptrain-4242/metrics.$last.jsonl" "$FAKE_LOG" &&
 		grep -q "attempt $last (requeue 0, restart $last of $max)" "$TMPD/out" || fail "attempt $last not numbered: $(cat "$TMPD/out")"
+	# Each restart says where it starts (no checkpoint was written), and the end says why.
+	if [ "$frc" = 2 ]; then
+		grep -q "refused its options (exit 2); not restarted" "$TMPD/out" || fail "exit 2: $(cat "$TMPD/out")"
+	else
+		grep -q "restart 1 of $max from the start (no checkpoint written yet)" "$TMPD/out" &&
+			! grep -q "from the last checkpoint" "$TMPD/out" || fail "restart from a checkpoint that is not there: $(cat "$TMPD/out")"
+		[ "$(tail -n 1 "$TMPD/out")" = "ddptrain.sbatch: gave up: ddptrain failed (exit $frc) in attempt $last, after $max of $max restarts" ] ||
+			fail "no 'gave up' line: $(cat "$TMPD/out")"
+	fi
 	checks=$((checks + 1))
 done
 
@@ -218,6 +227,14 @@ checks=$((checks + 1))
 	exec "$0"' "$PBS" >"$TMPD/out" 2>&1 || fail "pbs resubmit exited $?: $(cat "$TMPD/out")"
 grep -q "^qsub -V -v RUN_DIR=$R/ddptrain-777,CHECKPOINT=$R/ddptrain-777/checkpoint.safetensors $PBS\$" "$FAKE_LOG" ||
 	fail "no resubmission: $(cat "$FAKE_LOG")"
+checks=$((checks + 1))
+
+# A crash loop without a checkpoint restarts from the start, then gives up.
+rc=0
+"${pbs_env[@]}" FAKE_RC=1 WALLTIME=600 RUN_DIR="$R/crash" "$PBS" --max-restarts=1 >"$TMPD/out" 2>&1 || rc=$?
+[ $rc -eq 1 ] && grep -q "restart 1 of 1 from the start (no checkpoint written yet)$" "$TMPD/out" &&
+	[ "$(tail -n 1 "$TMPD/out")" = "ddptrain.pbs: gave up: ddptrain failed (exit 1) in attempt 1, after 1 of 1 restarts" ] ||
+	fail "pbs crash loop: exit $rc: $(cat "$TMPD/out")"
 checks=$((checks + 1))
 
 # ---- Values that reach arithmetic ----
@@ -283,6 +300,23 @@ out=$(CHECKPOINT='' DRY_RUN=1 "$LOCAL" -n 2) || fail "run-local dry run exited $
 lacks "$out" --checkpoint
 "$LOCAL" -n 0 >/dev/null 2>&1 && fail "run-local took -n 0"
 checks=$((checks + 4))
+# A crash loop: each restart says whether it starts from a checkpoint, and the last line
+# says the script gave up.
+for ck in absent present; do
+	rm -f crash-ck.st
+	[ $ck = absent ] || : >crash-ck.st
+	: >"$FAKE_LOG"
+	rc=0
+	FAKE_RC=1 CHECKPOINT=crash-ck.st "$LOCAL" -n 2 --max-restarts=2 >"$TMPD/out" 2>&1 || rc=$?
+	[ $rc -eq 1 ] && [ "$(grep -c '^mpirun ' "$FAKE_LOG")" -eq 3 ] || fail "run-local crash loop: exit $rc: $(cat "$TMPD/out")"
+	if [ $ck = absent ]; then from="from the start (no checkpoint written yet)"; else from="from the last checkpoint"; fi
+	[ "$(grep -c "restart [12] of 2 $from\$" "$TMPD/out")" -eq 2 ] || fail "run-local, checkpoint $ck: $(cat "$TMPD/out")"
+	[ "$(tail -n 1 "$TMPD/out")" = "run-local.sh: gave up: ddptrain failed (exit 1) in attempt 2, after 2 of 2 restarts" ] ||
+		fail "run-local: no 'gave up' line: $(cat "$TMPD/out")"
+done
+rm -f crash-ck.st
+echo "run-local: a crash loop restarts from the checkpoint only when there is one, and ends with 'gave up'"
+checks=$((checks + 1))
 
 # Ctrl-C reaches the script only; it asks for a graceful stop with SIGUSR1.
 # Bash cannot trap a signal that was ignored when it started, and make check may
