@@ -8,7 +8,7 @@ set -eu
 # mount gives mount/umount, man-db gives man, git is what .ci/run clones with.
 PKGS="build-essential autoconf automake libtool pkg-config \
 openmpi-bin libopenmpi-dev libopenblas-dev libjansson-dev libssl-dev libcmocka-dev \
-groff-base mandoc man-db python3 perl iproute2 util-linux mount procps git gnuplot-nox valgrind time \
+groff-base mandoc man-db python3 perl iproute2 util-linux mount procps git gnuplot-nox valgrind time shfmt \
 slurmctld slurmd slurm-client munge"
 
 if [ "$(id -u)" -ne 0 ]; then
