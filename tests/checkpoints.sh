@@ -63,6 +63,11 @@ run_mpi 1 --inputs=a.npy --targets=t.npy --max-steps=2 --checkpoint=d.st --quiet
 expect_fail 2 "--resume: d.st was written with inputs=f4 (100, 10), 4128 bytes, sha256 " 2 \
 	--inputs=b.npy --targets=t.npy --max-steps=4 --resume=d.st
 run_mpi 1 --inputs=a.npy --targets=t.npy --max-steps=4 --resume=d.st --quiet || fail "the same data does not resume"
+# A changed --loss is named as such, before the data line it changes (the targets' width;
+# before: "was written with data=synthetic 40 x (10, 5); this run has data=synthetic 40 x (10, 1)").
+run_mpi 1 --layers=10,16,5 --samples=40 --max-steps=2 --checkpoint=loss.st --quiet || fail "mse checkpoint"
+expect_fail 2 "--resume: loss.st was written with --loss=mse, data=synthetic 40 x (10, 5); this run has --loss=cross-entropy, data=synthetic 40 x (10, 1)" \
+	2 --layers=10,16,5 --samples=40 --max-steps=4 --resume=loss.st --loss=cross-entropy
 rm -f rc.*
 RCDIR=$TMPD timeout -k 5 60 mpirun --oversubscribe \
 	-np 1 bash -c '"$0" "$@"; echo $? >"$RCDIR/rc.$OMPI_COMM_WORLD_RANK"' "$DDPTRAIN" --inputs=a.npy --targets=t.npy --quiet : \

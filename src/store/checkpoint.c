@@ -455,11 +455,18 @@ enum status checkpoint_load(const char *path, const struct model *m, const char 
 		st = diag_set(d, ST_USAGE, "--resume: %s was written with %s; this run has %s", path, hl, wl);
 		goto out;
 	}
-	/* And the other way: a setting the checkpoint has and this run lacks (wl is then
+	/* And the other way: settings the checkpoint has and this run lacks (wl is then
 	 * "(no --flag)"), e.g. one a later ddptrain added to the text. */
-	if (checkpoint_config_diff(want, cfg, wl, hl, sizeof hl)) {
+	switch (checkpoint_config_diff(want, cfg, wl, hl, sizeof hl)) {
+	case 0:
+		break;
+	case 1:
 		st = diag_set(d, ST_USAGE, "--resume: %s was written with %s; this run has no %.*s",
 			      path, hl, (int)strcspn(wl + 4, ")"), wl + 4);
+		goto out;
+	default:
+		st = diag_set(d, ST_USAGE, "--resume: %s was written with %s; this run has none of these",
+			      path, hl);
 		goto out;
 	}
 	for (int k = 0; k < n && st == ST_OK; k++) {
@@ -486,36 +493,64 @@ out:
 	return st;
 }
 
+/* Append ", " (unless first) and text to buf (len bytes); a text that does not fit ends
+ * the list with ", ..." where it fits. */
+static void list_append(char *buf, size_t len, const char *text, int textlen)
+{
+	size_t used = strlen(buf);
+
+	if (used >= 3 && strcmp(buf + used - 3, "...") == 0)
+		return;
+	if (used + (used ? 2 : 0) + (size_t)textlen + 5 < len)
+		snprintf(buf + used, len - used, "%s%.*s", used ? ", " : "", textlen, text);
+	else if (used + 5 < len)
+		snprintf(buf + used, len - used, "%s...", used ? ", " : "");
+}
+
 int checkpoint_config_diff(const char *have, const char *want, char *have_line,
 			   char *want_line, size_t len)
 {
-	for (const char *w = want; *w != '\0';) {
-		size_t wl = strcspn(w, "\n"), key = strcspn(w, "=");
-		const char *h = have;
-		int found = 0;
+	int n = 0;
 
-		if (key > wl)
-			key = wl;
-		while (*h != '\0') {
-			size_t hl = strcspn(h, "\n");
+	have_line[0] = want_line[0] = '\0';
+	/* Two passes: the flags first, then the lines that follow from them (data=... shows
+	 * the targets' width, which --loss decides), so the cause is named first. */
+	for (int flags = 1; flags >= 0; flags--) {
+		for (const char *w = want; *w != '\0';) {
+			size_t wl = strcspn(w, "\n"), key = strcspn(w, "=");
+			const char *h = have;
+			int found = 0;
 
-			if (hl >= key && strncmp(h, w, key) == 0 && (h[key] == '=' || hl == key)) {
-				found = 1;
-				if (hl != wl || strncmp(h, w, wl) != 0) {
-					snprintf(have_line, len, "%.*s", (int)hl, h);
-					snprintf(want_line, len, "%.*s", (int)wl, w);
-					return 1;
-				}
-				break;
+			if (key > wl)
+				key = wl;
+			if ((strncmp(w, "--", 2) == 0) != flags) {
+				w += wl + (w[wl] == '\n');
+				continue;
 			}
-			h += hl + (h[hl] == '\n');
+			while (*h != '\0') {
+				size_t hl = strcspn(h, "\n");
+
+				if (hl >= key && strncmp(h, w, key) == 0 && (h[key] == '=' || hl == key)) {
+					found = 1;
+					if (hl != wl || strncmp(h, w, wl) != 0) {
+						list_append(have_line, len, h, (int)hl);
+						list_append(want_line, len, w, (int)wl);
+						n++;
+					}
+					break;
+				}
+				h += hl + (h[hl] == '\n');
+			}
+			if (!found) {
+				char none[160];
+
+				snprintf(none, sizeof none, "(no %.*s)", (int)(key < 150 ? key : 150), w);
+				list_append(have_line, len, none, (int)strlen(none));
+				list_append(want_line, len, w, (int)wl);
+				n++;
+			}
+			w += wl + (w[wl] == '\n');
 		}
-		if (!found) {
-			snprintf(have_line, len, "(no %.*s)", (int)key, w);
-			snprintf(want_line, len, "%.*s", (int)wl, w);
-			return 1;
-		}
-		w += wl + (w[wl] == '\n');
 	}
-	return 0;
+	return n;
 }

@@ -81,8 +81,9 @@ enum status checkpoint_write_weights(const char *path, const char *flag, const s
 enum status checkpoint_stage_weights(const char *path, const char *flag, const struct model *m,
 				     const float *host, struct st_pending *out, struct diag *d);
 
-/* The first line of `want` that `have` lacks or sets differently, as "--flag=value" for
- * both; returns 0 when they agree. */
+/* Every line of `want` that `have` lacks ("(no --flag)") or sets differently, as
+ * "--flag=value" for both, the flags before the other lines (data=...), joined by ", "
+ * (", ..." where len runs out); returns how many, 0 when they agree. */
 int checkpoint_config_diff(const char *have, const char *want, char *have_line,
 			   char *want_line, size_t len);
 
