@@ -94,6 +94,18 @@ dict="{'descr': '|u1', 'fortran_order': False, 'shape': (4,), }" # labels 0 3 7 
 "$MKNPY" x4.npy 4 8 f4 1 >/dev/null
 expect_fail 1 "--targets: lab.npy: row 2 has label 7, outside [0, 4) (--layers ends with 4 classes)" 2 \
 	--layers=8,4 --loss=cross-entropy --inputs=x4.npy --targets=lab.npy --batch-size=2
+# A uint64 label past 2^63 is printed as stored (before: as -9223372036854775807).
+dict="{'descr': '<u8', 'fortran_order': False, 'shape': (4,), }" # labels 0 3 2^63+1 1
+{ printf '\x93NUMPY\x01\x00\x76\x00%s%*s\n' "$dict" $((118 - ${#dict} - 1)) ''
+	printf '\0\0\0\0\0\0\0\0\3\0\0\0\0\0\0\0\1\0\0\0\0\0\0\200\1\0\0\0\0\0\0\0'; } >lab64.npy
+expect_fail 1 "--targets: lab64.npy: row 2 has label 9223372036854775809, outside [0, 4)" 2 \
+	--layers=8,4 --loss=cross-entropy --inputs=x4.npy --targets=lab64.npy --batch-size=2
+# float16 inputs: the message names what --inputs reads, not the integer types it refuses too
+# (before: "need a float or integer type: f4, f8, i1..i8, u1..u8").
+dict="{'descr': '<f2', 'fortran_order': False, 'shape': (4, 8), }"
+{ printf '\x93NUMPY\x01\x00\x76\x00%s%*s\n' "$dict" $((118 - ${#dict} - 1)) ''; head -c 64 /dev/zero; } >x16.npy
+expect_fail 1 "--inputs: x16.npy: dtype '<f2' is not supported (need '<f4' or '<f8')" 1 \
+	--layers=8,4 --inputs=x16.npy --targets=x4.npy
 "$MKNPY" y4.npy 4 4 f4 2 >/dev/null
 expect_fail 1 "--targets: y4.npy: dtype '<f4' is not supported for class labels" 1 \
 	--layers=8,4 --loss=cross-entropy --inputs=x4.npy --targets=y4.npy
