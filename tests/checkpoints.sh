@@ -52,6 +52,15 @@ cmp -s real/l.st real/l.st.step-00000006 && ! cmp -s real/l.st real/l.st.step-00
 	fail "the kept checkpoints are not each their own step"
 expect_fail 2 "--save: real/l.st.step-00000002 is one of --checkpoint's rotation names" 1 \
 	--checkpoint=l.st --keep-checkpoints=2 --save=real/l.st.step-00000002
+# A name whose rotation names (.step-NNNNNNNN, 14 more characters) exceed the file system's
+# 255 is refused at start-up, before any training (before: it ran to the first kept
+# checkpoint and failed there, exit 1, "File name too long").
+long=$(printf 'c%.0s' $(seq 243))
+expect_fail 1 "--checkpoint: $long: the name is too long for --keep-checkpoints, whose names add .step-NNNNNNNN (257 characters; its file system allows 255)" \
+	2 --max-steps=4 --checkpoint="$long" --checkpoint-every=2 --keep-checkpoints=2
+[ ! -e "$long" ] || fail "a refused --checkpoint name was written"
+run_mpi 2 --max-steps=4 --checkpoint="$long" --checkpoint-every=2 --quiet || fail "the same name without rotation"
+rm -f "$long"
 
 # Data identity: a fingerprint of each .npy file (size, dtype, shape and a SHA-256 of the
 # header and the data, or of a fixed sample of a big file) is in the checkpoint and in the

@@ -297,7 +297,7 @@ enum status npy_parse(struct npy *a, const unsigned char *buf, size_t len, enum 
 enum status npy_open(struct npy *a, const char *path, const char *flag, enum npy_want want,
 		     struct diag *d)
 {
-	char what[600];
+	char what[DIAG_WHAT_LEN];
 	enum status st;
 	size_t map_len;
 	void *map;

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <limits.h> /* NAME_MAX, PATH_MAX */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +60,7 @@ enum status checkpoint_read_weights(const char *path, const struct model *m, flo
 	struct model_tensor t[2 * MODEL_MAX_LAYERS];
 	struct st_file f;
 	enum status st;
-	char what[600], shape[64];
+	char what[DIAG_WHAT_LEN], shape[64];
 	int n = model_state_dict(m, 0, 1, t);
 
 	st = st_open(&f, path, "--init", d);
@@ -194,6 +195,42 @@ static int by_step(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+/* The rotation name of step N: target.step-NNNNNNNN (8 digits, more past 10^8 steps). */
+#define ROTATION_FORMAT "%s.step-%08ld"
+#define ROTATION_EXTRA 14 /* strlen(".step-NNNNNNNN") */
+
+enum status checkpoint_check_rotation(const char *path, struct diag *d)
+{
+	char *target = outfile_target(path), *copy;
+	size_t base_len, path_len;
+	long name_max;
+	enum status st = ST_OK;
+
+	if (target == NULL)
+		return ST_OK;
+	copy = strdup(target);
+	if (copy == NULL) {
+		free(target);
+		return diag_set(d, ST_RUNTIME, "--keep-checkpoints: out of memory");
+	}
+	base_len = strlen(basename(copy));
+	strcpy(copy, target);
+	errno = 0;
+	name_max = pathconf(dirname(copy), _PC_NAME_MAX);
+	if (name_max <= 0)
+		name_max = NAME_MAX;
+	path_len = strlen(target);
+	if (base_len + ROTATION_EXTRA > (size_t)name_max)
+		st = diag_set(d, ST_RUNTIME, "--checkpoint: %s: the name is too long for --keep-checkpoints, whose names add .step-NNNNNNNN (%zu characters; its file system allows %ld)",
+			      path, base_len + ROTATION_EXTRA, name_max);
+	else if (path_len + ROTATION_EXTRA >= PATH_MAX)
+		st = diag_set(d, ST_RUNTIME, "--checkpoint: %s: the path is too long for --keep-checkpoints, whose names add .step-NNNNNNNN (%zu characters; at most %d)",
+			      path, path_len + ROTATION_EXTRA, PATH_MAX - 1);
+	free(copy);
+	free(target);
+	return st;
+}
+
 /* Keep the newest `keep` of this lineage's path.step-N: link the new one, then remove the
  * oldest by step. Files of another run (another lineage, or not a checkpoint) are left
  * alone and not counted, so a stale set cannot push out the current run's. When path is
@@ -220,7 +257,7 @@ static enum status keep_numbered(const char *path, long step, int keep, const ch
 	}
 	dir = dirname(dcopy);
 	base = basename(bcopy);
-	snprintf(numbered, sizeof numbered, "%s.step-%08ld", target, step);
+	snprintf(numbered, sizeof numbered, ROTATION_FORMAT, target, step);
 	unlink(numbered);
 	if (link(target, numbered) != 0) {
 		st = diag_errno(d, errno, "--keep-checkpoints: %s", numbered);
@@ -397,7 +434,7 @@ enum status checkpoint_load(const char *path, const struct model *m, const char 
 	struct st_file f;
 	json_t *root = NULL, *md;
 	const char *sha_want, *cfg, *has_mom, *lineage, *ver, *best;
-	char sha[SHA_HEX] = "", what[600];
+	char sha[SHA_HEX] = "", what[DIAG_WHAT_LEN];
 	long world = 0;
 	enum status st;
 

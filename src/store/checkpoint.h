@@ -53,6 +53,12 @@ enum status checkpoint_save(const char *path, int keep, const struct model *m,
 			    const float *host, const struct ckpt_pos *pos, const char *config,
 			    struct diag *d);
 
+/* ST_RUNTIME naming --checkpoint if its rotation names (path.step-NNNNNNNN beside the
+ * file path names) are too long for its file system: checked at start-up, so the first
+ * kept checkpoint cannot fail for it. A path that cannot be resolved passes (outfile_check
+ * says why). */
+enum status checkpoint_check_rotation(const char *path, struct diag *d);
+
 /* A new random lineage id (the run's checkpoints carry it; --keep-checkpoints prunes only
  * its own lineage's files). */
 void checkpoint_new_lineage(char lineage[CKPT_LINEAGE]);
