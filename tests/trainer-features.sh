@@ -117,4 +117,19 @@ expect_fail 2 "--momentum applies to --optimizer=sgd" 1 --optimizer=adamw --mome
 expect_fail 2 "--save-best needs a validation set" 1 --save-best=b.st
 expect_fail 2 "--betas: 0.9,1: each must be in [0, 1)" 1 --betas=0.9,1
 expect_fail 2 "--lr-schedule: 'step' is not one of constant|linear|cosine" 1 --lr-schedule=step
+# 5. --lr=0, as PyTorch takes it (a pipeline check): every optimizer, schedule, warmup and
+#    clipping leaves the weights byte-identical to --init, on 2 ranks and in dp mode (AdamW's
+#    decoupled decay is scaled by lr too; before: exit 2, "--lr: 0 is out of range (0, 1e+06]").
+run_mpi 1 --layers=8,16,4 --max-steps=3 --save=w0.st --quiet || fail "initial weights"
+for o in "--optimizer=sgd --momentum=0.9 --nesterov --weight-decay=0.1" \
+	"--optimizer=adamw --weight-decay=0.1 --lr-schedule=cosine --warmup-steps=3" \
+	"--optimizer=sgd --lr-schedule=linear --clip-grad-norm=0.5"; do
+	run_mpi 2 --layers=8,16,4 --init=w0.st --lr=0 --max-steps=20 $o --save=w1.st --quiet || fail "--lr=0 $o"
+	"$STCOMPARE" --exact w0.st w1.st >/dev/null || fail "--lr=0 $o moved the weights"
+done
+"$DDPTRAIN" --mode=dp --replicas=2 --layers=8,16,4 --init=w0.st --lr=0 --optimizer=adamw --weight-decay=0.1 \
+	--max-steps=20 --save=w2.st --quiet || fail "--lr=0 in dp mode"
+"$STCOMPARE" --exact w0.st w2.st >/dev/null || fail "--lr=0 moved the weights in dp mode"
+echo "--lr=0: SGD (momentum, Nesterov, decay), AdamW (decay, cosine warmup), clipping, dp: weights unchanged"
+
 echo "trainer-features: ok"
