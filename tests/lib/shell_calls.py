@@ -67,8 +67,9 @@ def parse(text, where):
     return json.loads(p.stdout)
 
 
-def literal(word):
-    """A word's text when it is literal (quotes allowed, no expansion), else None."""
+def word_text(word, expansion=None):
+    """A word's text, quotes removed; each expansion ($X, $(...)) becomes `expansion`, or
+    with None the whole word is None (it is not a literal)."""
     if not isinstance(word, dict):
         return None
     out = []
@@ -77,27 +78,22 @@ def literal(word):
         if t in ("Lit", "SglQuoted"):
             out.append(part.get("Value", ""))
         elif t == "DblQuoted":
-            inner = literal(part)
-            if inner is None:
-                return None
-            out.append(inner)
+            out.append(word_text(part, expansion))
         else:
+            out.append(expansion)
+        if out[-1] is None:
             return None
     return "".join(out)
 
 
+def literal(word):
+    """A word's text when it is literal (quotes allowed, no expansion), else None."""
+    return word_text(word)
+
+
 def text_of(word):
     """A word's text with every expansion as a placeholder: code to parse again."""
-    out = []
-    for part in word.get("Parts", []):
-        t = part.get("Type")
-        if t in ("Lit", "SglQuoted"):
-            out.append(part.get("Value", ""))
-        elif t == "DblQuoted":
-            out.append(text_of(part))
-        else:
-            out.append("_")
-    return "".join(out)
+    return word_text(word, "_")
 
 
 def line_of(node):
