@@ -18,6 +18,9 @@
         Training loss (the logged steps) and validation loss and accuracy
         (the eval records) of a ddptrain --metrics file, in one PNG.
 
+Exit status: 0 done, 1 a file cannot be read or written, 2 usage, 3 a Python
+package is missing (the line says which Debian or pip package brings it).
+
 The ddptrain run the README shows (2 ranks, 32 samples each per step):
 
     mpirun -np 2 ddptrain --inputs=DIR/digits-train-x.npy --targets=DIR/digits-train-y.npy \\
@@ -27,12 +30,30 @@ The ddptrain run the README shows (2 ranks, 32 samples each per step):
         --warmup-steps=20 --clip-grad-norm=1 --eval-every=100 --log-every=23 \\
         --metrics=digits.jsonl --save-best=digits-best.safetensors
 """
+import importlib
 import json
 import math
 import os
 import sys
 
-import numpy as np
+ME = "digits.py"
+
+
+class Refused(Exception):
+    """One line for standard error, and the exit status."""
+
+    def __init__(self, msg, status=1):
+        super().__init__(msg)
+        self.status = status
+
+
+def need(module, debian, pip):
+    """The module, or Refused (exit 3) saying which package brings it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise Refused(f"needs {module.split('.')[0]} (Debian: apt-get install {debian}; "
+                      f"or pip install {pip}): {e}", 3) from None
 
 # The demo's settings, shared by the torch baseline and the README command.
 LAYERS = (64, 128, 10)
@@ -42,7 +63,8 @@ LR, WD, WARMUP, CLIP = 0.003, 0.01, 20, 1.0
 
 
 def convert(d):
-    from sklearn.datasets import load_digits
+    np = need("numpy", "python3-numpy", "numpy")
+    load_digits = need("sklearn.datasets", "python3-sklearn", "scikit-learn").load_digits
 
     X, y = load_digits(return_X_y=True)
     order = np.random.default_rng(0).permutation(len(X))
@@ -60,13 +82,20 @@ def convert(d):
 
 
 def torch_baseline(d, epochs, seed):
-    import torch
-    import torch.nn as nn
-    import torch.nn.functional as F
+    np = need("numpy", "python3-numpy", "numpy")
+    torch = need("torch", "python3-torch", "torch")
+    nn = torch.nn
+    F = torch.nn.functional
 
     torch.manual_seed(seed)
     torch.set_num_threads(1)
-    load = lambda n: torch.from_numpy(np.load(os.path.join(d, n)))
+
+    def load(name):
+        path = os.path.join(d, name)
+        try:
+            return torch.from_numpy(np.load(path))
+        except (OSError, ValueError) as e:
+            raise Refused(f"{path}: {getattr(e, 'strerror', None) or e} (run: {ME} convert {d})") from None
     X, Y = load("digits-train-x.npy"), load("digits-train-y.npy")
     Xv, Yv = load("digits-val-x.npy"), load("digits-val-y.npy")
     layers = []
@@ -104,19 +133,28 @@ def torch_baseline(d, epochs, seed):
 
 
 def plot(metrics, out):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     steps, losses, evals = [], [], []
-    with open(metrics) as f:
-        for line in f:
-            r = json.loads(line)
-            if r.get("type") == "step":
-                steps.append(r["step"])
-                losses.append(r["loss"])
-            elif r.get("type") == "eval":
-                evals.append((r["step"], r["loss"], r.get("accuracy")))
+    try:
+        with open(metrics, encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                try:
+                    r = json.loads(line)
+                    if r.get("type") == "step":
+                        steps.append(float(r["step"]))
+                        losses.append(float(r["loss"]))
+                    elif r.get("type") == "eval":
+                        evals.append((float(r["step"]), float(r["loss"]), float(r["accuracy"])))
+                except (ValueError, TypeError, KeyError, AttributeError):
+                    raise Refused(f"{metrics}: line {n}: not a ddptrain --metrics record") from None
+    except UnicodeDecodeError:
+        raise Refused(f"{metrics}: not UTF-8 text") from None
+    except OSError as e:
+        raise Refused(f"{metrics}: {e.strerror}") from None
+    if not evals:
+        raise Refused(f"{metrics}: no eval records (train with --val-inputs and --val-targets)")
+    matplotlib = need("matplotlib", "python3-matplotlib", "matplotlib")
+    matplotlib.use("Agg")
+    plt = need("matplotlib.pyplot", "python3-matplotlib", "matplotlib")
     fig, ax = plt.subplots(figsize=(8, 4.5))
     ax.plot(steps, losses, label="training loss (mean since the last log line)", color="tab:blue")
     ax.plot([e[0] for e in evals], [e[1] for e in evals], "o-", label="validation loss",
@@ -136,22 +174,45 @@ def plot(metrics, out):
     ax.set_title("ddptrain, mpirun -np 2, sklearn digits: final validation accuracy %.1f%%"
                  % (100 * last[2]))
     fig.tight_layout()
-    fig.savefig(out, dpi=90)
+    try:
+        fig.savefig(out, dpi=90)
+    except OSError as e:
+        raise Refused(f"{out}: {e.strerror}") from None
     print("wrote %s" % out)
+
+
+def torch_options(args):
+    """--epochs=N and --seed=S of the torch command, or Refused (exit 2)."""
+    opts = {"epochs": EPOCHS, "seed": 0}
+    for x in args:
+        name, eq, value = x.partition("=")
+        key = name[2:] if name.startswith("--") else None
+        if key not in opts or not eq or not value.isdigit() or (key == "epochs" and int(value) == 0):
+            raise Refused(f"torch: {x}: want --epochs=N (N >= 1) or --seed=S (S >= 0)", 2)
+        opts[key] = int(value)
+    return opts["epochs"], opts["seed"]
 
 
 def main():
     a = sys.argv[1:]
-    if len(a) >= 2 and a[0] == "convert":
-        convert(a[1])
-    elif len(a) >= 2 and a[0] == "torch":
-        opts = dict(x.lstrip("-").split("=", 1) for x in a[2:])
-        torch_baseline(a[1], int(opts.get("epochs", EPOCHS)), int(opts.get("seed", 0)))
-    elif len(a) == 3 and a[0] == "plot":
-        plot(a[1], a[2])
-    else:
-        print(__doc__, file=sys.stderr)
-        return 2
+    try:
+        if len(a) == 2 and a[0] == "convert":
+            try:
+                convert(a[1])
+            except OSError as e:
+                raise Refused(f"{e.filename or a[1]}: {e.strerror}") from None
+        elif len(a) >= 2 and a[0] == "torch":
+            torch_baseline(a[1], *torch_options(a[2:]))
+        elif len(a) == 3 and a[0] == "plot":
+            plot(a[1], a[2])
+        elif a in (["-h"], ["--help"]):
+            print(__doc__)
+        else:
+            print(__doc__, file=sys.stderr)
+            return 2
+    except Refused as e:
+        print(f"{ME}: {e}", file=sys.stderr)
+        return e.status
     return 0
 
 

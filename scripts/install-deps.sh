@@ -9,7 +9,7 @@ set -eu
 # prometheus gives promtool (tests/promtool.sh).
 PKGS="build-essential autoconf automake libtool pkg-config \
 openmpi-bin libopenmpi-dev libopenblas-dev libjansson-dev libssl-dev libcmocka-dev \
-groff-base mandoc man-db python3 perl iproute2 util-linux mount procps git gnuplot-nox valgrind time \
+groff-base mandoc man-db python3 perl iproute2 util-linux mount procps git gnuplot-nox valgrind time shfmt \
 prometheus slurmctld slurmd slurm-client munge"
 
 if [ "$(id -u)" -ne 0 ]; then

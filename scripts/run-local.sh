@@ -36,6 +36,19 @@ usage() {
 	exit "${1:-0}"
 }
 
+# count VAR WHAT: VAR must hold a plain decimal count (else exit 2, naming WHAT); it is
+# rewritten without leading zeros. Only such a value may reach $((...)) or a test: bash
+# evaluates a variable's text there as an expression, and an array subscript in it
+# runs its $(...).
+count() {
+	local v=${!1} shown
+	shown=${v:0:40}
+	shown=${shown//[![:print:]]/?}
+	case $v in '' | *[!0-9]*) echo "$me: $2: '$shown' is not a count" >&2; exit 2 ;; esac
+	[ "${#v}" -le 9 ] || { echo "$me: $2: '$shown' is too large" >&2; exit 2; }
+	printf -v "$1" %d "$((10#$v))"
+}
+
 # Print a command as the shell reads it back: words of safe characters bare, others in '...'.
 print_cmd() {
 	local w out=
@@ -49,12 +62,13 @@ print_cmd() {
 }
 
 np=
+restarts_from=MAX_RESTARTS
 args=()
 while [ $# -gt 0 ]; do
 	case $1 in
 	-n | --np) [ $# -ge 2 ] || usage 2; np=$2; shift 2 ;;
 	-n=* | --np=*) np=${1#*=}; shift ;;
-	--max-restarts=*) MAX_RESTARTS=${1#*=}; shift ;;
+	--max-restarts=*) MAX_RESTARTS=${1#*=}; restarts_from=--max-restarts; shift ;;
 	-h | --help) usage 0 ;;
 	*) args+=("$1"); shift ;;
 	esac
@@ -67,8 +81,9 @@ if [ -z "$np" ]; then
 	fi
 	if [ "$gpus" -gt 0 ]; then np=$gpus; else np=$(nproc); fi
 fi
-case $np in '' | *[!0-9]* | 0) echo "$me: -n: '$np' is not a positive integer" >&2; exit 2 ;; esac
-case $MAX_RESTARTS in '' | *[!0-9]*) echo "$me: --max-restarts: '$MAX_RESTARTS' is not a count" >&2; exit 2 ;; esac
+count np -n
+[ "$np" -gt 0 ] || { echo "$me: -n: 0 ranks" >&2; exit 2; }
+count MAX_RESTARTS "$restarts_from"
 
 if [ -z "$DDPTRAIN" ]; then
 	here=$(cd "$(dirname "$0")/.." && pwd)
@@ -144,11 +159,25 @@ while :; do
 	fi
 	restarts=$((restarts + 1))
 	attempt=$((attempt + 1))
-	echo "$me: ddptrain failed (exit $rc); restart $restarts of $MAX_RESTARTS${CHECKPOINT:+ from the last checkpoint}" >&2
+	if [ -z "$CHECKPOINT" ]; then
+		from="from the start (CHECKPOINT is empty: no checkpoints)"
+	elif [ -f "$CHECKPOINT" ]; then
+		from="from the last checkpoint"
+	else
+		from="from the start (no checkpoint written yet)"
+	fi
+	echo "$me: ddptrain failed (exit $rc); restart $restarts of $MAX_RESTARTS $from" >&2
 done
-if [ "$rc" -eq 3 ]; then
-	echo "$me: stopped; checkpoint in $CHECKPOINT: run the same command again to resume" >&2
-elif [ "$rc" -eq 4 ]; then
-	echo "$me: finished with --save written, but an output of --metrics, --trace or --prometheus is incomplete (exit 4); not run again" >&2
-fi
+case $rc in
+0 | 2) ;;
+3) echo "$me: stopped; checkpoint in $CHECKPOINT: run the same command again to resume" >&2 ;;
+4) echo "$me: finished with --save written, but an output of --metrics, --trace or --prometheus is incomplete (exit 4); not run again" >&2 ;;
+*)
+	if [ "$stops" -gt 0 ] || [ -n "$early" ]; then
+		echo "$me: ddptrain failed (exit $rc) while stopping; not restarted" >&2
+	else
+		echo "$me: gave up: ddptrain failed (exit $rc) in attempt $attempt, after $restarts of $MAX_RESTARTS restarts" >&2
+	fi
+	;;
+esac
 exit "$rc"

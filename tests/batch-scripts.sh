@@ -176,6 +176,17 @@ for c in "1 3 4" "137 1 2" "2 3 1" "4 3 1"; do
 	last=$((launches - 1))
 	grep -q "^srun .*--metrics=$R/ddptrain-4242/metrics.$last.jsonl" "$FAKE_LOG" &&
 		grep -q "attempt $last (requeue 0, restart $last of $max)" "$TMPD/out" || fail "attempt $last not numbered: $(cat "$TMPD/out")"
+	# Each restart says where it starts (no checkpoint was written), and the end says why.
+	if [ "$frc" = 2 ]; then
+		grep -q "refused its options (exit 2); not restarted" "$TMPD/out" || fail "exit 2: $(cat "$TMPD/out")"
+	elif [ "$frc" = 4 ]; then
+		grep -q "incomplete (exit 4; see the log); not run again" "$TMPD/out" || fail "exit 4: $(cat "$TMPD/out")"
+	else
+		grep -q "restart 1 of $max from the start (no checkpoint written yet)" "$TMPD/out" &&
+			! grep -q "from the last checkpoint" "$TMPD/out" || fail "restart from a checkpoint that is not there: $(cat "$TMPD/out")"
+		[ "$(tail -n 1 "$TMPD/out")" = "ddptrain.sbatch: gave up: ddptrain failed (exit $frc) in attempt $last, after $max of $max restarts" ] ||
+			fail "no 'gave up' line: $(cat "$TMPD/out")"
+	fi
 	checks=$((checks + 1))
 done
 
@@ -222,6 +233,59 @@ grep -q "^qsub -V -v RUN_DIR=$R/ddptrain-777,CHECKPOINT=$R/ddptrain-777/checkpoi
 	fail "no resubmission: $(cat "$FAKE_LOG")"
 checks=$((checks + 1))
 
+# A crash loop without a checkpoint restarts from the start, then gives up.
+rc=0
+"${pbs_env[@]}" FAKE_RC=1 WALLTIME=600 RUN_DIR="$R/crash" "$PBS" --max-restarts=1 >"$TMPD/out" 2>&1 || rc=$?
+[ $rc -eq 1 ] && grep -q "restart 1 of 1 from the start (no checkpoint written yet)$" "$TMPD/out" &&
+	[ "$(tail -n 1 "$TMPD/out")" = "ddptrain.pbs: gave up: ddptrain failed (exit 1) in attempt 1, after 1 of 1 restarts" ] ||
+	fail "pbs crash loop: exit $rc: $(cat "$TMPD/out")"
+checks=$((checks + 1))
+
+# ---- Values that reach arithmetic ----
+# Bash evaluates a variable's text inside $((...)), and an array subscript there runs
+# its $(...). The attempts file and every number taken from the environment must be a
+# plain count: anything else stops the script with one line naming it (exit 1 for the
+# file, 2 for a setting) before anything is launched or run.
+H=$TMPD/hostile
+mkdir -p "$H"
+# shellcheck disable=SC2016 # the $(...) must reach the scripts unexpanded
+evil='restarts[$(touch '"$TMPD"'/pwned)]'
+# refused WANT NAME ENV...: the script run under ENV exits WANT, naming NAME
+refused() {
+	local want=$1 name=$2 rc=0
+	shift 2
+	: >"$FAKE_LOG"
+	"$@" >"$TMPD/out" 2>"$TMPD/err" || rc=$?
+	[ ! -e "$TMPD/pwned" ] || fail "the \$(...) in $name was run: ${*: -1}"
+	[ "$rc" -eq "$want" ] || fail "bad $name: exit $rc, want $want: $(cat "$TMPD/out" "$TMPD/err")"
+	[ "$(wc -l <"$TMPD/err")" -eq 1 ] && grep -qF -- "$name: '" "$TMPD/err" ||
+		fail "bad $name: want one line naming it: $(cat "$TMPD/err")"
+	! grep -qE '^(srun|mpirun) ' "$FAKE_LOG" || fail "launched despite a bad $name: $(cat "$FAKE_LOG")"
+}
+slurm_h=(env SLURM_JOB_ID=9 RUN_DIR="$H" DDPTRAIN_ARGS=--epochs=1)
+pbs_h=(env PBS_JOBID=9.server PBS_NODEFILE="$R/nodes" WALLTIME=60 RUN_DIR="$H" DDPTRAIN_ARGS=--epochs=1)
+for bad in "$evil" abc '' 1e3 -1 1234567890; do
+	printf '%s\n' "$bad" >"$H/attempts"
+	refused 1 "$H/attempts" "${slurm_h[@]}" "$SBATCH"
+	refused 1 "$H/attempts" "${pbs_h[@]}" "$PBS"
+done
+rm "$H/attempts"
+for v in SLURM_RESTART_COUNT SLURM_JOB_NUM_NODES SLURM_NTASKS_PER_NODE SLURM_NTASKS MAX_RESTARTS MAX_REQUEUES; do
+	refused 2 "$v" "${slurm_h[@]}" "$v=$evil" "$SBATCH"
+done
+for v in GPUS_PER_NODE STOP_BEFORE MAX_RESTARTS MAX_REQUEUES; do
+	refused 2 "$v" "${pbs_h[@]}" "$v=$evil" "$PBS"
+done
+refused 2 -n "$LOCAL" -n "$evil"
+refused 2 MAX_RESTARTS env MAX_RESTARTS="$evil" "$LOCAL"
+refused 2 --max-restarts "$LOCAL" --max-restarts="$evil"
+# A count with leading zeros is decimal (bash would read 010 as octal 8).
+echo 010 >"$H/attempts"
+out=$("${slurm_h[@]}" DRY_RUN=1 "$SBATCH") || fail "sbatch with attempts 010 exited $?"
+has "$out" --metrics="$H/metrics.10.jsonl"
+echo "hostile counts: the attempts file and the numeric settings are refused unless plain counts"
+checks=$((checks + 1))
+
 # ---- run-local ----
 cd "$TMPD" || fail "cd $TMPD"
 ncpu=$(nproc)
@@ -251,6 +315,23 @@ for c in "1 4" "4 1"; do
 		fail "run-local: launcher exit $frc: $(grep -c '^mpirun ' "$FAKE_LOG") launches, want $launches"
 	checks=$((checks + 1))
 done
+# A crash loop: each restart says whether it starts from a checkpoint, and the last line
+# says the script gave up.
+for ck in absent present; do
+	rm -f crash-ck.st
+	[ $ck = absent ] || : >crash-ck.st
+	: >"$FAKE_LOG"
+	rc=0
+	FAKE_RC=1 CHECKPOINT=crash-ck.st "$LOCAL" -n 2 --max-restarts=2 >"$TMPD/out" 2>&1 || rc=$?
+	[ $rc -eq 1 ] && [ "$(grep -c '^mpirun ' "$FAKE_LOG")" -eq 3 ] || fail "run-local crash loop: exit $rc: $(cat "$TMPD/out")"
+	if [ $ck = absent ]; then from="from the start (no checkpoint written yet)"; else from="from the last checkpoint"; fi
+	[ "$(grep -c "restart [12] of 2 $from\$" "$TMPD/out")" -eq 2 ] || fail "run-local, checkpoint $ck: $(cat "$TMPD/out")"
+	[ "$(tail -n 1 "$TMPD/out")" = "run-local.sh: gave up: ddptrain failed (exit 1) in attempt 2, after 2 of 2 restarts" ] ||
+		fail "run-local: no 'gave up' line: $(cat "$TMPD/out")"
+done
+rm -f crash-ck.st
+echo "run-local: a crash loop restarts from the checkpoint only when there is one, and ends with 'gave up'"
+checks=$((checks + 1))
 
 # Ctrl-C reaches the script only; it asks for a graceful stop with SIGUSR1.
 # Bash cannot trap a signal that was ignored when it started, and make check may

@@ -87,6 +87,15 @@ cmp -s real/l.st real/l.st.step-00000006 && ! cmp -s real/l.st real/l.st.step-00
 	fail "the kept checkpoints are not each their own step"
 expect_fail 2 "--save: real/l.st.step-00000002 is one of --checkpoint's rotation names" 1 \
 	--checkpoint=l.st --keep-checkpoints=2 --save=real/l.st.step-00000002
+# A name whose rotation names (.step-NNNNNNNN, 14 more characters) exceed the file system's
+# 255 is refused at start-up, before any training (before: it ran to the first kept
+# checkpoint and failed there, exit 1, "File name too long").
+long=$(printf 'c%.0s' $(seq 243))
+expect_fail 1 "--checkpoint: $long: the name is too long for --keep-checkpoints, whose names add .step-NNNNNNNN (257 characters; its file system allows 255)" \
+	2 --max-steps=4 --checkpoint="$long" --checkpoint-every=2 --keep-checkpoints=2
+[ ! -e "$long" ] || fail "a refused --checkpoint name was written"
+run_mpi 2 --max-steps=4 --checkpoint="$long" --checkpoint-every=2 --quiet || fail "the same name without rotation"
+rm -f "$long"
 
 # Data identity: a fingerprint of each .npy file (size, dtype, shape and a SHA-256 of the
 # header and the data, or of a fixed sample of a big file) is in the checkpoint and in the
@@ -98,6 +107,11 @@ run_mpi 1 --inputs=a.npy --targets=t.npy --max-steps=2 --checkpoint=d.st --quiet
 expect_fail 2 "--resume: d.st was written with inputs=f4 (100, 10), 4128 bytes, sha256 " 2 \
 	--inputs=b.npy --targets=t.npy --max-steps=4 --resume=d.st
 run_mpi 1 --inputs=a.npy --targets=t.npy --max-steps=4 --resume=d.st --quiet || fail "the same data does not resume"
+# A changed --loss is named as such, before the data line it changes (the targets' width;
+# before: "was written with data=synthetic 40 x (10, 5); this run has data=synthetic 40 x (10, 1)").
+run_mpi 1 --layers=10,16,5 --samples=40 --max-steps=2 --checkpoint=loss.st --quiet || fail "mse checkpoint"
+expect_fail 2 "--resume: loss.st was written with --loss=mse, data=synthetic 40 x (10, 5); this run has --loss=cross-entropy, data=synthetic 40 x (10, 1)" \
+	2 --layers=10,16,5 --samples=40 --max-steps=4 --resume=loss.st --loss=cross-entropy
 rm -f rc.*
 RCDIR=$TMPD timeout -k 5 60 mpirun --oversubscribe \
 	-np 1 bash -c '"$0" "$@"; echo $? >"$RCDIR/rc.$OMPI_COMM_WORLD_RANK"' "$DDPTRAIN" --inputs=a.npy --targets=t.npy --quiet : \

@@ -6,6 +6,8 @@
 # - uneven chunks (a short last batch split 3,3,3,1, or a replica sitting out) and
 #   --drop-last, --grad-accum, momentum and weight decay: against one process
 #   training on the same batches;
+# - with --drop-last, dp and ddp agree exactly when B divides floor(N/G) (the README's
+#   condition), not merely when G divides N;
 # - the same command twice is bit-identical, and the report has one row per replica.
 . "$(dirname "$0")/lib/setup.sh"
 
@@ -44,6 +46,24 @@ done
 dp --samples=26 --epochs=3 --no-shuffle --drop-last --replicas=4 --batch-size=4 --save="$TMPD/dp.st" || fail "dp drop-last"
 run_mpi 1 --samples=16 --epochs=3 --no-shuffle --batch-size=16 --quiet --save="$TMPD/one.st" || fail "1 rank 16"
 cmp_st "dp --drop-last vs the full batches alone" "$TMPD/dp.st" "$TMPD/one.st"
+
+# The README's condition for dp and ddp training the same thing: G divides N, or with
+# --drop-last, B divides floor(N/G) (ddp's sampler drops the tail that does not divide by G
+# and keeps each rank's short batch; dp drops the short global batch). G=3, B=4, --drop-last:
+# 37 samples (floor 12) train the same; 30 (floor 10, though 3 divides 30) do not.
+for c in "37 same" "30 differ"; do
+	set -- $c
+	d="--samples=$1 --epochs=3 --seed=14 --lr=0.05 --drop-last"
+	dp $d --replicas=3 --batch-size=4 --save="$TMPD/dp.st" || fail "dp --drop-last N=$1"
+	run_mpi 3 $d --batch-size=4 --quiet --save="$TMPD/ddp.st" || fail "ddp --drop-last N=$1"
+	if [ "$2" = same ]; then
+		cmp_st "--drop-last N=$1 G=3 B=4 (4 divides floor(N/3)): dp vs ddp" "$TMPD/dp.st" "$TMPD/ddp.st"
+	else
+		out=$("$STCOMPARE" "$TMPD/dp.st" "$TMPD/ddp.st" 1e-5) &&
+			fail "--drop-last N=$1 G=3 B=4: dp and ddp trained the same, but 4 does not divide floor(N/3): $out"
+		echo "--drop-last N=$1 G=3 B=4 (4 does not divide floor(N/3)): dp and ddp differ: $out"
+	fi
+done
 
 # --grad-accum: 3 micro-batches of 2 x 4 = batch 24 (and a shorter last group).
 ga="--samples=100 --epochs=2 --seed=13 --lr=0.05 --momentum=0.5"

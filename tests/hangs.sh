@@ -70,4 +70,25 @@ finish 3
 [ -f slow.st ] && ! ls slow.st.tmp.* >/dev/null 2>&1 || fail "slow checkpoint: $(ls)"
 echo "stop during a 3 s checkpoint write: exit 3, checkpoint written"
 
+# 5. A rank that is itself stopped (SIGSTOP) in a collective it had waited in, for longer
+#    than --timeout, and then continued, blames no other rank: the time it did not run is
+#    not counted, and the run goes on (before: "... did not complete within --timeout=2 s:
+#    another rank stalled or died; giving up", exit 1, from a run of one rank).
+LD_PRELOAD=$SHIM DDPT_SHIM_STOP=first-collective "$DDPTRAIN" --timeout=2 --max-steps=5 --quiet \
+	>selfstop.out 2>selfstop.err &
+pid=$!
+state=
+for _ in $(seq 1 300); do
+	state=$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null) || break
+	[ "$state" != T ] || break
+	sleep 0.1
+done
+[ "$state" = T ] || fail "the process did not stop itself: $(cat selfstop.err)"
+sleep 4 # stopped twice as long as --timeout
+kill -CONT "$pid"
+rc=0
+wait "$pid" || rc=$?
+[ $rc -eq 0 ] && [ ! -s selfstop.err ] || fail "stopped for 4 s with --timeout=2 and continued: exit $rc: $(cat selfstop.err)"
+echo "a rank stopped for twice --timeout inside a collective, then continued: finished (exit 0)"
+
 echo "hangs: ok"

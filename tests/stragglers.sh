@@ -24,6 +24,9 @@ awk '{ for (i = 4; i <= 10; i++) if ($i !~ /^[0-9]+(\.[0-9]+)?$/) { print "not a
        wbest = bytes / (best / 1e3) / 1e9 * 4 / 3
        if (best > 0 && (bbus - wbest > 0.001 + 1e-3 * wbest || wbest - bbus > 0.001 + 1e-3 * wbest)) { print "best busbw " bbus " want " wbest; exit 1 } }' \
 	"$TMPD/rows" || fail "the all-reduce table disagrees with busbw = algbw x 2(n-1)/n: $(cat "$TMPD/rows")"
+# The layers column counts from 1, as --freeze does: backward fills layers 4 and 3 first.
+[ "$(awk '{ printf "%s ", $3 }' "$TMPD/rows")" = "4-3 2-2 1-1 " ] ||
+	fail "the table's layers, want 4-3 2-2 1-1 (from 1, as --freeze counts): $(cat "$TMPD/rows")"
 "$PY" - "$TMPD/m.jsonl" <<'PYEOF' || fail "metrics: allreduce_buckets or step_times wrong"
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
@@ -31,6 +34,7 @@ start, s = recs[0], recs[-1]
 assert start["type"] == "start" and start["build"]["license"] == "MIT" and "mpi" in start["build"], start
 b = s["allreduce_buckets"]
 assert len(b) == 3, b
+assert [(x["first_layer"], x["last_layer"]) for x in b] == [(3, 4), (2, 2), (1, 1)], b
 for x in b:
     assert x["count"] == 5 and x["mean_s"] > 0, x
     assert abs(x["algbw_bytes_per_s"] - x["bytes"] / x["mean_s"]) <= 1e-9 * x["algbw_bytes_per_s"], x

@@ -6,7 +6,7 @@
 PY=${PYTHON:-/usr/bin/python3}
 command -v "$PY" >/dev/null || skip "python3 ($PY) is needed to read the trace"
 CHECK="$PY $TOP_SRCDIR/tests/lib/trace_check.py"
-# 4 layers, 0.05 MiB buckets: 3 (layers 3-2, layer 1, layer 0).
+# 4 layers, 0.05 MiB buckets: 3 (layers 4-3, layer 2, layer 1).
 NET=(--layers=32,160,160,160,4 --bucket-mb=0.05 --batch-size=8 --log-every=0)
 
 run_mpi 2 "${NET[@]}" --max-steps=4 --checkpoint="$TMPD/ck.st" --checkpoint-every=2 --trace="$TMPD/ddp.json" \

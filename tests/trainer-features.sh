@@ -94,6 +94,18 @@ dict="{'descr': '|u1', 'fortran_order': False, 'shape': (4,), }" # labels 0 3 7 
 "$MKNPY" x4.npy 4 8 f4 1 >/dev/null
 expect_fail 1 "--targets: lab.npy: row 2 has label 7, outside [0, 4) (--layers ends with 4 classes)" 2 \
 	--layers=8,4 --loss=cross-entropy --inputs=x4.npy --targets=lab.npy --batch-size=2
+# A uint64 label past 2^63 is printed as stored (before: as -9223372036854775807).
+dict="{'descr': '<u8', 'fortran_order': False, 'shape': (4,), }" # labels 0 3 2^63+1 1
+{ printf '\x93NUMPY\x01\x00\x76\x00%s%*s\n' "$dict" $((118 - ${#dict} - 1)) ''
+	printf '\0\0\0\0\0\0\0\0\3\0\0\0\0\0\0\0\1\0\0\0\0\0\0\200\1\0\0\0\0\0\0\0'; } >lab64.npy
+expect_fail 1 "--targets: lab64.npy: row 2 has label 9223372036854775809, outside [0, 4)" 2 \
+	--layers=8,4 --loss=cross-entropy --inputs=x4.npy --targets=lab64.npy --batch-size=2
+# float16 inputs: the message names what --inputs reads, not the integer types it refuses too
+# (before: "need a float or integer type: f4, f8, i1..i8, u1..u8").
+dict="{'descr': '<f2', 'fortran_order': False, 'shape': (4, 8), }"
+{ printf '\x93NUMPY\x01\x00\x76\x00%s%*s\n' "$dict" $((118 - ${#dict} - 1)) ''; head -c 64 /dev/zero; } >x16.npy
+expect_fail 1 "--inputs: x16.npy: dtype '<f2' is not supported (need '<f4' or '<f8')" 1 \
+	--layers=8,4 --inputs=x16.npy --targets=x4.npy
 "$MKNPY" y4.npy 4 4 f4 2 >/dev/null
 expect_fail 1 "--targets: y4.npy: dtype '<f4' is not supported for class labels" 1 \
 	--layers=8,4 --loss=cross-entropy --inputs=x4.npy --targets=y4.npy
@@ -105,4 +117,19 @@ expect_fail 2 "--momentum applies to --optimizer=sgd" 1 --optimizer=adamw --mome
 expect_fail 2 "--save-best needs a validation set" 1 --save-best=b.st
 expect_fail 2 "--betas: 0.9,1: each must be in [0, 1)" 1 --betas=0.9,1
 expect_fail 2 "--lr-schedule: 'step' is not one of constant|linear|cosine" 1 --lr-schedule=step
+# 5. --lr=0, as PyTorch takes it (a pipeline check): every optimizer, schedule, warmup and
+#    clipping leaves the weights byte-identical to --init, on 2 ranks and in dp mode (AdamW's
+#    decoupled decay is scaled by lr too; before: exit 2, "--lr: 0 is out of range (0, 1e+06]").
+run_mpi 1 --layers=8,16,4 --max-steps=3 --save=w0.st --quiet || fail "initial weights"
+for o in "--optimizer=sgd --momentum=0.9 --nesterov --weight-decay=0.1" \
+	"--optimizer=adamw --weight-decay=0.1 --lr-schedule=cosine --warmup-steps=3" \
+	"--optimizer=sgd --lr-schedule=linear --clip-grad-norm=0.5"; do
+	run_mpi 2 --layers=8,16,4 --init=w0.st --lr=0 --max-steps=20 $o --save=w1.st --quiet || fail "--lr=0 $o"
+	"$STCOMPARE" --exact w0.st w1.st >/dev/null || fail "--lr=0 $o moved the weights"
+done
+"$DDPTRAIN" --mode=dp --replicas=2 --layers=8,16,4 --init=w0.st --lr=0 --optimizer=adamw --weight-decay=0.1 \
+	--max-steps=20 --save=w2.st --quiet || fail "--lr=0 in dp mode"
+"$STCOMPARE" --exact w0.st w2.st >/dev/null || fail "--lr=0 moved the weights in dp mode"
+echo "--lr=0: SGD (momentum, Nesterov, decay), AdamW (decay, cosine warmup), clipping, dp: weights unchanged"
+
 echo "trainer-features: ok"

@@ -86,7 +86,7 @@ struct outfile {
 	char *target;      /* owned: the file the rename replaces */
 	char *tmp;         /* owned: the temporary's name; NULL once renamed or removed */
 	int slot;          /* the temporary's entry in the signal handlers' table, or -1 */
-	char what[600];    /* "--trace: path": names the file in messages */
+	char what[DIAG_WHAT_LEN]; /* "--trace: path": names the file in messages */
 };
 
 /* Create the temporary; `flag` names the file in messages. On failure nothing is left. */

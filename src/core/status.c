@@ -6,14 +6,20 @@
 
 #include "core/status.h"
 
-size_t diag_escape(char *dst, size_t n, const char *src)
+/* The escaped width of one byte: itself, \n, or \xHH. */
+static size_t escaped_len(unsigned char c)
 {
-	size_t o = 0;
+	if (c >= 0x20 && c != 0x7f)
+		return 1;
+	return c == '\n' || c == '\r' || c == '\t' ? 2 : 4;
+}
 
-	if (n == 0)
-		return 0;
-	for (; *src != '\0'; src++) {
-		unsigned char c = (unsigned char)*src;
+/* Append src[0, len) escaped at dst + o (n bytes in all, stopping at a whole escape);
+ * returns the new length. */
+static size_t escape_into(char *dst, size_t n, size_t o, const char *src, size_t len)
+{
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)src[i];
 		char e[8];
 		size_t k;
 
@@ -35,9 +41,45 @@ size_t diag_escape(char *dst, size_t n, const char *src)
 	return o;
 }
 
+size_t diag_escape(char *dst, size_t n, const char *src)
+{
+	if (n == 0)
+		return 0;
+	return escape_into(dst, n, 0, src, strlen(src));
+}
+
+/* src escaped into dst (n bytes); too long, its middle gives way to "..." (cut between
+ * whole characters of UTF-8 text), so the start and the end both stay. */
+static void fit_escaped(char *dst, size_t n, const char *src)
+{
+	size_t len = strlen(src), total = 0, head = 0, tail = len, h = 0, t = 0, room, o;
+
+	for (size_t i = 0; i < len; i++)
+		total += escaped_len((unsigned char)src[i]);
+	if (total < n) {
+		escape_into(dst, n, 0, src, len);
+		return;
+	}
+	room = n - 1 - 3; /* the marker */
+	while (head < len && h + escaped_len((unsigned char)src[head]) <= room / 2)
+		h += escaped_len((unsigned char)src[head++]);
+	while (head > 0 && ((unsigned char)src[head] & 0xc0) == 0x80) /* not inside a character */
+		h -= escaped_len((unsigned char)src[--head]);
+	while (tail > head && t + escaped_len((unsigned char)src[tail - 1]) <= room - h)
+		t += escaped_len((unsigned char)src[--tail]);
+	while (tail < len && ((unsigned char)src[tail] & 0xc0) == 0x80)
+		t -= escaped_len((unsigned char)src[tail++]);
+	o = escape_into(dst, n, 0, src, head);
+	o = escape_into(dst, n, o, "...", 3);
+	escape_into(dst, n, o, src + tail, len - tail);
+}
+
+/* Formatted text: room for two paths of PATH_MAX and what is said about them. */
+#define DIAG_RAW_LEN (2 * DIAG_WHAT_LEN + 512)
+
 enum status diag_set(struct diag *d, enum status st, const char *fmt, ...)
 {
-	char raw[sizeof d->msg];
+	char raw[DIAG_RAW_LEN];
 	va_list ap;
 
 	if (d == NULL || d->st != ST_OK)
@@ -48,27 +90,27 @@ enum status diag_set(struct diag *d, enum status st, const char *fmt, ...)
 	va_end(ap);
 	/* A file name can hold a newline or a terminal escape: shown escaped, it cannot forge
 	 * a log line or drive the terminal. */
-	diag_escape(d->msg, sizeof d->msg, raw);
+	fit_escaped(d->msg, sizeof d->msg, raw);
 	return st;
 }
 
-/* The message of d with the escaped text of fmt before (front) or after it. */
+/* The message of d with the escaped text of fmt before (front) or after it, fitted as
+ * diag_set fits a message (d->msg holds no control character: escaping it again keeps it). */
 static void diag_wrap(struct diag *d, int front, const char *fmt, va_list ap)
 {
-	char raw[sizeof d->msg], both[2 * sizeof d->msg];
+	char raw[DIAG_RAW_LEN], both[DIAG_RAW_LEN + sizeof d->msg];
+	const char *first, *second;
 	size_t n;
 
 	if (d == NULL || d->st == ST_OK)
 		return;
 	vsnprintf(raw, sizeof raw, fmt, ap);
-	n = diag_escape(both, sizeof d->msg, front ? raw : d->msg);
-	if (front)
-		snprintf(both + n, sizeof both - n, "%s", d->msg);
-	else
-		diag_escape(both + n, sizeof d->msg, raw);
-	n = strlen(both) < sizeof d->msg ? strlen(both) : sizeof d->msg - 1;
-	memcpy(d->msg, both, n); /* cut at the message's length, as diag_set does */
-	d->msg[n] = '\0';
+	first = front ? raw : d->msg;
+	second = front ? d->msg : raw;
+	n = strlen(first); /* each fits its own buffer, so both fit `both` */
+	memcpy(both, first, n);
+	memcpy(both + n, second, strlen(second) + 1);
+	fit_escaped(d->msg, sizeof d->msg, both);
 }
 
 void diag_prefix(struct diag *d, const char *fmt, ...)
@@ -91,7 +133,7 @@ void diag_append(struct diag *d, const char *fmt, ...)
 
 enum status diag_errno(struct diag *d, int errnum, const char *fmt, ...)
 {
-	char what[384];
+	char what[DIAG_WHAT_LEN];
 	va_list ap;
 
 	va_start(ap, fmt);

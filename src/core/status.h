@@ -36,7 +36,12 @@ struct diag {
 	char msg[512]; /* one line, no trailing newline */
 };
 
-/* Record st and a printf-style message in d (if d has no error yet); return st. */
+/* Room for what a message is about: a flag and a path of up to PATH_MAX (4096) bytes. */
+#define DIAG_WHAT_LEN (4096 + 64)
+
+/* Record st and a printf-style message in d (if d has no error yet); return st. A message
+ * longer than msg loses its middle, marked "...": the start (what failed) and the end (why)
+ * stay. */
 enum status diag_set(struct diag *d, enum status st, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 

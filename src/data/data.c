@@ -69,11 +69,18 @@ static enum status check_labels(const struct npy *y, int classes, const char *fl
 {
 	for (size_t r = 0; r < y->rows; r++) {
 		long long v = npy_read_int(y, r);
+		char text[24];
 
-		if (v < 0 || v >= classes)
-			return diag_set(d, ST_RUNTIME,
-					"%s: %s: row %zu has label %lld, outside [0, %d) (--layers ends with %d classes)",
-					flag, path, r, v, classes, classes);
+		if (v >= 0 && v < classes)
+			continue;
+		/* A uint64 label past 2^63 reads as negative: print the stored value. */
+		if (y->kind == 'u')
+			snprintf(text, sizeof text, "%llu", (unsigned long long)v);
+		else
+			snprintf(text, sizeof text, "%lld", v);
+		return diag_set(d, ST_RUNTIME,
+				"%s: %s: row %zu has label %s, outside [0, %d) (--layers ends with %d classes)",
+				flag, path, r, text, classes, classes);
 	}
 	return ST_OK;
 }

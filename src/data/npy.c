@@ -89,8 +89,21 @@ static int parse_descr(struct npy *a, const char *v)
 	return 1;
 }
 
-enum status npy_parse_header(const char *h, size_t len, struct npy *a, const char *what,
-			     struct diag *d)
+/* A dtype the caller cannot use, and what it needs instead. */
+static enum status refuse_dtype(const char *descr, enum npy_want want, const char *what, struct diag *d)
+{
+	if (want == NPY_WANT_FLOATS)
+		return diag_set(d, ST_RUNTIME, "%s: dtype '%s' is not supported (need '<f4' or '<f8')", what, descr);
+	if (want == NPY_WANT_LABELS)
+		return diag_set(d, ST_RUNTIME,
+				"%s: dtype '%s' is not supported for class labels (need integers: int64, int32, uint8, ...)",
+				what, descr);
+	return diag_set(d, ST_RUNTIME, "%s: dtype '%s' is not supported (need a float or integer type: f4, f8, i1..i8, u1..u8)",
+			what, descr);
+}
+
+enum status npy_parse_header(const char *h, size_t len, struct npy *a, enum npy_want want,
+			     const char *what, struct diag *d)
 {
 	const char *p = h, *end = h + len;
 	int have_descr = 0, have_order = 0, have_shape = 0;
@@ -122,9 +135,7 @@ enum status npy_parse_header(const char *h, size_t len, struct npy *a, const cha
 			if (p == NULL)
 				return diag_set(d, ST_RUNTIME, "%s: malformed .npy header (descr)", what);
 			if (!parse_descr(a, val))
-				return diag_set(d, ST_RUNTIME,
-						"%s: dtype '%s' is not supported (need a float or integer type: f4, f8, i1..i8, u1..u8)",
-						what, diag_quote(val, sizeof val, val));
+				return refuse_dtype(diag_quote(val, sizeof val, val), want, what, d);
 		} else if (strcmp(key, "fortran_order") == 0) {
 			if (have_order++)
 				return diag_set(d, ST_RUNTIME, "%s: duplicate key 'fortran_order' in .npy header",
@@ -219,16 +230,11 @@ static enum status convert(struct npy *a, const char *what, struct diag *d)
 
 enum status npy_check(const struct npy *a, enum npy_want want, const char *what, struct diag *d)
 {
-	if (want == NPY_WANT_FLOATS && a->kind != 'f')
-		return diag_set(d, ST_RUNTIME, "%s: dtype '%s' is not supported (need '<f4' or '<f8')",
-				what, a->descr);
+	if ((want == NPY_WANT_FLOATS && a->kind != 'f') || (want == NPY_WANT_LABELS && a->kind == 'f'))
+		return refuse_dtype(a->descr, want, what, d);
 	if (want == NPY_WANT_FLOATS && a->ndim != 2)
 		return diag_set(d, ST_RUNTIME, "%s: array has %d dimensions, need 2 (rows, columns)",
 				what, a->ndim);
-	if (want == NPY_WANT_LABELS && a->kind == 'f')
-		return diag_set(d, ST_RUNTIME,
-				"%s: dtype '%s' is not supported for class labels (need integers: int64, int32, uint8, ...)",
-				what, a->descr);
 	if (want == NPY_WANT_LABELS && a->cols != 1)
 		return diag_set(d, ST_RUNTIME,
 				"%s: class labels need shape (N,) or (N, 1), not %zu x %zu", what, a->rows,
@@ -236,8 +242,8 @@ enum status npy_check(const struct npy *a, enum npy_want want, const char *what,
 	return ST_OK;
 }
 
-enum status npy_parse(struct npy *a, const unsigned char *buf, size_t len, const char *what,
-		      struct diag *d)
+enum status npy_parse(struct npy *a, const unsigned char *buf, size_t len, enum npy_want want,
+		      const char *what, struct diag *d)
 {
 	size_t hlen, hstart, avail, need;
 	enum status st;
@@ -263,7 +269,7 @@ enum status npy_parse(struct npy *a, const unsigned char *buf, size_t len, const
 		return diag_set(d, ST_RUNTIME,
 				"%s: truncated .npy header: header length %zu runs past the end of the file (%zu bytes)",
 				what, hlen, len);
-	st = npy_parse_header((const char *)buf + hstart, hlen, a, what, d);
+	st = npy_parse_header((const char *)buf + hstart, hlen, a, want, what, d);
 	if (st != ST_OK)
 		return st;
 	/* Each dimension is at most 2^40, so the product can still wrap: check before multiplying. */
@@ -291,7 +297,7 @@ enum status npy_parse(struct npy *a, const unsigned char *buf, size_t len, const
 enum status npy_open(struct npy *a, const char *path, const char *flag, enum npy_want want,
 		     struct diag *d)
 {
-	char what[600];
+	char what[DIAG_WHAT_LEN];
 	enum status st;
 	size_t map_len;
 	void *map;
@@ -301,7 +307,7 @@ enum status npy_open(struct npy *a, const char *path, const char *flag, enum npy
 	st = filemap_open(path, what, 10, ".npy", &map, &map_len, d);
 	if (st != ST_OK)
 		return st;
-	st = npy_parse(a, map, map_len, what, d);
+	st = npy_parse(a, map, map_len, want, what, d);
 	a->map = map;
 	a->map_len = map_len;
 	if (st == ST_OK)

@@ -48,9 +48,10 @@ struct npy {
 
 /* Validate an in-memory .npy image of len bytes (used by npy_open and the fuzz target):
  * fills the shape and dtype; a->raw points into buf, a->data too unless the array needed
- * converting (then into a->conv, freed by npy_close). Never reads outside buf. */
-enum status npy_parse(struct npy *a, const unsigned char *buf, size_t len, const char *what,
-		      struct diag *d);
+ * converting (then into a->conv, freed by npy_close). Never reads outside buf. A dtype it
+ * cannot read is refused saying what `want` needs (npy_check then checks the rest). */
+enum status npy_parse(struct npy *a, const unsigned char *buf, size_t len, enum npy_want want,
+		      const char *what, struct diag *d);
 /* Map path, check its header and that it is what `want` asks for. ST_RUNTIME naming
  * `flag` and the file on failure. */
 enum status npy_open(struct npy *a, const char *path, const char *flag, enum npy_want want,
@@ -69,8 +70,8 @@ int npy_find_nonfinite(const struct npy *a, size_t row0, size_t nrows, size_t *r
 long long npy_read_int(const struct npy *a, size_t r);
 /* Parse a header dict (the text after the length field) into a's dtype, order and shape.
  * Exposed for tests. */
-enum status npy_parse_header(const char *h, size_t len, struct npy *a, const char *what,
-			     struct diag *d);
+enum status npy_parse_header(const char *h, size_t len, struct npy *a, enum npy_want want,
+			     const char *what, struct diag *d);
 /* Unmaps, frees the converted copy. Safe to call twice. */
 void npy_close(struct npy *a);
 

@@ -26,7 +26,11 @@
  * much longer than the collectives before it means a rank is gone or stuck and the
  * stop cannot complete: the process gives up after a short grace (2 s plus twice the
  * longest wait seen so far), unless the wait was declared one for a rank that is busy
- * writing (world_expect_wait), which only --timeout ends. */
+ * writing (world_expect_wait), which only --timeout ends.
+ *
+ * Time this process itself did not run (SIGSTOP and SIGCONT, a suspended job, a
+ * machine too busy to schedule it) is no other rank's fault: the thread sees it as a
+ * late look, and it does not count toward the wait. */
 struct world_watch {
 	pthread_t thread;
 	pthread_mutex_t mu;   /* for quit, timeout and the tick's timed wait */
@@ -42,9 +46,17 @@ struct world_watch {
 	int quit;
 };
 
-/* Say why this process gives up, remove its temporary files and end it. */
-static void give_up(struct world_watch *x, const char *why, double waited)
+/* The watchdog looks this often (seconds); a look this much later than due means the
+ * process did not run in between. */
+#define WATCH_TICK 0.5
+#define WATCH_LATE 1.0
+
+/* Say why this process gives up, remove its temporary files and end it. paused: the
+ * seconds of the wait this process itself did not run (not counted in waited). */
+static void give_up(struct world_watch *x, const char *why, double waited, double paused)
 {
+	char own[128] = "";
+
 	int rank = atomic_load(&x->rank);
 	long step = atomic_load(&x->step);
 	const char *busy = atomic_load(&x->busy);
@@ -55,18 +67,21 @@ static void give_up(struct world_watch *x, const char *why, double waited)
 		fputs("ddptrain: ", stderr);
 	if (step > 0)
 		fprintf(stderr, "step %ld: ", step);
+	if (paused > 0)
+		snprintf(own, sizeof own, " (and this rank itself was stopped or not scheduled for %.0f s more)",
+			 paused);
 	if (why == NULL && atomic_load(&x->failed) != NULL)
 		/* This rank failed first: its reason, not only the wait, is the news. */
 		fprintf(stderr, "%s (then %s did not complete within --timeout=%g s: the other ranks are stuck, probably waiting for this one; giving up)\n",
 			atomic_load(&x->failed), atomic_load(&x->what), x->timeout);
 	else if (why == NULL)
-		fprintf(stderr, "%s did not complete within --timeout=%g s: %s; giving up\n",
-			busy ? busy : atomic_load(&x->what), x->timeout,
+		fprintf(stderr, "%s did not complete within --timeout=%g s%s: %s; giving up\n",
+			busy ? busy : atomic_load(&x->what), x->timeout, own,
 			busy ? "that rank is stuck or its file system is too slow"
 			     : "another rank stalled or died");
 	else
-		fprintf(stderr, "%s, but %s has waited %.0f s for another rank: stopping without a checkpoint\n",
-			why, atomic_load(&x->what), waited);
+		fprintf(stderr, "%s, but %s has waited %.0f s for another rank%s: stopping without a checkpoint\n",
+			why, atomic_load(&x->what), waited, own);
 	fflush(stderr);
 	signals_tmp_cleanup();
 	_exit(1); /* MPI_Abort is not ours to call from this thread; mpirun ends the job */
@@ -76,7 +91,7 @@ static void *watchdog_main(void *arg)
 {
 	struct world_watch *x = arg;
 	unsigned long seen = 0;
-	double since = 0.0, longest = 0.0;
+	double since = 0.0, longest = 0.0, looked = clock_now(), paused = 0.0;
 
 	pthread_mutex_lock(&x->mu);
 	while (!x->quit) {
@@ -85,7 +100,7 @@ static void *watchdog_main(void *arg)
 		double now;
 
 		clock_gettime(CLOCK_MONOTONIC, &tick);
-		tick.tv_nsec += 500000000L;
+		tick.tv_nsec += (long)(WATCH_TICK * 1e9);
 		if (tick.tv_nsec >= 1000000000L) {
 			tick.tv_sec++;
 			tick.tv_nsec -= 1000000000L;
@@ -95,18 +110,24 @@ static void *watchdog_main(void *arg)
 			break;
 		gen = atomic_load(&x->gen);
 		now = clock_now();
+		if (now - looked > WATCH_TICK + WATCH_LATE) { /* this process did not run */
+			since += now - looked - WATCH_TICK;
+			paused += now - looked - WATCH_TICK;
+		}
+		looked = now;
 		if (!(gen & 1) || gen != seen) { /* idle, or a new collective since the last look */
 			if ((seen & 1) && now - since > longest)
 				longest = now - since; /* the one seen in progress has ended */
 			seen = gen;
 			since = now;
+			paused = 0.0;
 			continue;
 		}
 		if (x->timeout > 0 && now - since >= x->timeout)
-			give_up(x, NULL, now - since);
+			give_up(x, NULL, now - since, paused);
 		if (signals_pending() && !atomic_load(&x->patient) &&
 		    now - since >= 2.0 + 2.0 * longest)
-			give_up(x, "asked to stop", now - since);
+			give_up(x, "asked to stop", now - since, paused);
 	}
 	pthread_mutex_unlock(&x->mu);
 	return NULL;

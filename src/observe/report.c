@@ -501,8 +501,8 @@ static void report_buckets(struct report *r, const struct report_summary *s)
 
 		if (x->lo < 0) /* frozen layers: a bucket of the loss and stop slots only */
 			snprintf(layers, sizeof layers, "slots");
-		else
-			snprintf(layers, sizeof layers, "%d-%d", x->hi, x->lo);
+		else /* counted from 1, as --freeze counts them */
+			snprintf(layers, sizeof layers, "%d-%d", x->hi + 1, x->lo + 1);
 		fprintf(r->out, "#%7d %7s %12.0f %7ld %10.4f %10.4f %11.3f %11.3f %11.3f\n", b, layers,
 			x->bytes, x->count, 1e3 * mean, 1e3 * x->min_s, algbw,
 			report_busbw(algbw, s->replicas), report_busbw(best, s->replicas));
@@ -580,7 +580,8 @@ static void metrics_observers(json_t *sum, const struct report_summary *s)
 			double algbw = mean > 0 ? x->bytes / mean : 0.0;
 
 			json_array_append_new(arr, json_pack("{s:i, s:i, s:i, s:f, s:I, s:f, s:f, s:f, s:f}",
-							     "bucket", b, "first_layer", x->lo, "last_layer", x->hi,
+							     "bucket", b, "first_layer", x->lo < 0 ? 0 : x->lo + 1,
+							     "last_layer", x->hi < 0 ? 0 : x->hi + 1,
 							     "bytes", x->bytes, "count", (json_int_t)x->count,
 							     "mean_s", mean, "min_s", x->min_s,
 							     "algbw_bytes_per_s", algbw, "busbw_bytes_per_s",

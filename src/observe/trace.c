@@ -111,7 +111,8 @@ enum status trace_sync_clocks(struct trace *t, struct world *w, struct diag *d)
 	return rc == MPI_SUCCESS ? ST_OK : world_mpi_error(d, rc, "--trace: the clock ping-pong");
 }
 
-/* "forward layer 2", "allreduce bucket 0", "optimizer". */
+/* "forward layer 2", "allreduce bucket 0", "optimizer": layers counted from 1, as --freeze
+ * counts them; buckets from 0, as the all-reduce table does. */
 static void event_name(const struct trace_event *e, char *buf, size_t len)
 {
 	const char *what = e->what >= 0 && e->what < TR_NWHAT ? trace_what_names[e->what] : "?";
@@ -121,7 +122,7 @@ static void event_name(const struct trace_event *e, char *buf, size_t len)
 	else if (e->what == TR_ALLREDUCE)
 		snprintf(buf, len, "%s bucket %d", what, e->idx);
 	else
-		snprintf(buf, len, "%s layer %d", what, e->idx);
+		snprintf(buf, len, "%s layer %d", what, e->idx + 1);
 }
 
 /* Write one JSON value followed by the separator the array needs. */

@@ -169,7 +169,7 @@ static enum status parse_double(const char *flag, const char *s, double lo, int 
 	if (v < lo || (lo_open && v == lo) || v > hi)
 		return diag_set(d, ST_USAGE, "--%s: %s is out of range %s%g, %g]", flag, s,
 				lo_open ? "(" : "[", lo, hi);
-	*out = v;
+	*out = v == 0 ? 0.0 : v; /* -0 is 0: one spelling in the settings the ranks compare */
 	return ST_OK;
 }
 
@@ -276,7 +276,8 @@ static enum status apply(struct options *o, int key, const char *arg, struct dia
 	case K_BATCH: return parse_long(f, arg, 1, 1L << 24, &o->batch_size, d);
 	case K_EPOCHS: return parse_long(f, arg, 1, 1L << 30, &o->epochs, d);
 	case K_MAX_STEPS: return parse_long(f, arg, 0, LONG_MAX, &o->max_steps, d);
-	case K_LR: return parse_double(f, arg, 0, 1, 1e6, &o->lr, d);
+	/* 0 as in PyTorch: the pipeline runs, the weights stay (AdamW's decay is lr x F). */
+	case K_LR: return parse_double(f, arg, 0, 0, 1e6, &o->lr, d);
 	case K_MOMENTUM: return parse_double(f, arg, 0, 0, 1, &o->momentum, d);
 	case K_WD: return parse_double(f, arg, 0, 0, 1e6, &o->weight_decay, d);
 	case K_ACCUM: return parse_long(f, arg, 1, 1L << 20, &o->grad_accum, d);

@@ -4,6 +4,7 @@
 
 #include "core/outfile.h" /* outfile_distinct, outfile_check, outfile_release */
 #include "run/preflight.h"
+#include "store/checkpoint.h" /* checkpoint_check_rotation */
 #include "train/model.h"  /* model_layout, model_bytes_needed */
 
 enum status preflight_launch(const struct options *o, struct world *w, struct diag *d)
@@ -51,6 +52,8 @@ enum status preflight_outputs(const struct options *o, const struct optimizer_hp
 
 		if (f[i].kind != OPT_PATH_IN && f[i].path != NULL)
 			st = outfile_check(f[i].path, flags[i], bytes, &claims[i], d);
+		if (st == ST_OK && p[i].rotation && f[i].path != NULL)
+			st = checkpoint_check_rotation(f[i].path, d);
 	}
 	return st;
 }

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <libgen.h>
+#include <limits.h> /* NAME_MAX, PATH_MAX */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +60,7 @@ enum status checkpoint_read_weights(const char *path, const struct model *m, flo
 	struct model_tensor t[2 * MODEL_MAX_LAYERS];
 	struct st_file f;
 	enum status st;
-	char what[600], shape[64];
+	char what[DIAG_WHAT_LEN], shape[64];
 	int n = model_state_dict(m, 0, 1, t);
 
 	st = st_open(&f, path, "--init", d);
@@ -192,6 +193,42 @@ void checkpoint_rotation_free(struct ckpt_rotation *rot)
 	rot->listed = 0;
 }
 
+/* The rotation name of step N: target.step-NNNNNNNN (8 digits, more past 10^8 steps). */
+#define ROTATION_FORMAT "%s.step-%08ld"
+#define ROTATION_EXTRA 14 /* strlen(".step-NNNNNNNN") */
+
+enum status checkpoint_check_rotation(const char *path, struct diag *d)
+{
+	char *target = outfile_target(path), *copy;
+	size_t base_len, path_len;
+	long name_max;
+	enum status st = ST_OK;
+
+	if (target == NULL)
+		return ST_OK;
+	copy = strdup(target);
+	if (copy == NULL) {
+		free(target);
+		return diag_set(d, ST_RUNTIME, "--keep-checkpoints: out of memory");
+	}
+	base_len = strlen(basename(copy));
+	strcpy(copy, target);
+	errno = 0;
+	name_max = pathconf(dirname(copy), _PC_NAME_MAX);
+	if (name_max <= 0)
+		name_max = NAME_MAX;
+	path_len = strlen(target);
+	if (base_len + ROTATION_EXTRA > (size_t)name_max)
+		st = diag_set(d, ST_RUNTIME, "--checkpoint: %s: the name is too long for --keep-checkpoints, whose names add .step-NNNNNNNN (%zu characters; its file system allows %ld)",
+			      path, base_len + ROTATION_EXTRA, name_max);
+	else if (path_len + ROTATION_EXTRA >= PATH_MAX)
+		st = diag_set(d, ST_RUNTIME, "--checkpoint: %s: the path is too long for --keep-checkpoints, whose names add .step-NNNNNNNN (%zu characters; at most %d)",
+			      path, path_len + ROTATION_EXTRA, PATH_MAX - 1);
+	free(copy);
+	free(target);
+	return st;
+}
+
 /* Add name (taken) at step to rot's list, in step order; 0 when out of memory (name freed). */
 static int rotation_add(struct ckpt_rotation *rot, char *name, long step)
 {
@@ -260,7 +297,7 @@ static enum status keep_numbered(const char *path, long step, struct ckpt_rotati
 		st = diag_set(d, ST_RUNTIME, "--keep-checkpoints: out of memory");
 		goto out;
 	}
-	snprintf(numbered, sizeof numbered, "%s.step-%08ld", target, step);
+	snprintf(numbered, sizeof numbered, ROTATION_FORMAT, target, step);
 	unlink(numbered);
 	if (link(target, numbered) != 0) {
 		st = diag_errno(d, errno, "--keep-checkpoints: %s", numbered);
@@ -435,7 +472,7 @@ enum status checkpoint_load(const char *path, const struct model *m, const char 
 	struct st_file f;
 	json_t *root = NULL, *md;
 	const char *sha_want, *cfg, *has_mom, *lineage, *ver, *best;
-	char sha[SHA_HEX] = "", what[600];
+	char sha[SHA_HEX] = "", what[DIAG_WHAT_LEN];
 	long world = 0;
 	enum status st;
 
@@ -493,11 +530,18 @@ enum status checkpoint_load(const char *path, const struct model *m, const char 
 		st = diag_set(d, ST_USAGE, "--resume: %s was written with %s; this run has %s", path, hl, wl);
 		goto out;
 	}
-	/* And the other way: a setting the checkpoint has and this run lacks (wl is then
+	/* And the other way: settings the checkpoint has and this run lacks (wl is then
 	 * "(no --flag)"), e.g. one a later ddptrain added to the text. */
-	if (checkpoint_config_diff(want, cfg, wl, hl, sizeof hl)) {
+	switch (checkpoint_config_diff(want, cfg, wl, hl, sizeof hl)) {
+	case 0:
+		break;
+	case 1:
 		st = diag_set(d, ST_USAGE, "--resume: %s was written with %s; this run has no %.*s",
 			      path, hl, (int)strcspn(wl + 4, ")"), wl + 4);
+		goto out;
+	default:
+		st = diag_set(d, ST_USAGE, "--resume: %s was written with %s; this run has none of these",
+			      path, hl);
 		goto out;
 	}
 	for (int k = 0; k < n && st == ST_OK; k++) {
@@ -552,36 +596,64 @@ enum status checkpoint_check_position(const struct ckpt_pos *pos, long nmicro, l
 	return ST_OK;
 }
 
+/* Append ", " (unless first) and text to buf (len bytes); a text that does not fit ends
+ * the list with ", ..." where it fits. */
+static void list_append(char *buf, size_t len, const char *text, int textlen)
+{
+	size_t used = strlen(buf);
+
+	if (used >= 3 && strcmp(buf + used - 3, "...") == 0)
+		return;
+	if (used + (used ? 2 : 0) + (size_t)textlen + 5 < len)
+		snprintf(buf + used, len - used, "%s%.*s", used ? ", " : "", textlen, text);
+	else if (used + 5 < len)
+		snprintf(buf + used, len - used, "%s...", used ? ", " : "");
+}
+
 int checkpoint_config_diff(const char *have, const char *want, char *have_line,
 			   char *want_line, size_t len)
 {
-	for (const char *w = want; *w != '\0';) {
-		size_t wl = strcspn(w, "\n"), key = strcspn(w, "=");
-		const char *h = have;
-		int found = 0;
+	int n = 0;
 
-		if (key > wl)
-			key = wl;
-		while (*h != '\0') {
-			size_t hl = strcspn(h, "\n");
+	have_line[0] = want_line[0] = '\0';
+	/* Two passes: the flags first, then the lines that follow from them (data=... shows
+	 * the targets' width, which --loss decides), so the cause is named first. */
+	for (int flags = 1; flags >= 0; flags--) {
+		for (const char *w = want; *w != '\0';) {
+			size_t wl = strcspn(w, "\n"), key = strcspn(w, "=");
+			const char *h = have;
+			int found = 0;
 
-			if (hl >= key && strncmp(h, w, key) == 0 && (h[key] == '=' || hl == key)) {
-				found = 1;
-				if (hl != wl || strncmp(h, w, wl) != 0) {
-					snprintf(have_line, len, "%.*s", (int)hl, h);
-					snprintf(want_line, len, "%.*s", (int)wl, w);
-					return 1;
-				}
-				break;
+			if (key > wl)
+				key = wl;
+			if ((strncmp(w, "--", 2) == 0) != flags) {
+				w += wl + (w[wl] == '\n');
+				continue;
 			}
-			h += hl + (h[hl] == '\n');
+			while (*h != '\0') {
+				size_t hl = strcspn(h, "\n");
+
+				if (hl >= key && strncmp(h, w, key) == 0 && (h[key] == '=' || hl == key)) {
+					found = 1;
+					if (hl != wl || strncmp(h, w, wl) != 0) {
+						list_append(have_line, len, h, (int)hl);
+						list_append(want_line, len, w, (int)wl);
+						n++;
+					}
+					break;
+				}
+				h += hl + (h[hl] == '\n');
+			}
+			if (!found) {
+				char none[160];
+
+				snprintf(none, sizeof none, "(no %.*s)", (int)(key < 150 ? key : 150), w);
+				list_append(have_line, len, none, (int)strlen(none));
+				list_append(want_line, len, w, (int)wl);
+				n++;
+			}
+			w += wl + (w[wl] == '\n');
 		}
-		if (!found) {
-			snprintf(have_line, len, "(no %.*s)", (int)key, w);
-			snprintf(want_line, len, "%.*s", (int)wl, w);
-			return 1;
-		}
-		w += wl + (w[wl] == '\n');
 	}
-	return 0;
+	return n;
 }

@@ -70,6 +70,12 @@ enum status checkpoint_save(const char *path, struct ckpt_rotation *rot, const s
 			    const float *host, const struct ckpt_pos *pos, const char *config,
 			    struct diag *d);
 
+/* ST_RUNTIME naming --checkpoint if its rotation names (path.step-NNNNNNNN beside the
+ * file path names) are too long for its file system: checked at start-up, so the first
+ * kept checkpoint cannot fail for it. A path that cannot be resolved passes (outfile_check
+ * says why). */
+enum status checkpoint_check_rotation(const char *path, struct diag *d);
+
 /* A new random lineage id (the run's checkpoints carry it; --keep-checkpoints prunes only
  * its own lineage's files). */
 void checkpoint_new_lineage(char lineage[CKPT_LINEAGE]);
@@ -108,8 +114,9 @@ enum status checkpoint_write_weights(const char *path, const char *flag, const s
 enum status checkpoint_stage_weights(const char *path, const char *flag, const struct model *m,
 				     const float *host, struct st_pending *out, struct diag *d);
 
-/* The first line of `want` that `have` lacks or sets differently, as "--flag=value" for
- * both; returns 0 when they agree. */
+/* Every line of `want` that `have` lacks ("(no --flag)") or sets differently, as
+ * "--flag=value" for both, the flags before the other lines (data=...), joined by ", "
+ * (", ..." where len runs out); returns how many, 0 when they agree. */
 int checkpoint_config_diff(const char *have, const char *want, char *have_line,
 			   char *want_line, size_t len);
 

@@ -204,7 +204,7 @@ out_root:
 
 enum status st_open(struct st_file *f, const char *path, const char *flag, struct diag *d)
 {
-	char what[600];
+	char what[DIAG_WHAT_LEN];
 	enum status st;
 
 	memset(f, 0, sizeof *f);

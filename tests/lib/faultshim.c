@@ -6,6 +6,9 @@
  *   DDPT_SHIM_STALL=first-collective  the first MPI_Allreduce (the ranks' agreement
  *                                     on the options) never returns
  *   DDPT_SHIM_STALL=finalize          MPI_Finalize never returns
+ *   DDPT_SHIM_STOP=first-collective   a second into its first MPI_Allreduce (waiting, as for
+ *                                     a slow rank), the process stops itself (SIGSTOP, as
+ *                                     kill -STOP or a suspended job would); SIGCONT continues it
  *   DDPT_SHIM_SLOW_FSYNC=SECONDS      every fsync takes that long (a slow file system)
  *   DDPT_SHIM_SLOW_INIT=SECONDS       MPI_Init_thread takes that much longer (a slow start)
  *   DDPT_SHIM_NO_SHARED_WINDOW=1      MPI_Win_allocate_shared fails with MPI_ERR_NO_MEM, as
@@ -15,6 +18,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>  /* dlsym, RTLD_NEXT */
 #include <mpi.h>    /* PMPI_Allreduce, PMPI_Finalize */
+#include <signal.h> /* raise, SIGSTOP */
 #include <stdlib.h> /* getenv, atof */
 #include <string.h> /* strcmp */
 #include <time.h>   /* nanosleep */
@@ -49,6 +53,15 @@ int MPI_Allreduce(const void *in, void *out, int count, MPI_Datatype type, MPI_O
 {
 	static int calls;
 
+	const char *stop = getenv("DDPT_SHIM_STOP");
+
+	if (calls == 0 && stop != NULL && strcmp(stop, "first-collective") == 0) {
+		struct timespec second = {1, 0};
+
+		while (nanosleep(&second, &second) != 0)
+			;
+		raise(SIGSTOP);
+	}
 	if (calls++ == 0 && stall_at("first-collective"))
 		stall();
 	return PMPI_Allreduce(in, out, count, type, op, comm);

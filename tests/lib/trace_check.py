@@ -59,8 +59,8 @@ def main():
             fail(f"steps recorded {sorted(steps)}, want {lo}..{hi}")
         for r in range(ranks):
             for st in range(lo, hi + 1):
-                want = [f"forward layer {l}" for l in range(layers)] + \
-                       [f"backward layer {l}" for l in range(layers)] + \
+                want = [f"forward layer {l}" for l in range(1, layers + 1)] + \
+                       [f"backward layer {l}" for l in range(1, layers + 1)] + \
                        [f"allreduce bucket {b}" for b in range(buckets)] + ["load", "loss", "wait", "optimizer"]
                 for w in want:
                     if (r, 0, w, st) not in names:
@@ -84,7 +84,7 @@ def main():
                 if (0, 0, w, st) not in names:
                     fail(f"step {st}: no '{w}' on replica 0")
             for i in range(reps):
-                for l in range(layers):
+                for l in range(1, layers + 1):
                     for w in (f"forward layer {l}", f"backward layer {l}"):
                         if (0, i, w, st) not in names:
                             fail(f"step {st}: no '{w}' on replica {i}")

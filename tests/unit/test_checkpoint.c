@@ -337,7 +337,7 @@ static void test_init_is_strict_about_names_and_shapes(void **state)
 	rig_free(&wide);
 }
 
-static void test_config_diff_names_the_first_differing_or_missing_line(void **state)
+static void test_config_diff_names_every_differing_or_missing_line_flags_first(void **state)
 {
 	char h[64], w[64];
 
@@ -348,6 +348,16 @@ static void test_config_diff_names_the_first_differing_or_missing_line(void **st
 	assert_int_equal(checkpoint_config_diff("--a=1\n", "--a=1\n--c=4\n", h, w, sizeof h), 1);
 	assert_string_equal(h, "(no --c)");
 	assert_string_equal(w, "--c=4");
+	/* A changed --loss changes the data line's target width: the flag comes first. */
+	assert_int_equal(checkpoint_config_diff("data=synthetic 40 x (10, 5)\n--loss=mse\n--lr=1\n",
+						"data=synthetic 40 x (10, 1)\n--loss=cross-entropy\n--lr=1\n",
+						h, w, sizeof h), 2);
+	assert_string_equal(h, "--loss=mse, data=synthetic 40 x (10, 5)");
+	assert_string_equal(w, "--loss=cross-entropy, data=synthetic 40 x (10, 1)");
+	/* What does not fit ends the list with ", ...". */
+	assert_int_equal(checkpoint_config_diff("--a=1\n--b=2\n", "--a=1111111111\n--b=2222222222\n", h, w, 20),
+			 2);
+	assert_string_equal(w, "--a=1111111111, ...");
 }
 
 int main(void)
@@ -364,7 +374,7 @@ int main(void)
 		cmocka_unit_test(test_rotation_reads_the_kept_checkpoints_once),
 		cmocka_unit_test(test_init_reads_the_weights_of_save_and_of_a_checkpoint),
 		cmocka_unit_test(test_init_is_strict_about_names_and_shapes),
-		cmocka_unit_test(test_config_diff_names_the_first_differing_or_missing_line),
+		cmocka_unit_test(test_config_diff_names_every_differing_or_missing_line_flags_first),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,4 +1,5 @@
 /* test_options.c - the command-line contract: defaults, spellings, values, errors. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -107,6 +108,18 @@ static void test_options_missing_value_names_the_flag(void **state)
 	assert_non_null(strstr(d.msg, "needs a value"));
 }
 
+/* --lr=0 as PyTorch takes it (a pipeline check that leaves the weights); -0 is 0. */
+static void test_options_accept_a_zero_learning_rate(void **state)
+{
+	struct options o;
+	struct diag d;
+
+	assert_int_equal(parse(&o, &d, "--lr=0", NULL), ST_OK);
+	assert_true(o.lr == 0.0);
+	assert_int_equal(parse(&o, &d, "--lr=-0", NULL), ST_OK);
+	assert_true(o.lr == 0.0 && !signbit(o.lr));
+}
+
 static void test_options_reject_bad_numbers(void **state)
 {
 	struct options o;
@@ -116,7 +129,7 @@ static void test_options_reject_bad_numbers(void **state)
 	assert_non_null(strstr(d.msg, "--batch-size"));
 	assert_int_equal(parse(&o, &d, "--batch-size=12x", NULL), ST_USAGE);
 	assert_non_null(strstr(d.msg, "not an integer"));
-	assert_int_equal(parse(&o, &d, "--lr=0", NULL), ST_USAGE);
+	assert_int_equal(parse(&o, &d, "--lr=-0.001", NULL), ST_USAGE);
 	assert_int_equal(parse(&o, &d, "--lr=nan", NULL), ST_USAGE);
 	assert_int_equal(parse(&o, &d, "--lr=-1", NULL), ST_USAGE);
 	assert_int_equal(parse(&o, &d, "--momentum=1.5", NULL), ST_USAGE);
@@ -394,6 +407,7 @@ int main(void)
 		cmocka_unit_test(test_options_last_shuffle_flag_wins),
 		cmocka_unit_test(test_options_unknown_flag_is_a_usage_error),
 		cmocka_unit_test(test_options_missing_value_names_the_flag),
+		cmocka_unit_test(test_options_accept_a_zero_learning_rate),
 		cmocka_unit_test(test_options_reject_bad_numbers),
 		cmocka_unit_test(test_options_reject_bad_layers),
 		cmocka_unit_test(test_options_reject_unknown_choices),

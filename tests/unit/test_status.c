@@ -60,6 +60,62 @@ static void test_diag_prefix_cuts_a_long_message_at_its_length(void **state)
 	assert_int_equal(strlen(d.msg), sizeof d.msg - 1);
 }
 
+/* A message too long for msg keeps its start (what failed) and its end (why), the cut
+ * marked "..." (before: a path cut silently after about 400 characters, and the reason
+ * kept as if it were about the shorter path). */
+static void test_diag_cuts_a_long_message_in_the_middle_with_a_marker(void **state)
+{
+	struct diag d = {0};
+	char path[3000];
+	const char *why = ": No such file or directory";
+	size_t n;
+
+	memset(path, 'p', sizeof path - 1);
+	path[0] = '/';
+	path[sizeof path - 1] = '\0';
+	diag_set(&d, ST_RUNTIME, "--save: %s%s", path, why);
+	n = strlen(d.msg);
+	assert_int_equal(n, sizeof d.msg - 1);
+	assert_int_equal(strncmp(d.msg, "--save: /ppp", 12), 0);
+	assert_string_equal(d.msg + n - strlen(why), why);
+	assert_non_null(strstr(d.msg, "p...p"));
+	/* diag_errno names its subject in full before the cut too. */
+	memset(&d, 0, sizeof d);
+	diag_errno(&d, 2, "--inputs: %s", path);
+	assert_string_equal(d.msg + strlen(d.msg) - strlen(why), why);
+	assert_non_null(strstr(d.msg, "..."));
+}
+
+/* The cut falls between whole escapes and whole UTF-8 characters. */
+static void test_diag_cut_keeps_escapes_and_characters_whole(void **state)
+{
+	struct diag d = {0};
+	char text[2000];
+	const char *mark;
+
+	for (size_t i = 0; i + 1 < sizeof text; i++)
+		text[i] = i % 2 ? '\x01' : 'a'; /* each \x01 is 4 characters escaped */
+	text[sizeof text - 1] = '\0';
+	diag_set(&d, ST_RUNTIME, "%s", text);
+	mark = strstr(d.msg, "...");
+	assert_non_null(mark);
+	for (const char *p = d.msg; *p != '\0'; p++)
+		if (*p == '\\')
+			assert_true(p[1] == 'x' && p[2] == '0' && p[3] == '1');
+	memset(&d, 0, sizeof d);
+	for (size_t i = 0; i + 1 < sizeof text; i += 2) { /* "é" (0xc3 0xa9), 999 times */
+		text[i] = (char)0xc3;
+		text[i + 1] = (char)0xa9;
+	}
+	text[sizeof text - 2] = '\0';
+	diag_set(&d, ST_RUNTIME, "%s", text);
+	mark = strstr(d.msg, "...");
+	assert_non_null(mark);
+	assert_int_equal((mark - d.msg) % 2, 0);
+	assert_int_equal(strlen(mark + 3) % 2, 0);
+	assert_int_equal((unsigned char)mark[3], 0xc3);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -67,6 +123,8 @@ int main(void)
 		cmocka_unit_test(test_diag_escapes_control_characters),
 		cmocka_unit_test(test_diag_prefix_and_append_add_context_and_keep_the_status),
 		cmocka_unit_test(test_diag_prefix_cuts_a_long_message_at_its_length),
+		cmocka_unit_test(test_diag_cuts_a_long_message_in_the_middle_with_a_marker),
+		cmocka_unit_test(test_diag_cut_keeps_escapes_and_characters_whole),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -176,7 +176,7 @@ static void test_file_is_chrome_json_with_spans_async_pairs_and_metadata(void **
 	assert_non_null(root);
 	events = json_object_get(root, "traceEvents");
 	assert_true(json_is_array(events));
-	e = find_event(events, "backward layer 1", "X", 0);
+	e = find_event(events, "backward layer 2", "X", 0); /* idx 1: layers count from 1, as --freeze */
 	assert_non_null(e);
 	assert_float_equal(json_number_value(json_object_get(e, "ts")), 1000.0, 1e-6);
 	assert_float_equal(json_number_value(json_object_get(e, "dur")), 2000.0, 1e-6);
