@@ -2,6 +2,7 @@
  * shm.c - the node-local all-reduce through a shared-memory window (see shm.h
  * for the why, the ordering and the numerics).
  */
+#include <dirent.h>       /* opendir: the backing files left behind */
 #include <limits.h>       /* PATH_MAX */
 #include <sched.h>
 #include <stdatomic.h>
@@ -9,8 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h> /* getrlimit: RLIMIT_AS */
+#include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <unistd.h>       /* sysconf, access */
+#include <unistd.h>       /* sysconf, access, unlink */
 
 #include "dist/shm.h"
 #include "dist/world.h" /* world_mpi_error */
@@ -107,6 +109,57 @@ enum status shm_fits(int local_size, size_t n, size_t later_bytes, struct diag *
 	return ST_OK;
 }
 
+/* The rank in MPI_COMM_WORLD of local's rank r (MPI_UNDEFINED if MPI does not say). */
+static int world_rank_of(MPI_Comm local, int r)
+{
+	MPI_Group lg, wg;
+	int out = MPI_UNDEFINED;
+
+	if (MPI_Comm_group(local, &lg) != MPI_SUCCESS)
+		return MPI_UNDEFINED;
+	if (MPI_Comm_group(MPI_COMM_WORLD, &wg) == MPI_SUCCESS) {
+		(void)MPI_Group_translate_ranks(lg, 1, &r, wg, &out);
+		(void)MPI_Group_free(&wg);
+	}
+	(void)MPI_Group_free(&lg);
+	return out;
+}
+
+/* After a failed MPI_Win_allocate_shared: remove the backing file Open MPI 4.1's osc/sm
+ * may have left, "osc_sm.HOST.JOBID.VPID.CID" in its directory, VPID the world rank of the
+ * node's rank 0 (which creates it). osc/sm leaves it where mmap fails after ftruncate
+ * (RLIMIT_AS) on that rank, and until the end of the job where another rank fails to map
+ * it; a mapping outlives the name, so any rank may remove it. Only a file of ours, of this
+ * window's size (or empty: ftruncate failed), is removed. */
+static void remove_leftover(MPI_Comm local, int ranks, size_t n)
+{
+	size_t lo = parts_bytes(ranks, n), hi = lo + OSC_SM_EXTRA;
+	int vpid = world_rank_of(local, 0);
+	char dir[PATH_MAX], path[PATH_MAX + 256], mark[32];
+	struct dirent *e;
+	DIR *dp;
+
+	backing_dir(dir, sizeof dir);
+	if (dir[0] == '\0' || vpid == MPI_UNDEFINED || (dp = opendir(dir)) == NULL)
+		return;
+	snprintf(mark, sizeof mark, ".%d.", vpid);
+	while ((e = readdir(dp)) != NULL) {
+		const char *cid = strrchr(e->d_name, '.');
+		size_t end = cid != NULL ? (size_t)(cid - e->d_name) + 1 : 0; /* after ".VPID." */
+		struct stat st;
+
+		if (strncmp(e->d_name, "osc_sm.", 7) != 0 || cid[1] == '\0' ||
+		    strspn(cid + 1, "0123456789") != strlen(cid + 1) || end < 7 + strlen(mark) ||
+		    strncmp(e->d_name + end - strlen(mark), mark, strlen(mark)) != 0)
+			continue;
+		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+		if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+		    (st.st_size == 0 || ((size_t)st.st_size >= lo && (size_t)st.st_size <= hi)))
+			(void)unlink(path);
+	}
+	closedir(dp);
+}
+
 enum status shm_init(struct shm *s, MPI_Comm local, size_t n, struct diag *d)
 {
 	MPI_Info info;
@@ -134,6 +187,7 @@ enum status shm_init(struct shm *s, MPI_Comm local, size_t n, struct diag *d)
 		(void)MPI_Info_free(&info); /* failing, it leaks a hint: nothing to report */
 	if (rc != MPI_SUCCESS) {
 		s->win = MPI_WIN_NULL;
+		remove_leftover(local, s->size, n);
 		return world_mpi_error(d, rc, "MPI_Win_allocate_shared(gradients)");
 	}
 	for (int q = 0; q < s->size; q++) {

@@ -70,7 +70,8 @@ struct shm {
  * no communication. */
 enum status shm_fits(int local_size, size_t n, size_t later_bytes, struct diag *d);
 /* A window of n floats per rank over local's ranks (collective over local). ST_RUNTIME if
- * MPI refuses, there are more than SHM_RANKS ranks, or memory runs out. */
+ * MPI refuses, there are more than SHM_RANKS ranks, or memory runs out; a backing file
+ * that a failed MPI_Win_allocate_shared left in the directory is removed. */
 enum status shm_init(struct shm *s, MPI_Comm local, size_t n, struct diag *d);
 /* Sum buf[0..n) (inside s->mine) over the ranks, in place. Every rank starts the same
  * ranges in the same order. Adds this rank's slices of whatever has become ready. */
