@@ -130,11 +130,11 @@ static enum status open_alg(struct allreduce *a, const struct allreduce_ops *ops
 }
 
 enum status allreduce_choose(struct allreduce *a, struct comm *c, struct world *w, int host,
-			     const float *base, size_t nfloats, struct allreduce_obs *obs,
-			     struct diag *d)
+			     const float *base, size_t nfloats, size_t later_bytes,
+			     struct allreduce_obs *obs, struct diag *d)
 {
 	struct asked e = {.alg = -1};
-	struct allreduce_setup s = {w, &e.cfg, obs, base, nfloats, NULL, 0};
+	struct allreduce_setup s = {w, &e.cfg, obs, base, nfloats, later_bytes, NULL, 0};
 	const struct allreduce_ops *ops;
 	struct diag tried = {0};
 	enum status st;
@@ -161,18 +161,23 @@ enum status allreduce_choose(struct allreduce *a, struct comm *c, struct world *
 		return world_mpi_error(d, rc, "MPI_Bcast/MPI_Allreduce(all-reduce settings)");
 	if (e.bad)
 		return asked_refuse(&e, d);
-	if (e.alg >= 0) { /* asked for by name: it or nothing */
+	if (e.alg >= 0) { /* asked for by name: it or nothing, on every rank at once */
 		st = open_alg(a, ops, &s, c, d);
+		if (st != ST_OK && s.unavailable)
+			diag_prefix(d, "DDPTRAIN_ALLREDUCE=%s: ", algs[e.alg]->name);
 	} else {
 		/* Chosen: where it cannot be had on every rank (a small /dev/shm in a container),
 		 * the choice without it stands in (MPI's all-reduce on one node, the ring across
-		 * nodes), and why it could not be had is no error. */
+		 * nodes), and why it could not be had is a note, not an error. */
 		st = open_alg(a, ops, &s, c, &tried);
-		if (st != ST_OK && s.unavailable)
-			st = open_alg(a, w->local_size == w->size ? &allreduce_mpi : &allreduce_ring,
-				      &s, c, d);
-		else if (st != ST_OK)
+		if (st != ST_OK && s.unavailable) {
+			ops = w->local_size == w->size ? &allreduce_mpi : &allreduce_ring;
+			st = open_alg(a, ops, &s, c, d);
+			snprintf(c->notice, sizeof c->notice, "all-reduce auto: %s (%s)", ops->name,
+				 tried.msg);
+		} else if (st != ST_OK) {
 			diag_set(d, tried.st, "%s", tried.msg);
+		}
 	}
 	if (st == ST_OK)
 		c->panel_flops = e.cfg.panel_mflop * 1e6;

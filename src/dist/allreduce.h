@@ -59,9 +59,11 @@ struct allreduce_setup {
 	struct allreduce_obs *obs;       /* told of every completion; outlives the algorithm */
 	const float *base;               /* the gradients, base[0..nfloats) */
 	size_t nfloats;
+	size_t later_bytes;              /* what this rank still maps after the set-up */
 	float *grads;                    /* out, non-NULL: the gradients must live here */
 	/* out, on failure: the failure is every rank's and for want of something a rank
-	 * lacked (a shared-memory window); nothing is left set up, another may stand in */
+	 * lacked (room for a shared-memory window); nothing is left set up, another may stand
+	 * in; the message is the same on every rank */
 	int unavailable;
 };
 
@@ -99,12 +101,13 @@ struct allreduce {
  * 2+ ranks: rank 0's environment decides for all (a collective); auto and shm take the
  * shared-memory window inside one node; across nodes with the same number of ranks
  * (2 or more) on each, the hierarchical all-reduce; otherwise the ring over all ranks.
- * Where the window cannot be had on every rank, auto falls back (to MPI's on one node,
- * to the ring across nodes); asked for by name, that is an error. Sets c->grads,
- * c->stream and c->panel_flops. */
+ * Where the window cannot be had on every rank (no room for it, or for it and the
+ * later_bytes this rank still maps after the set-up), auto falls back (to MPI's on one
+ * node, to the ring across nodes) with c->notice saying why; asked for by name, that is
+ * an error on every rank. Sets c->grads, c->stream, c->panel_flops and c->notice. */
 enum status allreduce_choose(struct allreduce *a, struct comm *c, struct world *w, int host,
-			     const float *base, size_t nfloats, struct allreduce_obs *obs,
-			     struct diag *d);
+			     const float *base, size_t nfloats, size_t later_bytes,
+			     struct allreduce_obs *obs, struct diag *d);
 /* Safe to call twice. */
 void allreduce_free(struct allreduce *a);
 

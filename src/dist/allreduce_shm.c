@@ -22,21 +22,36 @@ struct shm_alg {
 	uint64_t told;              /* all-reduces told to the observer so far */
 };
 
-/* Map the window on every rank of each node, or on none: s->unavailable where some rank
- * could not. A rank whose own window was mapped then leaves it, since freeing it is a
- * collective the failed rank would not join. */
+/* Map the window on every rank of each node, or on none: s->unavailable, with the first
+ * failing rank's reason on every rank, where some rank cannot. Whether it can is agreed
+ * before MPI_Win_allocate_shared: Open MPI 4.1's osc/sm fails only on the rank that
+ * creates or maps the backing file and leaves the others inside the call (until
+ * --timeout). Where the call fails all the same, a rank whose own window was mapped then
+ * leaves it, since freeing it is a collective the failed rank would not join. */
 static enum status window_open(struct shm_alg **out, struct allreduce_setup *s, struct diag *d)
 {
-	struct shm_alg *a = calloc(1, sizeof *a);
-	enum status st = a != NULL ? shm_init(&a->shm, s->w->local, s->nfloats, d)
-				   : diag_set(d, ST_RUNTIME, "comm: out of memory");
+	struct diag why = {0};
+	struct shm_alg *a = NULL;
 
 	*out = NULL;
-	if (!world_all(s->w, st == ST_OK)) {
+	(void)shm_fits(s->w->local_size, s->nfloats, s->later_bytes, &why);
+	if (world_share_failure(s->w, &why) == ST_OK) {
+		a = calloc(1, sizeof *a);
+		world_watch_begin(s->w, "the shared-memory window's set-up (MPI_Win_allocate_shared)");
+		if (a == NULL)
+			diag_set(&why, ST_RUNTIME, "comm: out of memory");
+		else
+			(void)shm_init(&a->shm, s->w->local, s->nfloats, &why);
+		world_watch_end(s->w);
+		if (why.st != ST_OK) /* the others may still be inside the call: the watchdog says why */
+			world_failed(s->w, why.msg);
+		(void)world_share_failure(s->w, &why);
+		world_failed(s->w, NULL);
+	}
+	if (why.st != ST_OK) {
 		free(a);
 		s->unavailable = 1;
-		/* seen only where it was asked for (auto falls back) */
-		return st != ST_OK ? st : diag_set(d, ST_RUNTIME, "DDPTRAIN_ALLREDUCE=shm: another rank could not map the shared-memory gradients");
+		return diag_set(d, why.st, "%s", why.msg);
 	}
 	a->ring.comm = MPI_COMM_NULL; /* no ring (yet): ring_free is safe */
 	a->w = s->w;

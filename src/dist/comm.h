@@ -66,6 +66,9 @@ struct comm {
 	/* non-NULL: the gradients must live here (the shared-memory all-reduce reads every
 	 * rank's directly); the caller moves them with model_move_grads */
 	float *grads;
+	/* why the all-reduce chosen by default could not be had and what stands in (the same
+	 * on every rank), or "" */
+	char notice[640];
 };
 
 /* Safe to call twice. */

@@ -186,7 +186,7 @@ static const struct comm_ops comm_mpi_ops = {
 };
 
 enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, float *base,
-			  size_t nfloats, struct diag *d)
+			  size_t nfloats, size_t later_bytes, struct diag *d)
 {
 	struct comm_mpi *m = calloc(1, sizeof *m);
 	enum status st;
@@ -196,6 +196,7 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, f
 	c->stream = 0;
 	c->panel_flops = 0;
 	c->grads = NULL;
+	c->notice[0] = '\0';
 	if (m == NULL)
 		return diag_set(d, ST_RUNTIME, "comm: out of memory");
 	m->comm = w->comm;
@@ -210,7 +211,8 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, f
 			return diag_set(d, ST_RUNTIME, "comm: out of pinned host memory for %zu floats", nfloats);
 		}
 	}
-	st = allreduce_choose(&m->alg, c, w, m->path == PATH_HOST, base, nfloats, &m->obs, d);
+	st = allreduce_choose(&m->alg, c, w, m->path == PATH_HOST, base, nfloats, later_bytes, &m->obs,
+			      d);
 	if (st != ST_OK) {
 		mpi_fini(m);
 		return st;

@@ -13,9 +13,10 @@
 #include "dist/world.h"
 
 /* An MPI communicator over w's ranks for buffers inside base[0..nfloats) of backend be
- * (the model's gradient buffer; broadcasts may use any buffer of be). */
+ * (the model's gradient buffer; broadcasts may use any buffer of be); later_bytes: what
+ * this rank still maps after the set-up (the shared-memory window must leave room). */
 enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, float *base,
-			  size_t nfloats, struct diag *d);
+			  size_t nfloats, size_t later_bytes, struct diag *d);
 /* 1 if this Open MPI reports CUDA support at run time. */
 int comm_mpi_cuda_aware(void);
 

@@ -21,14 +21,14 @@ static int nccl_ready(void *arg, int ok)
 }
 
 enum status comm_open(struct comm *c, enum comm_kind kind, struct world *w, struct backend *be,
-		      const struct gpu *mod, float *grads, size_t n, double timeout_s,
-		      struct diag *d)
+		      const struct gpu *mod, float *grads, size_t n, size_t later_bytes,
+		      double timeout_s, struct diag *d)
 {
 	unsigned char id[GPU_NCCL_ID_BYTES] = {0};
 	enum status st = ST_OK;
 
 	if (kind != COMM_NCCL)
-		return comm_mpi_init(c, w, be, grads, n, d);
+		return comm_mpi_init(c, w, be, grads, n, later_bytes, d);
 	if (w->rank == 0)
 		st = mod->mod->nccl_unique_id(id, d);
 	if (!world_all(w, st == ST_OK))

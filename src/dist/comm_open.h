@@ -15,10 +15,12 @@
 #include "dist/world.h"   /* struct world */
 
 /* Open c for kind (COMM_MPI or COMM_NCCL) over w's ranks, for the gradient buffer
- * grads[0..n) of be; mod is the loaded CUDA module (NCCL only), timeout_s NCCL's. Collective.
- * A failure on some ranks fails all of them, the message on the ranks that saw it. */
+ * grads[0..n) of be; mod is the loaded CUDA module (NCCL only), timeout_s NCCL's;
+ * later_bytes what this rank still maps after the set-up (MPI's shared-memory window
+ * leaves room for it). Collective. A failure on some ranks fails all of them, the message
+ * on the ranks that saw it. */
 enum status comm_open(struct comm *c, enum comm_kind kind, struct world *w, struct backend *be,
-		      const struct gpu *mod, float *grads, size_t n, double timeout_s,
-		      struct diag *d);
+		      const struct gpu *mod, float *grads, size_t n, size_t later_bytes,
+		      double timeout_s, struct diag *d);
 
 #endif

@@ -2,20 +2,162 @@
  * shm.c - the node-local all-reduce through a shared-memory window (see shm.h
  * for the why, the ordering and the numerics).
  */
+#include <dirent.h>       /* opendir: the backing files left behind */
+#include <limits.h>       /* PATH_MAX */
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
-#include <unistd.h> /* sysconf */
+#include <sys/resource.h> /* getrlimit: RLIMIT_AS */
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>       /* sysconf, access, unlink */
 
 #include "dist/shm.h"
 #include "dist/world.h" /* world_mpi_error */
 
 #define LINE 64               /* bytes: one counter per cache line */
 #define TILE 2048             /* floats summed at a time (8 KiB, stays in L1) */
+/* Open MPI's osc/sm segment beyond the ranks' parts: a page and its own state, a few
+ * hundred bytes per rank (64 KiB covers SHM_RANKS ranks). */
+#define OSC_SM_EXTRA (64 * 1024)
+#define MIB (1024.0 * 1024.0)
 
 static size_t tail_offset(size_t n)
 {
 	return (n * sizeof(float) + LINE - 1) / LINE * LINE;
+}
+
+/* Bytes of one rank's part of the window: its floats and its two counters. */
+static size_t part_bytes(size_t n)
+{
+	return tail_offset(n) + 2 * LINE;
+}
+
+/* Bytes of the ranks' parts in Open MPI's segment (each on its own pages: noncontig). */
+static size_t parts_bytes(int ranks, size_t n)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+	return (size_t)ranks * ((part_bytes(n) + page - 1) / page * page);
+}
+
+/* The directory Open MPI's osc/sm puts the window's backing file in: its
+ * osc_sm_backing_directory (read through MPI_T), else /dev/shm if it may write there,
+ * as osc/sm chooses. "" when neither says (another MPI, no /dev/shm). */
+static void backing_dir(char *dir, size_t len)
+{
+	int provided, var, count;
+	MPI_T_cvar_handle h;
+
+	snprintf(dir, len, "%s", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "");
+	if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS)
+		return;
+	if (MPI_T_cvar_get_index("osc_sm_backing_directory", &var) == MPI_SUCCESS &&
+	    MPI_T_cvar_handle_alloc(var, NULL, &h, &count) == MPI_SUCCESS) {
+		char *v = count > 0 ? calloc((size_t)count + 1, 1) : NULL;
+
+		if (v != NULL && MPI_T_cvar_read(h, v) == MPI_SUCCESS && v[0] != '\0')
+			snprintf(dir, len, "%s", v);
+		free(v);
+		(void)MPI_T_cvar_handle_free(&h);
+	}
+	(void)MPI_T_finalize();
+}
+
+/* This process's address space in use, bytes (0 if /proc does not say). */
+static double vm_bytes(void)
+{
+	unsigned long pages = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	if (f != NULL) {
+		if (fscanf(f, "%lu", &pages) != 1)
+			pages = 0;
+		fclose(f);
+	}
+	return (double)pages * (double)sysconf(_SC_PAGESIZE);
+}
+
+enum status shm_fits(int local_size, size_t n, size_t later_bytes, struct diag *d)
+{
+	double window = (double)parts_bytes(local_size, n) + OSC_SM_EXTRA;
+	char dir[PATH_MAX];
+	struct statvfs vfs;
+	struct rlimit as;
+
+	backing_dir(dir, sizeof dir);
+	/* osc/sm refuses (on the rank that creates the file only) below the file's size + 5%. */
+	if (dir[0] != '\0' && statvfs(dir, &vfs) == 0 &&
+	    (double)vfs.f_bavail * (double)vfs.f_frsize < window * 1.05)
+		return diag_set(d, ST_RUNTIME,
+				"the shared-memory window needs %.1f MiB in %s, which has %.1f MiB free of %.1f MiB",
+				window * 1.05 / MIB, dir, (double)vfs.f_bavail * (double)vfs.f_frsize / MIB,
+				(double)vfs.f_blocks * (double)vfs.f_frsize / MIB);
+	/* RLIMIT_AS counts the shared mapping; RLIMIT_DATA counts only private writable ones
+	 * (since Linux 4.7; the window even shrinks it, the gradients leave the heap). */
+	if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+		double used = vm_bytes(), limit = (double)as.rlim_cur;
+
+		if (used + window + (double)later_bytes > limit)
+			return diag_set(d, ST_RUNTIME,
+					"the %.1f MiB shared-memory window%s%s and the %.1f MiB training still maps do not fit in the address-space limit (ulimit -v %.0f, %.1f MiB of %.1f MiB in use)",
+					window / MIB, dir[0] != '\0' ? " in " : "", dir,
+					(double)later_bytes / MIB, limit / 1024.0, used / MIB, limit / MIB);
+	}
+	return ST_OK;
+}
+
+/* The rank in MPI_COMM_WORLD of local's rank r (MPI_UNDEFINED if MPI does not say). */
+static int world_rank_of(MPI_Comm local, int r)
+{
+	MPI_Group lg, wg;
+	int out = MPI_UNDEFINED;
+
+	if (MPI_Comm_group(local, &lg) != MPI_SUCCESS)
+		return MPI_UNDEFINED;
+	if (MPI_Comm_group(MPI_COMM_WORLD, &wg) == MPI_SUCCESS) {
+		(void)MPI_Group_translate_ranks(lg, 1, &r, wg, &out);
+		(void)MPI_Group_free(&wg);
+	}
+	(void)MPI_Group_free(&lg);
+	return out;
+}
+
+/* After a failed MPI_Win_allocate_shared: remove the backing file Open MPI 4.1's osc/sm
+ * may have left, "osc_sm.HOST.JOBID.VPID.CID" in its directory, VPID the world rank of the
+ * node's rank 0 (which creates it). osc/sm leaves it where mmap fails after ftruncate
+ * (RLIMIT_AS) on that rank, and until the end of the job where another rank fails to map
+ * it; a mapping outlives the name, so any rank may remove it. Only a file of ours, of this
+ * window's size (or empty: ftruncate failed), is removed. */
+static void remove_leftover(MPI_Comm local, int ranks, size_t n)
+{
+	size_t lo = parts_bytes(ranks, n), hi = lo + OSC_SM_EXTRA;
+	int vpid = world_rank_of(local, 0);
+	char dir[PATH_MAX], path[PATH_MAX + 256], mark[32];
+	struct dirent *e;
+	DIR *dp;
+
+	backing_dir(dir, sizeof dir);
+	if (dir[0] == '\0' || vpid == MPI_UNDEFINED || (dp = opendir(dir)) == NULL)
+		return;
+	snprintf(mark, sizeof mark, ".%d.", vpid);
+	while ((e = readdir(dp)) != NULL) {
+		const char *cid = strrchr(e->d_name, '.');
+		size_t end = cid != NULL ? (size_t)(cid - e->d_name) + 1 : 0; /* after ".VPID." */
+		struct stat st;
+
+		if (strncmp(e->d_name, "osc_sm.", 7) != 0 || cid[1] == '\0' ||
+		    strspn(cid + 1, "0123456789") != strlen(cid + 1) || end < 7 + strlen(mark) ||
+		    strncmp(e->d_name + end - strlen(mark), mark, strlen(mark)) != 0)
+			continue;
+		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+		if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+		    (st.st_size == 0 || ((size_t)st.st_size >= lo && (size_t)st.st_size <= hi)))
+			(void)unlink(path);
+	}
+	closedir(dp);
 }
 
 enum status shm_init(struct shm *s, MPI_Comm local, size_t n, struct diag *d)
@@ -40,11 +182,12 @@ enum status shm_init(struct shm *s, MPI_Comm local, size_t n, struct diag *d)
 		info = MPI_INFO_NULL;
 	else if (MPI_Info_set(info, "alloc_shared_noncontig", "true") != MPI_SUCCESS)
 		(void)MPI_Info_free(&info); /* sets MPI_INFO_NULL */
-	rc = MPI_Win_allocate_shared((MPI_Aint)(tail + 2 * LINE), 1, info, local, &base, &s->win);
+	rc = MPI_Win_allocate_shared((MPI_Aint)part_bytes(n), 1, info, local, &base, &s->win);
 	if (info != MPI_INFO_NULL)
 		(void)MPI_Info_free(&info); /* failing, it leaks a hint: nothing to report */
 	if (rc != MPI_SUCCESS) {
 		s->win = MPI_WIN_NULL;
+		remove_leftover(local, s->size, n);
 		return world_mpi_error(d, rc, "MPI_Win_allocate_shared(gradients)");
 	}
 	for (int q = 0; q < s->size; q++) {

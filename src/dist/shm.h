@@ -62,8 +62,16 @@ struct shm {
 	int up_full;                 /* a slice found the ring's queue full (a bug: shm_wait fails) */
 };
 
+/* Whether this rank can have a window of n floats per rank over local_size ranks, asked
+ * before MPI is: room for the backing file where Open MPI's osc/sm puts it (/dev/shm, or
+ * its osc_sm_backing_directory), and address space under RLIMIT_AS for the whole window
+ * (every rank maps every rank's part) and later_bytes that training still maps after it.
+ * ST_RUNTIME with one line naming the directory or the limit and the sizes if not. Local:
+ * no communication. */
+enum status shm_fits(int local_size, size_t n, size_t later_bytes, struct diag *d);
 /* A window of n floats per rank over local's ranks (collective over local). ST_RUNTIME if
- * MPI refuses, there are more than SHM_RANKS ranks, or memory runs out. */
+ * MPI refuses, there are more than SHM_RANKS ranks, or memory runs out; a backing file
+ * that a failed MPI_Win_allocate_shared left in the directory is removed. */
 enum status shm_init(struct shm *s, MPI_Comm local, size_t n, struct diag *d);
 /* Sum buf[0..n) (inside s->mine) over the ranks, in place. Every rank starts the same
  * ranges in the same order. Adds this rank's slices of whatever has become ready. */

@@ -411,6 +411,22 @@ int world_all(struct world *w, int mine)
 	return rc == MPI_SUCCESS ? out : 0;
 }
 
+enum status world_share_failure(struct world *w, struct diag *mine)
+{
+	/* MINLOC over (ok, rank): the lowest failing rank, if any failed. */
+	struct { int ok, rank; } in = {mine->st == ST_OK, w->rank}, out;
+	int rc;
+
+	world_watch_begin(w, "the ranks' agreement on a failure");
+	rc = MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, w->comm);
+	if (rc == MPI_SUCCESS && !out.ok)
+		rc = MPI_Bcast(mine, (int)sizeof *mine, MPI_BYTE, out.rank, w->comm);
+	world_watch_end(w);
+	if (rc != MPI_SUCCESS)
+		return world_mpi_error(mine, rc, "MPI_Allreduce/MPI_Bcast(a failure)");
+	return mine->st;
+}
+
 enum status world_bcast(struct world *w, void *buf, size_t len, int root, struct diag *d)
 {
 	int rc;

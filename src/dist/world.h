@@ -47,6 +47,10 @@ enum status world_agree(struct world *w, enum status mine, int *reporter);
 enum status world_check_config(struct world *w, const char *text, struct diag *d);
 /* 1 on every rank if mine is nonzero on every rank, else 0. */
 int world_all(struct world *w, int mine);
+/* Every rank passes its own outcome in *mine (ST_OK: none). If some rank failed, every
+ * rank returns the lowest failing rank's status, with its message in *mine, so that all
+ * can act on (and rank 0 can tell) a reason only some ranks saw. */
+enum status world_share_failure(struct world *w, struct diag *mine);
 /* Broadcast len bytes from root. */
 enum status world_bcast(struct world *w, void *buf, size_t len, int root, struct diag *d);
 /* Start the watchdog thread: a blocking collective that lasts longer than timeout_s
@@ -57,8 +61,9 @@ enum status world_bcast(struct world *w, void *buf, size_t len, int root, struct
 enum status world_watchdog_start(struct world *w, double timeout_s, struct diag *d);
 /* Mark the start and end of a blocking collective (what: e.g. "gradient all-reduce"). */
 void world_watch_begin(struct world *w, const char *what);
-/* This rank has failed with msg (which must outlive the run): if the collective it then
- * waits in times out (the others stuck waiting for it), the watchdog prints msg first. */
+/* This rank has failed with msg (which must live until it is replaced, or forgotten with
+ * NULL): if the collective it then waits in times out (the others stuck waiting for it),
+ * the watchdog prints msg first. */
 void world_failed(struct world *w, const char *msg);
 void world_watch_end(struct world *w);
 /* The next marked collective waits for a rank that is busy (busy: e.g. "the checkpoint

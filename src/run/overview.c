@@ -44,6 +44,8 @@ void overview_header(const struct overview *s)
 			    s->be->ops->name, s->c->ops->name);
 	if (s->pl->notice[0] != '\0')
 		report_note(s->r, "%s", s->pl->notice);
+	if (s->c->notice[0] != '\0')
+		report_note(s->r, "%s", s->c->notice);
 	if (s->pl->device == DEVICE_CUDA)
 		report_note(s->r, "%s, TF32 %s", s->pl->info, o->tf32 ? "on" : "off");
 	print_ranks(s);

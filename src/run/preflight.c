@@ -58,18 +58,35 @@ enum status preflight_outputs(const struct options *o, const struct optimizer_hp
 	return st;
 }
 
+/* OpenBLAS maps a 128 MiB work buffer at its first product (its BUFFER_SIZE in Debian's
+ * DYNAMIC_ARCH build: VmSize grows by 131072 kB at the first cblas_sgemm). */
+#define BLAS_BUFFER_BYTES ((size_t)128 << 20)
+
+/* The host copies of the weights kept beside the model: two batch buffers, the checkpoint
+ * and initial-weight copies. */
+static size_t host_copies_bytes(const struct options *o)
+{
+	struct model lay;
+
+	model_layout(&lay, o->widths, o->nlayers);
+	return 3 * lay.nparams * sizeof(float);
+}
+
 enum status preflight_memory(const struct options *o, const struct optimizer_hparams *hp,
 			     const struct placement *pl, const struct world *w, struct diag *d)
 {
 	int reps = o->mode == MODE_DP ? pl->replicas : 1;
-	struct model lay;
 	double need;
 
-	model_layout(&lay, o->widths, o->nlayers);
 	need = (double)model_bytes_needed(o->widths, o->nlayers, (int)o->batch_size,
 					  optimizer_state_arenas(hp), o->frozen) * reps +
-	       3.0 * (double)lay.nparams * sizeof(float);
+	       (double)host_copies_bytes(o);
 	return placement_check_memory(pl, o, w, need, d);
+}
+
+size_t preflight_later_bytes(const struct options *o, const struct placement *pl)
+{
+	return host_copies_bytes(o) + (pl->device == DEVICE_CPU ? BLAS_BUFFER_BYTES : 0);
 }
 
 enum status preflight_finite(const struct dataset *ds, const struct world *w, struct diag *d)

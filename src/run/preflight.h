@@ -34,6 +34,12 @@ enum status preflight_outputs(const struct options *o, const struct optimizer_hp
 enum status preflight_memory(const struct options *o, const struct optimizer_hparams *hp,
 			     const struct placement *pl, const struct world *w, struct diag *d);
 
+/* What a rank still maps after its communicator is set up, once the model and its
+ * optimizer are: the host copies above and, on the CPU, the BLAS library's work buffer
+ * (mapped at the first product). The shared-memory all-reduce's window leaves room for it
+ * under an address-space limit (ulimit -v). */
+size_t preflight_later_bytes(const struct options *o, const struct placement *pl);
+
 /* This rank's share of ds's rows holds only finite numbers. */
 enum status preflight_finite(const struct dataset *ds, const struct world *w, struct diag *d);
 

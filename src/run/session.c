@@ -102,7 +102,8 @@ static enum status build_model(struct session *s)
 	st = session_agree(s, st);
 	if (st == ST_OK)
 		st = session_agree(s, comm_open(&s->c, s->pl.comm, &s->w, &s->be, &s->pl.module, s->m.grads,
-						s->m.nparams + MODEL_SLOTS, o->timeout, &s->d));
+						s->m.nparams + MODEL_SLOTS, preflight_later_bytes(o, &s->pl),
+						o->timeout, &s->d));
 	if (st == ST_OK && s->c.grads != NULL) /* the shared-memory all-reduce reads them where they are */
 		model_move_grads(&s->m, s->c.grads);
 	return st;

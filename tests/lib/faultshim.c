@@ -14,15 +14,22 @@
  *   DDPT_SHIM_NO_SHARED_WINDOW=1      MPI_Win_allocate_shared fails with MPI_ERR_NO_MEM, as
  *                                     it does where /dev/shm is small (a container); set it
  *                                     on every rank of a node (the call is collective)
+ *   DDPT_SHIM_FAIL_SHARED_MAP=BYTES   mmap of a file, shared, of BYTES or more fails with
+ *                                     ENOMEM, as under ulimit -v: set on one rank, Open MPI's
+ *                                     osc/sm fails there only, after creating its backing file
+ *                                     (on the node's rank 0) or while mapping it (the others)
  */
 #define _GNU_SOURCE
-#include <dlfcn.h>  /* dlsym, RTLD_NEXT */
-#include <mpi.h>    /* PMPI_Allreduce, PMPI_Finalize */
-#include <signal.h> /* raise, SIGSTOP */
-#include <stdlib.h> /* getenv, atof */
-#include <string.h> /* strcmp */
-#include <time.h>   /* nanosleep */
-#include <unistd.h> /* pause */
+#include <dlfcn.h>       /* dlsym, RTLD_NEXT */
+#include <errno.h>       /* ENOMEM */
+#include <mpi.h>         /* PMPI_Allreduce, PMPI_Finalize */
+#include <signal.h>      /* raise, SIGSTOP */
+#include <stdlib.h>      /* getenv, atof */
+#include <string.h>      /* strcmp */
+#include <sys/mman.h>    /* MAP_SHARED, MAP_FAILED */
+#include <sys/syscall.h> /* SYS_mmap */
+#include <time.h>        /* nanosleep */
+#include <unistd.h>      /* pause, syscall */
 
 static int stall_at(const char *what)
 {
@@ -88,6 +95,18 @@ int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
 {
 	sleep_for("DDPT_SHIM_SLOW_INIT");
 	return PMPI_Init_thread(argc, argv, required, provided);
+}
+
+/* The system call itself, not libc's mmap: nothing to look up, nothing that allocates. */
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	const char *v = getenv("DDPT_SHIM_FAIL_SHARED_MAP");
+
+	if (v != NULL && fd >= 0 && (flags & MAP_SHARED) && len >= strtoull(v, NULL, 10)) {
+		errno = ENOMEM;
+		return MAP_FAILED;
+	}
+	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 }
 
 int fsync(int fd)

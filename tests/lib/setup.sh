@@ -3,8 +3,9 @@
 #
 # Gives: $DDPTRAIN (the binary under test), $TMPD (a private directory removed
 # on exit), run_mpi NP ARGS... (mpirun with what this machine needs), skip,
-# fail, the Open MPI settings a root CI machine with 2 cores needs, and the
-# paths of the helpers make check builds in tests/lib/.
+# fail, private_shm (a /dev/shm of the test's own), the Open MPI settings a root
+# CI machine with 2 cores needs, and the paths of the helpers make check builds
+# in tests/lib/.
 set -eu
 
 : "${DDPTRAIN:=$(cd "$(dirname "$0")/.." && pwd)/src/ddptrain}"
@@ -27,6 +28,19 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none
 
 TMPD=$(mktemp -d "${TMPDIR:-/tmp}/ddptrain-test.XXXXXX")
 trap 'rm -rf "$TMPD"' EXIT
+
+# private_shm SIZE: go on in a private mount namespace with a tmpfs of SIZE on /dev/shm,
+# where Open MPI's shared-memory files are this test's alone (the test starts again there,
+# with a new $TMPD); SKIP where that cannot be had (not root, unshare or mount refused).
+private_shm() {
+	if [ "${DDPT_PRIVATE_SHM:-}" != 1 ]; then
+		[ "$(id -u)" -eq 0 ] || skip "a private /dev/shm needs root (unshare -m)"
+		unshare -m --propagation private true 2>/dev/null || skip "unshare -m is refused here"
+		rm -rf "$TMPD"
+		DDPT_PRIVATE_SHM=1 exec unshare -m --propagation private bash "$0"
+	fi
+	mount -t tmpfs -o size="$1" tmpfs /dev/shm 2>/dev/null || skip "cannot mount a tmpfs on /dev/shm"
+}
 
 # mpirun with --oversubscribe (2 cores here, tests use up to 4 ranks) and a timeout,
 # so a hang fails the test instead of stalling make check.
