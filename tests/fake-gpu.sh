@@ -135,7 +135,49 @@ DDPT_FAKE_LAUNCH_FAIL=30@1 timeout 60 "$DDPTRAIN" --mode=dp --replicas=2 $C --de
 	fail "dp replica 1 launch failure: exit $rc: $(cat err)"
 echo "faults: async comm error, copy error, launch failure, out of device memory, NCCL init on one rank, dp replica 1: exit 1, one line"
 
-# 8. Each rule, broken on purpose through the module's ABI (tests/lib/gpurules.c): named,
+# 8. The trainer's features on the GPU path against the CPU path, in one run each: AdamW
+#    with a cosine schedule and warm-up, cross-entropy, clipping, a frozen layer and
+#    validation every 7 steps, at 1, 2 and 4 ranks and in dp: the weights, every step's
+#    loss, accuracy and rate, and every eval record agree. AdamW's scalars and a
+#    scheduled rate change every step, so such steps must not be graphs: a graph would
+#    replay the captured step's values. SGD with a schedule likewise; SGD at a constant
+#    rate with the same features runs as graphs, and agrees too.
+F="--layers=8,16,16,4 --loss=cross-entropy --samples=240 --val-samples=50 --epochs=2 --seed=5
+   --batch-size=6 --clip-grad-norm=0.5 --freeze=2 --eval-every=7 --log-every=1 --quiet"
+ADAMW="$F --optimizer=adamw --lr=0.01 --betas=0.8,0.99 --weight-decay=0.05 --lr-schedule=cosine --warmup-steps=4"
+SCHED="$F --lr=0.05 --momentum=0.9 --lr-schedule=linear --warmup-steps=3"
+CONST="$F --lr=0.05 --momentum=0.9"
+# agree NAME NP|dp ARGS...: the fake GPU run equals the CPU run; prints the graph launches.
+agree() {
+	local name=$1 np=$2
+	shift 2
+	rm -f stats.* ref.jsonl
+	if [ "$np" = dp ]; then
+		"$DDPTRAIN" --mode=dp --replicas=2 "$@" --device=cpu --save=fc.st --metrics=fc.jsonl || fail "$name: CPU"
+		"$DDPTRAIN" --mode=dp --replicas=2 "$@" --device=cuda --save=fg.st --metrics=fg.jsonl 2>err ||
+			fail "$name: $(cat err)"
+		[ ! -s err ] || fail "$name: stderr: $(cat err)"
+	else
+		run_mpi "$np" "$@" --device=cpu --save=fc.st --metrics=fc.jsonl || fail "$name: CPU"
+		clean_run "$np" "$@" --device=cuda --save=fg.st --metrics=fg.jsonl
+	fi
+	close fg.st fc.st "$name: weights"
+	grep -E '"type":"(step|eval)"' fc.jsonl >ref.jsonl
+	grep -q '"type":"eval"' ref.jsonl || fail "$name: no eval records"
+	"$METCOMPARE" fg.jsonl ref.jsonl 1e-6 >mc || fail "$name: $(cat mc)"
+}
+for np in 1 2 4 dp; do
+	agree "AdamW + cosine, np=$np" $np $ADAMW
+	[ "$(replays)" -eq 0 ] || fail "AdamW np=$np: $(replays) graph launches, want none"
+done
+agree "SGD + linear schedule, np=2" 2 $SCHED
+[ "$(replays)" -eq 0 ] || fail "SGD with a schedule: $(replays) graph launches, want none"
+agree "SGD constant, graphs, np=2" 2 $CONST
+[ "$(replays)" -gt 0 ] || fail "SGD at a constant rate: no graph launches"
+agree "SGD constant, dp" dp $CONST
+echo "AdamW, cosine and linear schedules, cross-entropy, clipping, frozen layer, validation: = CPU at 1, 2, 4 ranks and dp; graphs only where a step is fixed"
+
+# 9. Each rule, broken on purpose through the module's ABI (tests/lib/gpurules.c): named,
 #    exit status not 0; the scenario that keeps them all is clean.
 rules() { # NP SCENARIO WANT
 	local rc=0
@@ -161,4 +203,5 @@ rules 1 destroy-in-flight "ncclCommDestroy with work in flight"
 rules 1 graph-outlives-comm "ncclCommDestroy while a CUDA graph holding its all-reduce still exists"
 rules 1 backend-before-comm "destroyed while its communicator still uses it"
 echo "rules: each broken on purpose is named (15 scenarios); the clean one passes at 1 and 2 ranks"
+
 echo "fake-gpu: ok"
