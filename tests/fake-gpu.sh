@@ -204,4 +204,8 @@ rules 1 graph-outlives-comm "ncclCommDestroy while a CUDA graph holding its all-
 rules 1 backend-before-comm "destroyed while its communicator still uses it"
 echo "rules: each broken on purpose is named (15 scenarios); the clean one passes at 1 and 2 ranks"
 
+# 10. The backend operations at sizes that take every launch path (tests/lib/opcheck.c)
+#     run on the fake as on a GPU, and agree with the CPU.
+"$OPCHECK" >out || fail "opcheck on the fake: $(grep -E 'FAIL|opcheck' out | head -3)"
+echo "opcheck: $(tail -1 out)"
 echo "fake-gpu: ok"

@@ -5,6 +5,12 @@
  *   opcheck [--tf32]              exit 0 if every operation's relative error
  *                                 max|gpu - cpu| / max|cpu| is at most 1e-6
  *                                 (TF32 off); 77 if no GPU can be used
+ *
+ * The sizes reach every launch path of the CUDA kernels: more than 65,536 rows (the
+ * 256 x 256 threads of the reductions' first pass, so a thread takes several rows or
+ * elements) and vectors over 2^21 elements (past the 4096-block cap of the element-wise
+ * kernels, so their grid-stride loops go round), all odd, so no size is a multiple of a
+ * block.
  *   opcheck --sgemm M N K [TA TB] print the cuBLAS SGEMM rate in TFLOP/s of C (M, N) =
  *                                 op(A) (M, K) op(B) (K, N), op = N or T (column-major)
  */
@@ -114,7 +120,8 @@ int main(int argc, char **argv)
 	}
 	printf("# %s, %d GPU(s); relative error max|gpu-cpu|/max|cpu|, tolerance %g\n", info, count, tol);
 	{
-		enum { N = 37, IN = 96, OUT = 64 };
+		/* rows (N), layer widths (IN, OUT), optimizer vectors (V): see the top */
+		enum { N = 65539, IN = 97, OUT = 67, V = (1 << 21) + 3, SLICE = 1500001 };
 		struct pair x, w, b, y, dy, dx, dw, db, t, loss, p, g, m, acts, lab, ce, v, nrm;
 		struct adamw_hparams ha = {0.9995f, 0.9f, 0.999f, 0.1f, 0.001f, 0.05f, 0.0447f, 1e-8f};
 
@@ -128,13 +135,13 @@ int main(int argc, char **argv)
 		pair_init(&db, OUT, 8);
 		pair_init(&t, N * OUT, 9);
 		pair_init(&loss, 1, 10);
-		pair_init(&p, 5000, 11);
-		pair_init(&g, 5000, 12);
-		pair_init(&m, 5000, 13);
+		pair_init(&p, V, 11);
+		pair_init(&g, V, 12);
+		pair_init(&m, V, 13);
 		pair_init(&acts, N * OUT, 14);
 		pair_init(&lab, N, 15);
 		pair_init(&ce, 2, 16);
-		pair_init(&v, 5000, 17);
+		pair_init(&v, V, 17);
 		pair_init(&nrm, 1, 18);
 		for (int i = 0; i < N; i++) /* class labels in [0, OUT), as floats */
 			lab.h[i] = (float)((i * 7) % OUT);
@@ -201,10 +208,10 @@ int main(int argc, char **argv)
 			check("adamw exp_avg", &m);
 			check("adamw exp_avg_sq", &v);
 		}
-		cpu.ops->sumsq(cpu.ctx, nrm.c, g.c, 3000, 0);
-		gpu.ops->sumsq(gpu.ctx, nrm.g, g.g, 3000, 0);
-		cpu.ops->sumsq(cpu.ctx, nrm.c, g.c + 3000, 2000, 1);
-		gpu.ops->sumsq(gpu.ctx, nrm.g, g.g + 3000, 2000, 1);
+		cpu.ops->sumsq(cpu.ctx, nrm.c, g.c, SLICE, 0);
+		gpu.ops->sumsq(gpu.ctx, nrm.g, g.g, SLICE, 0);
+		cpu.ops->sumsq(cpu.ctx, nrm.c, g.c + SLICE, V - SLICE, 1);
+		gpu.ops->sumsq(gpu.ctx, nrm.g, g.g + SLICE, V - SLICE, 1);
 		check("sumsq (two slices)", &nrm);
 		cpu.ops->clip(cpu.ctx, g.c, g.n, nrm.c, 1.0f);
 		gpu.ops->clip(gpu.ctx, g.g, g.n, nrm.g, 1.0f);
@@ -222,12 +229,13 @@ int main(int argc, char **argv)
 			fprintf(stderr, "opcheck: %s\n", d.msg);
 			return 1;
 		}
-		pair_free(&x);
-		pair_free(&w);
-		pair_free(&lab);
-		pair_free(&ce);
-		pair_free(&v);
-		pair_free(&nrm);
+		{
+			struct pair *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db, &t, &loss, &p, &g, &m,
+					      &acts, &lab, &ce, &v, &nrm};
+
+			for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+				pair_free(all[i]);
+		}
 	}
 	printf("# %s\n", failures ? "FAILED" : "all operations agree");
 	return failures ? 1 : 0;
