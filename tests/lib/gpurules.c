@@ -112,7 +112,16 @@ static int setup(struct rig *r, struct diag *d)
 	}
 	for (int i = 0; i < N * IN; i++)
 		r->hx[i] = (float)(i % 7) - 3.0f;
-	/* the weights from rank 0, as a run starts */
+	/* rank 0's weights to every rank, as a run starts (rank 0 writes and waits for them) */
+	if (r->rank == 0) {
+		float w0[OUT * IN];
+
+		for (int i = 0; i < OUT * IN; i++)
+			w0[i] = (float)(i % 5) * 0.1f;
+		r->ops->to_device(r->bc, r->w, w0, (size_t)OUT * IN);
+		if (finish(r, d))
+			return 1;
+	}
 	return check(r, r->c.ops->bcast(r->c.ctx, r->w, (size_t)OUT * IN, 0, d), d) ||
 	       step(r, 0, d) || finish(r, d) ? 1 : 0;
 }
