@@ -51,24 +51,19 @@ echo "training keeps every rule: ddp with graphs and eager, AdamW, schedules, cr
 #    graphs destroyed before the communicator, the communicator's stream waited for
 #    before destroy -- so a caller that leaves a graph or an all-reduce behind is no
 #    breach (graph-outlives-comm, destroy-in-flight).
-rules() { # NP SCENARIO WANT
-	local rc=0
-	timeout -k 5 60 mpirun --oversubscribe -np "$1" "$GPURULES" "$2" >out 2>&1 || rc=$?
-	[ $rc -ne 0 ] && grep -q "$3" out || fail "gpurules $2 (exit $rc): $(grep -v '^[- ]' out | head -3)"
-}
 for s in clean graph-outlives-comm destroy-in-flight; do
-	timeout -k 5 60 mpirun --oversubscribe -np 1 "$GPURULES" $s >out 2>&1 || fail "gpurules $s: $(head -3 out)"
+	expect_clean 1 $s
 done
-rules 1 alloc-in-capture "cuda-stub: rule: cudaMalloc while this thread captures"
-rules 1 free-in-capture "cuda-stub: rule: cudaFree while this thread captures"
-rules 1 host-alloc-in-capture "cuda-stub: rule: cudaHostAlloc while this thread captures"
-rules 1 host-free-in-capture "cuda-stub: rule: cudaFreeHost while this thread captures"
-rules 1 sync-in-capture "cuda-stub: rule: cudaStreamQuery on stream 0 while it captures"
-rules 1 legacy-stream-in-capture "cuda-stub: rule: cudaMalloc while this thread captures"
-rules 1 unjoined-capture "cuda-stub: rule: cudaStreamEndCapture on stream 0: stream 1 joined the capture"
-rules 2 count-mismatch "cuda-stub: rule: collective 3 (an all-reduce) has 6[45] elements here, and between 64 and 65"
-rules 2 order-mismatch "cuda-stub: rule: collective 3 is .* here and another kind on another rank"
-rules 2 graph-eager-mix "cuda-stub: rule: collective 3: replayed from a CUDA graph on some ranks and issued eagerly"
+expect_rule 1 alloc-in-capture "cuda-stub: rule: cudaMalloc while this thread captures"
+expect_rule 1 free-in-capture "cuda-stub: rule: cudaFree while this thread captures"
+expect_rule 1 host-alloc-in-capture "cuda-stub: rule: cudaHostAlloc while this thread captures"
+expect_rule 1 host-free-in-capture "cuda-stub: rule: cudaFreeHost while this thread captures"
+expect_rule 1 sync-in-capture "cuda-stub: rule: cudaStreamQuery on stream 0 while it captures"
+expect_rule 1 legacy-stream-in-capture "cuda-stub: rule: cudaMalloc while this thread captures"
+expect_rule 1 unjoined-capture "cuda-stub: rule: cudaStreamEndCapture on stream 0: stream 1 joined the capture"
+expect_rule 2 count-mismatch "cuda-stub: rule: collective 3 (an all-reduce) has 6[45] elements here, and between 64 and 65"
+expect_rule 2 order-mismatch "cuda-stub: rule: collective 3 is .* here and another kind on another rank"
+expect_rule 2 graph-eager-mix "cuda-stub: rule: collective 3: replayed from a CUDA graph on some ranks and issued eagerly"
 echo "rules: each broken on purpose is named (10 scenarios); clean, and the module's own teardown, pass"
 
 # 3. Error returns: a call that fails ends the run with exit 1 and one line naming it

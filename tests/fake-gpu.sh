@@ -179,14 +179,9 @@ echo "AdamW, cosine and linear schedules, cross-entropy, clipping, frozen layer,
 
 # 9. Each rule, broken on purpose through the module's ABI (tests/lib/gpurules.c): named,
 #    exit status not 0; the scenario that keeps them all is clean.
-rules() { # NP SCENARIO WANT
-	local rc=0
-	timeout -k 5 60 mpirun --oversubscribe -np "$1" "$GPURULES" "$2" >out 2>&1 || rc=$?
-	[ $rc -ne 0 ] && grep -q "fake-gpu: rule: .*$3" out || fail "gpurules $2 (exit $rc): $(grep -v '^[- ]' out | head -3)"
-}
-for np in 1 2; do
-	timeout -k 5 60 mpirun --oversubscribe -np $np "$GPURULES" clean >out 2>&1 || fail "gpurules clean np=$np: $(head -3 out)"
-done
+rules() { expect_rule "$1" "$2" "fake-gpu: rule: .*$3"; }
+expect_clean 1 clean
+expect_clean 2 clean
 rules 1 alloc-in-capture "cudaMalloc on device 0 inside a stream capture"
 rules 1 free-in-capture "cudaFree on device 0 inside a stream capture"
 rules 1 host-alloc-in-capture "cudaHostAlloc on device 0 inside a stream capture"

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "cuda_stub.h"
+#include "mpi_rank.h"
 
 /* nvcc's host code calls these (crt/host_runtime.h declares them for C++ only). */
 void **__cudaRegisterFatBinary(void *fatCubin);
@@ -130,13 +131,7 @@ void stub_rule(const char *fmt, ...)
 
 int stub_rank(void)
 {
-	int init = 0, fin = 0, r = 0;
-
-	MPI_Initialized(&init);
-	MPI_Finalized(&fin);
-	if (init && !fin)
-		MPI_Comm_rank(MPI_COMM_WORLD, &r);
-	return r;
+	return mpi_world_rank();
 }
 
 int stub_fault(const char *call)
@@ -264,12 +259,18 @@ cudaError_t stub_unsafe(const char *what, cudaError_t err)
 	return ret(err);
 }
 
-/* The legacy stream while this thread captures: it would synchronise with the capture. */
-static cudaError_t legacy_in_capture(cudaStream_t s, const char *what)
+/* The start of every call on a stream: an earlier sticky error, or the legacy stream
+ * used while this thread captures (it would synchronise with the capture). */
+static cudaError_t stream_call(cudaStream_t s, const char *what)
 {
+	char msg[160];
+
+	if (S.sticky != cudaSuccess)
+		return ret(S.sticky);
 	if (!s->legacy || stub_thread_capture() == NULL)
 		return cudaSuccess;
-	return stub_unsafe(what, cudaErrorStreamCaptureImplicit);
+	snprintf(msg, sizeof msg, "%s on the legacy default stream", what);
+	return stub_unsafe(msg, cudaErrorStreamCaptureImplicit);
 }
 
 static struct block *find_block(uintptr_t p)
@@ -741,8 +742,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
 	unsigned seq;
 	cudaError_t e;
 
-	STICKY();
-	e = legacy_in_capture(s, "cudaMemcpyAsync on the legacy default stream");
+	e = stream_call(s, "cudaMemcpyAsync");
 	if (e != cudaSuccess)
 		return e;
 	if (stub_fault("cudaMemcpyAsync")) {
@@ -800,8 +800,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t stream)
 	int n;
 	cudaError_t e;
 
-	STICKY();
-	e = legacy_in_capture(s, "cudaMemsetAsync on the legacy default stream");
+	e = stream_call(s, "cudaMemsetAsync");
 	if (e != cudaSuccess)
 		return e;
 	if (stub_fault("cudaMemsetAsync"))
@@ -867,10 +866,9 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 	cudaStream_t s = stub_stream(stream);
 	cudaError_t e;
 
-	STICKY();
-	e = capturing_stream(s, "cudaStreamSynchronize");
+	e = stream_call(s, "cudaStreamSynchronize");
 	if (e == cudaSuccess)
-		e = legacy_in_capture(s, "cudaStreamSynchronize of the legacy default stream");
+		e = capturing_stream(s, "cudaStreamSynchronize");
 	if (e != cudaSuccess)
 		return e;
 	sync_stream(s);
@@ -923,8 +921,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream)
 	cudaStream_t s = stub_stream(stream);
 	cudaError_t err;
 
-	STICKY();
-	err = legacy_in_capture(s, "cudaEventRecord on the legacy default stream");
+	err = stream_call(s, "cudaEventRecord");
 	if (err != cudaSuccess)
 		return err;
 	if (e == NULL)
@@ -957,8 +954,7 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned fla
 	cudaStream_t s = stub_stream(stream);
 	cudaError_t err;
 
-	STICKY();
-	err = legacy_in_capture(s, "cudaStreamWaitEvent on the legacy default stream");
+	err = stream_call(s, "cudaStreamWaitEvent");
 	if (err != cudaSuccess)
 		return err;
 	if (e == NULL)
@@ -1157,22 +1153,24 @@ cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned lon
 	return cudaSuccess;
 }
 
-cudaError_t cudaGraphDestroy(cudaGraph_t g)
+/* A graph or an executable graph, and its nodes. */
+static cudaError_t graph_destroy(void *g, struct stub_node *node)
 {
 	if (g == NULL || !graph_remove(g))
 		return ret(cudaErrorInvalidValue);
-	free(g->node);
+	free(node);
 	free(g);
 	return cudaSuccess;
 }
 
+cudaError_t cudaGraphDestroy(cudaGraph_t g)
+{
+	return graph_destroy(g, g != NULL ? g->node : NULL);
+}
+
 cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x)
 {
-	if (x == NULL || !graph_remove(x))
-		return ret(cudaErrorInvalidValue);
-	free(x->node);
-	free(x);
-	return cudaSuccess;
+	return graph_destroy(x, x != NULL ? x->node : NULL);
 }
 
 /* The graph's work comes after the stream's earlier work and before its later work; here
@@ -1182,8 +1180,7 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t stream)
 	cudaStream_t s = stub_stream(stream);
 	cudaError_t e;
 
-	STICKY();
-	e = legacy_in_capture(s, "cudaGraphLaunch on the legacy default stream");
+	e = stream_call(s, "cudaGraphLaunch");
 	if (e != cudaSuccess)
 		return e;
 	if (x == NULL)
@@ -1320,10 +1317,9 @@ cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void 
 	int n = 0;
 	cudaError_t e;
 
-	STICKY();
 	if (k == NULL)
 		return ret(cudaErrorInvalidValue);
-	e = legacy_in_capture(s, k->name);
+	e = stream_call(s, k->name);
 	if (e != cudaSuccess)
 		return e;
 	if (s->device != tl_dev) {

@@ -77,6 +77,7 @@
 #include "backend/backend.h" /* struct backend_ops, backend_cpu_ops (the math) */
 #include "dist/comm.h"    /* struct comm_ops */
 #include "backend/gpu.h"     /* struct gpu_module */
+#include "mpi_rank.h"        /* mpi_world_rank */
 
 #define QUEUE_FLUSH 4096 /* ops queued before the "launch queue" is full and drains */
 #define MAX_DEAD 16      /* destroyed communicators kept to recognise a later use */
@@ -188,17 +189,6 @@ static struct {
 static pthread_mutex_t run_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static __thread int fk_current = -1; /* the device this thread selected, as cudaSetDevice */
-
-static int world_rank(void)
-{
-	int init = 0, fin = 0, r = 0;
-
-	MPI_Initialized(&init);
-	MPI_Finalized(&fin);
-	if (init && !fin)
-		MPI_Comm_rank(MPI_COMM_WORLD, &r);
-	return r;
-}
 
 static long env_long(const char *name, long dflt)
 {
@@ -768,7 +758,7 @@ static float *fk_alloc(void *ctx, size_t n)
 	nth = ++G.allocs;
 	pthread_mutex_unlock(&G.mu);
 	if (alloc_in_capture(c, "cudaMalloc") ||
-	    fault_hits("DDPT_FAKE_ALLOC_FAIL", nth, nth, world_rank(), 0))
+	    fault_hits("DDPT_FAKE_ALLOC_FAIL", nth, nth, mpi_world_rank(), 0))
 		return NULL;
 	p = malloc(len * sizeof(float));
 	if (p == NULL)
@@ -807,7 +797,7 @@ static float *fk_host_alloc(void *ctx, size_t n)
 	pthread_mutex_lock(&G.mu);
 	calls = ++G.host_allocs;
 	pthread_mutex_unlock(&G.mu);
-	if (fault_hits("DDPT_FAKE_HOST_ALLOC_FAIL", calls, calls, world_rank(), 0))
+	if (fault_hits("DDPT_FAKE_HOST_ALLOC_FAIL", calls, calls, mpi_world_rank(), 0))
 		return NULL;
 	p = calloc(n ? n : 1, sizeof(float));
 
@@ -1036,7 +1026,7 @@ static enum status fk_graph_end(void *ctx, int slot, struct diag *d)
 	G.capturing--;
 	pthread_mutex_unlock(&G.mu);
 	st = wait_status(c, d);
-	if (st == ST_OK && fail == world_rank())
+	if (st == ST_OK && fail == mpi_world_rank())
 		st = diag_set(d, ST_RUNTIME,
 			      "CUDA graph capture: operation not permitted when stream is capturing (fake-gpu fault DDPT_FAKE_CAPTURE_FAIL=%ld)",
 			      fail);
