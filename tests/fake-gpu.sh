@@ -3,8 +3,9 @@
 # (tests/lib/fake_gpu.c), which runs the CUDA module's ABI on the CPU and enforces
 # CUDA's and NCCL's rules (a broken rule is an error "fake-gpu: rule: ..."), at 1,
 # 2 and 4 ranks: CUDA graphs, gradient accumulation, resume, dp, the MPI paths
-# for device memory, every injected fault, and the teardown. The defects of issue
-# 12 each name the check that guards them.
+# for device memory, the trainer's features against the CPU path, every injected
+# fault, the teardown, and each rule broken on purpose (tests/lib/gpurules.c). The
+# defects of issues 12 and 21 each name the check that guards them.
 . "$(dirname "$0")/lib/setup.sh"
 
 FAKE=$FAKE_GPU
@@ -114,8 +115,93 @@ DDPT_FAKE_HOST_ALLOC_FAIL=$((n - 1))@1 expect_fail 1 "rank 1: evaluation: out of
 rm -f f.st*
 rc=0
 DDPT_FAKE_COPY_ERROR=2@1 timeout 60 "$DDPTRAIN" --mode=dp --replicas=2 $C --device=cuda $K 2>err || rc=$?
-[ $rc -eq 1 ] && [ "$(wc -l <err)" -eq 1 ] && grep -q "GPU 1: cudaMemcpyAsync failed" err ||
+# The replica's own error, with its name (defect 6 of issue 12): before issue 21 the
+# fake's host_wait drained every queue, so the loader's wait found the error first and
+# printed it without "replica 1:"; a dp that checked replica 0 only still passed.
+[ $rc -eq 1 ] && [ "$(wc -l <err)" -eq 1 ] && grep -q "^ddptrain: replica 1: GPU 1: cudaMemcpyAsync failed" err ||
 	fail "dp replica 1 error: exit $rc: $(cat err)"
 [ "$(last_ckpt)" = 1 ] || fail "dp error in step 2: last checkpoint at step $(last_ckpt)"
-echo "faults: async comm error, copy error, NCCL init on one rank, dp replica 1: exit 1, one line"
+# Out of device memory (cudaMalloc) on one rank, at the model's first allocation: every
+# rank exits 1 at once with that rank's line.
+DDPT_FAKE_ALLOC_FAIL=1@1 expect_fail 1 "rank 1: model: out of cuda memory" 2 $C --device=cuda --timeout=30
+# A kernel launch that fails (eagerly 8 a step: every rank's 17th, in step 3): exit 1
+# naming the kernel, no checkpoint of that step; in dp on replica 1 only, named with the
+# replica.
+rm -f f.st*
+DDPTRAIN_CUDA_GRAPHS=0 DDPT_FAKE_LAUNCH_FAIL=17 expect_fail 1 "failed: too many resources requested for launch (fake-gpu fault" 2 $C --device=cuda $K
+[ "$(last_ckpt)" = 2 ] || fail "launch failure in step 3: last checkpoint at step $(last_ckpt)"
+rc=0
+DDPT_FAKE_LAUNCH_FAIL=30@1 timeout 60 "$DDPTRAIN" --mode=dp --replicas=2 $C --device=cuda 2>err || rc=$?
+[ $rc -eq 1 ] && [ "$(wc -l <err)" -eq 1 ] && grep -q "^ddptrain: replica 1: GPU 1: .* failed: too many resources" err ||
+	fail "dp replica 1 launch failure: exit $rc: $(cat err)"
+echo "faults: async comm error, copy error, launch failure, out of device memory, NCCL init on one rank, dp replica 1: exit 1, one line"
+
+# 8. The trainer's features on the GPU path against the CPU path, in one run each: AdamW
+#    with a cosine schedule and warm-up, cross-entropy, clipping, a frozen layer and
+#    validation every 7 steps, at 1, 2 and 4 ranks and in dp: the weights, every step's
+#    loss, accuracy and rate, and every eval record agree. AdamW's scalars and a
+#    scheduled rate change every step, so such steps must not be graphs: a graph would
+#    replay the captured step's values. SGD with a schedule likewise; SGD at a constant
+#    rate with the same features runs as graphs, and agrees too.
+F="--layers=8,16,16,4 --loss=cross-entropy --samples=240 --val-samples=50 --epochs=2 --seed=5
+   --batch-size=6 --clip-grad-norm=0.5 --freeze=2 --eval-every=7 --log-every=1 --quiet"
+ADAMW="$F --optimizer=adamw --lr=0.01 --betas=0.8,0.99 --weight-decay=0.05 --lr-schedule=cosine --warmup-steps=4"
+SCHED="$F --lr=0.05 --momentum=0.9 --lr-schedule=linear --warmup-steps=3"
+CONST="$F --lr=0.05 --momentum=0.9"
+# agree NAME NP|dp ARGS...: the fake GPU run equals the CPU run; prints the graph launches.
+agree() {
+	local name=$1 np=$2
+	shift 2
+	rm -f stats.* ref.jsonl
+	if [ "$np" = dp ]; then
+		"$DDPTRAIN" --mode=dp --replicas=2 "$@" --device=cpu --save=fc.st --metrics=fc.jsonl || fail "$name: CPU"
+		"$DDPTRAIN" --mode=dp --replicas=2 "$@" --device=cuda --save=fg.st --metrics=fg.jsonl 2>err ||
+			fail "$name: $(cat err)"
+		[ ! -s err ] || fail "$name: stderr: $(cat err)"
+	else
+		run_mpi "$np" "$@" --device=cpu --save=fc.st --metrics=fc.jsonl || fail "$name: CPU"
+		clean_run "$np" "$@" --device=cuda --save=fg.st --metrics=fg.jsonl
+	fi
+	close fg.st fc.st "$name: weights"
+	grep -E '"type":"(step|eval)"' fc.jsonl >ref.jsonl
+	grep -q '"type":"eval"' ref.jsonl || fail "$name: no eval records"
+	"$METCOMPARE" fg.jsonl ref.jsonl 1e-6 >mc || fail "$name: $(cat mc)"
+}
+for np in 1 2 4 dp; do
+	agree "AdamW + cosine, np=$np" $np $ADAMW
+	[ "$(replays)" -eq 0 ] || fail "AdamW np=$np: $(replays) graph launches, want none"
+done
+agree "SGD + linear schedule, np=2" 2 $SCHED
+[ "$(replays)" -eq 0 ] || fail "SGD with a schedule: $(replays) graph launches, want none"
+agree "SGD constant, graphs, np=2" 2 $CONST
+[ "$(replays)" -gt 0 ] || fail "SGD at a constant rate: no graph launches"
+agree "SGD constant, dp" dp $CONST
+echo "AdamW, cosine and linear schedules, cross-entropy, clipping, frozen layer, validation: = CPU at 1, 2, 4 ranks and dp; graphs only where a step is fixed"
+
+# 9. Each rule, broken on purpose through the module's ABI (tests/lib/gpurules.c): named,
+#    exit status not 0; the scenario that keeps them all is clean.
+rules() { expect_rule "$1" "$2" "fake-gpu: rule: .*$3"; }
+expect_clean 1 clean
+expect_clean 2 clean
+rules 1 alloc-in-capture "cudaMalloc on device 0 inside a stream capture"
+rules 1 free-in-capture "cudaFree on device 0 inside a stream capture"
+rules 1 host-alloc-in-capture "cudaHostAlloc on device 0 inside a stream capture"
+rules 1 host-free-in-capture "cudaFreeHost on device 0 inside a stream capture"
+rules 1 sync-in-capture "cudaStreamSynchronize on device 0 inside a stream capture"
+rules 1 legacy-stream-in-capture "legacy default stream) while a stream capture is in progress"
+rules 1 unjoined-capture "cudaErrorStreamCaptureUnjoined"
+rules 1 mark-before-copy "was rewritten while its copy to device 0 was still queued"
+rules 2 count-mismatch "has 6[45] floats here, and between 64 and 65 across ranks"
+rules 2 order-mismatch "matches collectives by their order"
+rules 2 graph-eager-mix "replayed from a CUDA graph on some ranks and issued eagerly on others"
+rules 1 comm-after-destroy "ncclAllReduce on a communicator that was destroyed"
+rules 1 destroy-in-flight "ncclCommDestroy with work in flight"
+rules 1 graph-outlives-comm "ncclCommDestroy while a CUDA graph holding its all-reduce still exists"
+rules 1 backend-before-comm "destroyed while its communicator still uses it"
+echo "rules: each broken on purpose is named (15 scenarios); the clean one passes at 1 and 2 ranks"
+
+# 10. The backend operations at sizes that take every launch path (tests/lib/opcheck.c)
+#     run on the fake as on a GPU, and agree with the CPU.
+"$OPCHECK" >out || fail "opcheck on the fake: $(grep -E 'FAIL|opcheck' out | head -3)"
+echo "opcheck: $(tail -1 out)"
 echo "fake-gpu: ok"

@@ -3,28 +3,47 @@
  * make check and loaded through DDPTRAIN_CUDA_MODULE, so that the GPU path's logic
  * runs on every machine: the struct gpu_module ABI (src/backend/gpu.h) on the CPU.
  *
- * A "device" is host memory, but its stream is a queue: every operation is recorded
- * and runs (through the CPU backend's math) only when the host waits -- to_host, sync,
- * host_wait, a full queue -- as work queued on a GPU runs later. A graph is such a list
- * recorded between graph_begin and graph_end, appended to the queue by graph_launch.
- * The communicator is MPI over a duplicate of MPI_COMM_WORLD whose all-reduces are
- * queued like kernels, so they run in stream order, as NCCL's do.
+ * A "device" is host memory, and each stream is a queue of its own: the compute stream
+ * of every backend instance, and the communicator's stream. An operation is recorded
+ * and runs (through the CPU backend's math) only when the host waits for it -- to_host,
+ * sync, host_wait on its mark, a full queue -- as work queued on a GPU runs later. The
+ * queues are ordered with each other only by the events the code records and waits on
+ * (the module's own: a bucket's all-reduce waits for the compute stream, the compute
+ * stream for the all-reduces; copy_peer for the source device), and a wait runs exactly
+ * what it waits for, so a read that comes too early gives stale numbers. Memory from
+ * alloc holds NaN until its zeroing, queued on the compute stream, has run. A graph is
+ * the operations of both streams recorded between graph_begin and graph_end, with their
+ * events, queued again by graph_launch. The communicator is MPI over a duplicate of
+ * MPI_COMM_WORLD whose collectives run when their stream reaches them, as NCCL's do.
  *
  * It enforces what CUDA and NCCL require and fails loudly when the caller breaks it:
  * an error "fake-gpu: rule: ..." that every later wait returns (never cleared), or, in
  * a teardown function that returns nothing, that line on stderr and exit status 1.
- *   - a communicator destroyed while a graph that recorded its collective still exists
- *     (ncclCommDestroy would wait for that graph forever);
- *   - a collective replayed from a graph on some ranks and issued eagerly on others
- *     (NCCL requires capture to be uniform over ranks);
- *   - a host read or host synchronisation inside a capture (it invalidates the capture);
+ *   CUDA:
+ *   - a host read or host synchronisation inside a capture, or a wait on a mark recorded
+ *     inside one (it invalidates the capture);
+ *   - an allocation or free, of device or pinned memory, inside a capture (cudaMalloc,
+ *     cudaFree, cudaHostAlloc, cudaFreeHost are not permitted while capturing);
+ *   - the legacy default stream used while a capture is in progress (bench_sgemm, which
+ *     runs there; cudaErrorStreamCaptureImplicit);
+ *   - a capture that the communicator's stream joined (a captured all-reduce) and was not
+ *     joined back into (no wait_all before graph_end: cudaErrorStreamCaptureUnjoined);
  *   - a pinned host buffer rewritten while its queued copy to the device has not run
- *     (from pageable memory CUDA copies before returning, and so does the fake);
+ *     (from pageable memory CUDA stages the data before it returns, and so does the fake);
  *   - a read into pageable host memory behind a queued collective (the copy blocks in
  *     the driver, out of reach of the asynchronous-error poll and the timeout);
  *   - an operation issued from a thread that never selected a device (cudaSetDevice);
  *   - the first cuBLAS use, or the first all-reduce, of an instance inside a capture
- *     (both set up lazily, with allocations a capture cannot record).
+ *     (both set up lazily, with allocations a capture cannot record);
+ *   - the backend (its streams) destroyed while a communicator still uses it.
+ *   NCCL:
+ *   - collectives that differ across ranks, in kind, count, root or order (NCCL matches
+ *     them by their order on the communicator), or that are replayed from a CUDA graph
+ *     on some ranks and issued eagerly on others (capture must be uniform over ranks);
+ *   - a communicator used after it was destroyed, or destroyed twice;
+ *   - a communicator destroyed with work in flight: all-reduces started and never waited
+ *     for (wait_all), or while a graph that recorded its collective still exists
+ *     (ncclCommDestroy would wait for that graph forever).
  *
  * Faults, from the environment (ranks of MPI_COMM_WORLD):
  *   DDPT_FAKE_GPUS=N              devices the probe reports (default 4)
@@ -38,9 +57,15 @@
  *   DDPT_FAKE_INIT_FAIL=R         rank R's communicator set-up fails before the init
  *   DDPT_FAKE_HOST_ALLOC_FAIL=N@R the N-th host_alloc (cudaHostAlloc) on rank R returns
  *                                 NULL: out of pinned memory, the device still fine
+ *   DDPT_FAKE_ALLOC_FAIL=N@R      the N-th alloc (cudaMalloc) on rank R returns NULL: out
+ *                                 of device memory
+ *   DDPT_FAKE_LAUNCH_FAIL=N[@D]   the N-th kernel launch issued outside a capture (on
+ *                                 device D) fails (too many resources requested): the
+ *                                 instance's error, reported by its next wait
  *   DDPT_FAKE_STATS=DIR           at exit, write DIR/stats.RANK: captures, replays, ...
  */
 #include <cblas.h>
+#include <math.h>
 #include <mpi.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -54,18 +79,29 @@
 #include "backend/backend.h" /* struct backend_ops, backend_cpu_ops (the math) */
 #include "dist/comm.h"    /* struct comm_ops */
 #include "backend/gpu.h"     /* struct gpu_module */
+#include "mpi_rank.h"        /* mpi_world_rank */
 
 #define QUEUE_FLUSH 4096 /* ops queued before the "launch queue" is full and drains */
+#define MAX_DEAD 16      /* destroyed communicators kept to recognise a later use */
 
 enum fk_kind {
-	K_TO_DEVICE, K_COPY, K_ADD, K_LIN_FWD, K_LIN_BWD, K_RELU_FWD, K_RELU_BWD, K_MSE, K_AXPBZ,
-	K_XENT, K_ADAMW, K_SUMSQ, K_CLIP,
-	K_ALLREDUCE, K_STEP_END, K_MARK, K_TIMER,
+	K_TO_DEVICE, K_COPY, K_MEMSET,
+	K_ADD, K_LIN_FWD, K_LIN_BWD, K_RELU_FWD, K_RELU_BWD, K_MSE, K_AXPBZ, K_XENT, K_ADAMW,
+	K_SUMSQ, K_CLIP, /* K_ADD..K_CLIP: kernel launches */
+	K_ALLREDUCE, K_BCAST, K_STEP_END, K_TIMER, K_RECORD, K_WAIT,
 };
 
+struct fk_ctx;
 struct fk_comm;
+struct fk_queue;
 
-/* One recorded operation; which fields mean what depends on k (see issue_* below). */
+/* A point in a queue: passed once the queue has run seq operations. */
+struct fk_pos {
+	struct fk_queue *q;
+	long seq;
+};
+
+/* One recorded operation; which fields mean what depends on k (see the fk_* entries). */
 struct fk_op {
 	enum fk_kind k;
 	float *dst, *o2, *o3;
@@ -75,8 +111,12 @@ struct fk_op {
 	float scale, a, b;
 	struct adamw_hparams ah;
 	struct fk_comm *comm;
-	uint64_t sum; /* K_TO_DEVICE: checksum of the source when it entered the queue */
-	int graph;    /* entered the queue through a graph launch */
+	struct fk_pos at;     /* K_WAIT in a queue: what the queue waits for */
+	int qi;               /* in a capture: 0 the compute stream, 1 the communicator's */
+	int ev;               /* in a capture: the graph's event K_RECORD sets and K_WAIT reads */
+	float *staged;        /* K_TO_DEVICE from pageable memory: the staged data, freed when run */
+	uint64_t sum;         /* K_TO_DEVICE: checksum of the source when it entered the queue */
+	int graph;            /* entered the queue through a graph launch */
 };
 
 struct fk_list {
@@ -84,61 +124,92 @@ struct fk_list {
 	size_t n, cap;
 };
 
+/* A stream: pending operations op[head..n), which are numbers ran+1..issued. */
+struct fk_queue {
+	struct fk_ctx *dev;   /* its device: a lost device runs nothing more */
+	struct fk_op *op;
+	size_t head, n, cap;
+	long issued, ran;
+};
+
+struct fk_graph {
+	struct fk_list ops;   /* both streams' operations, in the order they were issued */
+	int nev;              /* events recorded inside it */
+};
+
 struct fk_ctx {
 	int device;
-	pthread_mutex_t mu;
-	struct fk_list q;                    /* the stream */
-	struct fk_list cap;                  /* the capture in progress */
+	struct fk_queue q;                   /* the compute stream */
+	/* the capture in progress */
 	int capturing;
-	struct fk_list graph[BACKEND_GRAPHS];
+	struct fk_list cap;
+	int cap_events;
+	int cap_comm;                        /* the communicator's stream joined it */
+	size_t cap_comm_last;                /* cap.n after its last operation on that stream */
+	size_t cap_rejoined;                 /* cap.n after the compute stream last waited on it */
+	struct fk_graph graph[BACKEND_GRAPHS];
 	int has_graph[BACKEND_GRAPHS];
-	long mark_issued[BACKEND_MARKS], mark_done[BACKEND_MARKS];
+	struct fk_pos mark[BACKEND_MARKS];   /* host_mark's events */
+	int mark_captured[BACKEND_MARKS];    /* recorded inside a capture: no host wait on it */
 	double timer[BACKEND_TIMERS];        /* host clock when each timer mark ran, or -1 */
 	int blas_warm;                       /* cuBLAS used outside a capture */
 	struct diag err;                     /* sticky: the device is lost */
 	size_t allocated;
+	long launches;                       /* kernel launches issued outside a capture */
 	struct fk_comm *comm;                /* the communicator ordered with this stream */
 };
 
 struct fk_comm {
 	MPI_Comm mc;
 	struct fk_ctx *be;
+	struct fk_queue q;                   /* the communicator's stream */
 	int warm;                            /* an all-reduce ran outside a capture */
 	long steps;                          /* step ends that ran */
+	long collectives;                    /* collectives that ran */
+	int started;                         /* eager all-reduces started since the last wait_all */
 	int failed;                          /* an error was seen: abort, not destroy */
+	int destroyed;                       /* ncclCommDestroy ran; kept to name a later use */
 	struct diag async;                   /* ncclCommGetAsyncError */
 };
 
-/* Process-wide: the first broken rule (reported by every instance), faults, counters. */
+/* Process-wide: the first broken rule (reported by every instance), faults, counters.
+ * Every queue is pushed and run under run_mu (one device engine for the process: a wait
+ * may run another device's queue); G.mu guards the rest and is taken inside run_mu. */
 static struct {
 	pthread_mutex_t mu;
 	struct diag rule;
 	long copies, copies_on[64];
 	long captures, replays, eager_allreduces, graph_allreduces, failed_captures;
-	long host_allocs; /* host_alloc calls */
+	long host_allocs, allocs, launches;
+	int capturing;                       /* instances capturing now */
 	struct { const float *p; size_t n; } pinned[256]; /* host_alloc's blocks */
 	int npinned;
+	struct fk_comm *dead[MAX_DEAD];
+	int ndead;
 	int atexit_set, exit_fail;
 } G = {.mu = PTHREAD_MUTEX_INITIALIZER};
+static pthread_mutex_t run_mu = PTHREAD_MUTEX_INITIALIZER;
 
 static __thread int fk_current = -1; /* the device this thread selected, as cudaSetDevice */
-
-static int world_rank(void)
-{
-	int init = 0, fin = 0, r = 0;
-
-	MPI_Initialized(&init);
-	MPI_Finalized(&fin);
-	if (init && !fin)
-		MPI_Comm_rank(MPI_COMM_WORLD, &r);
-	return r;
-}
 
 static long env_long(const char *name, long dflt)
 {
 	const char *v = getenv(name);
 
 	return v != NULL && *v != '\0' ? strtol(v, NULL, 10) : dflt;
+}
+
+/* A fault "N@W" (or "N" where at_optional): is this the N-th event, counted in count
+ * (of where = W, or anywhere without "@W")? */
+static int fault_hits(const char *name, long count, long count_at, int where, int at_optional)
+{
+	const char *v = getenv(name);
+	const char *at = v != NULL ? strchr(v, '@') : NULL;
+	long want = v != NULL ? strtol(v, NULL, 10) : 0;
+
+	if (want <= 0 || (at == NULL && !at_optional))
+		return 0;
+	return at == NULL ? count == want : atoi(at + 1) == where && count_at == want;
 }
 
 static void write_stats(void)
@@ -153,15 +224,18 @@ static void write_stats(void)
 	f = fopen(path, "w");
 	if (f == NULL)
 		return;
-	fprintf(f, "captures %ld\nfailed_captures %ld\nreplays %ld\neager_allreduces %ld\ngraph_allreduces %ld\ncopies %ld\nhost_allocs %ld\n",
+	fprintf(f, "captures %ld\nfailed_captures %ld\nreplays %ld\neager_allreduces %ld\ngraph_allreduces %ld\ncopies %ld\nhost_allocs %ld\nallocs %ld\nlaunches %ld\n",
 		G.captures, G.failed_captures, G.replays, G.eager_allreduces, G.graph_allreduces,
-		G.copies, G.host_allocs);
+		G.copies, G.host_allocs, G.allocs, G.launches);
 	fclose(f);
 }
 
 static void at_exit(void)
 {
 	write_stats();
+	for (int i = 0; i < G.ndead; i++)
+		free(G.dead[i]);
+	G.ndead = 0;
 	if (G.exit_fail) {
 		fflush(stdout);
 		_exit(1);
@@ -193,8 +267,15 @@ static void rule(const char *fmt, ...)
 }
 
 /* A broken rule where no status can be returned: say so now and fail the process. */
-static void rule_at_teardown(const char *msg)
+static void rule_at_teardown(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void rule_at_teardown(const char *fmt, ...)
 {
+	char msg[400];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
 	fprintf(stderr, "fake-gpu: rule: %s\n", msg);
 	fflush(stderr);
 	G.exit_fail = 1;
@@ -233,42 +314,96 @@ static void list_free(struct fk_list *l)
 
 static const struct backend_ops *const cpu = &backend_cpu_ops;
 
-/* Run one queued operation (the device executing it). */
-static void run_op(struct fk_ctx *c, struct fk_op *o)
+static int is_pinned(const float *p)
 {
-	switch (o->k) {
-	case K_TO_DEVICE: {
-		long nth = 0, on = 0;
+	int yes = 0;
 
+	pthread_mutex_lock(&G.mu);
+	for (int i = 0; i < G.npinned && !yes; i++)
+		yes = p >= G.pinned[i].p && p < G.pinned[i].p + G.pinned[i].n;
+	pthread_mutex_unlock(&G.mu);
+	return yes;
+}
+
+/* ---- the streams ------------------------------------------------------------------ */
+
+static void run_until(struct fk_queue *q, long seq);
+
+/* NCCL's collectives must match over ranks: a side channel compares this one with every
+ * other rank's before the data moves (and neither moves when they differ). */
+static int collective_matches(struct fk_comm *m, const struct fk_op *o)
+{
+	const char *kind = o->k == K_ALLREDUCE ? "an all-reduce" : "a broadcast";
+	int n = (int)o->n;
+	int mine[8] = {o->graph, -o->graph, (int)o->k, -(int)o->k, n, -n, o->flag, -o->flag}, all[8];
+
+	m->collectives++;
+	MPI_Allreduce(mine, all, 8, MPI_INT, MPI_MAX, m->mc);
+	if (all[0] != -all[1])
+		rule("an all-reduce was replayed from a CUDA graph on some ranks and issued eagerly on others (this rank: %s): NCCL requires capture to be uniform over ranks",
+		     o->graph ? "graph" : "eager");
+	else if (all[2] != -all[3])
+		rule("collective %ld of the communicator is %s here and another kind on another rank: NCCL matches collectives by their order, so every rank must issue the same ones in the same order",
+		     m->collectives, kind);
+	else if (all[4] != -all[5])
+		rule("collective %ld of the communicator (%s) has %d floats here, and between %d and %d across ranks: NCCL requires the same count on every rank",
+		     m->collectives, kind, n, -all[5], all[4]);
+	else if (all[6] != -all[7])
+		rule("collective %ld of the communicator (broadcast) has root %d here and between %d and %d across ranks",
+		     m->collectives, o->flag, -all[7], all[6]);
+	else
+		return 1;
+	return 0;
+}
+
+/* A pinned copy that runs: counted, and maybe the injected copy fault. */
+static int copy_fault(struct fk_ctx *c, const struct fk_op *o)
+{
+	long nth = 0, on = 0;
+
+	pthread_mutex_lock(&G.mu);
+	for (int i = 0; i < G.npinned; i++)
+		if (o->s1 >= G.pinned[i].p && o->s1 < G.pinned[i].p + G.pinned[i].n) {
+			nth = ++G.copies;
+			on = c->device < 64 ? ++G.copies_on[c->device] : 0;
+			break;
+		}
+	pthread_mutex_unlock(&G.mu);
+	if (nth == 0 || !fault_hits("DDPT_FAKE_COPY_ERROR", nth, on, c->device, 1))
+		return 0;
+	diag_set(&c->err, ST_RUNTIME,
+		 "GPU %d: cudaMemcpyAsync failed: an illegal memory access was encountered (fake-gpu fault DDPT_FAKE_COPY_ERROR=%s)",
+		 c->device, getenv("DDPT_FAKE_COPY_ERROR"));
+	return 1;
+}
+
+/* Run one queued operation (the device executing it); the caller holds run_mu. */
+static void run_op(struct fk_queue *q, struct fk_op *o)
+{
+	struct fk_ctx *c = q->dev;
+
+	if (c->err.st != ST_OK && o->k != K_TIMER) {
+		free(o->staged); /* a lost device runs nothing more */
+		return;
+	}
+	switch (o->k) {
+	case K_TO_DEVICE:
+		if (o->staged != NULL) {
+			memcpy(o->dst, o->staged, o->n * sizeof(float));
+			free(o->staged);
+			break;
+		}
 		if (checksum(o->s1, o->n) != o->sum)
 			rule("host buffer %p (%zu floats) was rewritten while its copy to device %d was still queued: cudaMemcpyAsync reads it when the copy runs (wait for the copy first)",
 			     (const void *)o->s1, o->n, c->device);
-		pthread_mutex_lock(&G.mu);
-		for (int i = 0; i < G.npinned; i++)
-			if (o->s1 >= G.pinned[i].p && o->s1 < G.pinned[i].p + G.pinned[i].n) {
-				nth = ++G.copies;
-				on = c->device < 64 ? ++G.copies_on[c->device] : 0;
-				break;
-			}
-		pthread_mutex_unlock(&G.mu);
-		{
-			const char *v = getenv("DDPT_FAKE_COPY_ERROR");
-			long want = v ? strtol(v, NULL, 10) : 0;
-			const char *at = v ? strchr(v, '@') : NULL;
-
-			if (want > 0 && nth > 0 && (at == NULL ? nth == want
-					  : atoi(at + 1) == c->device && on == want)) {
-				diag_set(&c->err, ST_RUNTIME,
-					 "GPU %d: cudaMemcpyAsync failed: an illegal memory access was encountered (fake-gpu fault DDPT_FAKE_COPY_ERROR=%s)",
-					 c->device, v);
-				return;
-			}
-		}
-		memcpy(o->dst, o->s1, o->n * sizeof(float));
+		if (!copy_fault(c, o))
+			memcpy(o->dst, o->s1, o->n * sizeof(float));
 		break;
-	}
 	case K_COPY:
 		memmove(o->dst, o->s1, o->n * sizeof(float));
+		break;
+	case K_MEMSET:
+		memset(o->dst, 0, o->n * sizeof(float));
 		break;
 	case K_ADD:
 		cpu->add(NULL, o->dst, o->s1, o->n);
@@ -304,18 +439,21 @@ static void run_op(struct fk_ctx *c, struct fk_op *o)
 	case K_CLIP:
 		cpu->clip(NULL, o->dst, o->n, o->s1, o->scale);
 		break;
-	case K_ALLREDUCE: {
+	case K_ALLREDUCE:
+	case K_BCAST: {
 		struct fk_comm *m = o->comm;
-		int mine[2] = {o->graph, -o->graph}, all[2];
 
-		if (m->async.st != ST_OK)
-			return; /* a failed communicator launches nothing */
-		/* The side channel: did every rank get here the same way? */
-		MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, m->mc);
-		if (all[0] != -all[1]) {
-			rule("an all-reduce was replayed from a CUDA graph on some ranks and issued eagerly on others (this rank: %s): NCCL requires capture to be uniform over ranks",
-			     o->graph ? "graph" : "eager");
+		if (m->destroyed) {
+			rule("a collective of a destroyed communicator ran (queued or replayed from a graph after ncclCommDestroy)");
 			return;
+		}
+		if (m->async.st != ST_OK || m->failed)
+			return; /* a failed communicator launches nothing */
+		if (!collective_matches(m, o))
+			return;
+		if (o->k == K_BCAST) {
+			MPI_Bcast(o->dst, (int)o->n, MPI_FLOAT, o->flag, m->mc);
+			break;
 		}
 		pthread_mutex_lock(&G.mu);
 		if (o->graph)
@@ -336,9 +474,6 @@ static void run_op(struct fk_ctx *c, struct fk_op *o)
 				 k);
 		break;
 	}
-	case K_MARK:
-		c->mark_done[o->flag] = (long)o->n;
-		break;
 	case K_TIMER: {
 		struct timespec ts;
 
@@ -346,21 +481,122 @@ static void run_op(struct fk_ctx *c, struct fk_op *o)
 		c->timer[o->flag] = 1e3 * (double)ts.tv_sec + 1e-6 * (double)ts.tv_nsec;
 		break;
 	}
+	case K_WAIT: /* cudaStreamWaitEvent: what the event marks runs first */
+		run_until(o->at.q, o->at.seq);
+		break;
+	case K_RECORD:
+		break; /* only in captures: graph_launch turns it into a position */
 	}
 }
 
-/* The device drains its queue (the caller holds c->mu). */
-static void drain(struct fk_ctx *c)
+/* The device runs q's operations until seq of them have run (the caller holds run_mu). */
+static void run_until(struct fk_queue *q, long seq)
 {
-	for (size_t i = 0; i < c->q.n; i++) {
-		struct fk_op *o = &c->q.op[i];
+	while (q->ran < seq && q->head < q->n) {
+		struct fk_op o = q->op[q->head++];
 
-		if (c->err.st != ST_OK && o->k != K_MARK && o->k != K_TIMER)
-			continue; /* a lost device runs nothing more */
-		run_op(c, o);
+		q->ran++;
+		run_op(q, &o);
 	}
-	c->q.n = 0;
+	if (q->head == q->n)
+		q->head = q->n = 0;
 }
+
+static void run_all(struct fk_queue *q)
+{
+	run_until(q, q->issued);
+}
+
+/* Append o to q as it is (the caller holds run_mu); a full queue drains. */
+static void queue_push(struct fk_queue *q, const struct fk_op *o)
+{
+	if (q->n == q->cap) {
+		size_t cap = q->cap ? 2 * q->cap : 256;
+		struct fk_op *p;
+
+		if (q->head > 0) { /* reuse the room of the operations that ran */
+			memmove(q->op, q->op + q->head, (q->n - q->head) * sizeof *q->op);
+			q->n -= q->head;
+			q->head = 0;
+		}
+		if (q->n == q->cap) {
+			p = realloc(q->op, cap * sizeof *p);
+			if (p == NULL) {
+				rule("fake-gpu: out of memory for the queue");
+				return;
+			}
+			q->op = p;
+			q->cap = cap;
+		}
+	}
+	q->op[q->n++] = *o;
+	q->issued++;
+	if (q->n - q->head >= QUEUE_FLUSH)
+		run_all(q);
+}
+
+/* Drop what is left in q (its device is gone). */
+static void queue_free(struct fk_queue *q)
+{
+	for (size_t i = q->head; i < q->n; i++)
+		free(q->op[i].staged);
+	free(q->op);
+	memset(q, 0, sizeof *q);
+}
+
+/* Stream qi of instance c: 0 its compute stream, 1 its communicator's. */
+static struct fk_queue *stream_of(struct fk_ctx *c, int qi)
+{
+	return qi == 0 ? &c->q : c->comm != NULL ? &c->comm->q : NULL;
+}
+
+/* Does stream qi take part in c's capture in progress? */
+static int in_capture(const struct fk_ctx *c, int qi)
+{
+	return c->capturing && (qi == 0 || c->cap_comm);
+}
+
+/* Queue o on stream qi of c, or record it into the capture when that stream is in one
+ * (the caller holds run_mu). */
+static void push(struct fk_ctx *c, int qi, struct fk_op *o)
+{
+	if (in_capture(c, qi)) {
+		o->qi = qi;
+		list_push(&c->cap, o);
+		if (qi == 1)
+			c->cap_comm_last = c->cap.n;
+		return;
+	}
+	queue_push(stream_of(c, qi), o);
+}
+
+/* Stream `to` waits for the work queued so far on stream `from`: cudaEventRecord on one,
+ * cudaStreamWaitEvent on the other (the caller holds run_mu). Inside a capture the pair
+ * is recorded, and a stream that waits on a captured event joins the capture. */
+static void stream_wait(struct fk_ctx *c, int from, int to)
+{
+	struct fk_op w = {.k = K_WAIT, .ev = -1};
+
+	if (in_capture(c, from)) {
+		struct fk_op rec = {.k = K_RECORD, .qi = from, .ev = c->cap_events++};
+
+		list_push(&c->cap, &rec);
+		w.qi = to;
+		w.ev = rec.ev;
+		list_push(&c->cap, &w);
+		if (to == 1) {
+			c->cap_comm = 1;
+			c->cap_comm_last = c->cap.n;
+		} else {
+			c->cap_rejoined = c->cap.n;
+		}
+		return;
+	}
+	w.at = (struct fk_pos){stream_of(c, from), stream_of(c, from)->issued};
+	push(c, to, &w);
+}
+
+/* ---- the device ------------------------------------------------------------------ */
 
 /* The status a host wait returns: a broken rule, the device's error, the comm's. */
 static enum status wait_status(struct fk_ctx *c, struct diag *d)
@@ -394,10 +630,11 @@ static void enter(struct fk_ctx *c, const char *what)
 	fk_current = c->device;
 }
 
+/* Issue operation o on c's compute stream. */
 static void issue(struct fk_ctx *c, struct fk_op *o, const char *what)
 {
 	enter(c, what);
-	pthread_mutex_lock(&c->mu);
+	pthread_mutex_lock(&run_mu);
 	if (o->k == K_LIN_FWD || o->k == K_LIN_BWD) {
 		if (c->capturing && !c->blas_warm)
 			rule("first cuBLAS use of device %d inside a stream capture (%s): cuBLAS sets itself up lazily with allocations a capture cannot record; run a step eagerly first",
@@ -405,36 +642,57 @@ static void issue(struct fk_ctx *c, struct fk_op *o, const char *what)
 		if (!c->capturing)
 			c->blas_warm = 1;
 	}
-	if (o->k == K_ALLREDUCE) {
-		if (c->capturing && !o->comm->warm)
-			rule("first all-reduce of the communicator inside a stream capture: NCCL connects lazily on first use; run a step eagerly first");
-		if (!c->capturing)
-			o->comm->warm = 1;
+	if (o->k >= K_ADD && o->k <= K_CLIP && !c->capturing) {
+		long all, on;
+
+		pthread_mutex_lock(&G.mu);
+		all = ++G.launches;
+		on = ++c->launches;
+		pthread_mutex_unlock(&G.mu);
+		if (fault_hits("DDPT_FAKE_LAUNCH_FAIL", all, on, c->device, 1)) {
+			diag_set(&c->err, ST_RUNTIME,
+				 "GPU %d: %s failed: too many resources requested for launch (fake-gpu fault DDPT_FAKE_LAUNCH_FAIL=%s)",
+				 c->device, what, getenv("DDPT_FAKE_LAUNCH_FAIL"));
+			pthread_mutex_unlock(&run_mu);
+			return;
+		}
 	}
-	if (o->k == K_TO_DEVICE)
+	if (o->k == K_TO_DEVICE && o->staged == NULL)
 		o->sum = checksum(o->s1, o->n);
-	if (c->capturing) {
-		list_push(&c->cap, o);
-	} else {
-		list_push(&c->q, o);
-		if (c->q.n >= QUEUE_FLUSH)
-			drain(c);
-	}
-	pthread_mutex_unlock(&c->mu);
+	push(c, 0, o);
+	pthread_mutex_unlock(&run_mu);
 }
 
-/* A host wait: refused inside a capture; otherwise the queue runs. */
-static enum status host_waits(struct fk_ctx *c, const char *what, struct diag *d)
+/* A host wait until pos has passed: refused inside a capture. */
+static enum status host_wait_for(struct fk_ctx *c, struct fk_pos pos, const char *what,
+				 struct diag *d)
 {
 	enter(c, what);
-	pthread_mutex_lock(&c->mu);
+	pthread_mutex_lock(&run_mu);
 	if (c->capturing)
 		rule("%s on device %d inside a stream capture: a host synchronisation invalidates the capture",
 		     what, c->device);
-	else
-		drain(c);
-	pthread_mutex_unlock(&c->mu);
+	else if (pos.q != NULL)
+		run_until(pos.q, pos.seq);
+	pthread_mutex_unlock(&run_mu);
 	return wait_status(c, d);
+}
+
+/* The whole compute stream. */
+static enum status host_wait_all(struct fk_ctx *c, const char *what, struct diag *d)
+{
+	return host_wait_for(c, (struct fk_pos){&c->q, c->q.issued}, what, d);
+}
+
+/* Allocation calls are not permitted while the instance captures (they would break the
+ * capture); cudaFree and cudaFreeHost also wait for the device. */
+static int alloc_in_capture(struct fk_ctx *c, const char *what)
+{
+	if (!c->capturing)
+		return 0;
+	rule("%s on device %d inside a stream capture: allocating or freeing memory is not permitted while capturing (CUDA invalidates the capture); allocate before the first step",
+	     what, c->device);
+	return 1;
 }
 
 /* ---- the backend --------------------------------------------------------------- */
@@ -445,14 +703,16 @@ static enum status fk_init(void **out, const struct backend_config *cfg, struct 
 	int n = (int)env_long("DDPT_FAKE_GPUS", 4);
 
 	*out = NULL;
-	if (cfg->device < 0 || cfg->device >= n)
+	if (cfg->device < 0 || cfg->device >= n) {
+		free(c);
 		return diag_set(d, ST_RUNTIME, "cudaSetDevice(%d): invalid device ordinal (fake-gpu has %d)",
 				cfg->device, n);
+	}
 	if (c == NULL)
 		return diag_set(d, ST_RUNTIME, "fake-gpu: out of memory");
 	cpu->init(&(void *){NULL}, cfg, d);
 	c->device = cfg->device;
-	pthread_mutex_init(&c->mu, NULL);
+	c->q.dev = c;
 	fk_current = c->device; /* cudaSetDevice in the creating thread */
 	register_exit();
 	*out = c;
@@ -465,15 +725,19 @@ static void fk_fini(void *ctx)
 
 	if (c == NULL)
 		return;
-	pthread_mutex_lock(&c->mu);
+	if (c->comm != NULL)
+		rule_at_teardown("the CUDA backend of device %d was destroyed while its communicator still uses it (its streams and events): destroy the communicator first",
+				 c->device);
+	pthread_mutex_lock(&run_mu);
 	if (!c->capturing)
-		drain(c);
-	pthread_mutex_unlock(&c->mu);
-	list_free(&c->q);
+		run_all(&c->q);
+	if (c->comm != NULL)
+		c->comm->be = NULL;
+	queue_free(&c->q);
+	pthread_mutex_unlock(&run_mu);
 	list_free(&c->cap);
 	for (int i = 0; i < BACKEND_GRAPHS; i++)
-		list_free(&c->graph[i]);
-	pthread_mutex_destroy(&c->mu);
+		list_free(&c->graph[i].ops);
 	free(c);
 }
 
@@ -483,32 +747,59 @@ static enum status fk_bind(void *ctx, struct diag *d)
 	return ST_OK;
 }
 
+/* cudaMalloc, then cudaMemsetAsync on the compute stream: until that runs, the memory
+ * holds NaN (what a read that is not ordered after the zeroing would find). */
 static float *fk_alloc(void *ctx, size_t n)
 {
 	struct fk_ctx *c = ctx;
-	float *p = calloc(n ? n : 1, sizeof(float));
+	size_t len = n ? n : 1;
+	float *p;
+	long nth;
 
-	if (p != NULL)
-		c->allocated += (n ? n : 1) * sizeof(float);
+	pthread_mutex_lock(&G.mu);
+	nth = ++G.allocs;
+	pthread_mutex_unlock(&G.mu);
+	if (alloc_in_capture(c, "cudaMalloc") ||
+	    fault_hits("DDPT_FAKE_ALLOC_FAIL", nth, nth, mpi_world_rank(), 0))
+		return NULL;
+	p = malloc(len * sizeof(float));
+	if (p == NULL)
+		return NULL;
+	for (size_t i = 0; i < len; i++)
+		p[i] = NAN;
+	c->allocated += len * sizeof(float);
+	pthread_mutex_lock(&run_mu);
+	queue_push(&c->q, &(struct fk_op){.k = K_MEMSET, .dst = p, .n = len});
+	pthread_mutex_unlock(&run_mu);
 	return p;
 }
 
+/* cudaFree waits for the device first. */
 static void fk_free(void *ctx, float *p)
 {
+	struct fk_ctx *c = ctx;
+
+	if (p == NULL || alloc_in_capture(c, "cudaFree"))
+		return;
+	pthread_mutex_lock(&run_mu);
+	run_all(&c->q);
+	if (c->comm != NULL)
+		run_all(&c->comm->q);
+	pthread_mutex_unlock(&run_mu);
 	free(p);
 }
 
 static float *fk_host_alloc(void *ctx, size_t n)
 {
-	const char *v = getenv("DDPT_FAKE_HOST_ALLOC_FAIL");
-	const char *at = v != NULL ? strchr(v, '@') : NULL;
 	long calls;
 	float *p;
 
+	if (alloc_in_capture(ctx, "cudaHostAlloc"))
+		return NULL;
 	pthread_mutex_lock(&G.mu);
 	calls = ++G.host_allocs;
 	pthread_mutex_unlock(&G.mu);
-	if (at != NULL && strtol(v, NULL, 10) == calls && atoi(at + 1) == world_rank())
+	if (fault_hits("DDPT_FAKE_HOST_ALLOC_FAIL", calls, calls, mpi_world_rank(), 0))
 		return NULL;
 	p = calloc(n ? n : 1, sizeof(float));
 
@@ -526,10 +817,11 @@ static void fk_host_free(void *ctx, float *p)
 {
 	struct fk_ctx *c = ctx;
 
-	pthread_mutex_lock(&c->mu);
-	if (!c->capturing)
-		drain(c);
-	pthread_mutex_unlock(&c->mu);
+	if (p == NULL || alloc_in_capture(c, "cudaFreeHost"))
+		return;
+	pthread_mutex_lock(&run_mu);
+	run_all(&c->q);
+	pthread_mutex_unlock(&run_mu);
 	pthread_mutex_lock(&G.mu);
 	for (int i = 0; i < G.npinned; i++)
 		if (G.pinned[i].p == p) {
@@ -540,19 +832,8 @@ static void fk_host_free(void *ctx, float *p)
 	free(p);
 }
 
-static int is_pinned(const float *p)
-{
-	int yes = 0;
-
-	pthread_mutex_lock(&G.mu);
-	for (int i = 0; i < G.npinned && !yes; i++)
-		yes = p >= G.pinned[i].p && p < G.pinned[i].p + G.pinned[i].n;
-	pthread_mutex_unlock(&G.mu);
-	return yes;
-}
-
 /* From pinned memory the copy is queued and reads src when it runs; from pageable memory
- * CUDA waits for the stream and copies src before it returns, as here. */
+ * CUDA stages src before it returns and the copy runs in stream order, as here. */
 static void fk_to_device(void *ctx, float *dst, const float *src, size_t n)
 {
 	struct fk_ctx *c = ctx;
@@ -562,16 +843,19 @@ static void fk_to_device(void *ctx, float *dst, const float *src, size_t n)
 		issue(c, &o, "cudaMemcpyAsync(host to device)");
 		return;
 	}
-	enter(c, "cudaMemcpyAsync(pageable host to device)");
-	pthread_mutex_lock(&c->mu);
 	if (c->capturing) {
+		enter(c, "cudaMemcpyAsync(pageable host to device)");
 		rule("cudaMemcpyAsync from pageable host memory on device %d inside a stream capture", c->device);
-	} else {
-		drain(c);
-		if (c->err.st == ST_OK)
-			memcpy(dst, src, n * sizeof(float));
+		return;
 	}
-	pthread_mutex_unlock(&c->mu);
+	o.staged = malloc((n ? n : 1) * sizeof(float));
+	if (o.staged == NULL) {
+		diag_set(&c->err, ST_RUNTIME, "GPU %d: cudaMemcpyAsync failed: out of host memory", c->device);
+		return;
+	}
+	memcpy(o.staged, src, n * sizeof(float));
+	o.s1 = o.staged;
+	issue(c, &o, "cudaMemcpyAsync(pageable host to device)");
 }
 
 /* A collective queued on c's stream and not yet run. */
@@ -579,10 +863,11 @@ static int collective_queued(struct fk_ctx *c)
 {
 	int yes = 0;
 
-	pthread_mutex_lock(&c->mu);
-	for (size_t i = 0; i < c->q.n && !yes; i++)
-		yes = c->q.op[i].k == K_ALLREDUCE;
-	pthread_mutex_unlock(&c->mu);
+	pthread_mutex_lock(&run_mu);
+	if (c->comm != NULL)
+		for (size_t i = c->comm->q.head; i < c->comm->q.n && !yes; i++)
+			yes = c->comm->q.op[i].k == K_ALLREDUCE || c->comm->q.op[i].k == K_BCAST;
+	pthread_mutex_unlock(&run_mu);
 	return yes;
 }
 
@@ -595,7 +880,7 @@ static enum status fk_to_host(void *ctx, float *dst, const float *src, size_t n,
 	if (!is_pinned(dst) && collective_queued(ctx))
 		rule("cudaMemcpyAsync device to host into pageable memory %p (%zu floats) on device %d behind a queued collective: the copy blocks inside the driver until the collective ends, where neither NCCL's asynchronous error nor the timeout is watched; read into pinned memory (host_alloc)",
 		     (void *)dst, n, ((struct fk_ctx *)ctx)->device);
-	st = host_waits(ctx, "cudaMemcpy(device to host)", d);
+	st = host_wait_all(ctx, "cudaMemcpy(device to host)", d);
 
 	if (st == ST_OK)
 		memcpy(dst, src, n * sizeof(float));
@@ -609,21 +894,21 @@ static void fk_copy(void *ctx, float *dst, const float *src, size_t n)
 	issue(ctx, &o, "cudaMemcpyAsync(device to device)");
 }
 
-/* Ordered after the source instance's queued work: that work runs now. */
+/* Ordered after the source instance's queued work by an event on its stream. */
 static void fk_copy_peer(void *ctx, float *dst, void *src_ctx, const float *src, size_t n)
 {
-	struct fk_ctx *s = src_ctx;
+	struct fk_ctx *c = ctx, *s = src_ctx;
 	struct fk_op o = {.k = K_COPY, .dst = dst, .s1 = src, .n = n};
 
-	if (s != ctx) {
-		pthread_mutex_lock(&s->mu);
+	if (s != c) {
+		pthread_mutex_lock(&run_mu);
 		if (s->capturing)
 			rule("copy_peer from device %d while it captures", s->device);
 		else
-			drain(s);
-		pthread_mutex_unlock(&s->mu);
+			push(c, 0, &(struct fk_op){.k = K_WAIT, .ev = -1, .at = {&s->q, s->q.issued}});
+		pthread_mutex_unlock(&run_mu);
 	}
-	issue(ctx, &o, "cudaMemcpyPeerAsync");
+	issue(c, &o, "cudaMemcpyPeerAsync");
 }
 
 static void fk_add(void *ctx, float *dst, const float *src, size_t n)
@@ -716,7 +1001,7 @@ static void fk_clip(void *ctx, float *x, size_t n, const float *sumsq, float max
 
 static enum status fk_sync(void *ctx, struct diag *d)
 {
-	return host_waits(ctx, "cudaStreamSynchronize", d);
+	return host_wait_all(ctx, "cudaStreamSynchronize", d);
 }
 
 static size_t fk_mem_used(void *ctx)
@@ -731,8 +1016,16 @@ static enum status fk_graph_begin(void *ctx, struct diag *d)
 	enter(c, "cudaStreamBeginCapture");
 	if (c->capturing)
 		return diag_set(d, ST_RUNTIME, "cudaStreamBeginCapture: the stream is already capturing");
+	pthread_mutex_lock(&run_mu);
 	c->capturing = 1;
 	c->cap.n = 0;
+	c->cap_events = 0;
+	c->cap_comm = 0;
+	c->cap_comm_last = c->cap_rejoined = 0;
+	pthread_mutex_unlock(&run_mu);
+	pthread_mutex_lock(&G.mu);
+	G.capturing++;
+	pthread_mutex_unlock(&G.mu);
 	return ST_OK;
 }
 
@@ -745,9 +1038,17 @@ static enum status fk_graph_end(void *ctx, int slot, struct diag *d)
 	enter(c, "cudaStreamEndCapture");
 	if (!c->capturing)
 		return diag_set(d, ST_RUNTIME, "cudaStreamEndCapture: the stream is not capturing");
+	pthread_mutex_lock(&run_mu);
 	c->capturing = 0;
+	if (c->cap_comm && c->cap_rejoined < c->cap_comm_last)
+		rule("the communicator's stream joined the capture on device %d (a captured all-reduce) and was not joined back into it: cudaStreamEndCapture fails (cudaErrorStreamCaptureUnjoined); wait_all must follow the captured all-reduces",
+		     c->device);
+	pthread_mutex_unlock(&run_mu);
+	pthread_mutex_lock(&G.mu);
+	G.capturing--;
+	pthread_mutex_unlock(&G.mu);
 	st = wait_status(c, d);
-	if (st == ST_OK && fail == world_rank())
+	if (st == ST_OK && fail == mpi_world_rank())
 		st = diag_set(d, ST_RUNTIME,
 			      "CUDA graph capture: operation not permitted when stream is capturing (fake-gpu fault DDPT_FAKE_CAPTURE_FAIL=%ld)",
 			      fail);
@@ -761,32 +1062,62 @@ static enum status fk_graph_end(void *ctx, int slot, struct diag *d)
 		c->cap.n = 0; /* nothing recorded runs */
 		return st;
 	}
-	list_free(&c->graph[slot]);
-	c->graph[slot] = c->cap;
+	list_free(&c->graph[slot].ops);
+	c->graph[slot].ops = c->cap;
+	c->graph[slot].nev = c->cap_events;
 	memset(&c->cap, 0, sizeof c->cap);
 	c->has_graph[slot] = 1;
 	return ST_OK;
 }
 
+/* The graph's operations go to their streams again, its events becoming positions; the
+ * graph as a whole comes after the compute stream's earlier work, and the compute
+ * stream's later work after the whole graph (cudaGraphLaunch's ordering). */
 static enum status fk_graph_launch(void *ctx, int slot, struct diag *d)
 {
 	struct fk_ctx *c = ctx;
+	struct fk_graph *g = &c->graph[slot];
+	struct fk_pos *ev;
+	const long before = c->q.issued;
+	int comm_used = 0;
 
 	enter(c, "cudaGraphLaunch");
 	if (!c->has_graph[slot])
 		return diag_set(d, ST_RUNTIME, "internal: no CUDA graph in slot %d", slot);
 	if (c->err.st != ST_OK)
 		return diag_set(d, c->err.st, "%s", c->err.msg);
-	pthread_mutex_lock(&c->mu);
-	for (size_t i = 0; i < c->graph[slot].n; i++) {
-		struct fk_op o = c->graph[slot].op[i];
+	ev = calloc((size_t)g->nev + 1, sizeof *ev);
+	if (ev == NULL)
+		return diag_set(d, ST_RUNTIME, "fake-gpu: out of memory");
+	pthread_mutex_lock(&run_mu);
+	for (size_t i = 0; i < g->ops.n; i++) {
+		struct fk_op o = g->ops.op[i];
+		struct fk_queue *q = stream_of(c, o.qi);
 
+		if (q == NULL) {
+			rule("a CUDA graph holding a collective was launched on device %d after its communicator was destroyed",
+			     c->device);
+			break;
+		}
+		if (o.k == K_RECORD) {
+			ev[o.ev] = (struct fk_pos){q, q->issued};
+			continue;
+		}
+		if (o.k == K_WAIT && o.ev >= 0)
+			o.at = ev[o.ev];
+		if (o.qi == 1 && !comm_used) {
+			queue_push(q, &(struct fk_op){.k = K_WAIT, .ev = -1, .at = {&c->q, before}});
+			comm_used = 1;
+		}
 		o.graph = 1;
 		if (o.k == K_TO_DEVICE)
 			o.sum = checksum(o.s1, o.n); /* a graph reads its host buffers when it runs */
-		list_push(&c->q, &o);
+		queue_push(q, &o);
 	}
-	pthread_mutex_unlock(&c->mu);
+	if (comm_used && c->comm != NULL)
+		queue_push(&c->q, &(struct fk_op){.k = K_WAIT, .ev = -1, .at = {&c->comm->q, c->comm->q.issued}});
+	pthread_mutex_unlock(&run_mu);
+	free(ev);
 	pthread_mutex_lock(&G.mu);
 	G.replays++;
 	pthread_mutex_unlock(&G.mu);
@@ -798,7 +1129,7 @@ static void fk_graph_reset(void *ctx)
 	struct fk_ctx *c = ctx;
 
 	for (int i = 0; i < BACKEND_GRAPHS; i++) {
-		list_free(&c->graph[i]);
+		list_free(&c->graph[i].ops);
 		c->has_graph[i] = 0;
 	}
 }
@@ -806,14 +1137,23 @@ static void fk_graph_reset(void *ctx)
 static void fk_host_mark(void *ctx, int slot)
 {
 	struct fk_ctx *c = ctx;
-	struct fk_op o = {.k = K_MARK, .flag = slot, .n = (size_t)++c->mark_issued[slot]};
 
-	issue(c, &o, "cudaEventRecord");
+	enter(c, "cudaEventRecord");
+	pthread_mutex_lock(&run_mu);
+	c->mark_captured[slot] = c->capturing;
+	c->mark[slot] = (struct fk_pos){&c->q, c->q.issued};
+	pthread_mutex_unlock(&run_mu);
 }
 
+/* cudaEventQuery on the slot's event: runs what comes before the mark, nothing after. */
 static enum status fk_host_wait(void *ctx, int slot, struct diag *d)
 {
-	return host_waits(ctx, "cudaEventSynchronize", d);
+	struct fk_ctx *c = ctx;
+
+	if (c->mark_captured[slot])
+		rule("a host wait on device %d for an event recorded inside a stream capture: a captured event stands for no work that runs",
+		     c->device);
+	return host_wait_for(c, c->mark[slot], "cudaEventSynchronize", d);
 }
 
 static void fk_timer_mark(void *ctx, int id)
@@ -829,7 +1169,7 @@ static double fk_timer_ms(void *ctx, int a, int b)
 {
 	struct fk_ctx *c = ctx;
 
-	if (c->capturing || c->q.n > 0 || c->timer[a] < 0 || c->timer[b] < 0)
+	if (c->capturing || c->timer[a] < 0 || c->timer[b] < 0)
 		return -1.0; /* cudaEventElapsedTime: cudaErrorNotReady */
 	return c->timer[b] - c->timer[a];
 }
@@ -873,17 +1213,47 @@ static const struct backend_ops fake_backend = {
 
 /* ---- the communicator ----------------------------------------------------------- */
 
+/* Every entry first: a destroyed communicator is a use after free in NCCL (the rule is
+ * the status). */
+static int comm_dead(const struct fk_comm *m, const char *what, struct diag *d)
+{
+	struct diag r;
+
+	if (!m->destroyed)
+		return 0;
+	rule("%s on a communicator that was destroyed (ncclCommDestroy): a use after free", what);
+	pthread_mutex_lock(&G.mu);
+	r = G.rule;
+	pthread_mutex_unlock(&G.mu);
+	if (d != NULL)
+		diag_set(d, r.st, "%s", r.msg);
+	return 1;
+}
+
 static enum status fc_allreduce_start(void *ctx, float *buf, size_t n, int last, struct diag *d)
 {
 	struct fk_comm *m = ctx;
 	struct fk_op o = {.k = K_ALLREDUCE, .dst = buf, .n = n, .comm = m};
 
-	issue(m->be, &o, "ncclAllReduce");
+	if (comm_dead(m, "ncclAllReduce", d))
+		return d->st;
+	enter(m->be, "ncclAllReduce");
+	pthread_mutex_lock(&run_mu);
+	if (m->be->capturing && !m->warm)
+		rule("first all-reduce of the communicator inside a stream capture: NCCL connects lazily on first use; run a step eagerly first");
+	if (!m->be->capturing)
+		m->warm = 1;
+	stream_wait(m->be, 0, 1); /* the bucket is ready */
+	push(m->be, 1, &o);
+	if (!m->be->capturing)
+		m->started++; /* in flight until wait_all (a captured one is the graph's) */
+	pthread_mutex_unlock(&run_mu);
 	return ST_OK;
 }
 
 static void fc_progress(void *ctx)
 {
+	comm_dead(ctx, "progress", NULL);
 }
 
 static enum status fc_wait_all(void *ctx, struct diag *d)
@@ -891,39 +1261,76 @@ static enum status fc_wait_all(void *ctx, struct diag *d)
 	struct fk_comm *m = ctx;
 	struct fk_op o = {.k = K_STEP_END, .comm = m};
 
-	issue(m->be, &o, "cudaStreamWaitEvent(all-reduces done)");
+	if (comm_dead(m, "wait_all", d))
+		return d->st;
+	enter(m->be, "cudaStreamWaitEvent(all-reduces done)");
+	pthread_mutex_lock(&run_mu);
+	push(m->be, 1, &o);
+	stream_wait(m->be, 1, 0); /* the compute stream waits for the all-reduces */
+	if (!m->be->capturing)
+		m->started = 0;
+	pthread_mutex_unlock(&run_mu);
 	return m->async.st == ST_OK ? ST_OK : diag_set(d, m->async.st, "%s", m->async.msg);
 }
 
+/* Ordered after the compute stream's queued work (the zeroing of fresh memory, rank 0's
+ * weights), and waited for on the host. */
 static enum status fc_bcast(void *ctx, float *buf, size_t n, int root, struct diag *d)
 {
 	struct fk_comm *m = ctx;
-	enum status st = host_waits(m->be, "ncclBroadcast (waited for)", d);
+	struct fk_op o = {.k = K_BCAST, .dst = buf, .n = n, .flag = root, .comm = m};
+	struct fk_pos end;
 
-	if (st == ST_OK && MPI_Bcast(buf, (int)n, MPI_FLOAT, root, m->mc) != MPI_SUCCESS)
-		st = diag_set(d, ST_RUNTIME, "ncclBroadcast failed");
-	return st;
+	if (comm_dead(m, "ncclBroadcast", d))
+		return d->st;
+	enter(m->be, "ncclBroadcast");
+	pthread_mutex_lock(&run_mu);
+	stream_wait(m->be, 0, 1);
+	push(m->be, 1, &o);
+	end = (struct fk_pos){&m->q, m->q.issued};
+	pthread_mutex_unlock(&run_mu);
+	return host_wait_for(m->be, end, "ncclBroadcast (waited for)", d);
 }
 
 static void fc_fini(void *ctx)
 {
 	struct fk_comm *m = ctx;
+	struct fk_ctx *be;
 
 	if (m == NULL)
 		return;
-	if (!m->failed && m->be != NULL)
+	if (m->destroyed) {
+		rule_at_teardown("ncclCommDestroy on a communicator already destroyed");
+		return;
+	}
+	be = m->be;
+	if (!m->failed && be != NULL)
 		for (int s = 0; s < BACKEND_GRAPHS; s++)
-			for (size_t i = 0; m->be->has_graph[s] && i < m->be->graph[s].n; i++)
-				if (m->be->graph[s].op[i].k == K_ALLREDUCE && m->be->graph[s].op[i].comm == m) {
+			for (size_t i = 0; be->has_graph[s] && i < be->graph[s].ops.n; i++)
+				if (be->graph[s].ops.op[i].k == K_ALLREDUCE && be->graph[s].ops.op[i].comm == m) {
 					rule_at_teardown("ncclCommDestroy while a CUDA graph holding its all-reduce still exists: NCCL waits for that graph to be destroyed, which this thread would only do later (a hang at exit); destroy the graphs first");
 					s = BACKEND_GRAPHS;
 					break;
 				}
-	if (m->be != NULL)
-		m->be->comm = NULL;
+	if (!m->failed && m->started > 0)
+		rule_at_teardown("ncclCommDestroy with work in flight (all-reduces started and never waited for with wait_all: %d): destroy waits for it, and peers that moved on never complete it",
+				 m->started);
+	pthread_mutex_lock(&run_mu);
+	if (!m->failed)
+		run_all(&m->q); /* cudaStreamSynchronize on its stream, then ncclCommDestroy */
+	queue_free(&m->q);
+	if (be != NULL)
+		be->comm = NULL;
+	pthread_mutex_unlock(&run_mu);
 	if (m->mc != MPI_COMM_NULL)
 		MPI_Comm_free(&m->mc);
-	free(m);
+	m->destroyed = 1;
+	pthread_mutex_lock(&G.mu);
+	if (G.ndead < MAX_DEAD)
+		G.dead[G.ndead++] = m;
+	else
+		free(m); /* (never: one communicator per run) */
+	pthread_mutex_unlock(&G.mu);
 }
 
 static void fc_describe(void *ctx, char *buf, size_t len)
@@ -969,6 +1376,7 @@ static enum status fc_init(struct comm *out, struct backend *be,
 		return st;
 	}
 	m->be = be->ctx;
+	m->q.dev = m->be;
 	m->mc = MPI_COMM_NULL;
 	/* ncclCommInitRank: blocks until every rank has called it. */
 	if (MPI_Comm_dup(MPI_COMM_WORLD, &m->mc) != MPI_SUCCESS) {
@@ -1010,15 +1418,22 @@ static enum status fk_device_info(int dev, unsigned char uuid[GPU_UUID_BYTES], c
 }
 
 /* The CPU's SGEMM, timed the same way (median of iters after a warm-up), so that
- * scripts/gpu-check.sh can be tried here end to end. */
+ * scripts/gpu-check.sh can be tried here end to end. The module's runs on the legacy
+ * default stream, which no capture may be in progress beside. */
 static enum status fk_bench_sgemm(int dev, int trans_a, int trans_b, int m, int n, int k,
 				  int tf32, int iters, double *tflops, struct diag *d)
 {
 	float *a = calloc((size_t)m * k, sizeof *a), *b = calloc((size_t)k * n, sizeof *b);
 	float *c = calloc((size_t)m * n, sizeof *c);
 	double best = 0.0;
+	int capturing;
 
 	*tflops = 0.0;
+	pthread_mutex_lock(&G.mu);
+	capturing = G.capturing;
+	pthread_mutex_unlock(&G.mu);
+	if (capturing > 0)
+		rule("bench_sgemm (the legacy default stream) while a stream capture is in progress: cudaErrorStreamCaptureImplicit, and the capture is invalidated");
 	if (a == NULL || b == NULL || c == NULL) {
 		free(a);
 		free(b);
@@ -1042,7 +1457,11 @@ static enum status fk_bench_sgemm(int dev, int trans_a, int trans_b, int m, int 
 	free(a);
 	free(b);
 	free(c);
-	return ST_OK;
+	pthread_mutex_lock(&G.mu);
+	if (G.rule.st != ST_OK)
+		diag_set(d, G.rule.st, "%s", G.rule.msg);
+	pthread_mutex_unlock(&G.mu);
+	return d->st == ST_OK ? ST_OK : d->st;
 }
 
 static const struct gpu_module module = {

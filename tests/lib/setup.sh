@@ -3,9 +3,9 @@
 #
 # Gives: $DDPTRAIN (the binary under test), $TMPD (a private directory removed
 # on exit), run_mpi NP ARGS... (mpirun with what this machine needs), skip,
-# fail, private_shm (a /dev/shm of the test's own), the Open MPI settings a root
-# CI machine with 2 cores needs, and the paths of the helpers make check builds
-# in tests/lib/.
+# fail, expect_fail, expect_rule and expect_clean, private_shm (a /dev/shm of the
+# test's own), the Open MPI settings a root CI machine with 2 cores needs, and the
+# paths of the helpers make check builds in tests/lib/.
 set -eu
 
 : "${DDPTRAIN:=$(cd "$(dirname "$0")/.." && pwd)/src/ddptrain}"
@@ -17,6 +17,7 @@ STCOMPARE=$TESTS_BUILDDIR/lib/stcompare
 METCOMPARE=$TESTS_BUILDDIR/lib/metcompare
 MKNPY=$TESTS_BUILDDIR/lib/mknpy
 OPCHECK=$TESTS_BUILDDIR/lib/opcheck
+GPURULES=$TESTS_BUILDDIR/lib/gpurules
 FAULTSHIM=$TESTS_BUILDDIR/lib/faultshim.so
 FAKE_GPU=$TESTS_BUILDDIR/lib/fake-gpu.so
 
@@ -87,6 +88,20 @@ expect_fail() {
 	done
 	[ "$(wc -l <"$TMPD/stderr")" -eq 1 ] || fail "want one line on stderr: $*: $(cat "$TMPD/stderr")"
 	grep -qF -- "$want" "$TMPD/stderr" || fail "message lacks '$want': $(cat "$TMPD/stderr")"
+}
+
+# expect_rule NP SCENARIO WANT: $GPURULES breaks the rule SCENARIO names on NP ranks
+# against the module in DDPTRAIN_CUDA_MODULE (the fake GPU, or the real one linked
+# against the stub CUDA libraries): its exit status is not 0 and its output matches WANT
+# (a grep pattern). expect_clean NP SCENARIO: it exits 0. Both leave the output in out.
+expect_rule() {
+	local rc=0
+	timeout -k 5 60 mpirun --oversubscribe -np "$1" "$GPURULES" "$2" >out 2>&1 || rc=$?
+	[ $rc -ne 0 ] && grep -q -- "$3" out || fail "gpurules $2 (exit $rc): $(grep -v '^[- ]' out | head -3)"
+}
+expect_clean() {
+	timeout -k 5 60 mpirun --oversubscribe -np "$1" "$GPURULES" "$2" >out 2>&1 ||
+		fail "gpurules $2 on $1 ranks: $(grep -v '^[- ]' out | head -3)"
 }
 
 # mpirun_bg ARGS...: mpirun in the background; $bg is mpirun's pid. started: training began.

@@ -1,0 +1,108 @@
+#!/bin/bash
+# The real CUDA module's own rules without a GPU: src/cuda's objects, as the module is
+# built from them, linked against the stub CUDA runtime, cuBLAS and NCCL of
+# tests/lib/cuda_stub.h (tests/lib/cuda-stub.so). They compute nothing and check how
+# the module uses them -- the ordering of every operation across its streams (a race
+# is named), what it does inside a capture, its teardown order, its collectives -- so
+# training runs must keep every rule, each rule broken on purpose through the module's
+# ABI (tests/lib/gpurules.c) must be named, and a failing CUDA, cuBLAS or NCCL call must
+# end the run with exit 1 and one line naming it. One rank here, and dp on two stub
+# GPUs; tests/cuda-stub-known.sh holds what the module still gets wrong.
+. "$(dirname "$0")/lib/setup.sh"
+
+STUB=$TESTS_BUILDDIR/lib/cuda-stub.so
+[ -f "$STUB" ] || skip "no $STUB (it is built with the CUDA toolkit: ./configure found none)"
+export DDPTRAIN_CUDA_MODULE=$STUB
+cd "$TMPD"
+
+clean() { # ARGS...: one rank (or "dp" first: --mode=dp, one process), exit 0, nothing on stderr
+	local rc=0
+	if [ "$1" = dp ]; then
+		shift
+		timeout -k 5 120 "$DDPTRAIN" --mode=dp --replicas=2 "$@" --device=cuda >out 2>err || rc=$?
+	else
+		run_mpi 1 "$@" --device=cuda >out 2>err || rc=$?
+	fi
+	[ $rc -eq 0 ] && [ ! -s err ] || fail "$* (exit $rc): $(head -3 err)"
+}
+
+# 1. Training that keeps every rule: ddp with graphs (captured on steps 2 and 3, then
+#    replayed; the teardown with graphs that hold a collective), eagerly, with every
+#    trainer feature, gradient accumulation, a checkpoint and --resume with graphs,
+#    --trace (the module's device clock), and dp on two GPUs (copies between devices).
+C="--samples=240 --batch-size=20 --epochs=2 --seed=7 --lr=0.01 --momentum=0.9 --quiet"
+F="--layers=8,16,16,4 --loss=cross-entropy --samples=240 --val-samples=50 --epochs=2 --seed=5
+   --batch-size=6 --clip-grad-norm=0.5 --freeze=2 --eval-every=7 --quiet"
+clean $C
+grep -q "CUDA graphs off" out && fail "graphs were turned off: $(grep 'graphs off' out)"
+DDPTRAIN_CUDA_GRAPHS=0 clean $C
+clean $F --optimizer=adamw --lr=0.01 --lr-schedule=cosine --warmup-steps=4
+clean $F --lr=0.05 --momentum=0.9
+clean $C --grad-accum=3
+clean $C --max-steps=5 --checkpoint=ck.st
+clean $C --resume=ck.st --save=resumed.st
+clean $C --trace=trace.json --max-steps=4
+clean dp $C
+clean dp $F --lr=0.05 --momentum=0.9
+echo "training keeps every rule: ddp with graphs and eager, AdamW, schedules, cross-entropy, clipping, frozen layer, validation, grad-accum, resume, trace, dp on 2 GPUs"
+
+# 2. Each rule, broken on purpose through the module's ABI: named (the stub's line or the
+#    module's error), exit status not 0. The module keeps its own teardown in order --
+#    graphs destroyed before the communicator, the communicator's stream waited for
+#    before destroy -- so a caller that leaves a graph or an all-reduce behind is no
+#    breach (graph-outlives-comm, destroy-in-flight).
+for s in clean graph-outlives-comm destroy-in-flight; do
+	expect_clean 1 $s
+done
+expect_rule 1 alloc-in-capture "cuda-stub: rule: cudaMalloc while this thread captures"
+expect_rule 1 free-in-capture "cuda-stub: rule: cudaFree while this thread captures"
+expect_rule 1 host-alloc-in-capture "cuda-stub: rule: cudaHostAlloc while this thread captures"
+expect_rule 1 host-free-in-capture "cuda-stub: rule: cudaFreeHost while this thread captures"
+expect_rule 1 sync-in-capture "cuda-stub: rule: cudaStreamQuery on stream 0 while it captures"
+expect_rule 1 legacy-stream-in-capture "cuda-stub: rule: cudaMalloc while this thread captures"
+expect_rule 1 unjoined-capture "cuda-stub: rule: cudaStreamEndCapture on stream 0: stream 1 joined the capture"
+expect_rule 2 count-mismatch "cuda-stub: rule: collective 3 (an all-reduce) has 6[45] elements here, and between 64 and 65"
+expect_rule 2 order-mismatch "cuda-stub: rule: collective 3 is .* here and another kind on another rank"
+expect_rule 2 graph-eager-mix "cuda-stub: rule: collective 3: replayed from a CUDA graph on some ranks and issued eagerly"
+echo "rules: each broken on purpose is named (10 scenarios); clean, and the module's own teardown, pass"
+
+# 3. Error returns: a call that fails ends the run with exit 1 and one line naming it
+#    (DDPT_STUB_FAIL=CALL:N fails CALL's N-th call), or, inside a capture, turns graphs off
+#    with the reason and the run goes on eagerly.
+K="$C --checkpoint=f.st --checkpoint-every=1 --keep-checkpoints=100 --timeout=10 --device=cuda"
+last_ckpt() { ls f.st.step-* 2>/dev/null | tail -1 | sed 's/.*step-0*//'; }
+fails() { # CALL[:N] WANT ARGS...
+	local f=$1 want=$2
+	shift 2
+	rm -f f.st*
+	echo "DDPT_STUB_FAIL=$f"
+	DDPT_STUB_FAIL=$f expect_fail 1 "$want" 1 "$@"
+}
+fails cudaMalloc:1 "GPU 0: cudaMalloc(" $K
+fails cudaMalloc:4 "model: out of cuda memory" $K
+fails cudaMemsetAsync:3 "model: out of cuda memory" $K
+fails cudaStreamCreate:1 "GPU 0: cudaStreamCreateWithFlags(" $K
+fails cudaHostAlloc:1 "loader: out of host memory" $K
+fails ncclCommInitRank "ncclCommInitRank failed: unhandled system error" $K
+fails cublasSgemm:2 "GPU 0: cublasSgemm(forward) failed: execution failed" $K
+fails launch:3 "too many resources requested for launch" $K
+fails ncclAllReduce:1 "ncclAllReduce failed: unhandled cuda error" $K
+fails ncclAsyncError:1 "NCCL all-reduce failed: unhandled system error" $K
+# A copy that fails (the device is lost: a sticky error; the 20th copy, counting the
+# checkpoints' reads, is in step 4): exit 1, and no checkpoint of that step. (The
+# messages are matched without the module's file and line, which move with its code.)
+fails cudaMemcpyAsync:20 "an illegal memory access was encountered" $K
+grep -q "cudaMemcpyAsync" "$TMPD/stderr" || fail "copy failure: the call is not named: $(cat "$TMPD/stderr")"
+[ "$(last_ckpt)" = 3 ] || fail "copy failure: last checkpoint at step $(last_ckpt), want 3"
+# A graph launch that fails (step 4, the first replay after the two captures): the run
+# ends there; before, cuda_graph_launch could drop the error and train on.
+fails cudaGraphLaunch:3 "GPU 0: cudaGraphLaunch(" $K
+[ "$(last_ckpt)" = 3 ] || fail "graph launch failure: last checkpoint at step $(last_ckpt), want 3"
+# A capture that cannot be instantiated: graphs off with the reason, eager to the end.
+rc=0
+DDPT_STUB_FAIL=cudaGraphInstantiate:1 run_mpi 1 ${C/--quiet/} --device=cuda >out 2>err || rc=$?
+[ $rc -eq 0 ] && [ ! -s err ] || fail "failed instantiation (exit $rc): $(head -3 err)"
+grep -q "^# CUDA graphs off from step 2: a capture failed: CUDA graph capture: invalid argument" out ||
+	fail "no notice of the failed capture: $(grep -i graph out)"
+echo "error returns: 13 failing calls each end the run with exit 1 and its line; a failed instantiation turns graphs off"
+echo "cuda-stub: ok"

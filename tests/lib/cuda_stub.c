@@ -1,0 +1,1340 @@
+/*
+ * cuda_stub.c - a stub of the CUDA runtime (libcudart) for the test build of the real
+ * CUDA module: the calls src/cuda makes, and the ones nvcc's host code makes to register
+ * and launch kernels, with CUDA's rules (see cuda_stub.h). Nothing is computed: memory
+ * is host memory, copies and memsets move their bytes when issued (fresh memory holds
+ * 0xff bytes, a NaN, until something writes it), a kernel is only its launch. What is
+ * modelled is the ordering: each stream's operations carry a vector clock, events carry
+ * a stream's, a host wait makes the host know what it waited for, and a new operation
+ * comes after what its stream and the host know. Two touches of the same memory, one a
+ * write, that neither comes after is a race the real GPU would run in either order.
+ */
+#define _GNU_SOURCE /* memmem */
+#include <math.h>
+#include <mpi.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda_stub.h"
+#include "mpi_rank.h"
+
+/* nvcc's host code calls these (crt/host_runtime.h declares them for C++ only). */
+void **__cudaRegisterFatBinary(void *fatCubin);
+void __cudaRegisterFatBinaryEnd(void **handle);
+void __cudaUnregisterFatBinary(void **handle);
+void __cudaRegisterFunction(void **handle, const char *hostFun, char *deviceFun,
+			    const char *deviceName, int thread_limit, uint3 *tid, uint3 *bid,
+			    dim3 *bDim, dim3 *gDim, int *wSize);
+cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun);
+unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem,
+				     struct CUstream_st *stream);
+cudaError_t __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem,
+				       void *stream);
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 gridDim, dim3 blockDim, void **args,
+			       size_t sharedMem, cudaStream_t stream);
+/* libstdc++ (the module links it for nvcc's objects): a kernel's parameter types. */
+char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
+
+#define STUB_RING 8192     /* touches remembered for the race check */
+#define STUB_KERNELS 128
+#define STUB_BLOCKS 4096
+#define STUB_GRAPHS 256
+#define STUB_DEVICES 16
+
+/* A touch remembered: by which operation, on which stream, at which of its clock ticks. */
+struct rec {
+	uintptr_t lo, hi;
+	int write, sid;
+	unsigned seq;
+	const char *what;
+};
+
+/* A block of memory from cudaMalloc or cudaHostAlloc. */
+struct block {
+	uintptr_t lo, hi;
+	int device;         /* -1: pinned host memory */
+	int live;
+};
+
+struct kernel {
+	const void *host;   /* the host stub nvcc made */
+	char name[64];      /* the kernel's name */
+	int npar;
+	unsigned ptr, konst; /* bit i: parameter i is a pointer / a pointer to const */
+};
+
+static struct {
+	pthread_mutex_t mu;
+	cudaStream_t stream[STUB_STREAMS];
+	int nstreams;
+	cudaStream_t legacy[STUB_DEVICES];
+	struct stub_vc host;          /* what the host knows to have completed */
+	struct rec ring[STUB_RING];
+	long nring;
+	struct block block[STUB_BLOCKS];
+	int nblocks;
+	struct kernel kernel[STUB_KERNELS];
+	int nkernels;
+	void *graph[STUB_GRAPHS];     /* live cudaGraph_t and cudaGraphExec_t */
+	int graph_exec[STUB_GRAPHS];
+	int ngraphs;
+	unsigned char peer[STUB_DEVICES][STUB_DEVICES];
+	cudaError_t sticky;           /* an error that every later call returns */
+	char said[32][200];           /* rules already printed (each once), their start */
+	int nsaid, exit_fail, atexit_set;
+} S = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static __thread int tl_dev;                     /* cudaSetDevice */
+static __thread cudaError_t tl_last;            /* cudaGetLastError */
+static __thread struct stub_capture *tl_cap;    /* this thread's capture (not relaxed) */
+static __thread struct { dim3 grid, block; size_t shmem; cudaStream_t stream; } tl_launch;
+
+static void at_exit(void)
+{
+	if (S.exit_fail) {
+		fflush(stdout);
+		_exit(1);
+	}
+}
+
+void stub_rule(const char *fmt, ...)
+{
+	char msg[600];
+	va_list ap;
+	int seen = 0;
+
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	pthread_mutex_lock(&S.mu);
+	for (int i = 0; i < S.nsaid && !seen; i++)
+		seen = strncmp(S.said[i], msg, sizeof S.said[i] - 1) == 0;
+	if (!seen && S.nsaid < 32) {
+		memcpy(S.said[S.nsaid], msg, sizeof S.said[0] - 1); /* the start is enough to compare */
+		S.said[S.nsaid++][sizeof S.said[0] - 1] = '\0';
+	}
+	if (!S.atexit_set)
+		atexit(at_exit);
+	S.atexit_set = 1;
+	S.exit_fail = 1;
+	pthread_mutex_unlock(&S.mu);
+	if (!seen) {
+		fprintf(stderr, "cuda-stub: rule: %s\n", msg);
+		fflush(stderr);
+	}
+}
+
+int stub_rank(void)
+{
+	return mpi_world_rank();
+}
+
+int stub_fault(const char *call)
+{
+	static struct { char call[40]; long n; } count[32];
+	static int ncount;
+	const char *v = getenv("DDPT_STUB_FAIL");
+	size_t len = strlen(call);
+	const char *p, *at;
+	long want = 1, n = 0;
+	int hit;
+
+	if (v == NULL || strncmp(v, call, len) != 0 || (v[len] != '\0' && v[len] != ':' && v[len] != '@'))
+		return 0;
+	p = v + len;
+	if (*p == ':')
+		want = strtol(p + 1, NULL, 10);
+	at = strchr(p, '@');
+	if (at != NULL && atoi(at + 1) != stub_rank())
+		return 0;
+	pthread_mutex_lock(&S.mu);
+	for (int i = 0; i < ncount; i++)
+		if (strcmp(count[i].call, call) == 0)
+			n = ++count[i].n;
+	if (n == 0 && ncount < 32) {
+		snprintf(count[ncount].call, sizeof count[0].call, "%s", call);
+		n = count[ncount++].n = 1;
+	}
+	hit = n == want;
+	pthread_mutex_unlock(&S.mu);
+	return hit;
+}
+
+int stub_current_device(void)
+{
+	return tl_dev;
+}
+
+static int ndevices(void)
+{
+	const char *v = getenv("DDPT_STUB_GPUS");
+	int n = v != NULL && *v != '\0' ? atoi(v) : 2;
+
+	return n < 0 ? 0 : n > STUB_DEVICES ? STUB_DEVICES : n;
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static cudaError_t ret(cudaError_t e)
+{
+	if (e != cudaSuccess)
+		tl_last = e;
+	return e;
+}
+
+/* Every call: an earlier sticky error is this call's too. */
+#define STICKY() do { if (S.sticky != cudaSuccess) return ret(S.sticky); } while (0)
+
+static void vc_join(struct stub_vc *a, const struct stub_vc *b)
+{
+	for (int i = 0; i < STUB_STREAMS; i++)
+		a->c[i] = b->c[i] > a->c[i] ? b->c[i] : a->c[i];
+}
+
+/* The caller holds S.mu. */
+static cudaStream_t new_stream(int device, int blocking, int legacy)
+{
+	cudaStream_t s;
+
+	if (S.nstreams == STUB_STREAMS)
+		return NULL;
+	s = calloc(1, sizeof *s);
+	if (s == NULL)
+		return NULL;
+	s->id = S.nstreams;
+	s->device = device;
+	s->blocking = blocking;
+	s->legacy = legacy;
+	S.stream[S.nstreams++] = s;
+	return s;
+}
+
+cudaStream_t stub_stream(cudaStream_t s)
+{
+	int d = tl_dev;
+
+	if (s != NULL && s != (cudaStream_t)0x1 && s != (cudaStream_t)0x2)
+		return s;
+	pthread_mutex_lock(&S.mu);
+	if (S.legacy[d] == NULL)
+		S.legacy[d] = new_stream(d, 1, 1);
+	s = S.legacy[d];
+	pthread_mutex_unlock(&S.mu);
+	return s;
+}
+
+struct stub_capture *stub_thread_capture(void)
+{
+	return tl_cap != NULL && tl_cap->mode != cudaStreamCaptureModeRelaxed ? tl_cap : NULL;
+}
+
+static void invalidate(struct stub_capture *c, cudaError_t why)
+{
+	if (c != NULL && !c->invalidated) {
+		c->invalidated = 1;
+		c->why = why;
+	}
+}
+
+cudaError_t stub_unsafe(const char *what, cudaError_t err)
+{
+	struct stub_capture *c = stub_thread_capture();
+
+	if (c == NULL)
+		return cudaSuccess;
+	stub_rule("%s while this thread captures stream %d (a capture in global or thread-local mode): not permitted (%s), and the capture is invalidated",
+		  what, c->origin->id, cudaGetErrorString(err));
+	invalidate(c, err);
+	return ret(err);
+}
+
+/* The start of every call on a stream: an earlier sticky error, or the legacy stream
+ * used while this thread captures (it would synchronise with the capture). */
+static cudaError_t stream_call(cudaStream_t s, const char *what)
+{
+	char msg[160];
+
+	if (S.sticky != cudaSuccess)
+		return ret(S.sticky);
+	if (!s->legacy || stub_thread_capture() == NULL)
+		return cudaSuccess;
+	snprintf(msg, sizeof msg, "%s on the legacy default stream", what);
+	return stub_unsafe(msg, cudaErrorStreamCaptureImplicit);
+}
+
+static struct block *find_block(uintptr_t p)
+{
+	for (int i = 0; i < S.nblocks; i++)
+		if (S.block[i].live && p >= S.block[i].lo && p < S.block[i].hi)
+			return &S.block[i];
+	return NULL;
+}
+
+/* Forget the touches of [lo, hi) (freed memory may come back from the next malloc). */
+static void forget(uintptr_t lo, uintptr_t hi)
+{
+	long n = S.nring < STUB_RING ? S.nring : STUB_RING;
+
+	for (long i = 0; i < n; i++)
+		if (S.ring[i].lo < hi && lo < S.ring[i].hi)
+			S.ring[i].hi = S.ring[i].lo; /* empty */
+}
+
+/* Check a touch of operation `what` (number seq on s) against the remembered ones. */
+static void check_touch(cudaStream_t s, unsigned seq, const char *what, const struct stub_touch *t)
+{
+	long n = S.nring < STUB_RING ? S.nring : STUB_RING;
+	struct rec *r;
+
+	for (long i = 0; i < n; i++) {
+		const struct rec *o = &S.ring[i];
+		struct block *b;
+
+		if (o->lo >= t->hi || t->lo >= o->hi || !(o->write || t->write) || o->sid == s->id ||
+		    s->vc.c[o->sid] >= o->seq)
+			continue;
+		b = find_block(t->lo);
+		pthread_mutex_unlock(&S.mu);
+		stub_rule("%s on stream %d (device %d) and %s on stream %d touch the same memory (%s at byte %zu of a %zu-byte %s block), %s, with nothing ordering them: no event wait or host synchronisation between the two streams",
+			  what, s->id, s->device, o->what, o->sid,
+			  t->write && o->write ? "both write" : "one writes",
+			  b != NULL ? (size_t)((o->lo > t->lo ? o->lo : t->lo) - b->lo) : (size_t)0,
+			  b != NULL ? (size_t)(b->hi - b->lo) : (size_t)0,
+			  b != NULL && b->device < 0 ? "pinned host" : "device",
+			  S.stream[o->sid]->legacy ? "the earlier one on the legacy default stream, which a non-blocking stream is not ordered with" :
+			  "the streams run concurrently");
+		pthread_mutex_lock(&S.mu);
+		break;
+	}
+	r = &S.ring[S.nring++ % STUB_RING];
+	*r = (struct rec){t->lo, t->hi, t->write, s->id, seq, what};
+}
+
+unsigned stub_issue(cudaStream_t s, const char *what, const struct stub_touch *t, int n,
+		    const struct stub_node *coll)
+{
+	unsigned seq;
+
+	pthread_mutex_lock(&S.mu);
+	if (s->cap != NULL) {
+		struct stub_capture *c = s->cap;
+		struct stub_node node = {.what = what};
+
+		if (coll != NULL)
+			node = *coll;
+		node.what = what;
+		node.ntouch = 0;
+		for (int i = 0; i < n && i < STUB_TOUCHES; i++)
+			if (t[i].hi > t[i].lo)
+				node.touch[node.ntouch++] = t[i];
+		if (c->n == c->cap) {
+			size_t cap = c->cap ? 2 * c->cap : 64;
+			struct stub_node *p = realloc(c->node, cap * sizeof *p);
+
+			if (p == NULL) {
+				invalidate(c, cudaErrorMemoryAllocation);
+				pthread_mutex_unlock(&S.mu);
+				return 0;
+			}
+			c->node = p;
+			c->cap = cap;
+		}
+		c->node[c->n++] = node;
+		s->cap_last = c->n;
+		pthread_mutex_unlock(&S.mu);
+		return 0;
+	}
+	vc_join(&s->vc, &S.host); /* issued after what the host has waited for */
+	if (s->legacy) {
+		for (int i = 0; i < S.nstreams; i++)
+			if (S.stream[i]->blocking && S.stream[i]->device == s->device)
+				vc_join(&s->vc, &S.stream[i]->vc);
+	} else if (s->blocking && S.legacy[s->device] != NULL) {
+		vc_join(&s->vc, &S.legacy[s->device]->vc);
+	}
+	seq = ++s->vc.c[s->id];
+	for (int i = 0; i < n; i++)
+		if (t[i].hi > t[i].lo)
+			check_touch(s, seq, what, &t[i]);
+	pthread_mutex_unlock(&S.mu);
+	return seq;
+}
+
+int stub_done(cudaStream_t s, unsigned seq)
+{
+	int done;
+
+	pthread_mutex_lock(&S.mu);
+	done = s->stuck == 0 || seq < s->stuck;
+	pthread_mutex_unlock(&S.mu);
+	return done;
+}
+
+static void host_learns(const struct stub_vc *vc)
+{
+	pthread_mutex_lock(&S.mu);
+	vc_join(&S.host, vc);
+	pthread_mutex_unlock(&S.mu);
+}
+
+int stub_host_has(cudaStream_t s, unsigned seq)
+{
+	int has;
+
+	pthread_mutex_lock(&S.mu);
+	has = S.host.c[s->id] >= seq;
+	pthread_mutex_unlock(&S.mu);
+	return has;
+}
+
+void stub_stick(cudaStream_t s, unsigned seq, void *comm)
+{
+	pthread_mutex_lock(&S.mu);
+	if (s->stuck == 0) {
+		s->stuck = seq;
+		s->stuck_comm = comm;
+	}
+	pthread_mutex_unlock(&S.mu);
+}
+
+void stub_unstick(void *comm)
+{
+	pthread_mutex_lock(&S.mu);
+	for (int i = 0; i < S.nstreams; i++)
+		if (S.stream[i]->stuck_comm == comm) {
+			S.stream[i]->stuck = 0;
+			S.stream[i]->stuck_comm = NULL;
+		}
+	pthread_mutex_unlock(&S.mu);
+}
+
+/* Block while operation seq of s cannot complete (a hung collective: only an abort from
+ * another thread ends it, as on a GPU). */
+static void block_until_done(cudaStream_t s, unsigned seq)
+{
+	while (!stub_done(s, seq))
+		usleep(10000);
+}
+
+/* Wait for everything issued on s. */
+static void sync_stream(cudaStream_t s)
+{
+	unsigned seq;
+	struct stub_vc vc;
+
+	pthread_mutex_lock(&S.mu);
+	seq = s->vc.c[s->id];
+	pthread_mutex_unlock(&S.mu);
+	block_until_done(s, seq);
+	pthread_mutex_lock(&S.mu);
+	vc = s->vc;
+	pthread_mutex_unlock(&S.mu);
+	host_learns(&vc);
+}
+
+/* cudaFree and cudaFreeHost wait for the whole device (every device for pinned memory). */
+static void sync_device(int device)
+{
+	for (int i = 0; i < S.nstreams; i++)
+		if (device < 0 || S.stream[i]->device == device)
+			sync_stream(S.stream[i]);
+}
+
+int stub_graph_holds(void *comm)
+{
+	int holds = 0;
+
+	pthread_mutex_lock(&S.mu);
+	for (int i = 0; i < S.ngraphs && !holds; i++) {
+		const struct stub_node *node = S.graph_exec[i] ? ((cudaGraphExec_t)S.graph[i])->node
+							       : ((cudaGraph_t)S.graph[i])->node;
+		size_t n = S.graph_exec[i] ? ((cudaGraphExec_t)S.graph[i])->n : ((cudaGraph_t)S.graph[i])->n;
+
+		for (size_t k = 0; k < n && !holds; k++)
+			holds = node[k].comm == comm;
+	}
+	pthread_mutex_unlock(&S.mu);
+	return holds;
+}
+
+static void graph_add(void *g, int exec)
+{
+	pthread_mutex_lock(&S.mu);
+	if (S.ngraphs < STUB_GRAPHS) {
+		S.graph[S.ngraphs] = g;
+		S.graph_exec[S.ngraphs++] = exec;
+	}
+	pthread_mutex_unlock(&S.mu);
+}
+
+static int graph_remove(void *g)
+{
+	int found = 0;
+
+	pthread_mutex_lock(&S.mu);
+	for (int i = 0; i < S.ngraphs; i++)
+		if (S.graph[i] == g) {
+			S.graph[i] = S.graph[S.ngraphs - 1];
+			S.graph_exec[i] = S.graph_exec[--S.ngraphs];
+			found = 1;
+			break;
+		}
+	pthread_mutex_unlock(&S.mu);
+	return found;
+}
+
+/* A tracked pointer's touch of n bytes (nothing for untracked, pageable memory). */
+static int touch(struct stub_touch *t, const void *p, size_t n, int write)
+{
+	int tracked;
+
+	pthread_mutex_lock(&S.mu);
+	tracked = p != NULL && n > 0 && find_block((uintptr_t)p) != NULL;
+	pthread_mutex_unlock(&S.mu);
+	if (!tracked)
+		return 0;
+	*t = (struct stub_touch){(uintptr_t)p, (uintptr_t)p + n, write};
+	return 1;
+}
+
+static int is_pinned(const void *p)
+{
+	struct block *b;
+	int pinned;
+
+	pthread_mutex_lock(&S.mu);
+	b = find_block((uintptr_t)p);
+	pinned = b != NULL && b->device < 0;
+	pthread_mutex_unlock(&S.mu);
+	return pinned;
+}
+
+/* ---- devices and errors ---------------------------------------------------------- */
+
+const char *cudaGetErrorString(cudaError_t e)
+{
+	switch (e) {
+	case cudaSuccess: return "no error";
+	case cudaErrorInvalidValue: return "invalid argument";
+	case cudaErrorMemoryAllocation: return "out of memory";
+	case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+	case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+	case cudaErrorInvalidDevice: return "invalid device ordinal";
+	case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+	case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
+	case cudaErrorNotReady: return "device not ready";
+	case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+	case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
+	case cudaErrorPeerAccessAlreadyEnabled: return "peer access is already enabled";
+	case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+	case cudaErrorStreamCaptureInvalidated: return "operation failed due to a previous error during capture";
+	case cudaErrorStreamCaptureUnjoined: return "capture sequence contains a fork that was not joined to the primary stream";
+	case cudaErrorStreamCaptureImplicit: return "operation would make the legacy stream depend on a capturing blocking stream";
+	default: return "unknown error (cuda-stub)";
+	}
+}
+
+cudaError_t cudaGetLastError(void)
+{
+	cudaError_t e = S.sticky != cudaSuccess ? S.sticky : tl_last;
+
+	tl_last = cudaSuccess;
+	return e;
+}
+
+cudaError_t cudaPeekAtLastError(void)
+{
+	return S.sticky != cudaSuccess ? S.sticky : tl_last;
+}
+
+cudaError_t cudaRuntimeGetVersion(int *v)
+{
+	*v = CUDART_VERSION;
+	return cudaSuccess;
+}
+
+cudaError_t cudaDriverGetVersion(int *v)
+{
+	*v = CUDART_VERSION;
+	return cudaSuccess;
+}
+
+cudaError_t cudaGetDeviceCount(int *n)
+{
+	*n = ndevices();
+	return *n > 0 ? cudaSuccess : ret(cudaErrorNoDevice);
+}
+
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *p, int dev)
+{
+	if (dev < 0 || dev >= ndevices())
+		return ret(cudaErrorInvalidDevice);
+	memset(p, 0, sizeof *p);
+	snprintf(p->name, sizeof p->name, "Stub GPU %d", dev);
+	p->uuid.bytes[0] = (char)0x5b;
+	p->uuid.bytes[1] = (char)dev;
+	return cudaSuccess;
+}
+
+cudaError_t cudaSetDevice(int dev)
+{
+	STICKY();
+	if (dev < 0 || dev >= ndevices())
+		return ret(cudaErrorInvalidDevice);
+	tl_dev = dev;
+	return cudaSuccess;
+}
+
+cudaError_t cudaGetDevice(int *dev)
+{
+	*dev = tl_dev;
+	return cudaSuccess;
+}
+
+cudaError_t cudaDeviceCanAccessPeer(int *can, int dev, int peer)
+{
+	*can = dev != peer && dev >= 0 && peer >= 0 && dev < ndevices() && peer < ndevices();
+	return cudaSuccess;
+}
+
+cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned flags)
+{
+	int already;
+
+	STICKY();
+	if (peer < 0 || peer >= ndevices() || peer == tl_dev)
+		return ret(cudaErrorInvalidDevice);
+	pthread_mutex_lock(&S.mu);
+	already = S.peer[tl_dev][peer];
+	S.peer[tl_dev][peer] = 1;
+	pthread_mutex_unlock(&S.mu);
+	return already ? ret(cudaErrorPeerAccessAlreadyEnabled) : cudaSuccess;
+}
+
+cudaError_t cudaDeviceSynchronize(void)
+{
+	cudaError_t e = stub_unsafe("cudaDeviceSynchronize", cudaErrorStreamCaptureUnsupported);
+
+	STICKY();
+	if (e != cudaSuccess)
+		return e;
+	sync_device(tl_dev);
+	return cudaSuccess;
+}
+
+/* ---- memory --------------------------------------------------------------------- */
+
+static cudaError_t new_block(void **p, size_t bytes, int device)
+{
+	unsigned char *m = malloc(bytes ? bytes : 1);
+
+	if (m == NULL)
+		return ret(cudaErrorMemoryAllocation);
+	memset(m, 0xff, bytes ? bytes : 1); /* NaN until written */
+	pthread_mutex_lock(&S.mu);
+	for (int i = 0; i <= S.nblocks && i < STUB_BLOCKS; i++)
+		if (i == S.nblocks || !S.block[i].live) {
+			S.block[i] = (struct block){(uintptr_t)m, (uintptr_t)m + (bytes ? bytes : 1), device, 1};
+			if (i == S.nblocks)
+				S.nblocks++;
+			break;
+		}
+	pthread_mutex_unlock(&S.mu);
+	*p = m;
+	return cudaSuccess;
+}
+
+static cudaError_t free_block(void *p, int pinned, const char *what)
+{
+	struct block *b;
+	int ok;
+
+	if (p == NULL)
+		return cudaSuccess;
+	sync_device(pinned ? -1 : tl_dev); /* an implicit synchronisation */
+	pthread_mutex_lock(&S.mu);
+	b = find_block((uintptr_t)p);
+	ok = b != NULL && b->lo == (uintptr_t)p && (b->device < 0) == pinned;
+	if (ok) {
+		forget(b->lo, b->hi);
+		b->live = 0;
+	}
+	pthread_mutex_unlock(&S.mu);
+	if (!ok) {
+		stub_rule("%s(%p): not a pointer from %s", what, p, pinned ? "cudaHostAlloc" : "cudaMalloc");
+		return ret(cudaErrorInvalidValue);
+	}
+	free(p);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMalloc(void **p, size_t bytes)
+{
+	cudaError_t e;
+
+	STICKY();
+	*p = NULL;
+	e = stub_unsafe("cudaMalloc", cudaErrorStreamCaptureUnsupported);
+	if (e != cudaSuccess)
+		return e;
+	if (stub_fault("cudaMalloc"))
+		return ret(cudaErrorMemoryAllocation);
+	return new_block(p, bytes, tl_dev);
+}
+
+cudaError_t cudaFree(void *p)
+{
+	cudaError_t e;
+
+	STICKY();
+	e = stub_unsafe("cudaFree", cudaErrorStreamCaptureUnsupported);
+	return e != cudaSuccess ? e : free_block(p, 0, "cudaFree");
+}
+
+cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags)
+{
+	cudaError_t e;
+
+	STICKY();
+	*p = NULL;
+	e = stub_unsafe("cudaHostAlloc", cudaErrorStreamCaptureUnsupported);
+	if (e != cudaSuccess)
+		return e;
+	if (stub_fault("cudaHostAlloc"))
+		return ret(cudaErrorMemoryAllocation);
+	e = new_block(p, bytes, -1);
+	if (e == cudaSuccess)
+		memset(*p, 0, bytes);
+	return e;
+}
+
+cudaError_t cudaMallocHost(void **p, size_t bytes)
+{
+	return cudaHostAlloc(p, bytes, 0);
+}
+
+cudaError_t cudaFreeHost(void *p)
+{
+	cudaError_t e;
+
+	STICKY();
+	e = stub_unsafe("cudaFreeHost", cudaErrorStreamCaptureUnsupported);
+	return e != cudaSuccess ? e : free_block(p, 1, "cudaFreeHost");
+}
+
+cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
+			    cudaStream_t stream)
+{
+	cudaStream_t s = stub_stream(stream);
+	struct stub_touch t[2];
+	int n = 0, to_pageable;
+	unsigned seq;
+	cudaError_t e;
+
+	e = stream_call(s, "cudaMemcpyAsync");
+	if (e != cudaSuccess)
+		return e;
+	if (stub_fault("cudaMemcpyAsync")) {
+		S.sticky = cudaErrorIllegalAddress; /* the device is lost */
+		return ret(S.sticky);
+	}
+	n += touch(&t[n], src, bytes, 0);
+	n += touch(&t[n], dst, bytes, 1);
+	to_pageable = kind == cudaMemcpyDeviceToHost && !is_pinned(dst);
+	seq = stub_issue(s, kind == cudaMemcpyDeviceToHost ? "cudaMemcpyAsync(device to host)" :
+			 kind == cudaMemcpyHostToDevice ? "cudaMemcpyAsync(host to device)" :
+			 "cudaMemcpyAsync(device to device)", t, n, NULL);
+	if (s->cap != NULL)
+		return cudaSuccess;
+	/* Into pageable memory the call returns once the copy has run: the stream drains. */
+	if (to_pageable)
+		sync_stream(s);
+	(void)seq;
+	memmove(dst, src, bytes);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind)
+{
+	cudaError_t e = stub_unsafe("cudaMemcpy (synchronous, the legacy stream)", cudaErrorStreamCaptureImplicit);
+
+	if (e != cudaSuccess)
+		return e;
+	e = cudaMemcpyAsync(dst, src, bytes, kind, NULL);
+	if (e == cudaSuccess)
+		sync_stream(stub_stream(NULL));
+	return e;
+}
+
+cudaError_t cudaMemcpyPeerAsync(void *dst, int dst_dev, const void *src, int src_dev, size_t bytes,
+				cudaStream_t stream)
+{
+	cudaStream_t s = stub_stream(stream);
+	struct stub_touch t[2];
+	int n = 0;
+
+	STICKY();
+	n += touch(&t[n], src, bytes, 0);
+	n += touch(&t[n], dst, bytes, 1);
+	stub_issue(s, "cudaMemcpyPeerAsync", t, n, NULL);
+	if (s->cap == NULL)
+		memmove(dst, src, bytes);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t stream)
+{
+	cudaStream_t s = stub_stream(stream);
+	struct stub_touch t;
+	int n;
+	cudaError_t e;
+
+	e = stream_call(s, "cudaMemsetAsync");
+	if (e != cudaSuccess)
+		return e;
+	if (stub_fault("cudaMemsetAsync"))
+		return ret(cudaErrorInvalidValue);
+	n = touch(&t, p, bytes, 1);
+	stub_issue(s, s->legacy ? "cudaMemset (legacy default stream)" : "cudaMemsetAsync", &t, n, NULL);
+	if (s->cap == NULL)
+		memset(p, v, bytes);
+	return cudaSuccess;
+}
+
+cudaError_t cudaMemset(void *p, int v, size_t bytes)
+{
+	cudaError_t e = stub_unsafe("cudaMemset (the legacy default stream)", cudaErrorStreamCaptureImplicit);
+
+	return e != cudaSuccess ? e : cudaMemsetAsync(p, v, bytes, NULL);
+}
+
+/* ---- streams and events ------------------------------------------------------------ */
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags)
+{
+	STICKY();
+	*s = NULL;
+	if (stub_fault("cudaStreamCreate"))
+		return ret(cudaErrorMemoryAllocation);
+	pthread_mutex_lock(&S.mu);
+	*s = new_stream(tl_dev, !(flags & cudaStreamNonBlocking), 0);
+	pthread_mutex_unlock(&S.mu);
+	return *s != NULL ? cudaSuccess : ret(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaStreamCreate(cudaStream_t *s)
+{
+	return cudaStreamCreateWithFlags(s, cudaStreamDefault);
+}
+
+cudaError_t cudaStreamDestroy(cudaStream_t s)
+{
+	if (s == NULL)
+		return cudaSuccess;
+	if (s->cap != NULL) {
+		stub_rule("cudaStreamDestroy of stream %d while it captures", s->id);
+		return ret(cudaErrorStreamCaptureUnsupported);
+	}
+	s->destroyed = 1; /* kept: its clock stays in everyone's */
+	return cudaSuccess;
+}
+
+/* Querying or synchronising a stream that captures is not permitted; it invalidates. */
+static cudaError_t capturing_stream(cudaStream_t s, const char *what)
+{
+	if (s->cap == NULL)
+		return cudaSuccess;
+	stub_rule("%s on stream %d while it captures: not permitted, and the capture is invalidated",
+		  what, s->id);
+	invalidate(s->cap, cudaErrorStreamCaptureUnsupported);
+	return ret(cudaErrorStreamCaptureUnsupported);
+}
+
+cudaError_t cudaStreamSynchronize(cudaStream_t stream)
+{
+	cudaStream_t s = stub_stream(stream);
+	cudaError_t e;
+
+	e = stream_call(s, "cudaStreamSynchronize");
+	if (e == cudaSuccess)
+		e = capturing_stream(s, "cudaStreamSynchronize");
+	if (e != cudaSuccess)
+		return e;
+	sync_stream(s);
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamQuery(cudaStream_t stream)
+{
+	cudaStream_t s = stub_stream(stream);
+	cudaError_t e;
+	struct stub_vc vc;
+
+	STICKY();
+	e = capturing_stream(s, "cudaStreamQuery");
+	if (e != cudaSuccess)
+		return e;
+	pthread_mutex_lock(&S.mu);
+	vc = s->vc;
+	pthread_mutex_unlock(&S.mu);
+	if (!stub_done(s, vc.c[s->id]))
+		return cudaErrorNotReady;
+	host_learns(&vc);
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags)
+{
+	STICKY();
+	*e = calloc(1, sizeof **e);
+	if (*e == NULL)
+		return ret(cudaErrorMemoryAllocation);
+	(*e)->device = tl_dev;
+	(*e)->timing = !(flags & cudaEventDisableTiming);
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventCreate(cudaEvent_t *e)
+{
+	return cudaEventCreateWithFlags(e, cudaEventDefault);
+}
+
+cudaError_t cudaEventDestroy(cudaEvent_t e)
+{
+	free(e);
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream)
+{
+	cudaStream_t s = stub_stream(stream);
+	cudaError_t err;
+
+	err = stream_call(s, "cudaEventRecord");
+	if (err != cudaSuccess)
+		return err;
+	if (e == NULL)
+		return ret(cudaErrorInvalidResourceHandle);
+	if (e->device != s->device) {
+		stub_rule("cudaEventRecord: an event of device %d recorded on stream %d of device %d",
+			  e->device, s->id, s->device);
+		return ret(cudaErrorInvalidResourceHandle);
+	}
+	if (stub_fault("cudaEventRecord"))
+		return ret(cudaErrorInvalidResourceHandle);
+	pthread_mutex_lock(&S.mu);
+	e->recorded = 1;
+	e->stream = s;
+	e->cap = s->cap;
+	if (s->cap != NULL) {
+		e->cap_nodes = s->cap->n;
+	} else {
+		vc_join(&s->vc, &S.host);
+		e->vc = s->vc;
+		e->seq = s->vc.c[s->id];
+		e->t = now();
+	}
+	pthread_mutex_unlock(&S.mu);
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t e, unsigned flags)
+{
+	cudaStream_t s = stub_stream(stream);
+	cudaError_t err;
+
+	err = stream_call(s, "cudaStreamWaitEvent");
+	if (err != cudaSuccess)
+		return err;
+	if (e == NULL)
+		return ret(cudaErrorInvalidResourceHandle);
+	if (!e->recorded)
+		return cudaSuccess;
+	pthread_mutex_lock(&S.mu);
+	if (e->cap != NULL && e->cap->ended) {
+		/* recorded in a capture that has ended: it stands for no work */
+	} else if (e->cap != NULL) {
+		struct stub_capture *c = e->cap;
+
+		if (s->cap == NULL) { /* a fork: s joins the capture */
+			s->cap = c;
+			s->cap_last = s->cap_joined = c->n;
+		} else if (s == c->origin && e->stream != s && e->stream->cap == c) {
+			if (e->cap_nodes > e->stream->cap_joined)
+				e->stream->cap_joined = e->cap_nodes; /* joined back */
+		}
+	} else if (s->cap == NULL) {
+		vc_join(&s->vc, &e->vc);
+		if (e->stream->stuck != 0 && e->seq >= e->stream->stuck && s->stuck == 0) {
+			s->stuck = s->vc.c[s->id] + 1; /* what comes next waits for a hung collective */
+			s->stuck_comm = e->stream->stuck_comm;
+		}
+	}
+	pthread_mutex_unlock(&S.mu);
+	return cudaSuccess;
+}
+
+static cudaError_t captured_event(cudaEvent_t e, const char *what)
+{
+	if (e->cap == NULL || e->cap->ended)
+		return cudaSuccess;
+	stub_rule("%s on an event recorded inside a capture: not permitted (it stands for no work that runs)", what);
+	invalidate(e->cap, cudaErrorStreamCaptureUnsupported);
+	return ret(cudaErrorStreamCaptureUnsupported);
+}
+
+cudaError_t cudaEventQuery(cudaEvent_t e)
+{
+	cudaError_t err;
+
+	STICKY();
+	if (e == NULL)
+		return ret(cudaErrorInvalidResourceHandle);
+	if (!e->recorded)
+		return cudaSuccess;
+	err = captured_event(e, "cudaEventQuery");
+	if (err != cudaSuccess || e->cap != NULL)
+		return err;
+	if (!stub_done(e->stream, e->seq))
+		return cudaErrorNotReady;
+	host_learns(&e->vc);
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventSynchronize(cudaEvent_t e)
+{
+	cudaError_t err;
+
+	STICKY();
+	if (e == NULL)
+		return ret(cudaErrorInvalidResourceHandle);
+	if (!e->recorded)
+		return cudaSuccess;
+	err = captured_event(e, "cudaEventSynchronize");
+	if (err == cudaSuccess)
+		err = stub_unsafe("cudaEventSynchronize", cudaErrorStreamCaptureUnsupported);
+	if (err != cudaSuccess || e->cap != NULL)
+		return err;
+	block_until_done(e->stream, e->seq);
+	host_learns(&e->vc);
+	return cudaSuccess;
+}
+
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
+{
+	STICKY();
+	if (a == NULL || b == NULL || !a->recorded || !b->recorded || a->cap != NULL || b->cap != NULL)
+		return ret(cudaErrorInvalidResourceHandle);
+	if (!a->timing || !b->timing) {
+		stub_rule("cudaEventElapsedTime on an event created with cudaEventDisableTiming: there is no time to read");
+		return ret(cudaErrorInvalidResourceHandle);
+	}
+	if (!stub_done(a->stream, a->seq) || !stub_done(b->stream, b->seq))
+		return ret(cudaErrorNotReady);
+	*ms = (float)(1e3 * (b->t - a->t));
+	return cudaSuccess;
+}
+
+/* ---- capture and graphs ----------------------------------------------------------- */
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
+{
+	cudaStream_t s = stub_stream(stream);
+	struct stub_capture *c;
+
+	STICKY();
+	if (s->legacy)
+		return ret(cudaErrorStreamCaptureUnsupported);
+	if (s->cap != NULL)
+		return ret(cudaErrorIllegalState);
+	c = calloc(1, sizeof *c);
+	if (c == NULL)
+		return ret(cudaErrorMemoryAllocation);
+	c->origin = s;
+	c->mode = mode;
+	pthread_mutex_lock(&S.mu);
+	s->cap = c;
+	s->cap_last = s->cap_joined = 0;
+	pthread_mutex_unlock(&S.mu);
+	if (mode != cudaStreamCaptureModeRelaxed)
+		tl_cap = c;
+	return cudaSuccess;
+}
+
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *g)
+{
+	cudaStream_t s = stub_stream(stream);
+	struct stub_capture *c = s->cap;
+	cudaError_t e = cudaSuccess;
+	int unjoined = -1;
+
+	*g = NULL;
+	if (c == NULL || c->origin != s)
+		return ret(cudaErrorIllegalState);
+	pthread_mutex_lock(&S.mu);
+	for (int i = 0; i < S.nstreams; i++) {
+		cudaStream_t x = S.stream[i];
+
+		if (x->cap != c)
+			continue;
+		if (x != s && x->cap_last > x->cap_joined)
+			unjoined = x->id;
+		x->cap = NULL;
+	}
+	pthread_mutex_unlock(&S.mu);
+	if (tl_cap == c)
+		tl_cap = NULL;
+	if (unjoined >= 0 && !c->invalidated) {
+		stub_rule("cudaStreamEndCapture on stream %d: stream %d joined the capture (waited on one of its events) and its last work was not joined back into the origin stream (cudaErrorStreamCaptureUnjoined)",
+			  s->id, unjoined);
+		invalidate(c, cudaErrorStreamCaptureUnjoined);
+	}
+	c->ended = 1;
+	if (c->invalidated) {
+		e = c->why == cudaErrorStreamCaptureUnjoined ? c->why : cudaErrorStreamCaptureInvalidated;
+		free(c->node);
+	} else {
+		cudaGraph_t graph = calloc(1, sizeof *graph);
+
+		if (graph == NULL) {
+			free(c->node);
+			e = cudaErrorMemoryAllocation;
+		} else {
+			graph->node = c->node;
+			graph->n = c->n;
+			graph_add(graph, 0);
+			*g = graph;
+		}
+	}
+	c->node = NULL;
+	c->n = c->cap = 0; /* kept (not freed): events recorded inside it still point here */
+	return ret(e);
+}
+
+cudaError_t cudaStreamIsCapturing(cudaStream_t stream, enum cudaStreamCaptureStatus *st)
+{
+	cudaStream_t s = stub_stream(stream);
+
+	*st = s->cap == NULL ? cudaStreamCaptureStatusNone :
+	      s->cap->invalidated ? cudaStreamCaptureStatusInvalidated : cudaStreamCaptureStatusActive;
+	return cudaSuccess;
+}
+
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned long long flags)
+{
+	cudaGraphExec_t exec;
+
+	STICKY();
+	*x = NULL;
+	if (g == NULL || g->destroyed)
+		return ret(cudaErrorInvalidValue);
+	if (stub_fault("cudaGraphInstantiate"))
+		return ret(cudaErrorInvalidValue);
+	exec = calloc(1, sizeof *exec);
+	if (exec == NULL || (exec->node = malloc((g->n ? g->n : 1) * sizeof *g->node)) == NULL) {
+		free(exec);
+		return ret(cudaErrorMemoryAllocation);
+	}
+	memcpy(exec->node, g->node, g->n * sizeof *g->node);
+	exec->n = g->n;
+	graph_add(exec, 1);
+	*x = exec;
+	return cudaSuccess;
+}
+
+/* A graph or an executable graph, and its nodes. */
+static cudaError_t graph_destroy(void *g, struct stub_node *node)
+{
+	if (g == NULL || !graph_remove(g))
+		return ret(cudaErrorInvalidValue);
+	free(node);
+	free(g);
+	return cudaSuccess;
+}
+
+cudaError_t cudaGraphDestroy(cudaGraph_t g)
+{
+	return graph_destroy(g, g != NULL ? g->node : NULL);
+}
+
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x)
+{
+	return graph_destroy(x, x != NULL ? x->node : NULL);
+}
+
+/* The graph's work comes after the stream's earlier work and before its later work; here
+ * in the order it was captured, on the launch stream. */
+cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t stream)
+{
+	cudaStream_t s = stub_stream(stream);
+	cudaError_t e;
+
+	e = stream_call(s, "cudaGraphLaunch");
+	if (e != cudaSuccess)
+		return e;
+	if (x == NULL)
+		return ret(cudaErrorInvalidValue);
+	if (stub_fault("cudaGraphLaunch"))
+		return ret(cudaErrorLaunchOutOfResources);
+	for (size_t i = 0; i < x->n; i++) {
+		if (x->node[i].comm != NULL)
+			stub_nccl_replay(&x->node[i], s);
+		else
+			stub_issue(s, x->node[i].what, x->node[i].touch, x->node[i].ntouch, NULL);
+	}
+	return cudaSuccess;
+}
+
+/* ---- kernels: nvcc's registration and launch ------------------------------------------ */
+
+void **__cudaRegisterFatBinary(void *fatCubin)
+{
+	static void *handle[16];
+	static int n;
+
+	return &handle[n < 15 ? n++ : 15];
+}
+
+void __cudaRegisterFatBinaryEnd(void **handle)
+{
+}
+
+void __cudaUnregisterFatBinary(void **handle)
+{
+}
+
+/* A kernel's parameters from its demangled name, "k_add(float*, float const*, unsigned
+ * long)": which are pointers, and which of those point to const. */
+static void parse_params(struct kernel *k, const char *mangled)
+{
+	int status = 0;
+	char *d = __cxa_demangle(mangled, NULL, NULL, &status);
+	const char *p = d != NULL ? strchr(d, '(') : NULL;
+	int depth = 0, i = 0;
+	const char *start;
+
+	snprintf(k->name, sizeof k->name, "%s", mangled);
+	if (p == NULL) {
+		free(d);
+		return;
+	}
+	snprintf(k->name, sizeof k->name, "%.*s", (int)(p - d), d);
+	start = ++p;
+	for (; *p != '\0' && i < 32; p++) {
+		if (*p == '(' || *p == '<')
+			depth++;
+		else if ((*p == ')' || *p == '>') && depth > 0)
+			depth--;
+		else if ((*p == ',' || *p == ')') && depth == 0) {
+			const char *e = p;
+
+			while (e > start && e[-1] == ' ')
+				e--;
+			if (e > start && e[-1] == '*') {
+				k->ptr |= 1u << i;
+				/* "float const*": the pointee is const (not "float* const") */
+				if (e - start >= 7 && memmem(start, (size_t)(e - start), "const*", 6) != NULL)
+					k->konst |= 1u << i;
+			}
+			if (e > start)
+				i++;
+			start = p + 1;
+			while (*start == ' ')
+				start++;
+			if (*p == ')')
+				break;
+		}
+	}
+	k->npar = i;
+	free(d);
+}
+
+void __cudaRegisterFunction(void **handle, const char *hostFun, char *deviceFun,
+			    const char *deviceName, int thread_limit, uint3 *tid, uint3 *bid,
+			    dim3 *bDim, dim3 *gDim, int *wSize)
+{
+	struct kernel *k;
+
+	pthread_mutex_lock(&S.mu);
+	k = S.nkernels < STUB_KERNELS ? &S.kernel[S.nkernels++] : NULL;
+	pthread_mutex_unlock(&S.mu);
+	if (k == NULL)
+		return;
+	k->host = hostFun;
+	parse_params(k, deviceName);
+}
+
+cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
+{
+	for (int i = 0; i < S.nkernels; i++)
+		if (S.kernel[i].host == hostFun) {
+			*kernel = (cudaKernel_t)(void *)&S.kernel[i];
+			return cudaSuccess;
+		}
+	*kernel = NULL;
+	return ret(cudaErrorInvalidValue);
+}
+
+unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem,
+				     struct CUstream_st *stream)
+{
+	tl_launch.grid = gridDim;
+	tl_launch.block = blockDim;
+	tl_launch.shmem = sharedMem;
+	tl_launch.stream = stream;
+	return 0;
+}
+
+cudaError_t __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sharedMem,
+				       void *stream)
+{
+	*gridDim = tl_launch.grid;
+	*blockDim = tl_launch.block;
+	*sharedMem = tl_launch.shmem;
+	*(cudaStream_t *)stream = tl_launch.stream;
+	return cudaSuccess;
+}
+
+/* A launch: its pointer arguments' first elements are its touches (a kernel's extent is
+ * its own business; where two streams meet on a buffer, its first element is touched). */
+cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void **args,
+			       size_t sharedMem, cudaStream_t stream)
+{
+	const struct kernel *k = (const struct kernel *)(void *)kernel;
+	cudaStream_t s = stub_stream(stream);
+	struct stub_touch t[STUB_TOUCHES];
+	int n = 0;
+	cudaError_t e;
+
+	if (k == NULL)
+		return ret(cudaErrorInvalidValue);
+	e = stream_call(s, k->name);
+	if (e != cudaSuccess)
+		return e;
+	if (s->device != tl_dev) {
+		stub_rule("%s launched on stream %d of device %d while device %d is current: a launch goes to the current device's streams only",
+			  k->name, s->id, s->device, tl_dev);
+		return ret(cudaErrorInvalidResourceHandle);
+	}
+	if ((unsigned long)grid.x * grid.y * grid.z == 0 || (unsigned long)block.x * block.y * block.z == 0 ||
+	    (unsigned long)block.x * block.y * block.z > 1024)
+		return ret(cudaErrorInvalidConfiguration);
+	if (stub_fault("launch"))
+		return ret(cudaErrorLaunchOutOfResources);
+	for (int i = 0; i < k->npar && n < STUB_TOUCHES; i++)
+		if (k->ptr >> i & 1)
+			n += touch(&t[n], *(void **)args[i], sizeof(float), !(k->konst >> i & 1));
+	stub_issue(s, k->name, t, n, NULL);
+	return cudaSuccess;
+}

@@ -1,0 +1,152 @@
+/*
+ * cuda_stub.h - what the stub CUDA runtime (cuda_stub.c), cuBLAS (cublas_stub.c) and
+ * NCCL (nccl_stub.c) share: streams with vector clocks, events, captures and graphs,
+ * the memory they touch, the rules and the injected faults.
+ *
+ * The stubs take the place of libcudart, libcublas and libnccl in a test build of the
+ * real CUDA module (tests/lib/cuda-stub.so: src/cuda's objects as the module is built,
+ * linked against these instead), so that the module's own code -- its stream use, its
+ * teardown order, its error returns -- runs in make check without a GPU. They compute
+ * nothing (a kernel or an SGEMM is only its launch); what they do is what CUDA and NCCL
+ * require of their caller, and they say so, "cuda-stub: rule: ...", on stderr, and fail
+ * the process at exit, where the real libraries would hang, return an error the module
+ * might swallow, or give wrong numbers without a word:
+ *   - two operations on different streams that touch the same memory, one writing,
+ *     with no event or host synchronisation ordering them (a data race on the GPU): every
+ *     operation carries its stream's vector clock; memcpy, memset, cuBLAS and NCCL know
+ *     their extent, a kernel its pointer arguments' first element (from its signature);
+ *   - the legacy default stream, which non-blocking streams are not ordered with, used
+ *     by a thread while it captures (cudaErrorStreamCaptureImplicit);
+ *   - what a capture forbids (thread-local or global mode): allocation and free
+ *     (cudaMalloc, cudaFree, cudaHostAlloc, cudaFreeHost), synchronising or querying a
+ *     capturing stream or a captured event, a forked stream not joined back by the end
+ *     (cudaErrorStreamCaptureUnjoined), cuBLAS without a workspace of its own;
+ *   - a launch on a stream of another device than the current one, with an empty grid;
+ *   - timing read from events created without timing;
+ *   - collectives that differ across ranks in kind, count, root or order, or that are
+ *     replayed from a graph on some ranks and issued eagerly on others;
+ *   - ncclCommDestroy while a graph (or executable graph) holding one of its collectives
+ *     exists (it waits for the graph: a hang), or before the host knows its collectives
+ *     complete (work in flight), a communicator used after destroy or abort.
+ *
+ * Faults, from the environment: DDPT_STUB_FAIL=CALL[:N][@R] -- the N-th call (default the
+ * first) of CALL on world rank R (default every rank) fails with that call's usual error
+ * (CALL: cudaMalloc, cudaHostAlloc, cudaMemcpyAsync, cudaMemsetAsync, cudaStreamCreate,
+ * cudaEventRecord, cudaGraphInstantiate, cudaGraphLaunch, launch (a kernel),
+ * cublasSgemm, ncclCommInitRank, ncclAllReduce; ncclAsyncError: the N-th all-reduce that
+ * runs, eagerly or replayed, fails asynchronously, ncclCommGetAsyncError reporting a
+ * system error from then on); DDPT_STUB_HANG=N[@R]: the N-th all-reduce never completes
+ * until its communicator is aborted (a dead peer);
+ * DDPT_STUB_GPUS=N devices (default 2).
+ */
+#ifndef DDPT_CUDA_STUB_H
+#define DDPT_CUDA_STUB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#define STUB_STREAMS 64 /* streams a process may create (the vector clocks' width) */
+
+struct stub_vc {
+	unsigned c[STUB_STREAMS];
+};
+
+struct stub_capture;
+
+struct CUstream_st {
+	int id;                     /* its index in every vector clock */
+	int device;
+	int blocking;               /* ordered with the legacy stream (not cudaStreamNonBlocking) */
+	int legacy;                 /* the legacy default stream of its device */
+	int destroyed;
+	struct stub_vc vc;          /* what its next operation comes after */
+	unsigned stuck;             /* its operations from number `stuck` on never complete (0: none) */
+	void *stuck_comm;           /* ...until this communicator is aborted */
+	struct stub_capture *cap;   /* the capture it takes part in, or NULL */
+	size_t cap_last;            /* nodes of cap when it last added one */
+	size_t cap_joined;          /* nodes of cap when the origin last waited on it */
+};
+
+struct CUevent_st {
+	int device;
+	int timing;
+	int recorded;
+	struct stub_vc vc;          /* the position it marks */
+	cudaStream_t stream;        /* where it was recorded */
+	unsigned seq;               /* that stream's operations before it */
+	struct stub_capture *cap;   /* recorded inside this capture, or NULL */
+	size_t cap_nodes;           /* the capture's nodes then */
+	double t;                   /* host clock when recorded (the "GPU time") */
+};
+
+/* One place an operation reads or writes. */
+struct stub_touch {
+	uintptr_t lo, hi;
+	int write;
+};
+
+#define STUB_TOUCHES 8
+
+/* One operation recorded in a capture: replayed on the launch stream. */
+struct stub_node {
+	const char *what;
+	struct stub_touch touch[STUB_TOUCHES];
+	int ntouch;
+	void *comm;                 /* a collective: its communicator */
+	int coll_kind, coll_root;
+	size_t coll_count;
+};
+
+struct stub_capture {
+	cudaStream_t origin;
+	int mode;                   /* enum cudaStreamCaptureMode */
+	int invalidated;
+	int ended;                  /* cudaStreamEndCapture ran (kept for its events) */
+	cudaError_t why;
+	struct stub_node *node;
+	size_t n, cap;
+};
+
+struct CUgraph_st {
+	struct stub_node *node;
+	size_t n;
+	int destroyed;
+};
+
+struct CUgraphExec_st {
+	struct stub_node *node;
+	size_t n;
+	int destroyed;
+};
+
+/* cuda_stub.c: the model the three libraries share. */
+void stub_rule(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+int stub_fault(const char *call);            /* is this call of `call` to fail? */
+int stub_rank(void);
+int stub_current_device(void);
+cudaStream_t stub_stream(cudaStream_t s);     /* NULL: the current device's legacy stream */
+/* The calling thread's capture in a mode that forbids unsafe calls, or NULL. */
+struct stub_capture *stub_thread_capture(void);
+/* An unsafe call while the thread captures: the capture is invalidated with err. */
+cudaError_t stub_unsafe(const char *what, cudaError_t err);
+/* Issue an operation on stream s touching t[0..n): recorded into s's capture, or ordered
+ * on s (its clock advanced) and checked against every earlier unordered touch. Returns
+ * its number on s (0 when captured). */
+unsigned stub_issue(cudaStream_t s, const char *what, const struct stub_touch *t, int n,
+		    const struct stub_node *coll);
+/* Has operation `seq` of s completed (a hung collective before it: no)? */
+int stub_done(cudaStream_t s, unsigned seq);
+/* Does the host know that s's operations up to seq completed (it waited for them)? */
+int stub_host_has(cudaStream_t s, unsigned seq);
+/* Streams stuck behind a hung collective of comm complete now (ncclCommAbort). */
+void stub_unstick(void *comm);
+void stub_stick(cudaStream_t s, unsigned seq, void *comm);
+/* Graph bookkeeping for ncclCommDestroy: does any live graph hold a collective of comm? */
+int stub_graph_holds(void *comm);
+
+/* nccl_stub.c: a collective replayed from a graph, matched with the other ranks. */
+void stub_nccl_replay(const struct stub_node *node, cudaStream_t s);
+
+#endif
