@@ -7,7 +7,7 @@
 # training runs must keep every rule, each rule broken on purpose through the module's
 # ABI (tests/lib/gpurules.c) must be named, and a failing CUDA, cuBLAS or NCCL call must
 # end the run with exit 1 and one line naming it. One rank here, and dp on two stub
-# GPUs; tests/cuda-stub-known.sh holds what the module still gets wrong.
+# GPUs; tests/cuda-stub-fixed.sh keeps the defects it found fixed.
 . "$(dirname "$0")/lib/setup.sh"
 
 STUB=$TESTS_BUILDDIR/lib/cuda-stub.so

@@ -339,7 +339,8 @@ __global__ void k_add(float *dst, const float *src, size_t n)
 		dst[i] += src[i];
 }
 
-#define LAUNCH_CHECK(c, what) CUDA_NOTE((c), cudaGetLastError())
+/* A kernel launch's error, named by its kernel (cudaGetLastError() alone names none). */
+#define LAUNCH_CHECK(c, what) cuda_note((c), cudaGetLastError(), "launch of " what, __FILE__, __LINE__)
 
 /* ---- operations ---------------------------------------------------------------- */
 

@@ -151,8 +151,9 @@ static void three_steps(struct report *r)
 
 static void finish(struct report *r)
 {
-	struct report_summary sum = {.mode = "ddp", .replicas = 1, .rss_mib = (double[]){0.0},
-				     .rep = (struct replica_stats[1]){{0}}};
+	static struct replica_stats rep; /* zero */
+	static double rss; /* zero */
+	struct report_summary sum = {.mode = "ddp", .replicas = 1, .rss_mib = &rss, .rep = &rep};
 	struct diag d = {0};
 
 	assert_int_equal(report_finish(r, &sum, 1, &d), ST_OK);

@@ -1,11 +1,8 @@
 #!/bin/bash
-# What the real CUDA module still gets wrong, shown by the stub CUDA libraries
-# (tests/lib/cuda_stub.h; tests/cuda-stub.sh holds what it gets right). Listed in
-# XFAIL_TESTS: this test fails (exit 1, XFAIL) while any of these defects is there, each
-# recognised by exactly its symptom; a symptom of anything else is a hard error (exit
-# 99, ERROR even for an expected failure). Once the last one is fixed it passes, which
-# make check reports as XPASS, a failure: then it moves from XFAIL_TESTS into
-# tests/cuda-stub.sh.
+# The defects the stub CUDA libraries (tests/lib/cuda_stub.h) found in the real CUDA
+# module, each checked by exactly its symptom: the test fails (exit 1) while any is back,
+# and a symptom of anything else is a hard error (exit 99). tests/cuda-stub.sh holds the
+# module's other rules.
 #   1. Issue 21: the weight broadcast is not ordered after the zeroing of fresh memory on
 #      ranks other than 0 (ncclBroadcast on the communicator's stream, cudaMemsetAsync on
 #      the compute stream, no event between them): any run on 2 ranks races.
@@ -76,7 +73,7 @@ verdict "failed kernel launch named" \
 	"$([ $rc -eq 1 ] && grep -q 'k_[a-z_0-9]*.*too many resources requested for launch' err; echo $?)" \
 	"$([ $rc -eq 1 ] && grep -q 'cudaGetLastError() failed .*too many resources requested for launch' err; echo $?)"
 
-echo "cuda-stub-known: $known known defects, $unexpected unexpected outcomes"
+echo "cuda-stub-fixed: $known defects back, $unexpected unexpected outcomes"
 [ $unexpected -eq 0 ] || exit 99
 [ $known -eq 0 ] || exit 1
-echo "every known defect is fixed: move these checks into tests/cuda-stub.sh and drop this test from XFAIL_TESTS"
+echo "cuda-stub-fixed: the 4 defects stay fixed"
