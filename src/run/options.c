@@ -569,7 +569,12 @@ static void format_value(const struct options *o, int key, char *buf, size_t len
 	case K_BACKEND: snprintf(buf, len, "%s", options_comm_names[o->comm]); return;
 	case K_BUCKET: snprintf(buf, len, "%.9g", o->bucket_mb); return;
 	case K_NO_OVERLAP: snprintf(buf, len, "%d", !o->overlap); return;
-	case K_REPLICAS: snprintf(buf, len, "%d", o->replicas); return;
+	case K_REPLICAS:
+		if (o->replicas == 0)
+			snprintf(buf, len, "auto");
+		else
+			snprintf(buf, len, "%d", o->replicas);
+		return;
 	case K_TF32: snprintf(buf, len, "%d", o->tf32); return;
 	case K_CKPT_EVERY: snprintf(buf, len, "%ld", o->checkpoint_every); return;
 	case K_LOSS: snprintf(buf, len, "%s", loss_names[o->loss]); return;
@@ -588,7 +593,14 @@ static void format_value(const struct options *o, int key, char *buf, size_t len
 	case K_TIMEOUT: snprintf(buf, len, "%.9g", o->timeout); return;
 	case K_LOG_EVERY: snprintf(buf, len, "%ld", o->log_every); return;
 	case K_QUIET: snprintf(buf, len, "%d", o->quiet); return;
-	case K_TRACE_STEPS: snprintf(buf, len, "%ld:%ld", o->trace_lo, o->trace_hi); return;
+	case K_TRACE_STEPS: /* trace_parse_steps' spelling: hi 0 is an open end */
+		if (o->trace_hi == 0 && o->trace_lo == 1)
+			snprintf(buf, len, "all");
+		else if (o->trace_hi == 0)
+			snprintf(buf, len, "%ld:", o->trace_lo);
+		else
+			snprintf(buf, len, "%ld:%ld", o->trace_lo, o->trace_hi);
+		return;
 	case K_STRAGGLER_WARN: snprintf(buf, len, "%.9g", o->straggler_warn); return;
 	case K_PROM_EVERY: snprintf(buf, len, "%.9g", o->prometheus_every); return;
 	}
@@ -622,8 +634,10 @@ void options_format_settings(const struct options *o, int scope, char *buf, size
 			snprintf(value, sizeof value, "%s", path_of(o, &opt_table[i]) ? path_of(o, &opt_table[i]) : "");
 		else
 			format_value(o, key, value, sizeof value);
-		if (opt_table[i].key == K_FREEZE && value[0] == '\0')
-			continue; /* nothing frozen: no --freeze, as on the command line */
+		/* Nothing frozen: no --freeze, as on the command line, except in the full
+		 * record, which names every setting. */
+		if (opt_table[i].key == K_FREEZE && value[0] == '\0' && !(scope & OPT_SCOPE_ALL))
+			continue;
 		used += (size_t)snprintf(buf + used, len - used, "--%s=%s\n", opt_table[i].name, value);
 	}
 }
