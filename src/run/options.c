@@ -40,7 +40,7 @@ enum opt_key {
 	K_CHECKPOINT, K_CKPT_EVERY, K_KEEP, K_RESUME, K_TIMEOUT,
 	K_LOSS, K_OPTIM, K_BETAS, K_EPS, K_NESTEROV, K_SCHED, K_WARMUP, K_CLIP, K_FREEZE,
 	K_VAL_INPUTS, K_VAL_TARGETS, K_VAL_SAMPLES, K_EVAL_EVERY, K_SAVE_BEST,
-	K_TRACE, K_TRACE_STEPS, K_STRAGGLER_WARN, K_PROMETHEUS, K_PROM_EVERY,
+	K_TRACE, K_TRACE_STEPS, K_STRAGGLER_WARN, K_PROMETHEUS, K_PROM_EVERY, K_LOG_SECONDS,
 };
 
 struct opt_def {
@@ -107,6 +107,7 @@ static const struct opt_def opt_table[] = {
 	{"bucket-mb", K_BUCKET, "F", "25", "gradient bucket cap in MiB", C, NOFILE},
 	{"no-overlap", K_NO_OVERLAP, NULL, NULL, "all-reduce only after the whole backward", C, NOFILE},
 	{"log-every", K_LOG_EVERY, "N", "250", "optimizer steps between progress lines (0 = none)", C, NOFILE},
+	{"log-seconds", K_LOG_SECONDS, "SECONDS", "30", "also a progress line after SECONDS without one (0 = by steps only); on a terminal the line is redrawn at least every 0.5 s", C, NOFILE},
 	{"quiet", K_QUIET, NULL, NULL, "print errors only", C, NOFILE},
 	{"metrics", K_METRICS, "FILE", NULL, "write JSON Lines metrics (one object per logged step)", C, FILE_(OPT_PATH_LOG, metrics)},
 	{"trace", K_TRACE, "FILE", NULL, "write a Chrome trace-event timeline of every rank (Perfetto, chrome://tracing)", C, FILE_(OPT_PATH_LOG, trace)},
@@ -307,6 +308,7 @@ static enum status apply(struct options *o, int key, const char *arg, struct dia
 	case K_BUCKET: return parse_double(f, arg, 0, 1, 1 << 20, &o->bucket_mb, d);
 	case K_NO_OVERLAP: o->overlap = 0; return ST_OK;
 	case K_LOG_EVERY: return parse_long(f, arg, 0, LONG_MAX, &o->log_every, d);
+	case K_LOG_SECONDS: return parse_double(f, arg, 0, 0, 1e9, &o->log_seconds, d);
 	case K_REPLICAS:
 		if (strcmp(arg, "auto") == 0) {
 			o->replicas = 0;
@@ -592,6 +594,7 @@ static void format_value(const struct options *o, int key, char *buf, size_t len
 	case K_KEEP: snprintf(buf, len, "%ld", o->keep_checkpoints); return;
 	case K_TIMEOUT: snprintf(buf, len, "%.9g", o->timeout); return;
 	case K_LOG_EVERY: snprintf(buf, len, "%ld", o->log_every); return;
+	case K_LOG_SECONDS: snprintf(buf, len, "%.9g", o->log_seconds); return;
 	case K_QUIET: snprintf(buf, len, "%d", o->quiet); return;
 	case K_TRACE_STEPS: /* trace_parse_steps' spelling: hi 0 is an open end */
 		if (o->trace_hi == 0 && o->trace_lo == 1)
