@@ -3,7 +3,8 @@
 # (all of them, and only them), the values of --mode, --device and --backend,
 # .npy names for --inputs/--targets and .safetensors names for the weight
 # files, in both the --flag=value and the --flag value spellings, also after a
-# flag abbreviated as ddptrain allows.
+# flag abbreviated as ddptrain allows; and after a launcher (mpirun -np 2 ddptrain
+# --lo<TAB>), also when bash-completion loads it on demand.
 . "$(dirname "$0")/lib/setup.sh"
 
 COMPLETION=$TOP_SRCDIR/completion/ddptrain.bash
@@ -87,6 +88,62 @@ want=$("$DDPTRAIN" --help | sed -n 's/^  \(--[a-z0-9-]*\)\(=\)\{0,1\}.*/\1\2/p' 
 got=$(comp --)
 [ "$got" = "$want" ] || fail "ddptrain --<TAB>: got '$got', want --help's '$want'"
 echo "ddptrain --<TAB> -> $(echo "$got" | wc -w) flags, those of --help"
+
+# Under a launcher, as the README launches it: the line from the word ddptrain on
+# completes as ddptrain's, through the function bash would call for the launcher.
+# lcomp WORD...: complete the last word of WORD... (WORD[0] the launcher) through the
+# function bash would call for it; prints the replies as comp does.
+lcomp() {
+	local fn
+	COMP_WORDS=("$@")
+	COMP_CWORD=$(($# - 1))
+	COMPREPLY=()
+	fn=$(complete -p "$1" 2>/dev/null | sed -n 's/.* -F \([^ ]*\) .*/\1/p')
+	[ -n "$fn" ] || { echo "no completion function for $1"; return; }
+	"$fn" "$1" "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD - 1]}"
+	if [ ${#COMPREPLY[@]} -gt 0 ]; then printf '%s\n' "${COMPREPLY[@]}" | sort | paste -sd ' ' -; else echo; fi
+}
+# launched WANT WORD...
+launched() {
+	local want=$1 got
+	shift
+	got=$(lcomp "$@")
+	[ "$got" = "$want" ] || fail "$*<TAB>: got '$got', want '$want'"
+	echo "$*<TAB> -> $got"
+	checks=$((checks + 1))
+}
+launched "--log-every= --log-seconds= --loss=" mpirun -np 2 "$BIN" --lo
+launched "ddp dp" mpirun --oversubscribe -np 4 "$BIN" --mode = ""
+launched "model.safetensors" mpiexec -n 2 "$BIN" --save mo
+launched "--quiet" orterun -np 2 "$BIN" --epochs=5 --qu
+launched "" mpirun -np # before ddptrain: the launcher's own (here none: file names)
+# A launcher that had a completion keeps it before the word ddptrain.
+(
+	_their_mpirun() { COMPREPLY=(--theirs); }
+	complete -F _their_mpirun mpirun
+	. "$COMPLETION"
+	launched "--theirs" mpirun --
+	launched "--quiet" mpirun -np 2 "$BIN" --qu
+) || exit 1
+checks=$((checks + 2))
+
+# bash-completion loads completions on demand, by the command's name: from an install
+# (the file as ddptrain, mpirun a link to it), the first mpirun<TAB> loads this file.
+if [ -r /usr/share/bash-completion/bash_completion ]; then
+	mkdir -p share/bash-completion/completions
+	cp "$COMPLETION" share/bash-completion/completions/ddptrain
+	ln -s ddptrain share/bash-completion/completions/mpirun
+	XDG_DATA_DIRS=$TMPD/share BIN=$BIN bash -c '
+		. /usr/share/bash-completion/bash_completion
+		complete -r ddptrain mpirun 2>/dev/null
+		_completion_loader mpirun
+		complete -p mpirun' >loaded 2>&1 || true
+	grep -q -- '-F _ddptrain_launcher mpirun$' loaded ||
+		fail "bash-completion did not load the launcher completion from completions/mpirun: $(cat loaded)"
+	echo "bash-completion, on demand: $(cat loaded)"
+else
+	echo "completion: no bash-completion here: its on-demand loading not tried"
+fi
 
 # No ddptrain there: no flags, no noise.
 BIN=$TMPD/no-such-ddptrain

@@ -32,6 +32,13 @@ for s in $(sed -n '/^Installed with ddptrain in/,/^In the source tree only/p' "$
 done
 [ "${n:-0}" -ge 7 ] || fail "found only ${n:-0} scripts in SEE ALSO"
 [ -f "$(find "$TMPD/inst" -path '*doc/ddptrain/LICENSE')" ] || fail "LICENSE not installed"
+# The bash completion, and mpirun's and mpiexec's names for it (bash-completion loads a
+# launcher's completion by its name: mpirun -np 2 ddptrain --lo<TAB>).
+comp=$(find "$TMPD/inst" -path '*/bash-completion/completions/ddptrain')
+[ -f "$comp" ] || fail "no bash completion installed"
+for l in mpirun mpiexec; do
+	[ "$(readlink "${comp%/*}/$l")" = ddptrain ] || fail "completions/$l is not a link to ddptrain's"
+done
 
 # The Dockerfiles' build steps are the README's commands.
 for f in Dockerfile Dockerfile.cuda; do
@@ -137,4 +144,4 @@ PYEOF
 	sh "$TOP_SRCDIR/packaging/spack/release.sh" --tarball "$TMPD/rel.out" "$TMPD/rel2" >/dev/null 2>&1 &&
 		fail "release.sh took a tarball not named ddptrain-VERSION.tar.gz"
 fi
-echo "packaging: --version, LICENSE, install of $n scripts, Dockerfiles and Spack recipe consistent"
+echo "packaging: --version, LICENSE, install of $n scripts and the completion, Dockerfiles and Spack recipe consistent"
