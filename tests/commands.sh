@@ -17,7 +17,7 @@ cd "$TOP_SRCDIR" || fail "cd $TOP_SRCDIR"
 # Optional: each call is guarded, so a machine without it skips or falls back.
 optional="sudo srun sbatch scontrol salloc qsub qstat qrerun nvidia-smi nvcc clang"
 # Words of the scripts that name a program here but are not calls of it.
-not_calls="init node opt pip less openssl zip"
+not_calls="init node opt pip less openssl zip prometheus"
 
 pkgs=$(sed -n '/^PKGS="/,/"$/p' scripts/install-deps.sh | tr -d '"\\' | sed 's/^PKGS=//')
 [ -n "$pkgs" ] || fail "no PKGS=\"...\" in scripts/install-deps.sh"
