@@ -7,6 +7,13 @@
 # complete file names: .npy for --inputs and --targets, .safetensors for
 # --init, --save, --resume and --checkpoint, any file for --metrics.
 # Both spellings work: --flag=value and --flag value.
+#
+# ddptrain runs under a launcher (mpirun -np 2 ddptrain --lo<TAB>): the file also
+# completes the lines of Open MPI's mpirun, mpiexec and orterun, as ddptrain's from
+# the word ddptrain on, and before it as they were completed before (file names when
+# nothing was set). bash-completion loads a command's completion when the command is
+# first completed, so make install also puts this file where it looks for mpirun's
+# and mpiexec's (when no other file is there).
 
 # The --help text of command $1, remembered per command.
 _ddptrain_help_cmd=
@@ -112,3 +119,37 @@ _ddptrain() {
 	return 0
 }
 complete -F _ddptrain ddptrain
+
+# The launchers' completions before this file hooked them: launcher -> function.
+declare -gA _ddptrain_launcher_prev
+# A launcher's line: from its word ddptrain (any path to it) on, ddptrain's; before it,
+# the launcher's own completion, or bash's default (file names).
+_ddptrain_launcher() {
+	local i prev
+	for ((i = 1; i < COMP_CWORD; i++)); do
+		if [ "${COMP_WORDS[i]##*/}" = ddptrain ]; then
+			COMP_WORDS=("${COMP_WORDS[@]:i}")
+			COMP_CWORD=$((COMP_CWORD - i))
+			_ddptrain
+			return 0
+		fi
+	done
+	COMPREPLY=()
+	prev=${_ddptrain_launcher_prev[$1]-}
+	if [ -n "$prev" ] && declare -F "$prev" >/dev/null; then
+		"$prev" "$@"
+	fi
+	return 0
+}
+for _ddptrain_l in mpirun mpiexec orterun; do
+	_ddptrain_p=$(complete -p "$_ddptrain_l" 2>/dev/null) || _ddptrain_p=
+	case $_ddptrain_p in
+	*" -F _ddptrain_launcher "*) ;; # this file, sourced again
+	*" -F "*)
+		_ddptrain_p=${_ddptrain_p#* -F }
+		_ddptrain_launcher_prev[$_ddptrain_l]=${_ddptrain_p%% *}
+		;;
+	esac
+	complete -o bashdefault -o default -F _ddptrain_launcher "$_ddptrain_l"
+done
+unset _ddptrain_l _ddptrain_p

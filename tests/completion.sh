@@ -3,7 +3,8 @@
 # (all of them, and only them), the values of --mode, --device and --backend,
 # .npy names for --inputs/--targets and .safetensors names for the weight
 # files, in both the --flag=value and the --flag value spellings, also after a
-# flag abbreviated as ddptrain allows.
+# flag abbreviated as ddptrain allows; and after a launcher (mpirun -np 2 ddptrain
+# --lo<TAB>), also when bash-completion loads it on demand.
 . "$(dirname "$0")/lib/setup.sh"
 
 COMPLETION=$TOP_SRCDIR/completion/ddptrain.bash
@@ -11,29 +12,37 @@ COMPLETION=$TOP_SRCDIR/completion/ddptrain.bash
 . "$COMPLETION"
 [ "$(complete -p ddptrain)" = "complete -F _ddptrain ddptrain" ] || fail "not registered: $(complete -p ddptrain)"
 
-# comp WORD...: complete the last word of "ddptrain WORD..." as bash would call
-# the function (with '=' a word break, "--mode=d" is the words --mode = d);
-# prints the replies sorted, on one line.
-BIN=$DDPTRAIN
-comp() {
-	COMP_WORDS=("$BIN" "$@")
-	COMP_CWORD=$#
+# line WORD...: complete the last word of the command line WORD... (WORD[0] the command:
+# ddptrain, or a launcher) as bash would: through the function registered for WORD[0]
+# (its full path, else its name), with '=' a word break ("--mode=d" is the words
+# --mode = d); prints the replies sorted, on one line.
+line() {
+	local fn
+	COMP_WORDS=("$@")
+	COMP_CWORD=$(($# - 1))
 	COMP_LINE="${COMP_WORDS[*]}"
 	COMP_POINT=${#COMP_LINE}
 	COMPREPLY=()
-	_ddptrain ddptrain "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD - 1]}"
+	fn=$({ complete -p "$1" || complete -p "${1##*/}"; } 2>/dev/null | sed -n 's/.* -F \([^ ]*\) .*/\1/p')
+	[ -n "$fn" ] || { echo "no completion function for $1"; return; }
+	"$fn" "$1" "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD - 1]}"
 	if [ ${#COMPREPLY[@]} -gt 0 ]; then printf '%s\n' "${COMPREPLY[@]}" | sort | paste -sd ' ' -; else echo; fi
 }
+BIN=$DDPTRAIN
+# comp WORD...: the line "ddptrain WORD...".
+comp() { line "$BIN" "$@"; }
 checks=0
-# expect WANT WORD...
-expect() {
+# expect_line WANT WORD...: the line WORD... completes to WANT.
+expect_line() {
 	local want=$1 got
 	shift
-	got=$(comp "$@")
-	[ "$got" = "$want" ] || fail "ddptrain $*<TAB>: got '$got', want '$want'"
-	echo "ddptrain $*<TAB> -> $got"
+	got=$(line "$@")
+	[ "$got" = "$want" ] || fail "${*/#$BIN/ddptrain}<TAB>: got '$got', want '$want'"
+	echo "${*/#$BIN/ddptrain}<TAB> -> $got"
 	checks=$((checks + 1))
 }
+# expect WANT WORD...: the line "ddptrain WORD..." completes to WANT.
+expect() { expect_line "$1" "$BIN" "${@:2}"; }
 
 cd "$TMPD" || fail "cd $TMPD"
 mkdir -p data runs
@@ -88,7 +97,42 @@ got=$(comp --)
 [ "$got" = "$want" ] || fail "ddptrain --<TAB>: got '$got', want --help's '$want'"
 echo "ddptrain --<TAB> -> $(echo "$got" | wc -w) flags, those of --help"
 
+# Under a launcher, as the README launches it: the line from the word ddptrain on
+# completes as ddptrain's, through the function bash would call for the launcher.
+expect_line "--log-every= --log-seconds= --loss=" mpirun -np 2 "$BIN" --lo
+expect_line "ddp dp" mpirun --oversubscribe -np 4 "$BIN" --mode = ""
+expect_line "model.safetensors" mpiexec -n 2 "$BIN" --save mo
+expect_line "--quiet" orterun -np 2 "$BIN" --epochs=5 --qu
+expect_line "" mpirun -np # before ddptrain: the launcher's own (here none: file names)
+# A launcher that had a completion keeps it before the word ddptrain.
+(
+	_their_mpirun() { COMPREPLY=(--theirs); }
+	complete -F _their_mpirun mpirun
+	. "$COMPLETION"
+	expect_line "--theirs" mpirun --
+	expect_line "--quiet" mpirun -np 2 "$BIN" --qu
+) || exit 1
+checks=$((checks + 2))
+
+# bash-completion loads completions on demand, by the command's name: from an install
+# (the file as ddptrain, mpirun a link to it), the first mpirun<TAB> loads this file.
+if [ -r /usr/share/bash-completion/bash_completion ]; then
+	mkdir -p share/bash-completion/completions
+	cp "$COMPLETION" share/bash-completion/completions/ddptrain
+	ln -s ddptrain share/bash-completion/completions/mpirun
+	XDG_DATA_DIRS=$TMPD/share BIN=$BIN bash -c '
+		. /usr/share/bash-completion/bash_completion
+		complete -r ddptrain mpirun 2>/dev/null
+		_completion_loader mpirun
+		complete -p mpirun' >loaded 2>&1 || true
+	grep -q -- '-F _ddptrain_launcher mpirun$' loaded ||
+		fail "bash-completion did not load the launcher completion from completions/mpirun: $(cat loaded)"
+	echo "bash-completion, on demand: $(cat loaded)"
+else
+	echo "completion: no bash-completion here: its on-demand loading not tried"
+fi
+
 # No ddptrain there: no flags, no noise.
-BIN=$TMPD/no-such-ddptrain
+BIN=$TMPD/none/ddptrain
 [ -z "$(comp --m 2>&1)" ] || fail "a missing binary gave: $(comp --m 2>&1)"
 echo "completion: $((checks + 2)) cases ok"

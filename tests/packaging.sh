@@ -32,6 +32,13 @@ for s in $(sed -n '/^Installed with ddptrain in/,/^In the source tree only/p' "$
 done
 [ "${n:-0}" -ge 7 ] || fail "found only ${n:-0} scripts in SEE ALSO"
 [ -f "$(find "$TMPD/inst" -path '*doc/ddptrain/LICENSE')" ] || fail "LICENSE not installed"
+# The bash completion, and mpirun's and mpiexec's names for it (bash-completion loads a
+# launcher's completion by its name: mpirun -np 2 ddptrain --lo<TAB>).
+comp=$(find "$TMPD/inst" -path '*/bash-completion/completions/ddptrain')
+[ -f "$comp" ] || fail "no bash completion installed"
+for l in mpirun mpiexec; do
+	[ "$(readlink "${comp%/*}/$l")" = ddptrain ] || fail "completions/$l is not a link to ddptrain's"
+done
 
 # The Dockerfiles' build steps are the README's commands.
 for f in Dockerfile Dockerfile.cuda; do
@@ -55,22 +62,86 @@ printf 'RUN false\nRUN touch %s/never\n' "$TMPD" >"$TMPD/Dockerfile.bad"
 bash "$TOP_SRCDIR/packaging/run-dockerfile.sh" "$TMPD/Dockerfile.bad" >/dev/null 2>&1 && fail "a failing step passed"
 [ ! -e "$TMPD/never" ] || fail "run-dockerfile.sh went on after a failing step"
 
-# The Spack recipe: valid Python, and a dependency for each library configure requires.
+# The Spack recipe: valid Python; a dependency for each library configure requires, MPI
+# as the virtual mpi; c (and for nvcc cxx) as build dependencies; CudaPackage's cuda and
+# cuda_arch variants, not its own; no URL or checksum of its own: release.sh writes them
+# for a real tarball. Its configure_args, run against stand-ins for Spack's classes.
 if command -v "$PY" >/dev/null; then
-	"$PY" - "$TOP_SRCDIR" <<'PYEOF' || fail "packaging/spack/package.py"
-import ast, re, sys
-top = sys.argv[1]
-tree = ast.parse(open(f"{top}/packaging/spack/package.py").read())
-deps = {c.args[0].value.split("@")[0] for c in ast.walk(tree)
-        if isinstance(c, ast.Call) and getattr(c.func, "id", "") == "depends_on"}
+	printf 'not really a tarball\n' >"$TMPD/ddptrain-9.8.7.tar.xz"
+	sh "$TOP_SRCDIR/packaging/spack/release.sh" --tarball "$TMPD/ddptrain-9.8.7.tar.xz" --url-base https://releases.invalid/ddptrain \
+		"$TMPD/rel" >"$TMPD/rel.out" 2>&1 || fail "packaging/spack/release.sh: $(cat "$TMPD/rel.out")"
+	"$PY" - "$TOP_SRCDIR" "$TMPD/rel/package.py" "$(sha256sum "$TMPD/ddptrain-9.8.7.tar.xz" | cut -d' ' -f1)" <<'PYEOF' || fail "packaging/spack/package.py"
+import ast, re, sys, types
+top, released, sha = sys.argv[1:4]
+text = open(f"{top}/packaging/spack/package.py").read()
+tree = ast.parse(text)
+calls = [c for c in ast.walk(tree) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)]
+deps = {c.args[0].value.split("@")[0] for c in calls if c.func.id == "depends_on"}
 conf = open(f"{top}/configure.ac").read()
 mods = set(re.findall(r"PKG_CHECK_MODULES\(\[\w+\], \[([\w-]+)", conf))
-spack_name = {"ompi-c": "openmpi", "openblas": "openblas", "jansson": "jansson",
+spack_name = {"ompi-c": "mpi", "openblas": "openblas", "jansson": "jansson",
               "libcrypto": "openssl", "cmocka": "cmocka"}
 missing = [m for m in mods if spack_name.get(m, m) not in deps]
 assert not missing, f"configure needs {missing}, the recipe lacks them"
-assert {"cuda", "nccl"} <= deps, deps
-print(f"spack recipe: {len(deps)} dependencies cover configure's {sorted(mods)}")
+assert "openmpi" not in deps, "the recipe depends on openmpi, not the virtual mpi"
+assert "nccl" in deps, deps
+build = {c.args[0].value for c in calls if c.func.id == "depends_on"
+         and any(k.arg == "type" and getattr(k.value, "value", None) == "build" for k in c.keywords)}
+assert {"c", "cxx"} <= build, f"c and cxx are not build dependencies: {sorted(build)}"
+cls = next(n for n in tree.body if isinstance(n, ast.ClassDef))
+bases = [b.id for b in cls.bases]
+assert bases == ["AutotoolsPackage", "CudaPackage"], bases
+own = [c.args[0].value for c in calls if c.func.id == "variant"]
+assert not own, f"the recipe declares variants {own}: CudaPackage's cuda and cuda_arch are the ones"
+assert not re.search(r"https?://|sha256=\"", text), "the recipe names a URL or a checksum of its own"
+assert not any(c.func.id == "version" for c in calls), "the recipe names a version of its own"
+
+# release.sh's copy: the url and the version with the tarball's own checksum, and
+# otherwise the recipe.
+rel = open(released).read()
+assert "@RELEASE@" not in rel
+want = (f'    url = "https://releases.invalid/ddptrain/ddptrain-9.8.7.tar.xz"\n'
+        f'    version("9.8.7", sha256="{sha}")\n')
+assert want in rel, rel
+assert rel.replace(want, "") == re.sub(r"    # @RELEASE@.*\n", "", text)
+
+# Run it: stand-ins for spack.package's directives and classes, and a spec.
+directives = []
+pkg = types.ModuleType("spack.package")
+for name in ("license", "version", "depends_on", "variant", "conflicts"):
+    setattr(pkg, name, lambda *a, _n=name, **k: directives.append((_n, a, k)))
+pkg.AutotoolsPackage = type("AutotoolsPackage", (), {})
+pkg.CudaPackage = type("CudaPackage", (), {})
+pkg.which = lambda name: None
+pkg.__all__ = [n for n in vars(pkg) if not n.startswith("_")]
+sys.modules["spack"] = types.ModuleType("spack")
+sys.modules["spack.package"] = pkg
+ns = {}
+exec(compile(rel, released, "exec"), ns)
+assert ("version", ("9.8.7",), {"sha256": sha}) in directives
+
+class Spec:
+    def __init__(self, cuda, archs):
+        self.cuda, self.variants = cuda, {"cuda_arch": types.SimpleNamespace(value=archs)}
+    def satisfies(self, s):
+        return self.cuda if s == "+cuda" else False
+    def __getitem__(self, name):
+        return types.SimpleNamespace(prefix=f"/opt/{name}", mpicc=f"/opt/{name}/bin/mpicc")
+
+def args(cuda, archs=("none",)):
+    p = ns["Ddptrain"].__new__(ns["Ddptrain"])
+    p.spec = Spec(cuda, archs)
+    return p.configure_args()
+
+mpi = ["CC=/opt/mpi/bin/mpicc", "MPICC=/opt/mpi/bin/mpicc"]
+assert args(False) == mpi + ["--without-cuda"], args(False)
+assert args(True) == mpi + ["--with-cuda=/opt/cuda", "--with-nccl=/opt/nccl"], args(True)
+got = args(True, ("80", "100", "90a"))
+assert got[-1] == "--with-cuda-arch=sm_80 sm_100 sm_90a compute_100", got
+print(f"spack recipe: {len(deps)} dependencies cover configure's {sorted(mods)}, mpi virtual, "
+      f"CudaPackage's cuda_arch -> {got[-1]}; release.sh: url and sha256 of the tarball")
 PYEOF
+	sh "$TOP_SRCDIR/packaging/spack/release.sh" --tarball "$TMPD/rel.out" "$TMPD/rel2" >/dev/null 2>&1 &&
+		fail "release.sh took a tarball not named ddptrain-VERSION.tar.gz"
 fi
-echo "packaging: --version, LICENSE, install of $n scripts, Dockerfiles and Spack recipe consistent"
+echo "packaging: --version, LICENSE, install of $n scripts and the completion, Dockerfiles and Spack recipe consistent"

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/build.h" /* build_json: the summary names the build */
+#include "core/clock.h" /* clock_now: when a progress line is due */
 #include "core/outfile.h" /* outfile_target, outfile_write_failed */
 #include "config.h" /* PACKAGE_VERSION */
 #include "observe/report.h"
@@ -228,6 +229,7 @@ static int metrics_ready(struct report *r)
 
 void report_training_starts(struct report *r)
 {
+	r->last_line = clock_now();
 	if (r->root)
 		metrics_ready(r);
 }
@@ -254,7 +256,7 @@ static void out_check(struct report *r)
 		      stderr);
 }
 
-void report_init(struct report *r, int root, int quiet)
+void report_init(struct report *r, int root, int quiet, double log_seconds)
 {
 	memset(r, 0, sizeof *r);
 	r->metrics_fd = -1;
@@ -262,6 +264,10 @@ void report_init(struct report *r, int root, int quiet)
 	r->quiet = quiet;
 	r->out = stdout;
 	r->tty = root && output_is_terminal();
+	r->every_s = log_seconds;
+	if (r->tty && (log_seconds <= 0 || log_seconds > REPORT_TTY_SECONDS))
+		r->every_s = REPORT_TTY_SECONDS;
+	r->last_line = clock_now();
 	if (root)
 		setvbuf(stdout, NULL, _IOLBF, 0); /* whole lines, and a write error seen at once */
 }
@@ -373,46 +379,56 @@ int report_lost(const struct report *r, char *names, size_t len)
 	return n;
 }
 
-void report_step(struct report *r, long epoch, long epochs, long step, long total, double loss,
-		 double acc, double lr, double samples_per_s, double elapsed, long steps_here)
+int report_due(const struct report *r, double now)
 {
-	double eta = steps_here > 0 ? elapsed / (double)steps_here * (double)(total - step) : 0.0;
+	return r->root && !r->quiet && r->every_s > 0 && now - r->last_line >= r->every_s;
+}
+
+void report_step(struct report *r, const struct report_progress *p, int logged)
+{
+	const long left = p->total - p->step;
+	double eta = p->steps_here > 0 ? p->elapsed / (double)p->steps_here * (double)left : 0.0;
 	json_t *obj;
 
 	if (!r->root)
 		return;
+	r->last_line = clock_now();
 	if (!r->quiet && r->tty) {
 		/* One line, redrawn in place; \033[K clears what a longer line left. */
-		fprintf(r->out, "\r epoch %ld/%ld  step %ld/%ld  loss %.6f", epoch, epochs, step, total, loss);
-		if (isfinite(acc))
-			fprintf(r->out, "  acc %.2f%%", 100.0 * acc);
-		fprintf(r->out, "  %.0f samples/s  %.1f s  ETA %.1f s\033[K", samples_per_s, elapsed, eta);
-		r->line_open = step != total;
+		fprintf(r->out, "\r epoch %ld/%ld  step %ld/%ld (%.0f%%)  loss %.6f", p->epoch, p->epochs,
+			p->step, p->total, p->total > 0 ? floor(100.0 * (double)p->step / (double)p->total) : 100.0,
+			p->loss);
+		if (isfinite(p->acc))
+			fprintf(r->out, "  acc %.2f%%", 100.0 * p->acc);
+		fprintf(r->out, "  %.0f samples/s  %.1f s  ETA %.1f s\033[K", p->samples_per_s, p->elapsed, eta);
+		r->line_open = left != 0;
 		if (!r->line_open)
 			fputc('\n', r->out);
 		fflush(r->out);
 	} else if (!r->quiet) {
 		if (!r->header_done) {
 			fprintf(r->out, "#%7s %13s %12s", "epoch", "step", "loss");
-			if (isfinite(acc))
+			if (isfinite(p->acc))
 				fprintf(r->out, " %8s", "acc_%");
 			fprintf(r->out, " %14s %12s %10s\n", "samples/s", "elapsed_s", "eta_s");
 			r->header_done = 1;
 		}
-		fprintf(r->out, " %7ld %6ld/%-6ld %12.6f", epoch, step, total, loss);
-		if (isfinite(acc))
-			fprintf(r->out, " %8.2f", 100.0 * acc);
-		fprintf(r->out, " %14.0f %12.3f %10.1f\n", samples_per_s, elapsed, eta);
+		fprintf(r->out, " %7ld %6ld/%-6ld %12.6f", p->epoch, p->step, p->total, p->loss);
+		if (isfinite(p->acc))
+			fprintf(r->out, " %8.2f", 100.0 * p->acc);
+		fprintf(r->out, " %14.0f %12.3f %10.1f\n", p->samples_per_s, p->elapsed, eta);
 	}
 	out_check(r);
-	obj = json_pack("{s:s, s:I, s:I, s:f}", "type", "step", "step", (json_int_t)step, "epoch",
-			(json_int_t)epoch, "loss", loss);
-	if (obj != NULL && isfinite(acc))
-		json_object_set_new(obj, "accuracy", json_real(acc));
+	if (!logged)
+		return;
+	obj = json_pack("{s:s, s:I, s:I, s:f}", "type", "step", "step", (json_int_t)p->step, "epoch",
+			(json_int_t)p->epoch, "loss", p->loss);
+	if (obj != NULL && isfinite(p->acc))
+		json_object_set_new(obj, "accuracy", json_real(p->acc));
 	if (obj != NULL) {
-		json_object_set_new(obj, "lr", json_real(lr));
-		json_object_set_new(obj, "samples_per_s", json_real(samples_per_s));
-		json_object_set_new(obj, "elapsed_s", json_real(elapsed));
+		json_object_set_new(obj, "lr", json_real(p->lr));
+		json_object_set_new(obj, "samples_per_s", json_real(p->samples_per_s));
+		json_object_set_new(obj, "elapsed_s", json_real(p->elapsed));
 		json_object_set_new(obj, "eta_s", json_real(eta));
 	}
 	metrics_line(r, obj);

@@ -1,7 +1,9 @@
 /*
- * report.h - what rank 0 tells the user: a '#' header, one progress line per
- * --log-every optimizer steps, a '#' summary, and the --metrics JSON Lines
- * file.
+ * report.h - what rank 0 tells the user: a '#' header, a progress line every
+ * --log-every optimizer steps and, between them, once --log-seconds have passed
+ * without one (on a terminal the line is redrawn in place at least every 0.5 s),
+ * a '#' summary, and the --metrics JSON Lines file (a "step" record per
+ * --log-every steps only, so its records do not depend on timing).
  *
  * The observe/ wing (floor 3, above data/ and dist/): what the run tells the
  * world while and after it trains: this report, --trace, the straggler check and
@@ -92,10 +94,29 @@ struct report {
 	int header_done;
 	int tty;            /* stdout is a terminal: one progress line, redrawn in place */
 	int line_open;      /* a redrawn line awaits its newline */
+	double every_s;     /* seconds after which a progress line is due between --log-every
+			     * steps (0: never): --log-seconds, on a terminal at most 0.5 */
+	double last_line;   /* clock_now() of the last progress line, or of training's start */
 };
 
-/* Start reporting; root is 1 on the rank that reports. */
-void report_init(struct report *r, int root, int quiet);
+/* On a terminal the progress line is redrawn at least this often (tqdm's way). */
+#define REPORT_TTY_SECONDS 0.5
+
+/* One progress line: where training is, and the means since the last --log-every line. */
+struct report_progress {
+	long epoch, epochs;   /* 1-based epoch of epochs */
+	long step, total;     /* optimizer steps done, of total */
+	double loss, acc;     /* means since the last logged line; acc NaN when the loss has none */
+	double lr;            /* the step's learning rate */
+	double samples_per_s; /* since the last logged line */
+	double elapsed;       /* seconds since the loop started */
+	long steps_here;      /* steps this run has taken (a resumed run's ETA) */
+};
+
+/* Start reporting; root is 1 on the rank that reports. log_seconds: a progress line is
+ * due after that many seconds without one (0: only every --log-every steps); on a
+ * terminal after REPORT_TTY_SECONDS, or log_seconds if shorter. */
+void report_init(struct report *r, int root, int quiet, double log_seconds);
 /* Prepare the metrics file if asked (append: keep the records already there, as a
  * resumed run does; else start it afresh) and its "start" record, whose "config" object
  * has a key for each "--flag=value" line of config. The file is opened and the record
@@ -105,7 +126,8 @@ enum status report_open_metrics(struct report *r, const char *metrics_path, int 
 				const char *config, struct diag *d);
 /* Training begins (the trainers call it once their own checks passed): the metrics file
  * is opened now and its "start" record written, so even a run killed before its first
- * logged step leaves its attempt on record. */
+ * logged step leaves its attempt on record; the time to the first progress line counts
+ * from now. */
 void report_training_starts(struct report *r);
 /* A '#' line (printf-style) on the terminal, unless quiet. */
 void report_note(struct report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -116,11 +138,12 @@ void report_output_failed(struct report *r, enum report_output out, const char *
 void report_output_ok(struct report *r, enum report_output out);
 /* How many outputs are lost; their flags in names ("--metrics and --trace") when not NULL. */
 int report_lost(const struct report *r, char *names, size_t len);
-/* One logged optimizer step: epoch of epochs, step of total, the loss and accuracy (means
- * since the last line; accuracy NaN when the loss has none), the step's lr, samples/s,
- * elapsed seconds and the steps this run has taken (for the ETA). */
-void report_step(struct report *r, long epoch, long epochs, long step, long total, double loss,
-		 double acc, double lr, double samples_per_s, double elapsed, long steps_here);
+/* Is a progress line due at clock_now() time now, by time alone? Only on the reporting
+ * rank, not quiet, once every_s has passed since the last line. */
+int report_due(const struct report *r, double now);
+/* A progress line. logged: a --log-every step (or the last), which also writes the
+ * metrics "step" record; otherwise a line due by time (report_due), printed only. */
+void report_step(struct report *r, const struct report_progress *p, int logged);
 /* One evaluation of the validation set of n samples after `step` steps, in epoch (1-based):
  * its mean loss and accuracy (NaN when the loss has none). */
 void report_eval(struct report *r, long step, long epoch, double loss, double acc, size_t n);

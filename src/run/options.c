@@ -40,7 +40,7 @@ enum opt_key {
 	K_CHECKPOINT, K_CKPT_EVERY, K_KEEP, K_RESUME, K_TIMEOUT,
 	K_LOSS, K_OPTIM, K_BETAS, K_EPS, K_NESTEROV, K_SCHED, K_WARMUP, K_CLIP, K_FREEZE,
 	K_VAL_INPUTS, K_VAL_TARGETS, K_VAL_SAMPLES, K_EVAL_EVERY, K_SAVE_BEST,
-	K_TRACE, K_TRACE_STEPS, K_STRAGGLER_WARN, K_PROMETHEUS, K_PROM_EVERY,
+	K_TRACE, K_TRACE_STEPS, K_STRAGGLER_WARN, K_PROMETHEUS, K_PROM_EVERY, K_LOG_SECONDS,
 };
 
 struct opt_def {
@@ -107,6 +107,7 @@ static const struct opt_def opt_table[] = {
 	{"bucket-mb", K_BUCKET, "F", "25", "gradient bucket cap in MiB", C, NOFILE},
 	{"no-overlap", K_NO_OVERLAP, NULL, NULL, "all-reduce only after the whole backward", C, NOFILE},
 	{"log-every", K_LOG_EVERY, "N", "250", "optimizer steps between progress lines (0 = none)", C, NOFILE},
+	{"log-seconds", K_LOG_SECONDS, "SECONDS", "30", "also a progress line after SECONDS without one (0 = by steps only); on a terminal the line is redrawn at least every 0.5 s", C, NOFILE},
 	{"quiet", K_QUIET, NULL, NULL, "print errors only", C, NOFILE},
 	{"metrics", K_METRICS, "FILE", NULL, "write JSON Lines metrics (one object per logged step)", C, FILE_(OPT_PATH_LOG, metrics)},
 	{"trace", K_TRACE, "FILE", NULL, "write a Chrome trace-event timeline of every rank (Perfetto, chrome://tracing)", C, FILE_(OPT_PATH_LOG, trace)},
@@ -308,6 +309,7 @@ static enum status apply(struct options *o, int key, const char *arg, struct dia
 	case K_BUCKET: return parse_double(f, arg, 0, 1, 1 << 20, &o->bucket_mb, d);
 	case K_NO_OVERLAP: o->overlap = 0; return ST_OK;
 	case K_LOG_EVERY: return parse_long(f, arg, 0, LONG_MAX, &o->log_every, d);
+	case K_LOG_SECONDS: return parse_double(f, arg, 0, 0, 1e9, &o->log_seconds, d);
 	case K_REPLICAS:
 		if (strcmp(arg, "auto") == 0) {
 			o->replicas = 0;
@@ -570,7 +572,12 @@ static void format_value(const struct options *o, int key, char *buf, size_t len
 	case K_BACKEND: snprintf(buf, len, "%s", options_comm_names[o->comm]); return;
 	case K_BUCKET: snprintf(buf, len, "%.9g", o->bucket_mb); return;
 	case K_NO_OVERLAP: snprintf(buf, len, "%d", !o->overlap); return;
-	case K_REPLICAS: snprintf(buf, len, "%d", o->replicas); return;
+	case K_REPLICAS:
+		if (o->replicas == 0)
+			snprintf(buf, len, "auto");
+		else
+			snprintf(buf, len, "%d", o->replicas);
+		return;
 	case K_TF32: snprintf(buf, len, "%d", o->tf32); return;
 	case K_CKPT_EVERY: snprintf(buf, len, "%ld", o->checkpoint_every); return;
 	case K_LOSS: snprintf(buf, len, "%s", loss_names[o->loss]); return;
@@ -588,8 +595,16 @@ static void format_value(const struct options *o, int key, char *buf, size_t len
 	case K_KEEP: snprintf(buf, len, "%ld", o->keep_checkpoints); return;
 	case K_TIMEOUT: snprintf(buf, len, "%.9g", o->timeout); return;
 	case K_LOG_EVERY: snprintf(buf, len, "%ld", o->log_every); return;
+	case K_LOG_SECONDS: snprintf(buf, len, "%.9g", o->log_seconds); return;
 	case K_QUIET: snprintf(buf, len, "%d", o->quiet); return;
-	case K_TRACE_STEPS: snprintf(buf, len, "%ld:%ld", o->trace_lo, o->trace_hi); return;
+	case K_TRACE_STEPS: /* trace_parse_steps' spelling: hi 0 is an open end */
+		if (o->trace_hi == 0 && o->trace_lo == 1)
+			snprintf(buf, len, "all");
+		else if (o->trace_hi == 0)
+			snprintf(buf, len, "%ld:", o->trace_lo);
+		else
+			snprintf(buf, len, "%ld:%ld", o->trace_lo, o->trace_hi);
+		return;
 	case K_STRAGGLER_WARN: snprintf(buf, len, "%.9g", o->straggler_warn); return;
 	case K_PROM_EVERY: snprintf(buf, len, "%.9g", o->prometheus_every); return;
 	}
@@ -623,8 +638,10 @@ void options_format_settings(const struct options *o, int scope, char *buf, size
 			snprintf(value, sizeof value, "%s", path_of(o, &opt_table[i]) ? path_of(o, &opt_table[i]) : "");
 		else
 			format_value(o, key, value, sizeof value);
-		if (opt_table[i].key == K_FREEZE && value[0] == '\0')
-			continue; /* nothing frozen: no --freeze, as on the command line */
+		/* Nothing frozen: no --freeze, as on the command line, except in the full
+		 * record, which names every setting. */
+		if (opt_table[i].key == K_FREEZE && value[0] == '\0' && !(scope & OPT_SCOPE_ALL))
+			continue;
 		used += (size_t)snprintf(buf + used, len - used, "--%s=%s\n", opt_table[i].name, value);
 	}
 }

@@ -66,6 +66,7 @@ struct options {
 	double bucket_mb;
 	int overlap;
 	long log_every;                 /* optimizer steps between progress lines; 0 = none */
+	double log_seconds;             /* also a line after this long without one; 0 = none */
 	int quiet;
 	const char *metrics;            /* JSON Lines path or NULL */
 	int replicas;                   /* --mode=dp worker threads; 0 = auto */

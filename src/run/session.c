@@ -128,7 +128,7 @@ enum status session_setup(struct session *s)
 		st = build_model(s);
 	if (st != ST_OK)
 		return st;
-	report_init(&s->r, s->w.rank == 0, o->quiet);
+	report_init(&s->r, s->w.rank == 0, o->quiet, o->log_seconds);
 	s->per = (struct persist){.o = o, .tc = &s->tc, .ds = &s->ds, .m = &s->m, .w = &s->w, .c = &s->c, .r = &s->r,
 				  .ag = {agree_cb, s}, .d = &s->d, .replicas = session_replicas(s)};
 	persist_init(&s->per, &s->ctl);

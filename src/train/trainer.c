@@ -19,6 +19,8 @@ enum status trainer_after_step(const struct train_loop *lp, long *step, const st
 	const long total = lp->total, nmicro = lp->nmicro;
 	const float loss = e->loss;
 	long epoch = b->epoch, next = b->mb + 1;
+	double now;
+	int logged;
 	enum status st;
 
 	if (!isfinite(loss))
@@ -31,13 +33,19 @@ enum status trainer_after_step(const struct train_loop *lp, long *step, const st
 	clk->loss_sum += loss;
 	clk->acc_sum += e->acc;
 	clk->loss_count++;
-	if ((tc->log_every > 0 && *step % tc->log_every == 0) || *step == total) {
-		double now = clock_now();
-
-		report_step(lp->r, b->epoch + 1, tc->epochs, *step, total, clk->loss_sum / (double)clk->loss_count,
-			    tc->loss.kind == LOSS_CROSS_ENTROPY ? clk->acc_sum / (double)clk->loss_count : NAN,
-			    e->lr, (e->consumed - clk->consumed_at_last) / (now - clk->t_last), now - clk->t0,
-			    *step - ctl->start_step);
+	/* A line every --log-every steps, and between them when one is due by time; only the
+	 * former close the interval the means and the metrics record cover. */
+	logged = (tc->log_every > 0 && *step % tc->log_every == 0) || *step == total;
+	now = clock_now();
+	if (logged || report_due(lp->r, now)) {
+		report_step(lp->r, &(struct report_progress){
+			.epoch = b->epoch + 1, .epochs = tc->epochs, .step = *step, .total = total,
+			.loss = clk->loss_sum / (double)clk->loss_count,
+			.acc = tc->loss.kind == LOSS_CROSS_ENTROPY ? clk->acc_sum / (double)clk->loss_count : NAN,
+			.lr = e->lr, .samples_per_s = (e->consumed - clk->consumed_at_last) / (now - clk->t_last),
+			.elapsed = now - clk->t0, .steps_here = *step - ctl->start_step}, logged);
+	}
+	if (logged) {
 		clk->t_last = now;
 		clk->consumed_at_last = e->consumed;
 		clk->loss_sum = 0.0;

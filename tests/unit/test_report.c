@@ -73,7 +73,7 @@ static void test_report_records_are_json_whatever_bytes_the_paths_hold(void **st
 	json_t *rec[8], *cfg;
 	int n;
 
-	report_init(&r, 1, 1);
+	report_init(&r, 1, 1, 0);
 	assert_int_equal(report_open_metrics(&r, path, 0, config, NULL), ST_OK);
 	report_training_starts(&r);
 	report_end(&r, 1, "--checkpoint: c\xff.st: write: No space left on device (cut: caf\xc3");
@@ -101,7 +101,7 @@ static void test_report_refuses_overlong_forms_and_surrogates(void **state)
 	struct report r;
 	json_t *rec[4];
 
-	report_init(&r, 1, 1);
+	report_init(&r, 1, 1, 0);
 	assert_int_equal(report_open_metrics(&r, path, 0, "--save=\xc0\xaf\xed\xa0\x80\xf4\x90\x80\x80\n", NULL),
 			 ST_OK);
 	report_end(&r, 1, NULL);
@@ -146,7 +146,11 @@ static void three_steps(struct report *r)
 {
 	report_training_starts(r);
 	for (long s = 1; s <= 3; s++)
-		report_step(r, 1, 1, s, 3, 0.5, NAN, 0.1, 100.0, 0.1 * (double)s, s);
+		report_step(r,
+			    &(struct report_progress){.epoch = 1, .epochs = 1, .step = s, .total = 3, .loss = 0.5,
+						      .acc = NAN, .lr = 0.1, .samples_per_s = 100.0,
+						      .elapsed = 0.1 * (double)s, .steps_here = s},
+			    1);
 }
 
 static void finish(struct report *r)
@@ -169,7 +173,7 @@ static void test_report_warns_once_when_metrics_fail_and_the_run_goes_on(void **
 	char names[64];
 	const char *err;
 
-	report_init(&r, 1, 1);
+	report_init(&r, 1, 1, 0);
 	assert_int_equal(report_open_metrics(&r, "/dev/full", 0, "--seed=1\n", NULL), ST_OK);
 	err = stderr_of(three_steps, &r);
 	assert_string_equal(err, "ddptrain: warning: --metrics: /dev/full: write: No space left on device; "
@@ -187,7 +191,7 @@ static void test_report_names_the_lost_outputs(void **state)
 	struct report r;
 	char names[64];
 
-	report_init(&r, 1, 1);
+	report_init(&r, 1, 1, 0);
 	report_output_failed(&r, REPORT_PROMETHEUS, "--prometheus: p: write: EIO");
 	assert_int_equal(report_lost(&r, names, sizeof names), 1);
 	report_output_ok(&r, REPORT_PROMETHEUS);

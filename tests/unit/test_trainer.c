@@ -71,7 +71,7 @@ static void test_after_step_counts_and_checkpoints_when_due(void **state)
 	struct diag d = {0};
 	long step = 0;
 
-	report_init(&r, 0, 1);
+	report_init(&r, 0, 1, 0);
 	/* 3 micro-batches per epoch, one step each; 6 steps in all. */
 	for (long k = 0; k < 6; k++) {
 		struct batch b = {.epoch = k / 3, .mb = k % 3};
@@ -110,7 +110,7 @@ static void test_after_step_stops_with_a_checkpoint_and_refuses_nan(void **state
 	struct diag d = {0};
 	long step = 0;
 
-	report_init(&r, 0, 1);
+	report_init(&r, 0, 1, 0);
 	const struct train_loop lp = {&ctl, &tc, &res, &r, &clk, 10, 10, NULL, NULL};
 
 	assert_int_equal(trainer_after_step(&lp, &step, &(struct step_end){&b, 1.0f, 0.0f, 0.1, 0.0, 1}, &d),
@@ -155,7 +155,7 @@ static void test_after_step_evaluates_every_n_steps_at_epoch_ends_and_at_the_end
 	const long want[] = {3, 4, 6, 8, 9, 10};
 	long step = 0;
 
-	report_init(&r, 0, 1);
+	report_init(&r, 0, 1, 0);
 	for (long k = 0; k < 10; k++) {
 		struct batch b = {.epoch = k / 4, .mb = k % 4};
 
