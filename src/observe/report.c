@@ -379,9 +379,10 @@ int report_lost(const struct report *r, char *names, size_t len)
 	return n;
 }
 
-int report_due(const struct report *r, double now)
+int report_due(const struct report *r)
 {
-	return r->root && !r->quiet && r->every_s > 0 && now - r->last_line >= r->every_s;
+	/* The clock is read only where a line can be due: not on the other ranks, nor quiet. */
+	return r->root && !r->quiet && r->every_s > 0 && clock_now() - r->last_line >= r->every_s;
 }
 
 void report_step(struct report *r, const struct report_progress *p, int logged)

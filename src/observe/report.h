@@ -138,9 +138,9 @@ void report_output_failed(struct report *r, enum report_output out, const char *
 void report_output_ok(struct report *r, enum report_output out);
 /* How many outputs are lost; their flags in names ("--metrics and --trace") when not NULL. */
 int report_lost(const struct report *r, char *names, size_t len);
-/* Is a progress line due at clock_now() time now, by time alone? Only on the reporting
- * rank, not quiet, once every_s has passed since the last line. */
-int report_due(const struct report *r, double now);
+/* Is a progress line due now by time alone? Only on the reporting rank, not quiet, once
+ * every_s has passed since the last line; elsewhere it answers without reading the clock. */
+int report_due(const struct report *r);
 /* A progress line. logged: a --log-every step (or the last), which also writes the
  * metrics "step" record; otherwise a line due by time (report_due), printed only. */
 void report_step(struct report *r, const struct report_progress *p, int logged);

@@ -19,7 +19,6 @@ enum status trainer_after_step(const struct train_loop *lp, long *step, const st
 	const long total = lp->total, nmicro = lp->nmicro;
 	const float loss = e->loss;
 	long epoch = b->epoch, next = b->mb + 1;
-	double now;
 	int logged;
 	enum status st;
 
@@ -36,21 +35,22 @@ enum status trainer_after_step(const struct train_loop *lp, long *step, const st
 	/* A line every --log-every steps, and between them when one is due by time; only the
 	 * former close the interval the means and the metrics record cover. */
 	logged = (tc->log_every > 0 && *step % tc->log_every == 0) || *step == total;
-	now = clock_now();
-	if (logged || report_due(lp->r, now)) {
+	if (logged || report_due(lp->r)) {
+		const double now = clock_now();
+
 		report_step(lp->r, &(struct report_progress){
 			.epoch = b->epoch + 1, .epochs = tc->epochs, .step = *step, .total = total,
 			.loss = clk->loss_sum / (double)clk->loss_count,
 			.acc = tc->loss.kind == LOSS_CROSS_ENTROPY ? clk->acc_sum / (double)clk->loss_count : NAN,
 			.lr = e->lr, .samples_per_s = (e->consumed - clk->consumed_at_last) / (now - clk->t_last),
 			.elapsed = now - clk->t0, .steps_here = *step - ctl->start_step}, logged);
-	}
-	if (logged) {
-		clk->t_last = now;
-		clk->consumed_at_last = e->consumed;
-		clk->loss_sum = 0.0;
-		clk->acc_sum = 0.0;
-		clk->loss_count = 0;
+		if (logged) {
+			clk->t_last = now;
+			clk->consumed_at_last = e->consumed;
+			clk->loss_sum = 0.0;
+			clk->acc_sum = 0.0;
+			clk->loss_count = 0;
+		}
 	}
 	if (lp->eval != NULL && ctl->val != NULL &&
 	    ((tc->eval_every > 0 && *step % tc->eval_every == 0) || next >= nmicro || *step == total)) {
