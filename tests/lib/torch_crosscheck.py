@@ -45,7 +45,6 @@ import sys
 
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.data.distributed import DistributedSampler
 
@@ -87,22 +86,11 @@ def st_read(path):
 
 
 # ---- the model ddptrain trains ---------------------------------------------
-class ToyModel(nn.Module):
-    """net1, relu, net2, relu, ..., netL: ToyModel's state_dict names for any depth."""
-
-    def __init__(self, widths):
-        super().__init__()
-        self.nlin = len(widths) - 1
-        for i in range(self.nlin):
-            setattr(self, "net%d" % (i + 1), nn.Linear(widths[i], widths[i + 1]))
-        self.relu = nn.ReLU()
-
-    def forward(self, x):
-        for i in range(self.nlin):
-            x = getattr(self, "net%d" % (i + 1))(x)
-            if i + 1 < self.nlin:
-                x = self.relu(x)
-        return x
+# net1, relu, net2, relu, ..., netL: ToyModel's state_dict names for any depth; the same
+# class scripts/torch_ddp_bench.py times.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
+                                "scripts"))
+from torch_ddp_bench import MLP as ToyModel  # noqa: E402
 
 
 # ---- learning-rate schedules: transformers' multipliers ----------------------
