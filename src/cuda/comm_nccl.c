@@ -144,7 +144,8 @@ static cudaError_t after_compute(struct nccl_ctx *c, cudaEvent_t ev)
 	return rc == cudaSuccess ? cudaStreamWaitEvent(c->stream, ev, 0) : rc;
 }
 
-static enum status nccl_allreduce_start(void *ctx, float *buf, size_t n, int last, struct diag *d)
+static enum status nccl_allreduce_start(void *ctx, float *buf, size_t n, unsigned flags,
+					struct diag *d)
 {
 	struct nccl_ctx *c = ctx;
 	ncclResult_t r;

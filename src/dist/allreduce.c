@@ -134,7 +134,7 @@ enum status allreduce_choose(struct allreduce *a, struct comm *c, struct world *
 			     struct allreduce_obs *obs, struct diag *d)
 {
 	struct asked e = {.alg = -1};
-	struct allreduce_setup s = {w, &e.cfg, obs, base, nfloats, later_bytes, NULL, 0};
+	struct allreduce_setup s = {w, &e.cfg, obs, base, nfloats, later_bytes, c->wire, NULL, 0};
 	const struct allreduce_ops *ops;
 	struct diag tried = {0};
 	enum status st;

@@ -60,6 +60,7 @@ struct allreduce_setup {
 	const float *base;               /* the gradients, base[0..nfloats) */
 	size_t nfloats;
 	size_t later_bytes;              /* what this rank still maps after the set-up */
+	enum comm_wire wire;             /* the type of COMM_WIRE collectives */
 	float *grads;                    /* out, non-NULL: the gradients must live here */
 	/* out, on failure: the failure is every rank's and for want of something a rank
 	 * lacked (room for a shared-memory window); nothing is left set up, another may stand
@@ -72,11 +73,20 @@ struct allreduce_ops {
 	int stream;       /* its all-reduces move while the caller computes: stream gradients */
 	/* Set up (collective over s->w unless said otherwise); *ctx is the instance. */
 	enum status (*init)(void **ctx, struct allreduce_setup *s, struct diag *d);
-	/* Start summing buf[0..n) over all ranks, in place (see comm_ops.allreduce_start). */
-	enum status (*start)(void *ctx, float *buf, size_t n, int last, struct diag *d);
-	/* Let outstanding all-reduces advance; never blocks. */
+	/* Start summing buf[0..n) over all ranks, in place (see comm_ops.allreduce_start;
+	 * flags COMM_LAST, COMM_WIRE: the algorithm converts to and from setup's wire type). */
+	enum status (*start)(void *ctx, float *buf, size_t n, unsigned flags, struct diag *d);
+	/* comm_ops.reduce_scatter_start and all_gather_start, over all of w's ranks. */
+	enum status (*reduce_scatter)(void *ctx, float *buf, size_t n, const size_t *cuts,
+				      unsigned flags, struct diag *d);
+	enum status (*all_gather)(void *ctx, float *buf, size_t n, const size_t *cuts,
+				  struct diag *d);
+	/* Let outstanding collectives advance; never blocks. */
 	void (*progress)(void *ctx);
-	/* Complete every outstanding all-reduce, telling the observer of each. */
+	/* Complete the first k collectives started since the last wait (comm_ops.wait_first),
+	 * telling the observer of each. */
+	enum status (*wait_first)(void *ctx, int k, struct diag *d);
+	/* Complete every outstanding collective, telling the observer of each. */
 	enum status (*wait)(void *ctx, struct diag *d);
 	/* Release the instance (NULL: nothing to do). */
 	void (*fini)(void *ctx);

@@ -1,21 +1,41 @@
 /*
- * allreduce_mpi.c - MPI's own all-reduce: MPI_Iallreduce in place, progressed
- * with MPI_Testall (with MPI_Testsome when observed, so that each all-reduce
- * gets its own completion time); the last bucket by the blocking
- * MPI_Allreduce. Also what the ring hands its small buckets, and the only
- * algorithm for device memory (comm_mpi.c stages it).
+ * allreduce_mpi.c - MPI's own collectives: MPI_Iallreduce, MPI_Ireduce_scatter
+ * and MPI_Iallgatherv in place, progressed with MPI_Testall (with MPI_Testsome
+ * when observed, so that each gets its own completion time); a collective
+ * started with COMM_LAST by its blocking form. Also what the ring hands its
+ * small buckets, and the only algorithm for device memory (comm_mpi.c stages
+ * it).
+ *
+ * MPI's in-place reduce-scatter leaves each rank's part at the start of the
+ * buffer: it is moved to its place (cuts[rank]) when the collective is waited
+ * for, before anybody reads it.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "dist/allreduce.h"
 
+/* One collective started since the last wait. */
+struct mpi_coll {
+	int req;       /* its index in req[], or -1: complete (blocking, or waited for) */
+	int order;     /* its order among the step's collectives, for the observer */
+	float *move;   /* reduce-scatter: its part, to move from buf[0..move_n) to move */
+	float *buf;
+	size_t move_n;
+	int *counts, *displs; /* (size) reduce-scatter and all-gather: MPI's arrays */
+};
+
 struct mpi_alg {
 	MPI_Comm comm;
+	int rank, size;
 	struct allreduce_obs *obs;
 	MPI_Request req[COMM_MAX_INFLIGHT];
-	int order[COMM_MAX_INFLIGHT];  /* each request's all-reduce, by its order in the step */
+	int order[COMM_MAX_INFLIGHT];  /* each request's collective, by its order in the step */
 	int nreq;
+	struct mpi_coll coll[COMM_MAX_INFLIGHT];
+	int ncoll, nwaited;            /* started since the last wait; the first nwaited complete */
+	int *arrays;                   /* (COMM_MAX_INFLIGHT, 2, size): the colls' counts, displs */
 	int err;                       /* the first error of a progress call, or MPI_SUCCESS */
 	const char *err_call;          /* ... and the call: wait reports them */
 };
@@ -28,34 +48,144 @@ static enum status mpi_alg_init(void **ctx, struct allreduce_setup *s, struct di
 	if (m == NULL)
 		return diag_set(d, ST_RUNTIME, "comm: out of memory");
 	m->comm = s->w->comm;
+	m->rank = s->w->rank;
+	m->size = s->w->size;
 	m->obs = s->obs;
 	m->err = MPI_SUCCESS;
+	m->arrays = calloc((size_t)COMM_MAX_INFLIGHT * 2 * (size_t)m->size, sizeof *m->arrays);
+	if (m->arrays == NULL)
+		return diag_set(d, ST_RUNTIME, "comm: out of memory");
 	return ST_OK;
 }
 
-static enum status mpi_alg_start(void *ctx, float *buf, size_t n, int last, struct diag *d)
+/* The next collective's record, or NULL (d set) when too many are in flight. */
+static struct mpi_coll *coll_next(struct mpi_alg *m, struct diag *d)
+{
+	struct mpi_coll *c;
+
+	if (m->ncoll == COMM_MAX_INFLIGHT || m->nreq == COMM_MAX_INFLIGHT) {
+		diag_set(d, ST_RUNTIME, "internal: more than %d collectives in flight",
+			 COMM_MAX_INFLIGHT);
+		return NULL;
+	}
+	c = &m->coll[m->ncoll];
+	memset(c, 0, sizeof *c);
+	c->req = -1;
+	c->counts = m->arrays + (size_t)m->ncoll * 2 * (size_t)m->size;
+	c->displs = c->counts + m->size;
+	return c;
+}
+
+/* Count the started collective c: blocking (done) or with the request MPI just filled. */
+static void coll_started(struct mpi_alg *m, struct mpi_coll *c, int done)
+{
+	if (done) {
+		allreduce_obs_done(m->obs, c->order);
+	} else {
+		c->req = m->nreq;
+		m->order[m->nreq++] = c->order;
+	}
+	m->ncoll++;
+}
+
+/* MPI's int counts and displacements from cuts; an error if a part is too large. */
+static enum status coll_arrays(struct mpi_alg *m, struct mpi_coll *c, const size_t *cuts,
+			       size_t n, struct diag *d)
+{
+	if (cuts[0] != 0 || cuts[m->size] != n || n > (size_t)1 << 30)
+		return diag_set(d, ST_RUNTIME, "internal: bad parts for a collective of %zu floats", n);
+	for (int q = 0; q < m->size; q++) {
+		if (cuts[q + 1] < cuts[q])
+			return diag_set(d, ST_RUNTIME, "internal: parts out of order");
+		c->counts[q] = (int)(cuts[q + 1] - cuts[q]);
+		c->displs[q] = (int)cuts[q];
+	}
+	return ST_OK;
+}
+
+static enum status mpi_alg_start(void *ctx, float *buf, size_t n, unsigned flags, struct diag *d)
 {
 	struct mpi_alg *m = ctx;
-	int k, rc;
+	struct mpi_coll *c = coll_next(m, d);
+	int rc;
 
-	if (m->nreq == COMM_MAX_INFLIGHT)
-		return diag_set(d, ST_RUNTIME, "internal: more than %d all-reduces in flight",
-				COMM_MAX_INFLIGHT);
-	k = allreduce_obs_start(m->obs, n);
-	if (last) {
+	if (c == NULL)
+		return ST_RUNTIME;
+	if (flags & COMM_WIRE)
+		return diag_set(d, ST_RUNTIME, "internal: 16-bit all-reduce not built yet");
+	c->order = allreduce_obs_start(m->obs, n);
+	if (flags & COMM_LAST) {
 		/* Open MPI's blocking all-reduce (coll/tuned) is several times faster than its
 		 * non-blocking one (libnbc) on large buffers, and with backward finished there
 		 * is nothing left to overlap. Earlier buckets stay in flight meanwhile. */
 		rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, m->comm);
 		if (rc != MPI_SUCCESS)
 			return world_mpi_error(d, rc, "MPI_Allreduce");
-		allreduce_obs_done(m->obs, k);
+		coll_started(m, c, 1);
 		return ST_OK;
 	}
 	rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, m->comm, &m->req[m->nreq]);
 	if (rc != MPI_SUCCESS)
 		return world_mpi_error(d, rc, "MPI_Iallreduce");
-	m->order[m->nreq++] = k;
+	coll_started(m, c, 0);
+	return ST_OK;
+}
+
+static enum status mpi_alg_reduce_scatter(void *ctx, float *buf, size_t n, const size_t *cuts,
+					  unsigned flags, struct diag *d)
+{
+	struct mpi_alg *m = ctx;
+	struct mpi_coll *c = coll_next(m, d);
+	enum status st;
+	int rc;
+
+	if (c == NULL)
+		return ST_RUNTIME;
+	if (flags & COMM_WIRE)
+		return diag_set(d, ST_RUNTIME, "internal: 16-bit reduce-scatter not built yet");
+	st = coll_arrays(m, c, cuts, n, d);
+	if (st != ST_OK)
+		return st;
+	c->order = allreduce_obs_start(m->obs, n);
+	c->buf = buf;
+	c->move = buf + cuts[m->rank];
+	c->move_n = cuts[m->rank + 1] - cuts[m->rank];
+	if (flags & COMM_LAST) {
+		rc = MPI_Reduce_scatter(MPI_IN_PLACE, buf, c->counts, MPI_FLOAT, MPI_SUM, m->comm);
+		if (rc != MPI_SUCCESS)
+			return world_mpi_error(d, rc, "MPI_Reduce_scatter");
+		memmove(c->move, buf, c->move_n * sizeof *buf);
+		c->move = NULL;
+		coll_started(m, c, 1);
+		return ST_OK;
+	}
+	rc = MPI_Ireduce_scatter(MPI_IN_PLACE, buf, c->counts, MPI_FLOAT, MPI_SUM, m->comm,
+				 &m->req[m->nreq]);
+	if (rc != MPI_SUCCESS)
+		return world_mpi_error(d, rc, "MPI_Ireduce_scatter");
+	coll_started(m, c, 0);
+	return ST_OK;
+}
+
+static enum status mpi_alg_all_gather(void *ctx, float *buf, size_t n, const size_t *cuts,
+				      struct diag *d)
+{
+	struct mpi_alg *m = ctx;
+	struct mpi_coll *c = coll_next(m, d);
+	enum status st;
+	int rc;
+
+	if (c == NULL)
+		return ST_RUNTIME;
+	st = coll_arrays(m, c, cuts, n, d);
+	if (st != ST_OK)
+		return st;
+	c->order = allreduce_obs_start(m->obs, n);
+	rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c->counts, c->displs,
+			     MPI_FLOAT, m->comm, &m->req[m->nreq]);
+	if (rc != MPI_SUCCESS)
+		return world_mpi_error(d, rc, "MPI_Iallgatherv");
+	coll_started(m, c, 0);
 	return ST_OK;
 }
 
@@ -91,11 +221,14 @@ static void mpi_alg_progress(void *ctx)
 		allreduce_obs_done(m->obs, m->order[idx[i]]);
 }
 
-/* Complete every request, telling the observer of each as it completes. */
-static int wait_observed(struct mpi_alg *m)
+/* Complete requests [0, nreq) (a completed one is MPI_REQUEST_NULL), telling the observer
+ * of each as it completes. */
+static int wait_requests(struct mpi_alg *m, int nreq)
 {
+	if (!allreduce_obs_watched(m->obs))
+		return MPI_Waitall(nreq, m->req, MPI_STATUSES_IGNORE);
 	for (;;) {
-		int i, rc = MPI_Waitany(m->nreq, m->req, &i, MPI_STATUS_IGNORE);
+		int i, rc = MPI_Waitany(nreq, m->req, &i, MPI_STATUS_IGNORE);
 
 		if (rc != MPI_SUCCESS || i == MPI_UNDEFINED)
 			return rc;
@@ -103,27 +236,63 @@ static int wait_observed(struct mpi_alg *m)
 	}
 }
 
-static enum status mpi_alg_wait(void *ctx, struct diag *d)
+/* Complete collectives [nwaited, k): their requests (started in order, so a prefix of
+ * req[]) and the moves of the reduce-scatters among them. */
+static enum status wait_upto(struct mpi_alg *m, int k, const char *call, struct diag *d)
 {
-	struct mpi_alg *m = ctx;
-	const char *call = "MPI_Waitall(gradient all-reduce)";
-	int rc = MPI_SUCCESS;
+	int rc = MPI_SUCCESS, last = -1;
 
 	if (m->err != MPI_SUCCESS) { /* the requests are abandoned, as the ring's are */
 		rc = m->err;
 		call = m->err_call;
 		m->err = MPI_SUCCESS;
-	} else if (m->nreq > 0) {
-		rc = allreduce_obs_watched(m->obs) ? wait_observed(m)
-						   : MPI_Waitall(m->nreq, m->req, MPI_STATUSES_IGNORE);
+		m->nreq = m->ncoll = m->nwaited = 0;
+		return world_mpi_error(d, rc, call);
 	}
-	m->nreq = 0;
-	return rc == MPI_SUCCESS ? ST_OK : world_mpi_error(d, rc, call);
+	if (k > m->ncoll)
+		k = m->ncoll;
+	for (int i = m->nwaited; i < k; i++)
+		if (m->coll[i].req > last)
+			last = m->coll[i].req;
+	if (last >= 0)
+		rc = wait_requests(m, last + 1);
+	if (rc != MPI_SUCCESS) {
+		m->nreq = m->ncoll = m->nwaited = 0;
+		return world_mpi_error(d, rc, call);
+	}
+	for (int i = m->nwaited; i < k; i++) {
+		struct mpi_coll *c = &m->coll[i];
+
+		if (c->move != NULL && c->move != c->buf)
+			memmove(c->move, c->buf, c->move_n * sizeof *c->buf);
+		c->move = NULL;
+	}
+	if (k > m->nwaited)
+		m->nwaited = k;
+	return ST_OK;
+}
+
+static enum status mpi_alg_wait_first(void *ctx, int k, struct diag *d)
+{
+	return wait_upto(ctx, k, "MPI_Waitall(collectives)", d);
+}
+
+static enum status mpi_alg_wait(void *ctx, struct diag *d)
+{
+	struct mpi_alg *m = ctx;
+	enum status st = wait_upto(m, m->ncoll, "MPI_Waitall(gradient all-reduce)", d);
+
+	m->nreq = m->ncoll = m->nwaited = 0;
+	return st;
 }
 
 static void mpi_alg_fini(void *ctx)
 {
-	free(ctx);
+	struct mpi_alg *m = ctx;
+
+	if (m != NULL)
+		free(m->arrays);
+	free(m);
 }
 
 static void mpi_alg_describe(void *ctx, char *buf, size_t len)
@@ -136,7 +305,10 @@ const struct allreduce_ops allreduce_mpi = {
 	.stream = 0,
 	.init = mpi_alg_init,
 	.start = mpi_alg_start,
+	.reduce_scatter = mpi_alg_reduce_scatter,
+	.all_gather = mpi_alg_all_gather,
 	.progress = mpi_alg_progress,
+	.wait_first = mpi_alg_wait_first,
 	.wait = mpi_alg_wait,
 	.fini = mpi_alg_fini,
 	.describe = mpi_alg_describe,

@@ -43,13 +43,13 @@ static enum status ring_alg_init(void **ctx, struct allreduce_setup *s, struct d
 	return ST_OK;
 }
 
-static enum status ring_alg_start(void *ctx, float *buf, size_t n, int last, struct diag *d)
+static enum status ring_alg_start(void *ctx, float *buf, size_t n, unsigned flags, struct diag *d)
 {
 	struct ring_alg *r = ctx;
 	int k;
 
 	if (n < r->min)
-		return allreduce_mpi.start(r->mpi, buf, n, last, d);
+		return allreduce_mpi.start(r->mpi, buf, n, flags, d);
 	k = allreduce_obs_start(r->obs, n);
 	if (r->n < COMM_MAX_INFLIGHT)
 		r->order[r->n++] = k;

@@ -106,7 +106,7 @@ static enum status hier_alg_init(void **ctx, struct allreduce_setup *s, struct d
 	return window_ready(a, ctx, s);
 }
 
-static enum status shm_alg_start(void *ctx, float *buf, size_t n, int last, struct diag *d)
+static enum status shm_alg_start(void *ctx, float *buf, size_t n, unsigned flags, struct diag *d)
 {
 	struct shm_alg *a = ctx;
 

@@ -1,6 +1,8 @@
 /* comm.c - releasing whichever communicator was set up. */
 #include "dist/comm.h"
 
+const char *const comm_wire_names[] = {"fp32", "fp16", "bf16", NULL};
+
 void comm_free(struct comm *c)
 {
 	if (c->ops != NULL)

@@ -23,6 +23,16 @@
 /* Which communicator a run uses (--backend). */
 enum comm_kind { COMM_AUTO, COMM_MPI, COMM_NCCL };
 
+/* The type gradients travel in (--grad-compress): float32, or PyTorch's compress hooks'
+ * arithmetic: each float rounded to the 16-bit type, the sum taken in that type (every
+ * partial sum rounded to it, in the algorithm's order), the result widened back. */
+enum comm_wire { COMM_WIRE_F32, COMM_WIRE_F16, COMM_WIRE_BF16 };
+extern const char *const comm_wire_names[]; /* "fp32", "fp16", "bf16", NULL */
+
+/* The flags of a collective's start. */
+#define COMM_LAST 1u /* nothing is left to overlap with: complete it by the fastest path */
+#define COMM_WIRE 2u /* it travels in the communicator's wire type (struct comm.wire) */
+
 /* Told when an all-reduce has completed: its order among this step's all-reduces (0: the
  * first started), its length in floats, and when it was started and when it completed,
  * in seconds on clock_now's clock. */
@@ -34,13 +44,29 @@ struct comm_observer {
 struct comm_ops {
 	const char *name;
 	int capturable; /* its collectives can be recorded into a device graph (NCCL) */
-	/* Start summing buf[0..n) over all ranks, in place. last: nothing is left to overlap
-	 * with (backward is done), so the communicator may complete it at once by whatever
-	 * path is fastest. */
-	enum status (*allreduce_start)(void *ctx, float *buf, size_t n, int last, struct diag *d);
-	/* Let outstanding all-reduces advance; never blocks. */
+	/* Start summing buf[0..n) over all ranks, in place. flags: COMM_LAST (nothing is left
+	 * to overlap with: backward is done, so the communicator may complete it at once by
+	 * whatever path is fastest), COMM_WIRE (in the wire type; else float32). */
+	enum status (*allreduce_start)(void *ctx, float *buf, size_t n, unsigned flags,
+				       struct diag *d);
+	/* Start the sum of buf[0..n) over all ranks of which each rank keeps its part: once
+	 * complete, buf[cuts[rank] .. cuts[rank + 1]) holds the sum and the rest of buf is
+	 * undefined. cuts has size + 1 entries (cuts[0] = 0, cuts[size] = n, never
+	 * decreasing; a part may be empty), the same on every rank, and must stay unchanged
+	 * until the collective completes. flags as allreduce_start's. */
+	enum status (*reduce_scatter_start)(void *ctx, float *buf, size_t n, const size_t *cuts,
+					    unsigned flags, struct diag *d);
+	/* Start the in-place all-gather of buf[0..n): rank q's part buf[cuts[q] .. cuts[q + 1])
+	 * (cuts as reduce_scatter_start's) goes to every rank's buf. Always float32. */
+	enum status (*all_gather_start)(void *ctx, float *buf, size_t n, const size_t *cuts,
+					struct diag *d);
+	/* Let outstanding collectives advance; never blocks. */
 	void (*progress)(void *ctx);
-	/* Complete every outstanding all-reduce. */
+	/* Complete the first k collectives (of every kind, in the order started) since
+	 * wait_all last returned; later ones stay in flight. With device memory the work
+	 * queued on the backend after this call is ordered after them. */
+	enum status (*wait_first)(void *ctx, int k, struct diag *d);
+	/* Complete every outstanding collective. */
 	enum status (*wait_all)(void *ctx, struct diag *d);
 	/* Broadcast buf[0..n) from root. */
 	enum status (*bcast)(void *ctx, float *buf, size_t n, int root, struct diag *d);
@@ -66,6 +92,9 @@ struct comm {
 	/* non-NULL: the gradients must live here (the shared-memory all-reduce reads every
 	 * rank's directly); the caller moves them with model_move_grads */
 	float *grads;
+	/* the gradients' wire type for COMM_WIRE collectives: set by the caller before
+	 * comm_open, read by the communicator's init */
+	enum comm_wire wire;
 	/* why the all-reduce chosen by default could not be had and what stands in (the same
 	 * on every rank), or "" */
 	char notice[640];

@@ -28,14 +28,16 @@ enum mpi_path { PATH_HOST, PATH_DEVICE, PATH_STAGED };
 
 struct comm_mpi {
 	MPI_Comm comm;
+	int rank;
 	enum mpi_path path;
 	struct backend *be;
 	float *base;        /* the device gradient buffer */
 	float *stage;       /* device memory: its pinned host mirror */
 	size_t nfloats;
-	/* staged this step: where each result goes back when the step's all-reduces complete */
-	struct { float *dev; size_t n; } staged[COMM_MAX_INFLIGHT];
-	int nstaged;
+	/* staged since the last wait: where each result goes back when its collective (by
+	 * its order since that wait) completes */
+	struct { float *dev; size_t n; int coll; } staged[COMM_MAX_INFLIGHT];
+	int nstaged, ncoll, nback; /* staged entries; collectives started; entries copied back */
 	struct allreduce alg;     /* host memory: the one chosen; device memory: MPI's own */
 	struct allreduce_obs obs; /* what alg tells: comm_ops.observe's observer */
 };
@@ -58,35 +60,88 @@ int comm_mpi_cuda_aware(void)
 #endif
 }
 
-static enum status mpi_allreduce_start(void *ctx, float *buf, size_t n, int last, struct diag *d)
+/* Where a collective over buf[0..n) runs: buf itself, or (device memory) its pinned host
+ * mirror, filled from the device with buf[from..to) (waiting for the backward so far) and
+ * copied back whole when the collective completes. */
+static enum status mpi_target(struct comm_mpi *c, float *buf, size_t n, size_t from, size_t to,
+			      unsigned flags, float **target, struct diag *d)
 {
-	struct comm_mpi *c = ctx;
-	float *target = buf;
 	enum status st;
 
+	*target = buf;
 	if (n > (size_t)1 << 30)
-		return diag_set(d, ST_RUNTIME, "internal: all-reduce of %zu floats is too large", n);
-	if (c->path == PATH_STAGED || (c->path == PATH_DEVICE && !last)) {
-		if (c->nstaged == COMM_MAX_INFLIGHT)
-			return diag_set(d, ST_RUNTIME, "internal: more than %d all-reduces in flight",
-					COMM_MAX_INFLIGHT);
-		if (buf < c->base || buf + n > c->base + c->nfloats)
-			return diag_set(d, ST_RUNTIME, "internal: all-reduce outside the gradient buffer");
-		target = c->stage + (buf - c->base);
-		st = c->be->ops->to_host(c->be->ctx, target, buf, n, d); /* waits for the backward so far */
-		if (st != ST_OK)
-			return st;
-	} else if (c->path == PATH_DEVICE) {
-		st = c->be->ops->sync(c->be->ctx, d);
-		if (st != ST_OK)
-			return st;
-	}
-	st = c->alg.ops->start(c->alg.ctx, target, n, last, d);
-	if (st == ST_OK && target != buf) { /* wait_all copies it back with the others */
-		c->staged[c->nstaged].dev = buf;
-		c->staged[c->nstaged++].n = n;
-	}
+		return diag_set(d, ST_RUNTIME, "internal: a collective of %zu floats is too large", n);
+	if (c->path == PATH_HOST)
+		return ST_OK;
+	if (c->path == PATH_DEVICE && (flags & COMM_LAST) && from == 0 && to == n) /* an all-reduce */
+		return c->be->ops->sync(c->be->ctx, d);
+	if (c->nstaged == COMM_MAX_INFLIGHT)
+		return diag_set(d, ST_RUNTIME, "internal: more than %d collectives in flight",
+				COMM_MAX_INFLIGHT);
+	if (buf < c->base || buf + n > c->base + c->nfloats)
+		return diag_set(d, ST_RUNTIME, "internal: a collective outside the gradient buffer");
+	*target = c->stage + (buf - c->base);
+	st = c->be->ops->to_host(c->be->ctx, *target + from, buf + from, to - from, d);
+	if (st != ST_OK)
+		return st;
+	c->staged[c->nstaged].dev = buf;
+	c->staged[c->nstaged].n = n;
+	c->staged[c->nstaged++].coll = c->ncoll;
+	return ST_OK;
+}
+
+/* A collective failed to start: its staged entry, if any, goes. */
+static enum status mpi_started(struct comm_mpi *c, enum status st)
+{
+	if (st != ST_OK && c->nstaged > c->nback && c->staged[c->nstaged - 1].coll == c->ncoll)
+		c->nstaged--;
+	if (st == ST_OK)
+		c->ncoll++;
 	return st;
+}
+
+static enum status mpi_allreduce_start(void *ctx, float *buf, size_t n, unsigned flags,
+				       struct diag *d)
+{
+	struct comm_mpi *c = ctx;
+	float *target;
+	enum status st = mpi_target(c, buf, n, 0, n, flags, &target, d);
+
+	if (st != ST_OK)
+		return st;
+	return mpi_started(c, c->alg.ops->start(c->alg.ctx, target, n, flags, d));
+}
+
+static enum status mpi_reduce_scatter_start(void *ctx, float *buf, size_t n, const size_t *cuts,
+					    unsigned flags, struct diag *d)
+{
+	struct comm_mpi *c = ctx;
+	float *target;
+	enum status st;
+
+	if (c->alg.ops->reduce_scatter == NULL)
+		return diag_set(d, ST_RUNTIME, "internal: the %s has no reduce-scatter",
+				c->alg.ops->name);
+	st = mpi_target(c, buf, n, 0, n, flags & ~COMM_LAST, &target, d);
+	if (st != ST_OK)
+		return st;
+	return mpi_started(c, c->alg.ops->reduce_scatter(c->alg.ctx, target, n, cuts, flags, d));
+}
+
+static enum status mpi_all_gather_start(void *ctx, float *buf, size_t n, const size_t *cuts,
+					struct diag *d)
+{
+	struct comm_mpi *c = ctx;
+	const int r = c->rank;
+	float *target;
+	enum status st;
+
+	if (c->alg.ops->all_gather == NULL)
+		return diag_set(d, ST_RUNTIME, "internal: the %s has no all-gather", c->alg.ops->name);
+	st = mpi_target(c, buf, n, cuts[r], cuts[r + 1], 0, &target, d);
+	if (st != ST_OK)
+		return st;
+	return mpi_started(c, c->alg.ops->all_gather(c->alg.ctx, target, n, cuts, d));
 }
 
 static void mpi_progress(void *ctx)
@@ -96,16 +151,38 @@ static void mpi_progress(void *ctx)
 	c->alg.ops->progress(c->alg.ctx);
 }
 
+/* The staged results of collectives before k go back to the device. */
+static void mpi_copy_back(struct comm_mpi *c, int k)
+{
+	for (; c->nback < c->nstaged && c->staged[c->nback].coll < k; c->nback++)
+		c->be->ops->to_device(c->be->ctx, c->staged[c->nback].dev,
+				      c->stage + (c->staged[c->nback].dev - c->base),
+				      c->staged[c->nback].n);
+}
+
+static enum status mpi_wait_first(void *ctx, int k, struct diag *d)
+{
+	struct comm_mpi *c = ctx;
+	enum status st;
+
+	if (c->alg.ops->wait_first == NULL)
+		return diag_set(d, ST_RUNTIME, "internal: the %s cannot wait for some collectives",
+				c->alg.ops->name);
+	st = c->alg.ops->wait_first(c->alg.ctx, k, d);
+	if (st == ST_OK)
+		mpi_copy_back(c, k);
+	return st;
+}
+
 static enum status mpi_wait_all(void *ctx, struct diag *d)
 {
 	struct comm_mpi *c = ctx;
 	enum status st = c->alg.ops->wait(c->alg.ctx, d);
 
-	for (int i = 0; i < c->nstaged && st == ST_OK; i++)
-		c->be->ops->to_device(c->be->ctx, c->staged[i].dev,
-				      c->stage + (c->staged[i].dev - c->base), c->staged[i].n);
-	c->nstaged = 0;
-	c->obs.started = 0; /* the next step's all-reduces count from 0 */
+	if (st == ST_OK)
+		mpi_copy_back(c, c->ncoll);
+	c->nstaged = c->nback = c->ncoll = 0;
+	c->obs.started = 0; /* the next step's collectives count from 0 */
 	return st;
 }
 
@@ -177,7 +254,10 @@ static const struct comm_ops comm_mpi_ops = {
 	.name = "mpi",
 	.capturable = 0,
 	.allreduce_start = mpi_allreduce_start,
+	.reduce_scatter_start = mpi_reduce_scatter_start,
+	.all_gather_start = mpi_all_gather_start,
 	.progress = mpi_progress,
+	.wait_first = mpi_wait_first,
 	.wait_all = mpi_wait_all,
 	.bcast = mpi_bcast,
 	.fini = mpi_fini,
@@ -200,6 +280,7 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, f
 	if (m == NULL)
 		return diag_set(d, ST_RUNTIME, "comm: out of memory");
 	m->comm = w->comm;
+	m->rank = w->rank;
 	m->be = be;
 	m->base = base;
 	m->nfloats = nfloats;

@@ -1230,7 +1230,7 @@ static int comm_dead(const struct fk_comm *m, const char *what, struct diag *d)
 	return 1;
 }
 
-static enum status fc_allreduce_start(void *ctx, float *buf, size_t n, int last, struct diag *d)
+static enum status fc_allreduce_start(void *ctx, float *buf, size_t n, unsigned flags, struct diag *d)
 {
 	struct fk_comm *m = ctx;
 	struct fk_op o = {.k = K_ALLREDUCE, .dst = buf, .n = n, .comm = m};
