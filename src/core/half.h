@@ -1,0 +1,40 @@
+/*
+ * half.h - 16-bit floats for gradients on the wire: float32 to IEEE fp16 and
+ * to bfloat16 (round to nearest even, NaN stays NaN, overflow to infinity,
+ * fp16 subnormals kept), widening back, and the 16-bit sum.
+ *
+ * The sum of two 16-bit values is taken in float32 and rounded once: float32
+ * has 24 >= 2 x 11 + 2 significand bits, so that is exactly the 16-bit sum
+ * (the result of rounding the exact sum), for fp16 and bf16 alike.
+ *
+ * Every loop runs at memory speed: fp16 through the F16C instructions where
+ * the CPU has them (asked at run time), else a branch-free loop the compiler
+ * vectorises that gives the same bits; bf16 is integer arithmetic on the bits.
+ *
+ * Core floor: knows nothing of MPI or of the wire's options.
+ */
+#ifndef DDPT_HALF_H
+#define DDPT_HALF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum half_type { HALF_F16, HALF_BF16 };
+
+/* dst[i] = src[i] rounded to t (nearest even), i < n. */
+void half_narrow(uint16_t *dst, const float *src, size_t n, enum half_type t);
+/* dst[i] = src[i] widened from t to float32 (exact), i < n. */
+void half_widen(float *dst, const uint16_t *src, size_t n, enum half_type t);
+/* dst[i] = round_t(dst[i] + src[i]), i < n: the 16-bit sum. */
+void half_sum(uint16_t *dst, const uint16_t *src, size_t n, enum half_type t);
+
+/* One value: round_t(x), and x widened. */
+uint16_t half_round(float x, enum half_type t);
+float half_value(uint16_t x, enum half_type t);
+
+/* Whether the fp16 loops use F16C: 1 if the CPU has it and it is allowed. use = 0
+ * forbids it (the portable loops run), 1 allows it again; returns what now holds.
+ * For the tests, which compare the two. */
+int half_fast(int use);
+
+#endif
