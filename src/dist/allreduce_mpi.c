@@ -9,11 +9,19 @@
  * MPI's in-place reduce-scatter leaves each rank's part at the start of the
  * buffer: it is moved to its place (cuts[rank]) when the collective is waited
  * for, before anybody reads it.
+ *
+ * The 16-bit wire (COMM_WIRE): the floats are rounded into a 16-bit mirror of
+ * the gradients (at the same offset from setup's base), reduced there as
+ * MPI_UINT16_T with a user-defined commutative sum (one per type: MPI has no
+ * bf16, and Open MPI no fp16 sum), and widened back into the floats when the
+ * collective is waited for. The wire carries 16 bits per gradient; the order
+ * of the partial sums at more than 2 ranks is Open MPI's algorithm's.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/half.h"      /* half_narrow, half_widen, half_sum */
 #include "dist/allreduce.h"
 
 /* One collective started since the last wait. */
@@ -24,6 +32,9 @@ struct mpi_coll {
 	float *buf;
 	size_t move_n;
 	int *counts, *displs; /* (size) reduce-scatter and all-gather: MPI's arrays */
+	uint16_t *h16;        /* 16-bit wire: the result in the mirror, widened ... */
+	float *wide;          /* ... into wide[0..wide_n) when waited for */
+	size_t wide_n;
 };
 
 struct mpi_alg {
@@ -38,7 +49,23 @@ struct mpi_alg {
 	int *arrays;                   /* (COMM_MAX_INFLIGHT, 2, size): the colls' counts, displs */
 	int err;                       /* the first error of a progress call, or MPI_SUCCESS */
 	const char *err_call;          /* ... and the call: wait reports them */
+	enum comm_wire wire;           /* COMM_WIRE collectives' type */
+	MPI_Op op;                     /* its sum on MPI_UINT16_T, or MPI_OP_NULL */
+	const float *base;             /* the gradients, base[0..nfloats) ... */
+	size_t nfloats;
+	uint16_t *mirror;              /* ... and their 16-bit mirror (allocated at first use) */
 };
+
+/* The user-defined sums of the 16-bit wire: inout = round16(inout + in). */
+static void sum_f16(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+	half_sum(inout, in, (size_t)*len, HALF_F16);
+}
+
+static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+	half_sum(inout, in, (size_t)*len, HALF_BF16);
+}
 
 static enum status mpi_alg_init(void **ctx, struct allreduce_setup *s, struct diag *d)
 {
@@ -52,10 +79,67 @@ static enum status mpi_alg_init(void **ctx, struct allreduce_setup *s, struct di
 	m->size = s->w->size;
 	m->obs = s->obs;
 	m->err = MPI_SUCCESS;
+	m->wire = s->wire;
+	m->op = MPI_OP_NULL;
+	m->base = s->base;
+	m->nfloats = s->nfloats;
 	m->arrays = calloc((size_t)COMM_MAX_INFLIGHT * 2 * (size_t)m->size, sizeof *m->arrays);
 	if (m->arrays == NULL)
 		return diag_set(d, ST_RUNTIME, "comm: out of memory");
+	if (m->wire != COMM_WIRE_F32) {
+		int rc = MPI_Op_create(m->wire == COMM_WIRE_F16 ? sum_f16 : sum_bf16, 1, &m->op);
+
+		if (rc != MPI_SUCCESS) {
+			m->op = MPI_OP_NULL;
+			return world_mpi_error(d, rc, "MPI_Op_create(16-bit sum)");
+		}
+	}
 	return ST_OK;
+}
+
+/* The 16-bit type of the wire (m->wire is not float32). */
+static enum half_type wire_half(const struct mpi_alg *m)
+{
+	return m->wire == COMM_WIRE_BF16 ? HALF_BF16 : HALF_F16;
+}
+
+/* Whether a collective with these flags travels in 16 bits. */
+static int wire16(const struct mpi_alg *m, unsigned flags)
+{
+	return (flags & COMM_WIRE) && m->wire != COMM_WIRE_F32;
+}
+
+/* buf[0..n) rounded into its place in the 16-bit mirror; NULL (d set) if buf is not inside
+ * the gradients or memory runs out. */
+static uint16_t *narrow(struct mpi_alg *m, const float *buf, size_t n, struct diag *d)
+{
+	uint16_t *h;
+
+	if (m->base == NULL || buf < m->base || buf + n > m->base + m->nfloats) {
+		diag_set(d, ST_RUNTIME, "internal: a 16-bit collective outside the gradients");
+		return NULL;
+	}
+	if (m->mirror == NULL && (m->mirror = malloc((m->nfloats ? m->nfloats : 1) * sizeof *m->mirror)) == NULL) {
+		diag_set(d, ST_RUNTIME, "comm: out of memory for the 16-bit gradients (%zu)", m->nfloats);
+		return NULL;
+	}
+	h = m->mirror + (buf - m->base);
+	half_narrow(h, buf, n, wire_half(m));
+	return h;
+}
+
+/* A 16-bit collective's result h[0..n) goes into the floats wide[0..n), now (blocking) or
+ * when waited for. */
+static void widen_later(struct mpi_alg *m, struct mpi_coll *c, uint16_t *h, float *wide, size_t n,
+			int now)
+{
+	if (now) {
+		half_widen(wide, h, n, wire_half(m));
+		return;
+	}
+	c->h16 = h;
+	c->wide = wide;
+	c->wide_n = n;
 }
 
 /* The next collective's record, or NULL (d set) when too many are in flight. */
@@ -111,8 +195,24 @@ static enum status mpi_alg_start(void *ctx, float *buf, size_t n, unsigned flags
 
 	if (c == NULL)
 		return ST_RUNTIME;
-	if (flags & COMM_WIRE)
-		return diag_set(d, ST_RUNTIME, "internal: 16-bit all-reduce not built yet");
+	if (wire16(m, flags)) {
+		uint16_t *h = narrow(m, buf, n, d);
+
+		if (h == NULL)
+			return ST_RUNTIME;
+		c->order = allreduce_obs_start(m->obs, n);
+		if (flags & COMM_LAST)
+			rc = MPI_Allreduce(MPI_IN_PLACE, h, (int)n, MPI_UINT16_T, m->op, m->comm);
+		else
+			rc = MPI_Iallreduce(MPI_IN_PLACE, h, (int)n, MPI_UINT16_T, m->op, m->comm,
+					    &m->req[m->nreq]);
+		if (rc != MPI_SUCCESS)
+			return world_mpi_error(d, rc, flags & COMM_LAST ? "MPI_Allreduce(16-bit)" :
+					       "MPI_Iallreduce(16-bit)");
+		widen_later(m, c, h, buf, n, flags & COMM_LAST);
+		coll_started(m, c, flags & COMM_LAST);
+		return ST_OK;
+	}
 	c->order = allreduce_obs_start(m->obs, n);
 	if (flags & COMM_LAST) {
 		/* Open MPI's blocking all-reduce (coll/tuned) is several times faster than its
@@ -141,11 +241,28 @@ static enum status mpi_alg_reduce_scatter(void *ctx, float *buf, size_t n, const
 
 	if (c == NULL)
 		return ST_RUNTIME;
-	if (flags & COMM_WIRE)
-		return diag_set(d, ST_RUNTIME, "internal: 16-bit reduce-scatter not built yet");
 	st = coll_arrays(m, c, cuts, n, d);
 	if (st != ST_OK)
 		return st;
+	if (wire16(m, flags)) { /* this rank's part arrives at the start of the mirror's range */
+		uint16_t *h = narrow(m, buf, n, d);
+
+		if (h == NULL)
+			return ST_RUNTIME;
+		c->order = allreduce_obs_start(m->obs, n);
+		if (flags & COMM_LAST)
+			rc = MPI_Reduce_scatter(MPI_IN_PLACE, h, c->counts, MPI_UINT16_T, m->op, m->comm);
+		else
+			rc = MPI_Ireduce_scatter(MPI_IN_PLACE, h, c->counts, MPI_UINT16_T, m->op, m->comm,
+						 &m->req[m->nreq]);
+		if (rc != MPI_SUCCESS)
+			return world_mpi_error(d, rc, flags & COMM_LAST ? "MPI_Reduce_scatter(16-bit)" :
+					       "MPI_Ireduce_scatter(16-bit)");
+		widen_later(m, c, h, buf + cuts[m->rank], cuts[m->rank + 1] - cuts[m->rank],
+			    flags & COMM_LAST);
+		coll_started(m, c, flags & COMM_LAST);
+		return ST_OK;
+	}
 	c->order = allreduce_obs_start(m->obs, n);
 	c->buf = buf;
 	c->move = buf + cuts[m->rank];
@@ -266,6 +383,9 @@ static enum status wait_upto(struct mpi_alg *m, int k, const char *call, struct 
 		if (c->move != NULL && c->move != c->buf)
 			memmove(c->move, c->buf, c->move_n * sizeof *c->buf);
 		c->move = NULL;
+		if (c->h16 != NULL)
+			half_widen(c->wide, c->h16, c->wide_n, wire_half(m));
+		c->h16 = NULL;
 	}
 	if (k > m->nwaited)
 		m->nwaited = k;
@@ -290,8 +410,12 @@ static void mpi_alg_fini(void *ctx)
 {
 	struct mpi_alg *m = ctx;
 
-	if (m != NULL)
+	if (m != NULL) {
 		free(m->arrays);
+		free(m->mirror);
+		if (m->op != MPI_OP_NULL)
+			(void)MPI_Op_free(&m->op); /* teardown: nobody to tell of a failure */
+	}
 	free(m);
 }
 

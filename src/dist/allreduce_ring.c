@@ -2,58 +2,226 @@
  * allreduce_ring.c - the pipelined ring over all ranks (ring.h) for buckets
  * of at least DDPTRAIN_RING_MIN_KB, progressed between layers and between
  * the panels of backward's products (it streams); smaller buckets go to
- * MPI's own all-reduce (allreduce_mpi), whose latency is lower.
+ * MPI's own algorithm (allreduce_mpi), whose latency is lower. Both kinds of
+ * collective (all-reduce, reduce-scatter, all-gather) go either way; they are
+ * completed in the order started, whichever carries them.
+ *
+ * The 16-bit wire: a ring bucket is rounded into a 16-bit mirror of the
+ * gradients (at its offset from setup's base) and travels and is summed there
+ * (core/half.h's sum, in the ring's order: part i from rank i+1 to rank i);
+ * its result is widened back into the floats when it is waited for.
  */
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "core/half.h" /* half_narrow, half_widen */
 #include "dist/allreduce.h"
 #include "dist/ring.h"
 
+/* One collective started since the last wait. */
+struct ring_rec {
+	int on_mpi;                /* 1: MPI's (its mpi-th collective since the wait) */
+	int mpi;
+	unsigned long long seq;    /* the ring's: complete once ring.finished >= seq */
+	int order;                 /* the ring's: its order in the step, for the observer */
+	uint16_t *h16;             /* 16-bit: the result, widened into wide[0..wide_n) */
+	float *wide;
+	size_t wide_n;
+};
+
 struct ring_alg {
 	struct ring ring;                /* over all ranks */
+	int rank, size;
 	size_t min;                      /* floats: smaller buckets go to mpi */
 	void *mpi;                       /* allreduce_mpi's instance, for those */
 	struct allreduce_obs *obs;
-	/* the ring's all-reduces this step, by order: told when wait has completed them */
-	int order[COMM_MAX_INFLIGHT], n;
+	enum comm_wire wire;             /* COMM_WIRE collectives' type */
+	const float *base;               /* the gradients base[0..nfloats) ... */
+	size_t nfloats;
+	uint16_t *mirror;                /* ... their 16-bit mirror (allocated at first use) */
+	size_t *lo, *hi;                 /* (COMM_MAX_INFLIGHT, size): the parts, by record */
+	struct ring_rec rec[COMM_MAX_INFLIGHT];
+	int n, nmpi, nwaited;            /* started since the wait; of them MPI's; complete */
 };
 
 static enum status ring_alg_init(void **ctx, struct allreduce_setup *s, struct diag *d)
 {
 	struct ring_alg *r = calloc(1, sizeof *r);
+	size_t parts = (size_t)COMM_MAX_INFLIGHT * (size_t)s->w->size;
 	enum status st;
 
 	*ctx = NULL;
 	if (r == NULL)
 		return diag_set(d, ST_RUNTIME, "comm: out of memory");
+	r->lo = malloc(parts * sizeof *r->lo);
+	r->hi = malloc(parts * sizeof *r->hi);
+	if (r->lo == NULL || r->hi == NULL) {
+		free(r->lo);
+		free(r->hi);
+		free(r);
+		return diag_set(d, ST_RUNTIME, "comm: out of memory");
+	}
 	st = allreduce_mpi.init(&r->mpi, s, d);
 	if (st == ST_OK) {
 		st = ring_init(&r->ring, s->w->comm, (size_t)s->cfg->chunk_kb * 256, s->cfg->window, d);
 		if (st != ST_OK)
 			allreduce_mpi.fini(r->mpi);
+	} else {
+		allreduce_mpi.fini(r->mpi);
 	}
 	if (st != ST_OK) {
+		free(r->lo);
+		free(r->hi);
 		free(r);
 		return st;
 	}
+	r->rank = s->w->rank;
+	r->size = s->w->size;
 	r->min = (size_t)s->cfg->min_kb * 256;
 	r->obs = s->obs;
+	r->wire = s->wire;
+	r->base = s->base;
+	r->nfloats = s->nfloats;
 	*ctx = r;
 	return ST_OK;
+}
+
+/* The next record, or NULL (d set) when too many are in flight. */
+static struct ring_rec *rec_next(struct ring_alg *r, struct diag *d)
+{
+	struct ring_rec *c;
+
+	if (r->n == COMM_MAX_INFLIGHT) {
+		diag_set(d, ST_RUNTIME, "internal: more than %d collectives in flight",
+			 COMM_MAX_INFLIGHT);
+		return NULL;
+	}
+	c = &r->rec[r->n];
+	*c = (struct ring_rec){0};
+	return c;
+}
+
+/* Hand a small collective to MPI's algorithm and count it. */
+static enum status to_mpi(struct ring_alg *r, struct ring_rec *c, enum status st)
+{
+	if (st != ST_OK)
+		return st;
+	c->on_mpi = 1;
+	c->mpi = r->nmpi++;
+	r->n++;
+	return ST_OK;
+}
+
+/* Queue q on the ring as record c, in 16 bits if wire16 (q->buf then being the floats,
+ * rounded into the mirror first; wide_lo..wide_hi: what comes back). */
+static enum status to_ring(struct ring_alg *r, struct ring_rec *c, struct ring_coll *q, int wire16,
+			   size_t wide_lo, size_t wide_hi, struct diag *d)
+{
+	enum half_type t = r->wire == COMM_WIRE_BF16 ? HALF_BF16 : HALF_F16;
+	float *buf = q->buf;
+	enum status st;
+
+	if (wire16) {
+		if (r->base == NULL || buf < r->base || buf + q->n > r->base + r->nfloats)
+			return diag_set(d, ST_RUNTIME, "internal: a 16-bit collective outside the gradients");
+		if (r->mirror == NULL &&
+		    (r->mirror = malloc((r->nfloats ? r->nfloats : 1) * sizeof *r->mirror)) == NULL)
+			return diag_set(d, ST_RUNTIME, "comm: out of memory for the 16-bit gradients");
+		c->h16 = r->mirror + (buf - r->base);
+		half_narrow(c->h16, buf, q->n, t);
+		q->buf = c->h16;
+		q->type = r->wire;
+		c->h16 += wide_lo;
+		c->wide = buf + wide_lo;
+		c->wide_n = wide_hi - wide_lo;
+	}
+	st = ring_start_coll(&r->ring, q, d);
+	if (st != ST_OK)
+		return st;
+	c->order = allreduce_obs_start(r->obs, q->n);
+	c->seq = r->ring.started;
+	r->n++;
+	return ST_OK;
+}
+
+static int is_wire16(const struct ring_alg *r, unsigned flags)
+{
+	return (flags & COMM_WIRE) && r->wire != COMM_WIRE_F32;
 }
 
 static enum status ring_alg_start(void *ctx, float *buf, size_t n, unsigned flags, struct diag *d)
 {
 	struct ring_alg *r = ctx;
-	int k;
+	struct ring_rec *c = rec_next(r, d);
+	struct ring_coll q = {buf, n, RING_ALLREDUCE, COMM_WIRE_F32, NULL, NULL};
 
+	if (c == NULL)
+		return ST_RUNTIME;
 	if (n < r->min)
-		return allreduce_mpi.start(r->mpi, buf, n, flags, d);
-	k = allreduce_obs_start(r->obs, n);
-	if (r->n < COMM_MAX_INFLIGHT)
-		r->order[r->n++] = k;
-	return ring_start(&r->ring, buf, n, d);
+		return to_mpi(r, c, allreduce_mpi.start(r->mpi, buf, n, flags, d));
+	return to_ring(r, c, &q, is_wire16(r, flags), 0, n, d);
+}
+
+/* The ring's parts from cuts, kept in record c's rows of lo and hi. */
+static void parts(struct ring_alg *r, int c, const size_t *cuts, struct ring_coll *q)
+{
+	size_t *lo = r->lo + (size_t)c * (size_t)r->size, *hi = r->hi + (size_t)c * (size_t)r->size;
+
+	for (int i = 0; i < r->size; i++) {
+		lo[i] = cuts[i];
+		hi[i] = cuts[i + 1];
+	}
+	q->lo = lo;
+	q->hi = hi;
+}
+
+/* cuts as the interface asks (checked before the ring reads them). */
+static enum status check_cuts(const struct ring_alg *r, const size_t *cuts, size_t n, struct diag *d)
+{
+	if (cuts[0] != 0 || cuts[r->size] != n)
+		return diag_set(d, ST_RUNTIME, "internal: bad parts for a collective of %zu floats", n);
+	for (int i = 0; i < r->size; i++)
+		if (cuts[i + 1] < cuts[i])
+			return diag_set(d, ST_RUNTIME, "internal: parts out of order");
+	return ST_OK;
+}
+
+static enum status ring_alg_reduce_scatter(void *ctx, float *buf, size_t n, const size_t *cuts,
+					   unsigned flags, struct diag *d)
+{
+	struct ring_alg *r = ctx;
+	struct ring_rec *c = rec_next(r, d);
+	struct ring_coll q = {buf, n, RING_REDUCE_SCATTER, COMM_WIRE_F32, NULL, NULL};
+	enum status st;
+
+	if (c == NULL)
+		return ST_RUNTIME;
+	if (n < r->min)
+		return to_mpi(r, c, allreduce_mpi.reduce_scatter(r->mpi, buf, n, cuts, flags, d));
+	st = check_cuts(r, cuts, n, d);
+	if (st != ST_OK)
+		return st;
+	parts(r, r->n, cuts, &q);
+	return to_ring(r, c, &q, is_wire16(r, flags), cuts[r->rank], cuts[r->rank + 1], d);
+}
+
+static enum status ring_alg_all_gather(void *ctx, float *buf, size_t n, const size_t *cuts,
+				       struct diag *d)
+{
+	struct ring_alg *r = ctx;
+	struct ring_rec *c = rec_next(r, d);
+	struct ring_coll q = {buf, n, RING_ALL_GATHER, COMM_WIRE_F32, NULL, NULL};
+	enum status st;
+
+	if (c == NULL)
+		return ST_RUNTIME;
+	if (n < r->min)
+		return to_mpi(r, c, allreduce_mpi.all_gather(r->mpi, buf, n, cuts, d));
+	st = check_cuts(r, cuts, n, d);
+	if (st != ST_OK)
+		return st;
+	parts(r, r->n, cuts, &q);
+	return to_ring(r, c, &q, 0, 0, 0, d);
 }
 
 static void ring_alg_progress(void *ctx)
@@ -64,15 +232,44 @@ static void ring_alg_progress(void *ctx)
 	allreduce_mpi.progress(r->mpi);
 }
 
+/* Record c is complete: its 16-bit result goes back into the floats, the observer is told
+ * of a ring collective (MPI's tells its own). */
+static void rec_done(struct ring_alg *r, struct ring_rec *c)
+{
+	if (c->h16 != NULL)
+		half_widen(c->wide, c->h16, c->wide_n, r->wire == COMM_WIRE_BF16 ? HALF_BF16 : HALF_F16);
+	c->h16 = NULL;
+	if (!c->on_mpi)
+		allreduce_obs_done(r->obs, c->order);
+}
+
+static enum status ring_alg_wait_first(void *ctx, int k, struct diag *d)
+{
+	struct ring_alg *r = ctx;
+	enum status st = ST_OK;
+
+	if (k > r->n)
+		k = r->n;
+	for (; r->nwaited < k && st == ST_OK; r->nwaited++) {
+		struct ring_rec *c = &r->rec[r->nwaited];
+
+		st = c->on_mpi ? allreduce_mpi.wait_first(r->mpi, c->mpi + 1, d) :
+				 ring_wait_upto(&r->ring, c->seq, d);
+		if (st == ST_OK)
+			rec_done(r, c);
+	}
+	return st;
+}
+
 static enum status ring_alg_wait(void *ctx, struct diag *d)
 {
 	struct ring_alg *r = ctx;
 	enum status st = ring_wait(&r->ring, d), mst;
 
-	for (int i = 0; i < r->n; i++)
-		allreduce_obs_done(r->obs, r->order[i]);
-	r->n = 0;
 	mst = allreduce_mpi.wait(r->mpi, d);
+	for (; r->nwaited < r->n && st == ST_OK && mst == ST_OK; r->nwaited++)
+		rec_done(r, &r->rec[r->nwaited]);
+	r->n = r->nmpi = r->nwaited = 0;
 	return mst != ST_OK ? mst : st;
 }
 
@@ -82,6 +279,9 @@ static void ring_alg_fini(void *ctx)
 
 	ring_free(&r->ring);
 	allreduce_mpi.fini(r->mpi);
+	free(r->mirror);
+	free(r->lo);
+	free(r->hi);
 	free(r);
 }
 
@@ -95,7 +295,10 @@ const struct allreduce_ops allreduce_ring = {
 	.stream = 1,
 	.init = ring_alg_init,
 	.start = ring_alg_start,
+	.reduce_scatter = ring_alg_reduce_scatter,
+	.all_gather = ring_alg_all_gather,
 	.progress = ring_alg_progress,
+	.wait_first = ring_alg_wait_first,
 	.wait = ring_alg_wait,
 	.fini = ring_alg_fini,
 	.describe = ring_alg_describe,

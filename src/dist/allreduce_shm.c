@@ -4,6 +4,12 @@
  * on each (allreduce_hier: the window in each node, the ring of ring.h among
  * the ranks of the same node-local rank). The two differ only in set-up; the
  * gradients live in the window, so both move them there.
+ *
+ * Reduce-scatters and 16-bit collectives go through the window too (shm.h);
+ * the all-gather, whose buffer (the parameters) is not in the window, is MPI's
+ * own (MPI_Iallgatherv, allreduce_mpi), which Open MPI moves through its own
+ * shared memory on a node. Collectives of both kinds complete in the order
+ * started.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +26,12 @@ struct shm_alg {
 	struct allreduce_obs *obs;
 	int order[SHM_QUEUE];       /* all-reduce k (from the start) at k % SHM_QUEUE: its order */
 	uint64_t told;              /* all-reduces told to the observer so far */
+	enum comm_wire wire;        /* COMM_WIRE collectives' type */
+	void *mpi;                  /* allreduce_mpi's instance: the all-gathers */
+	/* the collectives since the last wait, in order: the window's (complete once
+	 * shm.complete >= seq) or MPI's (its mpi-th) */
+	struct { int on_mpi, mpi; uint64_t seq; } rec[COMM_MAX_INFLIGHT];
+	int n, nmpi, nwaited;
 };
 
 /* Map the window on every rank of each node, or on none: s->unavailable, with the first
@@ -56,8 +68,18 @@ static enum status window_open(struct shm_alg **out, struct allreduce_setup *s, 
 	a->ring.comm = MPI_COMM_NULL; /* no ring (yet): ring_free is safe */
 	a->w = s->w;
 	a->obs = s->obs;
+	a->wire = s->wire;
 	*out = a;
 	return ST_OK;
+}
+
+/* Undo window_open's and the later set-up (collective over the node). */
+static void window_close(struct shm_alg *a)
+{
+	ring_free(&a->ring);
+	shm_free(&a->shm);
+	allreduce_mpi.fini(a->mpi);
+	free(a);
 }
 
 /* Move the gradients into the window: the caller's buffer from now on. */
@@ -75,7 +97,17 @@ static enum status shm_alg_init(void **ctx, struct allreduce_setup *s, struct di
 	enum status st = window_open(&a, s, d);
 
 	*ctx = NULL;
-	return st != ST_OK ? st : window_ready(a, ctx, s);
+	if (st != ST_OK)
+		return st;
+	st = shm_peers(&a->shm, MPI_COMM_NULL, s->w->rank, d);
+	if (st == ST_OK)
+		st = allreduce_mpi.init(&a->mpi, s, d);
+	/* With the window set up everywhere, all free it together (a collective) or none. */
+	if (!world_all(s->w, st == ST_OK)) {
+		window_close(a);
+		return st != ST_OK ? st : diag_set(d, ST_RUNTIME, "another rank could not set up its collectives");
+	}
+	return window_ready(a, ctx, s);
 }
 
 static enum status hier_alg_init(void **ctx, struct allreduce_setup *s, struct diag *d)
@@ -93,25 +125,81 @@ static enum status hier_alg_init(void **ctx, struct allreduce_setup *s, struct d
 		st = world_mpi_error(d, rc, "MPI_Comm_split(node peers)");
 	else
 		st = ring_init(&a->ring, peers, (size_t)s->cfg->chunk_kb * 256, s->cfg->window, d);
+	if (st == ST_OK)
+		st = shm_peers(&a->shm, peers, s->w->rank, d);
+	if (st == ST_OK)
+		st = allreduce_mpi.init(&a->mpi, s, d);
 	if (peers != MPI_COMM_NULL && (rc = MPI_Comm_free(&peers)) != MPI_SUCCESS) /* the ring has its own */
 		st = st != ST_OK ? st : world_mpi_error(d, rc, "MPI_Comm_free(node peers)");
 	/* With the window set up everywhere, all free it together (a collective) or none. */
 	if (!world_all(s->w, st == ST_OK)) {
-		ring_free(&a->ring);
-		shm_free(&a->shm);
-		free(a);
+		window_close(a);
 		return st != ST_OK ? st : diag_set(d, ST_RUNTIME, "another rank could not set up the ring across nodes");
 	}
 	a->shm.up = &a->ring;
 	return window_ready(a, ctx, s);
 }
 
+/* The next record, or NULL (d set) when too many are in flight. */
+static int rec_room(struct shm_alg *a, struct diag *d)
+{
+	if (a->n == COMM_MAX_INFLIGHT) {
+		diag_set(d, ST_RUNTIME, "internal: more than %d collectives in flight", COMM_MAX_INFLIGHT);
+		return 0;
+	}
+	return 1;
+}
+
+/* Start a window collective: all-reduce, or reduce-scatter with cuts. */
+static enum status window_start(struct shm_alg *a, float *buf, size_t n, enum ring_kind kind,
+				const size_t *cuts, unsigned flags, struct diag *d)
+{
+	enum comm_wire t = (flags & COMM_WIRE) ? a->wire : COMM_WIRE_F32;
+	enum status st;
+
+	if (!rec_room(a, d))
+		return ST_RUNTIME;
+	a->order[a->shm.started % SHM_QUEUE] = allreduce_obs_start(a->obs, n);
+	st = shm_start_coll(&a->shm, buf, n, kind, cuts, t, d);
+	if (st != ST_OK)
+		return st;
+	a->rec[a->n].on_mpi = 0;
+	a->rec[a->n++].seq = a->shm.started;
+	return ST_OK;
+}
+
 static enum status shm_alg_start(void *ctx, float *buf, size_t n, unsigned flags, struct diag *d)
+{
+	return window_start(ctx, buf, n, RING_ALLREDUCE, NULL, flags, d);
+}
+
+static enum status shm_alg_reduce_scatter(void *ctx, float *buf, size_t n, const size_t *cuts,
+					  unsigned flags, struct diag *d)
 {
 	struct shm_alg *a = ctx;
 
-	a->order[a->shm.started % SHM_QUEUE] = allreduce_obs_start(a->obs, n);
-	return shm_start(&a->shm, buf, n, d);
+	if (cuts[0] != 0 || cuts[a->w->size] != n)
+		return diag_set(d, ST_RUNTIME, "internal: bad parts for a collective of %zu floats", n);
+	for (int i = 0; i < a->w->size; i++)
+		if (cuts[i + 1] < cuts[i])
+			return diag_set(d, ST_RUNTIME, "internal: parts out of order");
+	return window_start(a, buf, n, RING_REDUCE_SCATTER, cuts, flags, d);
+}
+
+static enum status shm_alg_all_gather(void *ctx, float *buf, size_t n, const size_t *cuts,
+				      struct diag *d)
+{
+	struct shm_alg *a = ctx;
+	enum status st;
+
+	if (!rec_room(a, d))
+		return ST_RUNTIME;
+	st = allreduce_mpi.all_gather(a->mpi, buf, n, cuts, d);
+	if (st != ST_OK)
+		return st;
+	a->rec[a->n].on_mpi = 1;
+	a->rec[a->n++].mpi = a->nmpi++;
+	return ST_OK;
 }
 
 /* Tell the observer of the all-reduces completed on every rank so far. */
@@ -126,27 +214,48 @@ static void shm_alg_progress(void *ctx)
 	struct shm_alg *a = ctx;
 
 	shm_alg_tell(a, shm_progress(&a->shm));
+	if (a->nmpi > 0)
+		allreduce_mpi.progress(a->mpi);
+}
+
+static enum status shm_alg_wait_first(void *ctx, int k, struct diag *d)
+{
+	struct shm_alg *a = ctx;
+	enum status st = ST_OK;
+
+	if (k > a->n)
+		k = a->n;
+	for (; a->nwaited < k && st == ST_OK; a->nwaited++) {
+		if (a->rec[a->nwaited].on_mpi) {
+			st = allreduce_mpi.wait_first(a->mpi, a->rec[a->nwaited].mpi + 1, d);
+		} else {
+			st = shm_wait_upto(&a->shm, a->rec[a->nwaited].seq, d);
+			shm_alg_tell(a, a->shm.complete);
+		}
+	}
+	return st;
 }
 
 static enum status shm_alg_wait(void *ctx, struct diag *d)
 {
 	struct shm_alg *a = ctx;
-	enum status st = shm_wait(&a->shm, d);
+	enum status st = shm_wait(&a->shm, d), mst;
 
 	shm_alg_tell(a, st == ST_OK ? a->shm.started : a->shm.complete);
-	return st;
+	mst = allreduce_mpi.wait(a->mpi, d);
+	a->n = a->nmpi = a->nwaited = 0;
+	return st != ST_OK ? st : mst;
 }
 
 static void shm_alg_fini(void *ctx)
 {
 	struct shm_alg *a = ctx;
+	struct world *w = a->w;
 
-	ring_free(&a->ring);
 	/* collective over the node: a rank that never comes is watched */
-	world_watch_begin(a->w, "freeing the shared-memory gradients");
-	shm_free(&a->shm);
-	world_watch_end(a->w);
-	free(a);
+	world_watch_begin(w, "freeing the shared-memory gradients");
+	window_close(a);
+	world_watch_end(w);
 }
 
 static void shm_alg_describe(void *ctx, char *buf, size_t len)
@@ -164,7 +273,10 @@ const struct allreduce_ops allreduce_shm = {
 	.stream = 0,
 	.init = shm_alg_init,
 	.start = shm_alg_start,
+	.reduce_scatter = shm_alg_reduce_scatter,
+	.all_gather = shm_alg_all_gather,
 	.progress = shm_alg_progress,
+	.wait_first = shm_alg_wait_first,
 	.wait = shm_alg_wait,
 	.fini = shm_alg_fini,
 	.describe = shm_alg_describe,
@@ -175,7 +287,10 @@ const struct allreduce_ops allreduce_hier = {
 	.stream = 0,
 	.init = hier_alg_init,
 	.start = shm_alg_start,
+	.reduce_scatter = shm_alg_reduce_scatter,
+	.all_gather = shm_alg_all_gather,
 	.progress = shm_alg_progress,
+	.wait_first = shm_alg_wait_first,
 	.wait = shm_alg_wait,
 	.fini = shm_alg_fini,
 	.describe = hier_alg_describe,

@@ -34,6 +34,7 @@ struct comm_mpi {
 	float *base;        /* the device gradient buffer */
 	float *stage;       /* device memory: its pinned host mirror */
 	size_t nfloats;
+	enum comm_wire wire;  /* COMM_WIRE collectives' type */
 	/* staged since the last wait: where each result goes back when its collective (by
 	 * its order since that wait) completes */
 	struct { float *dev; size_t n; int coll; } staged[COMM_MAX_INFLIGHT];
@@ -73,7 +74,9 @@ static enum status mpi_target(struct comm_mpi *c, float *buf, size_t n, size_t f
 		return diag_set(d, ST_RUNTIME, "internal: a collective of %zu floats is too large", n);
 	if (c->path == PATH_HOST)
 		return ST_OK;
-	if (c->path == PATH_DEVICE && (flags & COMM_LAST) && from == 0 && to == n) /* an all-reduce */
+	/* an all-reduce in float32 (16 bits are rounded on the host: staged) */
+	if (c->path == PATH_DEVICE && (flags & COMM_LAST) && from == 0 && to == n &&
+	    !((flags & COMM_WIRE) && c->wire != COMM_WIRE_F32))
 		return c->be->ops->sync(c->be->ctx, d);
 	if (c->nstaged == COMM_MAX_INFLIGHT)
 		return diag_set(d, ST_RUNTIME, "internal: more than %d collectives in flight",
@@ -284,6 +287,7 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, f
 	m->be = be;
 	m->base = base;
 	m->nfloats = nfloats;
+	m->wire = c->wire;
 	m->path = be->ops->host_memory ? PATH_HOST : comm_mpi_cuda_aware() ? PATH_DEVICE : PATH_STAGED;
 	if (m->path != PATH_HOST) {
 		m->stage = be->ops->host_alloc(be->ctx, nfloats);
@@ -292,8 +296,9 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, f
 			return diag_set(d, ST_RUNTIME, "comm: out of pinned host memory for %zu floats", nfloats);
 		}
 	}
-	st = allreduce_choose(&m->alg, c, w, m->path == PATH_HOST, base, nfloats, later_bytes, &m->obs,
-			      d);
+	/* Device memory: the algorithm sees the pinned mirror, where staged collectives run. */
+	st = allreduce_choose(&m->alg, c, w, m->path == PATH_HOST, m->path == PATH_HOST ? base : m->stage,
+			      nfloats, later_bytes, &m->obs, d);
 	if (st != ST_OK) {
 		mpi_fini(m);
 		return st;

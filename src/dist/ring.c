@@ -9,19 +9,37 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/half.h"   /* half_sum: the 16-bit partial sums */
 #include "dist/ring.h"
 #include "dist/world.h" /* world_mpi_error */
-
-/* Piece i of a block of len floats over size ranks: [*lo, *hi). */
-static void piece(const struct ring *r, size_t len, int i, size_t *lo, size_t *hi)
-{
-	*lo = (size_t)i * len / (size_t)r->size;
-	*hi = (size_t)(i + 1) * len / (size_t)r->size;
-}
 
 static int wrap(const struct ring *r, int i)
 {
 	return ((i % r->size) + r->size) % r->size;
+}
+
+/* Piece i of block b, elements of b->buf: [*lo, *hi). */
+static void piece(const struct ring *r, const struct ring_block *b, int i, size_t *lo, size_t *hi)
+{
+	size_t plo, plen;
+	int j;
+
+	if (b->kind == RING_ALLREDUCE) {
+		*lo = b->pos + (size_t)i * b->len / (size_t)r->size;
+		*hi = b->pos + (size_t)(i + 1) * b->len / (size_t)r->size;
+		return;
+	}
+	/* Piece i is part i-1: its owner after the reduce-scatter phase is rank i-1. */
+	j = wrap(r, i - 1);
+	plo = b->lo[j];
+	plen = b->hi[j] - plo;
+	*lo = plo + (b->pos < plen ? b->pos : plen);
+	*hi = plo + (b->pos + b->len < plen ? b->pos + b->len : plen);
+}
+
+static size_t elem_bytes(enum comm_wire t)
+{
+	return t == COMM_WIRE_F32 ? sizeof(float) : sizeof(uint16_t);
 }
 
 /* Post slot k's current step: the send to the next rank, the receive from the previous. */
@@ -30,8 +48,9 @@ static void post(struct ring *r, int k)
 	struct ring_block *b = &r->slot[k];
 	const int p = r->size, s = b->step;
 	int send, recv, rc;
-	size_t slo, shi, rlo, rhi;
-	float *dst;
+	size_t slo, shi, rlo, rhi, e = elem_bytes(b->type);
+	MPI_Datatype type = b->type == COMM_WIRE_F32 ? MPI_FLOAT : MPI_UINT16_T;
+	char *dst;
 
 	if (s < p - 1) { /* reduce-scatter: the partial sum of piece rank-s goes on */
 		send = wrap(r, r->rank - s);
@@ -40,13 +59,13 @@ static void post(struct ring *r, int k)
 		send = wrap(r, r->rank + 1 - (s - (p - 1)));
 		recv = wrap(r, r->rank - (s - (p - 1)));
 	}
-	piece(r, b->len, send, &slo, &shi);
-	piece(r, b->len, recv, &rlo, &rhi);
-	dst = s < p - 1 ? r->scratch + (size_t)k * r->chunk : b->buf + rlo;
-	rc = MPI_Irecv(dst, (int)(rhi - rlo), MPI_FLOAT, wrap(r, r->rank - 1), b->tag + s, r->comm,
+	piece(r, b, send, &slo, &shi);
+	piece(r, b, recv, &rlo, &rhi);
+	dst = s < p - 1 ? (char *)(r->scratch + (size_t)k * r->chunk) : b->buf + rlo * e;
+	rc = MPI_Irecv(dst, (int)(rhi - rlo), type, wrap(r, r->rank - 1), b->tag + s, r->comm,
 		       &r->req[2 * k + 1]);
 	if (rc == MPI_SUCCESS)
-		rc = MPI_Isend(b->buf + slo, (int)(shi - slo), MPI_FLOAT, wrap(r, r->rank + 1),
+		rc = MPI_Isend(b->buf + slo * e, (int)(shi - slo), type, wrap(r, r->rank + 1),
 			       b->tag + s, r->comm, &r->req[2 * k]);
 	if (rc != MPI_SUCCESS && r->err == MPI_SUCCESS) {
 		r->err = rc;
@@ -62,12 +81,19 @@ static void fill(struct ring *r)
 	while (r->active < r->window && r->qhead < r->nq && r->err == MPI_SUCCESS) {
 		int k = (r->oldest + r->active) % r->window;
 		struct ring_block *b = &r->slot[k];
+		const struct ring_coll *c = &r->q[r->qhead].c;
 		size_t left = r->q[r->qhead].n - r->q[r->qhead].next;
-		size_t cap = r->chunk * (size_t)r->size;
+		size_t cap = r->chunk * (c->kind == RING_ALLREDUCE ? (size_t)r->size : 1);
 
-		b->buf = r->q[r->qhead].buf + r->q[r->qhead].next;
+		b->buf = c->buf;
+		b->kind = c->kind;
+		b->type = c->type;
+		b->lo = c->lo;
+		b->hi = c->hi;
+		b->pos = r->q[r->qhead].next;
 		b->len = left < cap ? left : cap;
-		b->step = 0;
+		b->step = c->kind == RING_ALL_GATHER ? r->size - 1 : 0;
+		b->end = c->kind == RING_REDUCE_SCATTER ? r->size - 1 : steps;
 		b->tag = (int)(r->seq++ % (unsigned)r->tag_slots) * steps;
 		r->q[r->qhead].next += b->len;
 		b->last = r->q[r->qhead].next == r->q[r->qhead].n;
@@ -84,7 +110,7 @@ static void fill(struct ring *r)
  * the number of steps taken. */
 static int advance(struct ring *r)
 {
-	const int p = r->size, steps = 2 * (p - 1);
+	const int p = r->size;
 	int moved = 0;
 
 	for (int i = 0; i < r->active; i++) {
@@ -96,16 +122,21 @@ static int advance(struct ring *r)
 			continue;
 		if (b->step < p - 1) {
 			size_t lo, hi;
-			float *restrict dst;
-			const float *restrict src = r->scratch + (size_t)k * r->chunk;
 
-			piece(r, b->len, wrap(r, r->rank - b->step - 1), &lo, &hi);
-			dst = b->buf + lo;
-			for (size_t j = 0; j < hi - lo; j++)
-				dst[j] += src[j];
+			piece(r, b, wrap(r, r->rank - b->step - 1), &lo, &hi);
+			if (b->type == COMM_WIRE_F32) {
+				float *restrict dst = (float *)b->buf + lo;
+				const float *restrict src = r->scratch + (size_t)k * r->chunk;
+
+				for (size_t j = 0; j < hi - lo; j++)
+					dst[j] += src[j];
+			} else {
+				half_sum((uint16_t *)b->buf + lo, (const uint16_t *)(r->scratch + (size_t)k * r->chunk),
+					 hi - lo, b->type == COMM_WIRE_BF16 ? HALF_BF16 : HALF_F16);
+			}
 		}
 		moved++;
-		if (++b->step == steps)
+		if (++b->step == b->end)
 			b->step = -1;
 		else
 			post(r, k);
@@ -163,13 +194,30 @@ enum status ring_init(struct ring *r, MPI_Comm comm, size_t chunk, int window, s
 
 enum status ring_start(struct ring *r, float *buf, size_t n, struct diag *d)
 {
+	struct ring_coll c = {buf, n, RING_ALLREDUCE, COMM_WIRE_F32, NULL, NULL};
+
+	return ring_start_coll(r, &c, d);
+}
+
+enum status ring_start_coll(struct ring *r, const struct ring_coll *c, struct diag *d)
+{
+	size_t n = c->n;
+
 	if (r->nq == RING_BUCKETS)
 		return diag_set(d, ST_RUNTIME, "internal: more than %d ring all-reduces queued",
 				RING_BUCKETS);
+	if (c->kind != RING_ALLREDUCE) { /* blocks run along the longest part */
+		n = 0;
+		for (int i = 0; i < r->size; i++) {
+			if (c->hi[i] < c->lo[i] || c->hi[i] > c->n)
+				return diag_set(d, ST_RUNTIME, "internal: bad parts for the ring");
+			n = c->hi[i] - c->lo[i] > n ? c->hi[i] - c->lo[i] : n;
+		}
+	}
 	if (r->size < 2 || n == 0)
 		return ST_OK;
 	r->started++;
-	r->q[r->nq].buf = buf;
+	r->q[r->nq].c = *c;
 	r->q[r->nq].n = n;
 	r->q[r->nq].next = 0;
 	r->nq++;
@@ -202,9 +250,14 @@ int ring_busy(const struct ring *r)
 
 enum status ring_wait(struct ring *r, struct diag *d)
 {
+	return ring_wait_upto(r, r->started, d);
+}
+
+enum status ring_wait_upto(struct ring *r, unsigned long long count, struct diag *d)
+{
 	int outcount, idx[2 * RING_WINDOW];
 
-	while (ring_busy(r) && r->err == MPI_SUCCESS) {
+	while (r->finished < count && ring_busy(r) && r->err == MPI_SUCCESS) {
 		int rc;
 
 		fill(r);

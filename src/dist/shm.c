@@ -14,6 +14,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>       /* sysconf, access, unlink */
 
+#include "core/half.h"  /* half_narrow, half_widen, half_sum: the 16-bit wire */
 #include "dist/shm.h"
 #include "dist/world.h" /* world_mpi_error */
 
@@ -224,19 +225,52 @@ static void slice(const struct shm *s, size_t off, size_t n, size_t *lo, size_t 
 	*hi = off + (size_t)(s->rank + 1) * n / (size_t)s->size;
 }
 
-/* Write this rank's slice [lo, hi) of its own buffer into every other rank's. */
-static void copy_out(struct shm *s, size_t lo, size_t hi)
+static enum half_type half_of(enum comm_wire t)
 {
-	for (int q = 0; q < s->size; q++)
-		if (q != s->rank)
-			memcpy(s->seg[q] + lo, s->mine + lo, (hi - lo) * sizeof(float));
+	return t == COMM_WIRE_BF16 ? HALF_BF16 : HALF_F16;
 }
 
-/* Add this rank's slice [lo, hi) over every rank, in rank order, and write the sum into
+/* Element i (counted in the buffer, off <= i) of the range from off in rank q's buffer:
+ * floats, or 16 bits from the range's start. */
+static char *at(const struct shm *s, int q, size_t off, size_t i, enum comm_wire t)
+{
+	if (t == COMM_WIRE_F32)
+		return (char *)(s->seg[q] + i);
+	return (char *)(s->seg[q] + off) + (i - off) * sizeof(uint16_t);
+}
+
+/* Write this rank's [lo, hi) of the range from off into every other rank's buffer. */
+static void copy_out(struct shm *s, size_t off, size_t lo, size_t hi, enum comm_wire t)
+{
+	size_t e = t == COMM_WIRE_F32 ? sizeof(float) : sizeof(uint16_t);
+
+	for (int q = 0; q < s->size; q++)
+		if (q != s->rank)
+			memcpy(at(s, q, off, lo, t), at(s, s->rank, off, lo, t), (hi - lo) * e);
+}
+
+/* Add [lo, hi) of the range from off over every rank, in rank order, and write the sum into
  * every rank's buffer (everywhere: 1, only into this rank's own: 0). */
-static void add_slice(struct shm *s, size_t lo, size_t hi, int everywhere)
+static void add_slice(struct shm *s, size_t off, size_t lo, size_t hi, int everywhere,
+		      enum comm_wire type)
 {
 	const int p = s->size;
+
+	if (type != COMM_WIRE_F32) { /* 16 bits: each partial sum rounded */
+		uint16_t t[TILE];
+
+		for (size_t a = lo; a < hi; a += TILE) {
+			size_t len = hi - a < TILE ? hi - a : TILE;
+
+			memcpy(t, at(s, 0, off, a, type), len * sizeof *t);
+			for (int q = 1; q < p; q++)
+				half_sum(t, (const uint16_t *)at(s, q, off, a, type), len, half_of(type));
+			for (int q = 0; q < p; q++)
+				if (everywhere || q == s->rank)
+					memcpy(at(s, q, off, a, type), t, len * sizeof *t);
+		}
+		return;
+	}
 	float t[TILE];
 
 	for (size_t a = lo; a < hi; a += TILE) {
@@ -256,13 +290,80 @@ static void add_slice(struct shm *s, size_t lo, size_t hi, int everywhere)
 	}
 }
 
+/* Round buf[0..n) to 16 bits in place, into its first 2n bytes: forward by tiles, each read
+ * whole before it is written (the writes stay below the floats still to read). */
+static void narrow_in_place(float *buf, size_t n, enum comm_wire t)
+{
+	uint16_t h[TILE];
+
+	for (size_t a = 0; a < n; a += TILE) {
+		size_t len = n - a < TILE ? n - a : TILE;
+
+		half_narrow(h, buf + a, len, half_of(t));
+		memcpy((uint16_t *)buf + a, h, len * sizeof *h);
+	}
+}
+
+/* Widen elements [lo, hi) of 16-bit range buf back into its floats [lo, hi): backward by
+ * tiles, each read whole before it is written (the writes reach only elements above it,
+ * done already or not wanted). */
+static void widen_in_place(float *buf, size_t lo, size_t hi, enum comm_wire t)
+{
+	uint16_t h[TILE];
+
+	while (hi > lo) {
+		size_t len = hi - lo < TILE ? hi - lo : TILE;
+
+		hi -= len;
+		memcpy(h, (uint16_t *)buf + hi, len * sizeof *h);
+		half_widen(buf + hi, h, len, half_of(t));
+	}
+}
+
+/* Add this rank's share of queued all-reduce k on its node (and start it on the ring). */
+static void add_mine(struct shm *s, uint64_t k)
+{
+	const int slot = (int)(k % SHM_QUEUE);
+	size_t off = s->q[slot].off, n = s->q[slot].n, lo, hi;
+	enum comm_wire t = s->q[slot].type;
+	struct diag ignore = {0};
+	enum status st = ST_OK;
+
+	if (s->q[slot].kind == RING_ALLREDUCE) {
+		slice(s, off, n, &lo, &hi);
+		add_slice(s, off, lo, hi, s->up == NULL, t);
+		if (s->up != NULL) { /* every peer starts the same slices: same n, same size */
+			struct ring_coll c = {at(s, s->rank, off, lo, t), hi - lo, RING_ALLREDUCE, t, NULL, NULL};
+
+			st = ring_start_coll(s->up, &c, &ignore);
+		}
+	} else {
+		size_t *plo = s->plo + (size_t)slot * (size_t)s->npeers;
+		size_t *phi = s->phi + (size_t)slot * (size_t)s->npeers;
+
+		for (int i = 0; i < s->npeers; i++) {
+			plo[i] = s->q[slot].cuts[s->peer_world[i]];
+			phi[i] = s->q[slot].cuts[s->peer_world[i] + 1];
+			add_slice(s, off, off + plo[i], off + phi[i], 0, t);
+		}
+		if (s->up != NULL) {
+			struct ring_coll c = {at(s, s->rank, off, off, t), n, RING_REDUCE_SCATTER, t, plo, phi};
+
+			st = ring_start_coll(s->up, &c, &ignore);
+		}
+	}
+	if (st != ST_OK)
+		s->up_full = 1; /* more than RING_BUCKETS queued: shm_wait says so */
+	if (s->up != NULL)
+		s->q[slot].up_seq = s->up->started;
+}
+
 uint64_t shm_progress(struct shm *s)
 {
 	uint64_t all = UINT64_MAX, was = s->finished;
 
 	while (s->added < s->started) {
 		uint64_t k = s->added;
-		size_t lo, hi;
 		int q;
 
 		for (q = 0; q < s->size; q++)
@@ -270,15 +371,7 @@ uint64_t shm_progress(struct shm *s)
 				break;
 		if (q < s->size)
 			break;
-		slice(s, s->q[k % SHM_QUEUE].off, s->q[k % SHM_QUEUE].n, &lo, &hi);
-		add_slice(s, lo, hi, s->up == NULL);
-		if (s->up != NULL) { /* every peer starts the same slices: same n, same size */
-			struct diag ignore = {0};
-
-			if (ring_start(s->up, s->mine + lo, hi - lo, &ignore) != ST_OK)
-				s->up_full = 1; /* more than RING_BUCKETS queued: shm_wait says so */
-			s->q[k % SHM_QUEUE].up_seq = s->up->started;
-		}
+		add_mine(s, k);
 		s->added = k + 1;
 	}
 	if (s->up == NULL) {
@@ -286,10 +379,13 @@ uint64_t shm_progress(struct shm *s)
 	} else {
 		ring_progress(s->up);
 		while (s->finished < s->added && s->up->finished >= s->q[s->finished % SHM_QUEUE].up_seq) {
+			const int slot = (int)(s->finished % SHM_QUEUE);
 			size_t lo, hi;
 
-			slice(s, s->q[s->finished % SHM_QUEUE].off, s->q[s->finished % SHM_QUEUE].n, &lo, &hi);
-			copy_out(s, lo, hi);
+			if (s->q[slot].kind == RING_ALLREDUCE) {
+				slice(s, s->q[slot].off, s->q[slot].n, &lo, &hi);
+				copy_out(s, s->q[slot].off, lo, hi, s->q[slot].type);
+			}
 			s->finished++;
 		}
 	}
@@ -302,6 +398,19 @@ uint64_t shm_progress(struct shm *s)
 	}
 	/* Another rank cannot have added an all-reduce this one has not published. */
 	s->complete = all;
+	/* Complete everywhere: nobody reads or writes this rank's 16 bits any more. */
+	for (; s->widened < all; s->widened++) {
+		const int slot = (int)(s->widened % SHM_QUEUE);
+		size_t lo = 0, hi = s->q[slot].n;
+
+		if (s->q[slot].type == COMM_WIRE_F32)
+			continue;
+		if (s->q[slot].kind == RING_REDUCE_SCATTER) {
+			lo = s->q[slot].cuts[s->peer_world[s->up != NULL ? s->up->rank : 0]];
+			hi = s->q[slot].cuts[s->peer_world[s->up != NULL ? s->up->rank : 0] + 1];
+		}
+		widen_in_place(s->mine + s->q[slot].off, lo, hi, s->q[slot].type);
+	}
 	return all;
 }
 
@@ -321,12 +430,39 @@ static void spin(const struct shm *s, unsigned *i)
 #endif
 }
 
+enum status shm_peers(struct shm *s, MPI_Comm peers, int world_rank, struct diag *d)
+{
+	int rc;
+
+	s->npeers = 1;
+	if (peers != MPI_COMM_NULL && (rc = MPI_Comm_size(peers, &s->npeers)) != MPI_SUCCESS)
+		return world_mpi_error(d, rc, "MPI_Comm_size(node peers)");
+	s->peer_world = malloc((size_t)s->npeers * sizeof *s->peer_world);
+	s->plo = malloc((size_t)SHM_QUEUE * (size_t)s->npeers * sizeof *s->plo);
+	s->phi = malloc((size_t)SHM_QUEUE * (size_t)s->npeers * sizeof *s->phi);
+	if (s->peer_world == NULL || s->plo == NULL || s->phi == NULL)
+		return diag_set(d, ST_RUNTIME, "comm: out of memory");
+	s->peer_world[0] = world_rank;
+	if (peers != MPI_COMM_NULL &&
+	    (rc = MPI_Allgather(&world_rank, 1, MPI_INT, s->peer_world, 1, MPI_INT, peers)) != MPI_SUCCESS)
+		return world_mpi_error(d, rc, "MPI_Allgather(node peers)");
+	return ST_OK;
+}
+
 enum status shm_start(struct shm *s, float *buf, size_t n, struct diag *d)
+{
+	return shm_start_coll(s, buf, n, RING_ALLREDUCE, NULL, COMM_WIRE_F32, d);
+}
+
+enum status shm_start_coll(struct shm *s, float *buf, size_t n, enum ring_kind kind,
+			   const size_t *cuts, enum comm_wire type, struct diag *d)
 {
 	unsigned i = 0;
 
 	if (buf < s->mine || buf + n > s->mine + s->n)
 		return diag_set(d, ST_RUNTIME, "internal: shared-memory all-reduce outside the gradients");
+	if (kind == RING_ALL_GATHER || (kind == RING_REDUCE_SCATTER && s->peer_world == NULL))
+		return diag_set(d, ST_RUNTIME, "internal: no such shared-memory collective");
 	while (s->started - s->complete >= SHM_QUEUE) { /* full: the others are behind */
 		shm_progress(s);
 		if (s->started - s->complete >= SHM_QUEUE)
@@ -334,6 +470,11 @@ enum status shm_start(struct shm *s, float *buf, size_t n, struct diag *d)
 	}
 	s->q[s->started % SHM_QUEUE].off = (size_t)(buf - s->mine);
 	s->q[s->started % SHM_QUEUE].n = n;
+	s->q[s->started % SHM_QUEUE].kind = kind;
+	s->q[s->started % SHM_QUEUE].type = type;
+	s->q[s->started % SHM_QUEUE].cuts = cuts;
+	if (type != COMM_WIRE_F32)
+		narrow_in_place(buf, n, type);
 	s->started++;
 	/* The range is final: its writes happen before the others' reads. */
 	atomic_store_explicit(s->ready[s->rank], s->started, memory_order_release);
@@ -343,9 +484,16 @@ enum status shm_start(struct shm *s, float *buf, size_t n, struct diag *d)
 
 enum status shm_wait(struct shm *s, struct diag *d)
 {
+	return shm_wait_upto(s, s->started, d);
+}
+
+enum status shm_wait_upto(struct shm *s, uint64_t count, struct diag *d)
+{
 	unsigned i = 0;
 
-	while (shm_progress(s) < s->started) {
+	if (count > s->started)
+		count = s->started;
+	while (shm_progress(s) < count) {
 		if (s->up_full)
 			return diag_set(d, ST_RUNTIME, "internal: more than %d ring all-reduces queued",
 					RING_BUCKETS);
@@ -362,4 +510,9 @@ void shm_free(struct shm *s)
 		(void)MPI_Win_free(&s->win); /* teardown: nobody to tell of a failure */
 	s->win = MPI_WIN_NULL;
 	s->mine = NULL;
+	free(s->peer_world);
+	free(s->plo);
+	free(s->phi);
+	s->peer_world = NULL;
+	s->plo = s->phi = NULL;
 }

@@ -1,0 +1,320 @@
+/*
+ * collcheck - the MPI communicator's host collectives against closed-form sums
+ * (tests/collectives.sh). Run under mpirun; DDPTRAIN_ALLREDUCE and the
+ * DDPTRAIN_RING_* settings choose the algorithm as they do for ddptrain.
+ *
+ *   collcheck [--wire=fp32|fp16|bf16]
+ *
+ * Every value is a pure function of (rank, index, step). Three steps each start,
+ * with several collectives in flight at once: all-reduces (one with COMM_LAST),
+ * reduce-scatters with uneven parts (an empty one; one rank's part the whole
+ * bucket; a blocking one), small buckets (the ring hands them to MPI), and
+ * all-gathers of a separate buffer; wait_first(k) is checked for the first k
+ * while later ones are still in flight, then wait_all for the rest.
+ *
+ * fp32: the values are small integers, so every sum is exact in any order.
+ * fp16/bf16: each result must be exactly the algorithm's stated order of 16-bit
+ * partial sums, computed serially here (the ring: piece j from rank j to rank j-1,
+ * part i from rank i+1 to rank i; the window: rank order); MPI's own order at more
+ * than 2 ranks is Open MPI's, so there the result must be a 16-bit value within
+ * 2 x ranks roundings (unit roundoff x the sum of magnitudes) of the exact sum. Exit 0 if
+ * every rank agrees, 1 if not.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "core/half.h"
+#include "dist/comm.h"
+#include "dist/comm_mpi.h"
+#include "dist/world.h"
+
+#define G 24000      /* floats of the gradient buffer */
+#define M 6000       /* floats of the all-gathered buffer */
+#define STEPS 3
+
+enum alg { ALG_MPI, ALG_RING, ALG_SHM };
+
+static int rank, size, wire16, errors;
+static enum comm_wire wire = COMM_WIRE_F32;
+static enum alg alg;
+static size_t ring_chunk, ring_min; /* floats */
+
+/* A gradient's value on rank r, index i, in step s. */
+static float x(int r, size_t i, int s)
+{
+	size_t k = i + (size_t)s * 7919;
+
+	if (!wire16)
+		return (float)((int)((k * 7 + (size_t)r * 13) % 41) - 20);
+	return (float)((k * 2654435761u + (size_t)r * 40503u) % 20001) / 1000.0f - 10.0f;
+}
+
+static enum half_type ht(void)
+{
+	return wire == COMM_WIRE_BF16 ? HALF_BF16 : HALF_F16;
+}
+
+static float r16(float v)
+{
+	return half_value(half_round(v, ht()), ht());
+}
+
+/* The 16-bit sum over the ranks starting at rank `first`, in ring order. */
+static float sum16(size_t i, int s, int first)
+{
+	float t = r16(x(first, i, s));
+
+	for (int k = 1; k < size; k++)
+		t = r16(t + r16(x((first + k) % size, i, s)));
+	return t;
+}
+
+/* Check buf[i] (index i of the buffer it sits in) against its sum; `first` is the rank the
+ * algorithm starts that element's sum at, or -1: MPI's own order. */
+static void expect_sum(const char *what, float got, size_t i, int s, int first)
+{
+	double exact = 0, mag = 0;
+	float want;
+
+	for (int r = 0; r < size; r++) {
+		exact += x(r, i, s);
+		mag += fabs(x(r, i, s));
+	}
+	if (!wire16) {
+		want = (float)exact;
+	} else if (first >= 0 || size <= 2) {
+		want = sum16(i, s, first >= 0 ? first : 0);
+	} else { /* MPI's order: a 16-bit value near the exact sum */
+		double tol = 2 * size * mag * (wire == COMM_WIRE_BF16 ? 0x1p-8 : 0x1p-11);
+
+		if (r16(got) != got || fabs(got - exact) > tol) {
+			if (errors++ < 5)
+				fprintf(stderr, "collcheck: rank %d step %d %s [%zu]: %.9g, want %.9g within %.3g\n",
+					rank, s, what, i, got, exact, tol);
+		}
+		return;
+	}
+	if (memcmp(&got, &want, sizeof got) != 0 && errors++ < 5)
+		fprintf(stderr, "collcheck: rank %d step %d %s [%zu]: %.9g, want %.9g\n", rank, s, what, i,
+			got, want);
+}
+
+/* Whether a collective over n floats runs on the ring (else on MPI's own, or the window). */
+static int on_ring(size_t n)
+{
+	return alg == ALG_RING && n >= ring_min;
+}
+
+/* The rank whose value starts element e's sum in an all-reduce of n floats. */
+static int ar_first(size_t n, size_t e)
+{
+	size_t cap, pos, len, o;
+
+	if (alg == ALG_SHM)
+		return 0;
+	if (!on_ring(n))
+		return -1;
+	cap = ring_chunk * (size_t)size;
+	pos = e / cap * cap;
+	len = n - pos < cap ? n - pos : cap;
+	o = e - pos;
+	for (int j = 0; j < size; j++)
+		if (o >= (size_t)j * len / (size_t)size && o < (size_t)(j + 1) * len / (size_t)size)
+			return j;
+	return -2; /* not reached */
+}
+
+/* One collective of a step. */
+struct coll {
+	const char *what;
+	int kind;         /* 0: all-reduce, 1: reduce-scatter, 2: all-gather */
+	size_t off, n;    /* in the gradient (kinds 0, 1) or the gathered buffer (2) */
+	unsigned flags;
+	size_t cuts[65];
+};
+
+static void check(const struct coll *c, const float *grads, const float *gath, int s)
+{
+	if (c->kind == 0) {
+		for (size_t e = 0; e < c->n; e++)
+			expect_sum(c->what, grads[c->off + e], c->off + e, s, ar_first(c->n, e));
+	} else if (c->kind == 1) {
+		int first = alg == ALG_SHM ? 0 : on_ring(c->n) ? (rank + 1) % size : -1;
+
+		for (size_t e = c->cuts[rank]; e < c->cuts[rank + 1]; e++)
+			expect_sum(c->what, grads[c->off + e], c->off + e, s, first);
+	} else {
+		for (int q = 0; q < size; q++)
+			for (size_t e = c->cuts[q]; e < c->cuts[q + 1]; e++) {
+				float want = x(q, 100000 + c->off + e, s);
+
+				if (gath[c->off + e] != want && errors++ < 5)
+					fprintf(stderr, "collcheck: rank %d step %d %s [%zu]: %.9g, want %.9g\n",
+						rank, s, c->what, e, gath[c->off + e], want);
+			}
+	}
+}
+
+/* Parts of n: even (0), uneven with rank 1's empty (1: rank q weighs q^2 + 1), all on the
+ * last rank (2). */
+static void cut(struct coll *c, int how)
+{
+	size_t wsum = 0, acc = 0;
+
+	for (int q = 0; q < size; q++)
+		wsum += q == 1 ? 0 : (size_t)q * (size_t)q + 1;
+	c->cuts[0] = 0;
+	for (int q = 0; q < size; q++) {
+		acc += q == 1 ? 0 : (size_t)q * (size_t)q + 1;
+		if (how == 0)
+			c->cuts[q + 1] = (size_t)(q + 1) * c->n / (size_t)size;
+		else if (how == 1)
+			c->cuts[q + 1] = acc * c->n / wsum;
+		else
+			c->cuts[q + 1] = q == size - 1 ? c->n : 0;
+	}
+}
+
+static enum status start(struct comm *cm, struct coll *c, float *grads, float *gath, int s,
+			 struct diag *d)
+{
+	if (c->kind == 2) { /* own part set; the others' left as garbage */
+		for (size_t e = 0; e < c->n; e++)
+			gath[c->off + e] = e >= c->cuts[rank] && e < c->cuts[rank + 1] ?
+						   x(rank, 100000 + c->off + e, s) : -12345.0f;
+		return cm->ops->all_gather_start(cm->ctx, gath + c->off, c->n, c->cuts, d);
+	}
+	for (size_t e = 0; e < c->n; e++)
+		grads[c->off + e] = x(rank, c->off + e, s);
+	if (c->kind == 0)
+		return cm->ops->allreduce_start(cm->ctx, grads + c->off, c->n, c->flags, d);
+	return cm->ops->reduce_scatter_start(cm->ctx, grads + c->off, c->n, c->cuts, c->flags, d);
+}
+
+static size_t env_kb(const char *var, size_t def)
+{
+	const char *v = getenv(var);
+
+	return (v != NULL && *v != '\0' ? (size_t)atol(v) : def) * 256;
+}
+
+int main(int argc, char **argv)
+{
+	struct world w = {0};
+	struct backend be = {0};
+	struct backend_config cfg = {0};
+	struct comm cm = {0};
+	struct diag d = {0};
+	char desc[256] = "";
+	float *base, *grads, *gath;
+	enum status st;
+	int total;
+
+	for (int i = 1; i < argc; i++) {
+		int k;
+
+		for (k = 0; comm_wire_names[k] != NULL; k++)
+			if (strncmp(argv[i], "--wire=", 7) == 0 && strcmp(argv[i] + 7, comm_wire_names[k]) == 0)
+				break;
+		if (comm_wire_names[k] == NULL) {
+			fprintf(stderr, "usage: collcheck [--wire=fp32|fp16|bf16]\n");
+			return 2;
+		}
+		wire = (enum comm_wire)k;
+	}
+	wire16 = wire != COMM_WIRE_F32;
+	ring_chunk = env_kb("DDPTRAIN_RING_CHUNK_KB", 1024);
+	ring_min = env_kb("DDPTRAIN_RING_MIN_KB", 64);
+	st = world_init(&w, &argc, &argv, &d);
+	if (st != ST_OK) {
+		fprintf(stderr, "collcheck: %s\n", d.msg);
+		return 1;
+	}
+	rank = w.rank;
+	size = w.size;
+	if (size > 64) {
+		fprintf(stderr, "collcheck: at most 64 ranks\n");
+		return 1;
+	}
+	base = malloc(G * sizeof *base);
+	gath = malloc(M * sizeof *gath);
+	st = backend_init(&be, &backend_cpu_ops, &cfg, &d);
+	cm.wire = wire;
+	if (st == ST_OK)
+		st = comm_mpi_init(&cm, &w, &be, base, G, 0, &d);
+	if (st != ST_OK) {
+		fprintf(stderr, "collcheck: rank %d: %s\n", rank, d.msg);
+		MPI_Abort(MPI_COMM_WORLD, 1);
+	}
+	grads = cm.grads != NULL ? cm.grads : base;
+	cm.ops->describe(cm.ctx, desc, sizeof desc);
+	alg = strstr(desc, "ring") != NULL && strstr(desc, "hierarchical") == NULL ? ALG_RING :
+	      strstr(desc, "shared-memory") != NULL ? ALG_SHM : ALG_MPI;
+	if (strstr(desc, "hierarchical") != NULL) {
+		fprintf(stderr, "collcheck: the hierarchical order is not modelled here\n");
+		MPI_Abort(MPI_COMM_WORLD, 1);
+	}
+	if (rank == 0)
+		printf("# collcheck: %d ranks, %s, wire %s, ring pieces %zu floats, smallest ring bucket %zu\n",
+		       size, desc, comm_wire_names[wire], ring_chunk, ring_min);
+
+	for (int s = 0; s < STEPS && st == ST_OK; s++) {
+		unsigned wf = wire16 ? COMM_WIRE : 0;
+		struct coll c[] = {
+			{"all-reduce", 0, 0, 3000, wf, {0}},
+			{"reduce-scatter uneven", 1, 3000, 6000, wf, {0}},
+			{"small all-reduce", 0, 9000, 100, wf, {0}},
+			{"small reduce-scatter, one part whole", 1, 9100, 100, wf, {0}},
+			{"all-gather uneven", 2, 0, 4000, 0, {0}},
+			{"reduce-scatter, one part whole", 1, 9200, 2800, wf, {0}},
+			{"all-gather, one part whole", 2, 4000, 1500, 0, {0}},
+			{"small all-gather", 2, 5500, 100, 0, {0}},
+			{"reduce-scatter even, last", 1, 12000, 5000, wf | COMM_LAST, {0}},
+			{"all-reduce, last", 0, 17000, 7000, wf | COMM_LAST, {0}},
+		};
+		const int nc = (int)(sizeof c / sizeof c[0]);
+		const int firsts[] = {2, 5, 9};
+
+		cut(&c[1], 1);
+		cut(&c[3], 2);
+		cut(&c[4], 1);
+		cut(&c[5], 2);
+		cut(&c[6], 2);
+		cut(&c[7], 0);
+		cut(&c[8], 0);
+		if (s == 1) /* the same buckets, parts the other way round */
+			for (int q = 0; q <= size; q++)
+				c[5].cuts[q] = q == 0 ? 0 : c[5].n;
+		for (int k = 0; k < nc && st == ST_OK; k++)
+			st = start(&cm, &c[k], grads, gath, s, &d);
+		/* The first k complete while the later ones may still be in flight. */
+		for (int f = 0, done = 0; f < 3 && st == ST_OK; f++) {
+			st = cm.ops->wait_first(cm.ctx, firsts[f], &d);
+			for (; done < firsts[f] && st == ST_OK; done++)
+				check(&c[done], grads, gath, s);
+			cm.ops->progress(cm.ctx);
+		}
+		if (st == ST_OK)
+			st = cm.ops->wait_all(cm.ctx, &d);
+		if (st == ST_OK)
+			check(&c[nc - 1], grads, gath, s);
+	}
+	if (st != ST_OK) {
+		fprintf(stderr, "collcheck: rank %d: %s\n", rank, d.msg);
+		errors++;
+	}
+	total = errors;
+	MPI_Allreduce(MPI_IN_PLACE, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+	if (rank == 0)
+		printf("# collcheck: %s: %d wrong value%s over %d ranks\n", total ? "FAIL" : "ok", total,
+		       total == 1 ? "" : "s", size);
+	comm_free(&cm);
+	backend_free(&be);
+	free(base);
+	free(gath);
+	world_free(&w);
+	return total ? 1 : 0;
+}
