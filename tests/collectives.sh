@@ -7,7 +7,7 @@
 # rounded partial sums (MPI's own at 3-4 ranks: within the roundings' bound).
 # The ring runs with 1 KiB pieces and hands buckets under 1 KiB to MPI's
 # algorithm, so both paths and their order are exercised. The hierarchical
-# algorithm needs two nodes: tests/multihost.sh's namespaces (not here).
+# algorithm needs two nodes: tests/collectives-hier.sh.
 . "$(dirname "$0")/lib/setup.sh"
 
 COLLCHECK=$TESTS_BUILDDIR/lib/collcheck

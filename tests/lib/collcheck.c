@@ -35,12 +35,15 @@
 #define M 6000       /* floats of the all-gathered buffer */
 #define STEPS 3
 
-enum alg { ALG_MPI, ALG_RING, ALG_SHM };
+enum alg { ALG_MPI, ALG_RING, ALG_SHM, ALG_HIER };
 
 static int rank, size, wire16, errors;
 static enum comm_wire wire = COMM_WIRE_F32;
 static enum alg alg;
 static size_t ring_chunk, ring_min; /* floats */
+/* hierarchical: ranks per node, nodes; by world rank: its node-local rank and its node's
+ * first world rank */
+static int nl, nn, lrank[64], node[64];
 
 /* A gradient's value on rank r, index i, in step s. */
 static float x(int r, size_t i, int s)
@@ -72,9 +75,62 @@ static float sum16(size_t i, int s, int first)
 	return t;
 }
 
+/* Node k's (by its first world rank) 16-bit sum of element i, in node-local rank order. */
+static float node_sum(size_t i, int s, int k)
+{
+	float t = 0;
+	int started = 0;
+
+	for (int l = 0; l < nl; l++)
+		for (int r = 0; r < size; r++)
+			if (node[r] == k && lrank[r] == l) {
+				t = started ? r16(t + r16(x(r, i, s))) : r16(x(r, i, s));
+				started = 1;
+			}
+	return t;
+}
+
+/* The world rank of local rank l's peer number j (peers in world rank order). */
+static int peer(int l, int j)
+{
+	for (int r = 0; r < size; r++)
+		if (lrank[r] == l && j-- == 0)
+			return r;
+	return -1;
+}
+
+/* Hierarchical: the node sums of element i on local rank l's peers, added along the ring
+ * from peer j. */
+static float hier_sum(size_t i, int s, int l, int j)
+{
+	float t = node_sum(i, s, node[peer(l, j)]);
+
+	for (int k = 1; k < nn; k++)
+		t = r16(t + node_sum(i, s, node[peer(l, (j + k) % nn)]));
+	return t;
+}
+
+/* The piece of offset o in a ring all-reduce of m floats over p ranks. */
+static int ring_piece(size_t m, size_t o, int p)
+{
+	size_t cap = ring_chunk * (size_t)p, pos = o / cap * cap, len = m - pos < cap ? m - pos : cap;
+
+	for (int j = 0; j < p; j++)
+		if (o - pos >= (size_t)j * len / (size_t)p && o - pos < (size_t)(j + 1) * len / (size_t)p)
+			return j;
+	return -1;
+}
+
 /* Check buf[i] (index i of the buffer it sits in) against its sum; `first` is the rank the
- * algorithm starts that element's sum at, or -1: MPI's own order. */
+ * algorithm starts that element's sum at, -1: MPI's own order, -2: `want` is it. */
+static void expect_sum_as(const char *what, float got, size_t i, int s, int first, float want16);
+
 static void expect_sum(const char *what, float got, size_t i, int s, int first)
+{
+	expect_sum_as(what, got, i, s, first, 0);
+}
+
+static void expect_sum_as(const char *what, float got, size_t i, int s, int first, float want16)
 {
 	double exact = 0, mag = 0;
 	float want;
@@ -85,6 +141,8 @@ static void expect_sum(const char *what, float got, size_t i, int s, int first)
 	}
 	if (!wire16) {
 		want = (float)exact;
+	} else if (first == -2) {
+		want = want16;
 	} else if (first >= 0 || size <= 2) {
 		want = sum16(i, s, first >= 0 ? first : 0);
 	} else { /* MPI's order: a 16-bit value near the exact sum */
@@ -138,6 +196,30 @@ struct coll {
 
 static void check(const struct coll *c, const float *grads, const float *gath, int s)
 {
+	if (alg == ALG_HIER && c->kind == 0) { /* node slice of local rank l, then the ring */
+		for (size_t e = 0; e < c->n; e++) {
+			int l = 0;
+			size_t lo, hi;
+
+			while ((size_t)(l + 1) * c->n / (size_t)nl <= e)
+				l++;
+			lo = (size_t)l * c->n / (size_t)nl;
+			hi = (size_t)(l + 1) * c->n / (size_t)nl;
+			expect_sum_as(c->what, grads[c->off + e], c->off + e, s, -2,
+				      wire16 ? hier_sum(c->off + e, s, l, ring_piece(hi - lo, e - lo, nn)) : 0);
+		}
+		return;
+	}
+	if (alg == ALG_HIER && c->kind == 1) { /* this rank's part: node sums, then peers from mine + 1 */
+		int me = 0;
+
+		while (peer(lrank[rank], me) != rank)
+			me++;
+		for (size_t e = c->cuts[rank]; e < c->cuts[rank + 1]; e++)
+			expect_sum_as(c->what, grads[c->off + e], c->off + e, s, -2,
+				      wire16 ? hier_sum(c->off + e, s, lrank[rank], (me + 1) % nn) : 0);
+		return;
+	}
 	if (c->kind == 0) {
 		for (size_t e = 0; e < c->n; e++)
 			expect_sum(c->what, grads[c->off + e], c->off + e, s, ar_first(c->n, e));
@@ -253,9 +335,18 @@ int main(int argc, char **argv)
 	cm.ops->describe(cm.ctx, desc, sizeof desc);
 	alg = strstr(desc, "ring") != NULL && strstr(desc, "hierarchical") == NULL ? ALG_RING :
 	      strstr(desc, "shared-memory") != NULL ? ALG_SHM : ALG_MPI;
-	if (strstr(desc, "hierarchical") != NULL) {
-		fprintf(stderr, "collcheck: the hierarchical order is not modelled here\n");
-		MPI_Abort(MPI_COMM_WORLD, 1);
+	if (strstr(desc, "hierarchical") != NULL) { /* who is where */
+		int mine[2] = {w.local_rank, 0}, all[128];
+
+		MPI_Allreduce(&w.rank, &mine[1], 1, MPI_INT, MPI_MIN, w.local);
+		MPI_Allgather(mine, 2, MPI_INT, all, 2, MPI_INT, MPI_COMM_WORLD);
+		for (int r = 0; r < size; r++) {
+			lrank[r] = all[2 * r];
+			node[r] = all[2 * r + 1];
+		}
+		alg = ALG_HIER;
+		nl = w.local_size;
+		nn = size / nl;
 	}
 	if (rank == 0)
 		printf("# collcheck: %d ranks, %s, wire %s, ring pieces %zu floats, smallest ring bucket %zu\n",
