@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/clock.h"     /* clock_now: the observer's times */
+#include "core/half.h"      /* half_narrow, half_widen: the 16-bit mirror */
 #include "dist/allreduce.h"
 #include "dist/ring.h"      /* RING_WINDOW: the most DDPTRAIN_RING_WINDOW can ask */
 
@@ -61,6 +62,33 @@ void allreduce_obs_done(const struct allreduce_obs *o, int order)
 int allreduce_obs_watched(const struct allreduce_obs *o)
 {
 	return o->to.done != NULL;
+}
+
+static enum half_type mirror_half(const struct allreduce_mirror *m)
+{
+	return m->wire == COMM_WIRE_BF16 ? HALF_BF16 : HALF_F16;
+}
+
+uint16_t *allreduce_narrow(struct allreduce_mirror *m, const float *buf, size_t n, struct diag *d)
+{
+	uint16_t *h;
+
+	if (m->base == NULL || buf < m->base || buf + n > m->base + m->n) {
+		diag_set(d, ST_RUNTIME, "internal: a 16-bit collective outside the gradients");
+		return NULL;
+	}
+	if (m->h == NULL && (m->h = malloc((m->n ? m->n : 1) * sizeof *m->h)) == NULL) {
+		diag_set(d, ST_RUNTIME, "comm: out of memory for the 16-bit gradients (%zu)", m->n);
+		return NULL;
+	}
+	h = m->h + (buf - m->base);
+	half_narrow(h, buf, n, mirror_half(m));
+	return h;
+}
+
+void allreduce_widen(const struct allreduce_mirror *m, float *dst, const uint16_t *h, size_t n)
+{
+	half_widen(dst, h, n, mirror_half(m));
 }
 
 /* Read the settings from this rank's environment; a bad value leaves its default. */
@@ -134,7 +162,8 @@ enum status allreduce_choose(struct allreduce *a, struct comm *c, struct world *
 			     struct allreduce_obs *obs, struct diag *d)
 {
 	struct asked e = {.alg = -1};
-	struct allreduce_setup s = {w, &e.cfg, obs, base, nfloats, later_bytes, c->wire, NULL, 0};
+	struct allreduce_setup s = {w, &e.cfg, obs, base, nfloats, later_bytes, c->wire, &a->mirror,
+				    NULL, 0};
 	const struct allreduce_ops *ops;
 	struct diag tried = {0};
 	enum status st;
@@ -142,6 +171,7 @@ enum status allreduce_choose(struct allreduce *a, struct comm *c, struct world *
 
 	a->ops = NULL;
 	a->ctx = NULL;
+	a->mirror = (struct allreduce_mirror){base, nfloats, c->wire, NULL};
 	if (!host || w->size == 1) /* nothing to choose: no setting is read */
 		return open_alg(a, &allreduce_mpi, &s, c, d);
 	asked_read(&e);
@@ -190,4 +220,6 @@ void allreduce_free(struct allreduce *a)
 		a->ops->fini(a->ctx);
 	a->ops = NULL;
 	a->ctx = NULL;
+	free(a->mirror.h);
+	a->mirror.h = NULL;
 }

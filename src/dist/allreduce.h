@@ -21,6 +21,7 @@
 #define DDPT_ALLREDUCE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core/status.h"
 #include "dist/comm.h"  /* struct comm, struct comm_observer, COMM_MAX_INFLIGHT */
@@ -44,6 +45,24 @@ void allreduce_obs_done(const struct allreduce_obs *o, int order);
 /* 1 if somebody is told (an algorithm may then track completions one by one). */
 int allreduce_obs_watched(const struct allreduce_obs *o);
 
+/* The 16-bit mirror of the gradients in which COMM_WIRE collectives travel (MPI's own and
+ * the ring's): buf's floats are rounded into h at buf's offset from base, and the result
+ * is widened back from there. One per struct allreduce, shared by an algorithm and the
+ * MPI algorithm it hands small buckets to (no two collectives in flight overlap);
+ * allocated at first use. */
+struct allreduce_mirror {
+	const float *base;   /* the gradients, base[0..n): device memory, its pinned mirror */
+	size_t n;
+	enum comm_wire wire; /* the 16-bit type (never COMM_WIRE_F32 when used) */
+	uint16_t *h;         /* (n) or NULL: not yet needed */
+};
+
+/* buf[0..n) (inside base[0..m->n)) rounded into its place in the mirror, which is returned;
+ * NULL (d set) if buf lies outside or memory runs out. */
+uint16_t *allreduce_narrow(struct allreduce_mirror *m, const float *buf, size_t n, struct diag *d);
+/* dst[0..n) = h[0..n) widened from the mirror's type. */
+void allreduce_widen(const struct allreduce_mirror *m, float *dst, const uint16_t *h, size_t n);
+
 /* The settings, from rank 0's environment (so that every rank agrees). */
 struct allreduce_cfg {
 	int chunk_kb;     /* DDPTRAIN_RING_CHUNK_KB: floats per ring piece x 4 / 1024 */
@@ -57,10 +76,11 @@ struct allreduce_setup {
 	struct world *w;                 /* over all of w's ranks */
 	const struct allreduce_cfg *cfg;
 	struct allreduce_obs *obs;       /* told of every completion; outlives the algorithm */
-	const float *base;               /* the gradients, base[0..nfloats) */
+	const float *base;               /* the gradients, base[0..nfloats) (host memory) */
 	size_t nfloats;
 	size_t later_bytes;              /* what this rank still maps after the set-up */
 	enum comm_wire wire;             /* the type of COMM_WIRE collectives */
+	struct allreduce_mirror *mirror; /* their 16-bit mirror; outlives the algorithm */
 	float *grads;                    /* out, non-NULL: the gradients must live here */
 	/* out, on failure: the failure is every rank's and for want of something a rank
 	 * lacked (room for a shared-memory window); nothing is left set up, another may stand
@@ -104,10 +124,12 @@ extern const struct allreduce_ops allreduce_hier; /* shm.h in each node, ring.h 
 struct allreduce {
 	const struct allreduce_ops *ops;
 	void *ctx;
+	struct allreduce_mirror mirror;
 };
 
-/* Choose and set up the all-reduce over w's ranks for the gradients base[0..nfloats),
- * told to obs: device memory (host 0) and a single rank take MPI's own. Host memory on
+/* Choose and set up the all-reduce over w's ranks for the gradients base[0..nfloats) (device
+ * memory: its host mirror, where the collectives run), told to obs: device memory (host 0)
+ * and a single rank take MPI's own. Host memory on
  * 2+ ranks: rank 0's environment decides for all (a collective); auto and shm take the
  * shared-memory window inside one node; across nodes with the same number of ranks
  * (2 or more) on each, the hierarchical all-reduce; otherwise the ring over all ranks.

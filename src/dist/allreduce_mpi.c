@@ -10,8 +10,8 @@
  * buffer: it is moved to its place (cuts[rank]) when the collective is waited
  * for, before anybody reads it.
  *
- * The 16-bit wire (COMM_WIRE): the floats are rounded into a 16-bit mirror of
- * the gradients (at the same offset from setup's base), reduced there as
+ * The 16-bit wire (COMM_WIRE): the floats are rounded into the 16-bit mirror
+ * of the gradients (struct allreduce_mirror), reduced there as
  * MPI_UINT16_T with a user-defined commutative sum (one per type: MPI has no
  * bf16, and Open MPI no fp16 sum), and widened back into the floats when the
  * collective is waited for. The wire carries 16 bits per gradient; the order
@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/half.h"      /* half_narrow, half_widen, half_sum */
+#include "core/half.h"      /* half_sum: the 16-bit MPI_Op */
 #include "dist/allreduce.h"
 
 /* One collective started since the last wait. */
@@ -51,9 +51,7 @@ struct mpi_alg {
 	const char *err_call;          /* ... and the call: wait reports them */
 	enum comm_wire wire;           /* COMM_WIRE collectives' type */
 	MPI_Op op;                     /* its sum on MPI_UINT16_T, or MPI_OP_NULL */
-	const float *base;             /* the gradients, base[0..nfloats) ... */
-	size_t nfloats;
-	uint16_t *mirror;              /* ... and their 16-bit mirror (allocated at first use) */
+	struct allreduce_mirror *mirror; /* where 16-bit collectives run */
 };
 
 /* The user-defined sums of the 16-bit wire: inout = round16(inout + in). */
@@ -81,8 +79,7 @@ static enum status mpi_alg_init(void **ctx, struct allreduce_setup *s, struct di
 	m->err = MPI_SUCCESS;
 	m->wire = s->wire;
 	m->op = MPI_OP_NULL;
-	m->base = s->base;
-	m->nfloats = s->nfloats;
+	m->mirror = s->mirror;
 	m->arrays = calloc((size_t)COMM_MAX_INFLIGHT * 2 * (size_t)m->size, sizeof *m->arrays);
 	if (m->arrays == NULL)
 		return diag_set(d, ST_RUNTIME, "comm: out of memory");
@@ -97,35 +94,10 @@ static enum status mpi_alg_init(void **ctx, struct allreduce_setup *s, struct di
 	return ST_OK;
 }
 
-/* The 16-bit type of the wire (m->wire is not float32). */
-static enum half_type wire_half(const struct mpi_alg *m)
-{
-	return m->wire == COMM_WIRE_BF16 ? HALF_BF16 : HALF_F16;
-}
-
 /* Whether a collective with these flags travels in 16 bits. */
 static int wire16(const struct mpi_alg *m, unsigned flags)
 {
 	return (flags & COMM_WIRE) && m->wire != COMM_WIRE_F32;
-}
-
-/* buf[0..n) rounded into its place in the 16-bit mirror; NULL (d set) if buf is not inside
- * the gradients or memory runs out. */
-static uint16_t *narrow(struct mpi_alg *m, const float *buf, size_t n, struct diag *d)
-{
-	uint16_t *h;
-
-	if (m->base == NULL || buf < m->base || buf + n > m->base + m->nfloats) {
-		diag_set(d, ST_RUNTIME, "internal: a 16-bit collective outside the gradients");
-		return NULL;
-	}
-	if (m->mirror == NULL && (m->mirror = malloc((m->nfloats ? m->nfloats : 1) * sizeof *m->mirror)) == NULL) {
-		diag_set(d, ST_RUNTIME, "comm: out of memory for the 16-bit gradients (%zu)", m->nfloats);
-		return NULL;
-	}
-	h = m->mirror + (buf - m->base);
-	half_narrow(h, buf, n, wire_half(m));
-	return h;
 }
 
 /* A 16-bit collective's result h[0..n) goes into the floats wide[0..n), now (blocking) or
@@ -134,7 +106,7 @@ static void widen_later(struct mpi_alg *m, struct mpi_coll *c, uint16_t *h, floa
 			int now)
 {
 	if (now) {
-		half_widen(wide, h, n, wire_half(m));
+		allreduce_widen(m->mirror, wide, h, n);
 		return;
 	}
 	c->h16 = h;
@@ -196,7 +168,7 @@ static enum status mpi_alg_start(void *ctx, float *buf, size_t n, unsigned flags
 	if (c == NULL)
 		return ST_RUNTIME;
 	if (wire16(m, flags)) {
-		uint16_t *h = narrow(m, buf, n, d);
+		uint16_t *h = allreduce_narrow(m->mirror, buf, n, d);
 
 		if (h == NULL)
 			return ST_RUNTIME;
@@ -245,7 +217,7 @@ static enum status mpi_alg_reduce_scatter(void *ctx, float *buf, size_t n, const
 	if (st != ST_OK)
 		return st;
 	if (wire16(m, flags)) { /* this rank's part arrives at the start of the mirror's range */
-		uint16_t *h = narrow(m, buf, n, d);
+		uint16_t *h = allreduce_narrow(m->mirror, buf, n, d);
 
 		if (h == NULL)
 			return ST_RUNTIME;
@@ -384,7 +356,7 @@ static enum status wait_upto(struct mpi_alg *m, int k, const char *call, struct 
 			memmove(c->move, c->buf, c->move_n * sizeof *c->buf);
 		c->move = NULL;
 		if (c->h16 != NULL)
-			half_widen(c->wide, c->h16, c->wide_n, wire_half(m));
+			allreduce_widen(m->mirror, c->wide, c->h16, c->wide_n);
 		c->h16 = NULL;
 	}
 	if (k > m->nwaited)
@@ -412,7 +384,6 @@ static void mpi_alg_fini(void *ctx)
 
 	if (m != NULL) {
 		free(m->arrays);
-		free(m->mirror);
 		if (m->op != MPI_OP_NULL)
 			(void)MPI_Op_free(&m->op); /* teardown: nobody to tell of a failure */
 	}

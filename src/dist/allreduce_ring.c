@@ -6,15 +6,14 @@
  * collective (all-reduce, reduce-scatter, all-gather) go either way; they are
  * completed in the order started, whichever carries them.
  *
- * The 16-bit wire: a ring bucket is rounded into a 16-bit mirror of the
- * gradients (at its offset from setup's base) and travels and is summed there
+ * The 16-bit wire: a ring bucket is rounded into the 16-bit mirror of the
+ * gradients (struct allreduce_mirror) and travels and is summed there
  * (core/half.h's sum, in the ring's order: part i from rank i+1 to rank i);
  * its result is widened back into the floats when it is waited for.
  */
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/half.h" /* half_narrow, half_widen */
 #include "dist/allreduce.h"
 #include "dist/ring.h"
 
@@ -36,9 +35,7 @@ struct ring_alg {
 	void *mpi;                       /* allreduce_mpi's instance, for those */
 	struct allreduce_obs *obs;
 	enum comm_wire wire;             /* COMM_WIRE collectives' type */
-	const float *base;               /* the gradients base[0..nfloats) ... */
-	size_t nfloats;
-	uint16_t *mirror;                /* ... their 16-bit mirror (allocated at first use) */
+	struct allreduce_mirror *mirror; /* where they run (shared with mpi's) */
 	size_t *lo, *hi;                 /* (COMM_MAX_INFLIGHT, size): the parts, by record */
 	struct ring_rec rec[COMM_MAX_INFLIGHT];
 	int n, nmpi, nwaited;            /* started since the wait; of them MPI's; complete */
@@ -80,8 +77,7 @@ static enum status ring_alg_init(void **ctx, struct allreduce_setup *s, struct d
 	r->min = (size_t)s->cfg->min_kb * 256;
 	r->obs = s->obs;
 	r->wire = s->wire;
-	r->base = s->base;
-	r->nfloats = s->nfloats;
+	r->mirror = s->mirror;
 	*ctx = r;
 	return ST_OK;
 }
@@ -117,18 +113,13 @@ static enum status to_mpi(struct ring_alg *r, struct ring_rec *c, enum status st
 static enum status to_ring(struct ring_alg *r, struct ring_rec *c, struct ring_coll *q, int wire16,
 			   size_t wide_lo, size_t wide_hi, struct diag *d)
 {
-	enum half_type t = r->wire == COMM_WIRE_BF16 ? HALF_BF16 : HALF_F16;
 	float *buf = q->buf;
 	enum status st;
 
 	if (wire16) {
-		if (r->base == NULL || buf < r->base || buf + q->n > r->base + r->nfloats)
-			return diag_set(d, ST_RUNTIME, "internal: a 16-bit collective outside the gradients");
-		if (r->mirror == NULL &&
-		    (r->mirror = malloc((r->nfloats ? r->nfloats : 1) * sizeof *r->mirror)) == NULL)
-			return diag_set(d, ST_RUNTIME, "comm: out of memory for the 16-bit gradients");
-		c->h16 = r->mirror + (buf - r->base);
-		half_narrow(c->h16, buf, q->n, t);
+		c->h16 = allreduce_narrow(r->mirror, buf, q->n, d);
+		if (c->h16 == NULL)
+			return ST_RUNTIME;
 		q->buf = c->h16;
 		q->type = r->wire;
 		c->h16 += wide_lo;
@@ -237,7 +228,7 @@ static void ring_alg_progress(void *ctx)
 static void rec_done(struct ring_alg *r, struct ring_rec *c)
 {
 	if (c->h16 != NULL)
-		half_widen(c->wide, c->h16, c->wide_n, r->wire == COMM_WIRE_BF16 ? HALF_BF16 : HALF_F16);
+		allreduce_widen(r->mirror, c->wide, c->h16, c->wide_n);
 	c->h16 = NULL;
 	if (!c->on_mpi)
 		allreduce_obs_done(r->obs, c->order);
@@ -279,7 +270,6 @@ static void ring_alg_fini(void *ctx)
 
 	ring_free(&r->ring);
 	allreduce_mpi.fini(r->mpi);
-	free(r->mirror);
 	free(r->lo);
 	free(r->hi);
 	free(r);

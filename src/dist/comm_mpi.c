@@ -10,7 +10,8 @@
  * gradient buffer, reduced there, and copied back when the step's all-reduces
  * complete -- except, with an MPI that says at run time that it is CUDA-aware,
  * the last bucket, whose blocking MPI_Allreduce gets the device pointer after
- * the backend's queued work is done. Only the blocking reductions take device
+ * the backend's queued work is done (in float32 only: a 16-bit collective is
+ * rounded on the host, so it is staged too). Only the blocking reductions take device
  * memory: Open MPI 4's coll/cuda component stages those, but not the
  * non-blocking ones (libnbc would read device memory from the host).
  */
