@@ -7,9 +7,12 @@
  * has 24 >= 2 x 11 + 2 significand bits, so that is exactly the 16-bit sum
  * (the result of rounding the exact sum), for fp16 and bf16 alike.
  *
- * Every loop runs at memory speed: fp16 through the F16C instructions where
- * the CPU has them (asked at run time), else a branch-free loop the compiler
- * vectorises that gives the same bits; bf16 is integer arithmetic on the bits.
+ * On x86-64 every loop runs at memory speed (measured: 3.6-4.5 Gfloat/s
+ * narrowing or widening, a plain float copy 3.7): fp16 through the F16C
+ * instructions, bf16 (integer arithmetic on the bits) vectorised for AVX2,
+ * each where the CPU has it (asked at run time). Elsewhere portable
+ * branch-free loops give the same bits, bf16 at about half that speed and
+ * fp16 at a tenth (the compiler does not vectorise its float tricks).
  *
  * Core floor: knows nothing of MPI or of the wire's options.
  */
@@ -32,8 +35,8 @@ void half_sum(uint16_t *dst, const uint16_t *src, size_t n, enum half_type t);
 uint16_t half_round(float x, enum half_type t);
 float half_value(uint16_t x, enum half_type t);
 
-/* Whether the fp16 loops use F16C: 1 if the CPU has it and it is allowed. use = 0
- * forbids it (the portable loops run), 1 allows it again; returns what now holds.
+/* Whether the loops use F16C and AVX2: 1 if the CPU has F16C and it is allowed. use = 0
+ * forbids both (the portable loops run), 1 allows them again; returns what now holds.
  * For the tests, which compare the two. */
 int half_fast(int use);
 
