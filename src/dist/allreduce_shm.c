@@ -123,10 +123,10 @@ static enum status hier_alg_init(void **ctx, struct allreduce_setup *s, struct d
 	rc = MPI_Comm_split(s->w->comm, s->w->local_rank, s->w->rank, &peers);
 	if (rc != MPI_SUCCESS)
 		st = world_mpi_error(d, rc, "MPI_Comm_split(node peers)");
-	else
-		st = ring_init(&a->ring, peers, (size_t)s->cfg->chunk_kb * 256, s->cfg->window, d);
-	if (st == ST_OK)
+	else /* the peers' collective first: a ring that fails after its own is local */
 		st = shm_peers(&a->shm, peers, s->w->rank, d);
+	if (st == ST_OK)
+		st = ring_init(&a->ring, peers, (size_t)s->cfg->chunk_kb * 256, s->cfg->window, d);
 	if (st == ST_OK)
 		st = allreduce_mpi.init(&a->mpi, s, d);
 	if (peers != MPI_COMM_NULL && (rc = MPI_Comm_free(&peers)) != MPI_SUCCESS) /* the ring has its own */

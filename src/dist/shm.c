@@ -432,7 +432,7 @@ static void spin(const struct shm *s, unsigned *i)
 
 enum status shm_peers(struct shm *s, MPI_Comm peers, int world_rank, struct diag *d)
 {
-	int rc;
+	int rc, ok;
 
 	s->npeers = 1;
 	if (peers != MPI_COMM_NULL && (rc = MPI_Comm_size(peers, &s->npeers)) != MPI_SUCCESS)
@@ -440,11 +440,20 @@ enum status shm_peers(struct shm *s, MPI_Comm peers, int world_rank, struct diag
 	s->peer_world = malloc((size_t)s->npeers * sizeof *s->peer_world);
 	s->plo = malloc((size_t)SHM_QUEUE * (size_t)s->npeers * sizeof *s->plo);
 	s->phi = malloc((size_t)SHM_QUEUE * (size_t)s->npeers * sizeof *s->phi);
-	if (s->peer_world == NULL || s->plo == NULL || s->phi == NULL)
-		return diag_set(d, ST_RUNTIME, "comm: out of memory");
-	s->peer_world[0] = world_rank;
-	if (peers != MPI_COMM_NULL &&
-	    (rc = MPI_Allgather(&world_rank, 1, MPI_INT, s->peer_world, 1, MPI_INT, peers)) != MPI_SUCCESS)
+	ok = s->peer_world != NULL && s->plo != NULL && s->phi != NULL;
+	if (peers == MPI_COMM_NULL) {
+		if (ok)
+			s->peer_world[0] = world_rank;
+		return ok ? ST_OK : diag_set(d, ST_RUNTIME, "comm: out of memory");
+	}
+	/* Every peer joins both calls, whatever its memory said. */
+	rc = MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, peers);
+	if (rc != MPI_SUCCESS)
+		return world_mpi_error(d, rc, "MPI_Allreduce(node peers)");
+	if (!ok)
+		return diag_set(d, ST_RUNTIME, "comm: out of memory (on this rank or a peer)");
+	rc = MPI_Allgather(&world_rank, 1, MPI_INT, s->peer_world, 1, MPI_INT, peers);
+	if (rc != MPI_SUCCESS)
 		return world_mpi_error(d, rc, "MPI_Allgather(node peers)");
 	return ST_OK;
 }
