@@ -7,7 +7,10 @@
 # rounded partial sums (MPI's own at 3-4 ranks: within the roundings' bound).
 # The ring runs with 1 KiB pieces and hands buckets under 1 KiB to MPI's
 # algorithm, so both paths and their order are exercised. The hierarchical
-# algorithm needs two nodes: tests/collectives-hier.sh.
+# algorithm needs two nodes: tests/collectives-hier.sh. Device memory (the fake
+# GPU module) at 2 ranks: staged through pinned host memory, and with a
+# CUDA-aware MPI (DDPTRAIN_MPI_CUDA_AWARE=1, where a 16-bit collective is staged
+# all the same); the all-gathered buffer lies outside the gradients.
 . "$(dirname "$0")/lib/setup.sh"
 
 COLLCHECK=$TESTS_BUILDDIR/lib/collcheck
@@ -37,4 +40,17 @@ for wire in fp32 fp16 bf16; do
 		done
 	done
 done
-echo "collectives: $runs runs ok (mpi, ring, shm at 2-4 ranks and 1 rank; fp32, fp16, bf16)"
+[ -f "$FAKE_GPU" ] || fail "no $FAKE_GPU (make check builds it)"
+for aware in 0 1; do
+	for wire in fp32 fp16 bf16; do
+		out=$(DDPTRAIN_CUDA_MODULE=$FAKE_GPU DDPTRAIN_MPI_CUDA_AWARE=$aware timeout -k 5 60 \
+			mpirun --oversubscribe -np 2 "$COLLCHECK" --wire="$wire" --device=fake 2>&1) ||
+			fail "device memory, CUDA-aware $aware, $wire: $out"
+		case $out in
+		*"# collcheck: ok: 0 wrong values over 2 ranks"*) ;;
+		*) fail "device memory, CUDA-aware $aware, $wire: no verdict: $out" ;;
+		esac
+		runs=$((runs + 1))
+	done
+done
+echo "collectives: $runs runs ok (mpi, ring, shm at 2-4 ranks and 1 rank; fp32, fp16, bf16; device memory at 2)"

@@ -13,7 +13,10 @@
  * the backend's queued work is done (in float32 only: a 16-bit collective is
  * rounded on the host, so it is staged too). Only the blocking reductions take device
  * memory: Open MPI 4's coll/cuda component stages those, but not the
- * non-blocking ones (libnbc would read device memory from the host).
+ * non-blocking ones (libnbc would read device memory from the host). A buffer
+ * outside the gradients (the parameters an all-gather completes) is staged
+ * through a second pinned buffer of the same size, taken in the order the
+ * collectives start and given back at wait_all.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,7 +41,9 @@ struct comm_mpi {
 	enum comm_wire wire;  /* COMM_WIRE collectives' type */
 	/* staged since the last wait: where each result goes back when its collective (by
 	 * its order since that wait) completes */
-	struct { float *dev; size_t n; int coll; } staged[COMM_MAX_INFLIGHT];
+	struct { float *dev, *host; size_t n; int coll; } staged[COMM_MAX_INFLIGHT];
+	float *other;        /* device memory: (nfloats) pinned, for buffers outside base */
+	size_t other_used;   /* floats of it taken since the last wait_all */
 	int nstaged, ncoll, nback; /* staged entries; collectives started; entries copied back */
 	struct allreduce alg;     /* host memory: the one chosen; device memory: MPI's own */
 	struct allreduce_obs obs; /* what alg tells: comm_ops.observe's observer */
@@ -82,13 +87,23 @@ static enum status mpi_target(struct comm_mpi *c, float *buf, size_t n, size_t f
 	if (c->nstaged == COMM_MAX_INFLIGHT)
 		return diag_set(d, ST_RUNTIME, "internal: more than %d collectives in flight",
 				COMM_MAX_INFLIGHT);
-	if (buf < c->base || buf + n > c->base + c->nfloats)
-		return diag_set(d, ST_RUNTIME, "internal: a collective outside the gradient buffer");
-	*target = c->stage + (buf - c->base);
+	if (buf >= c->base && buf + n <= c->base + c->nfloats) {
+		*target = c->stage + (buf - c->base);
+	} else { /* elsewhere (a float32 all-gather of the parameters) */
+		if (c->other == NULL && (c->other = c->be->ops->host_alloc(c->be->ctx, c->nfloats)) == NULL)
+			return diag_set(d, ST_RUNTIME, "comm: out of pinned host memory for %zu floats",
+					c->nfloats);
+		if (n > c->nfloats - c->other_used)
+			return diag_set(d, ST_RUNTIME,
+					"internal: collectives outside the gradients beyond their size in flight");
+		*target = c->other + c->other_used;
+		c->other_used += n;
+	}
 	st = c->be->ops->to_host(c->be->ctx, *target + from, buf + from, to - from, d);
 	if (st != ST_OK)
 		return st;
 	c->staged[c->nstaged].dev = buf;
+	c->staged[c->nstaged].host = *target;
 	c->staged[c->nstaged].n = n;
 	c->staged[c->nstaged++].coll = c->ncoll;
 	return ST_OK;
@@ -159,8 +174,7 @@ static void mpi_progress(void *ctx)
 static void mpi_copy_back(struct comm_mpi *c, int k)
 {
 	for (; c->nback < c->nstaged && c->staged[c->nback].coll < k; c->nback++)
-		c->be->ops->to_device(c->be->ctx, c->staged[c->nback].dev,
-				      c->stage + (c->staged[c->nback].dev - c->base),
+		c->be->ops->to_device(c->be->ctx, c->staged[c->nback].dev, c->staged[c->nback].host,
 				      c->staged[c->nback].n);
 }
 
@@ -186,6 +200,7 @@ static enum status mpi_wait_all(void *ctx, struct diag *d)
 	if (st == ST_OK)
 		mpi_copy_back(c, c->ncoll);
 	c->nstaged = c->nback = c->ncoll = 0;
+	c->other_used = 0;
 	c->obs.started = 0; /* the next step's collectives count from 0 */
 	return st;
 }
@@ -228,6 +243,8 @@ static void mpi_fini(void *ctx)
 		return;
 	if (c->stage != NULL)
 		c->be->ops->host_free(c->be->ctx, c->stage);
+	if (c->other != NULL)
+		c->be->ops->host_free(c->be->ctx, c->other);
 	allreduce_free(&c->alg);
 	free(c);
 }

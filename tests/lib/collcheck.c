@@ -3,7 +3,12 @@
  * (tests/collectives.sh). Run under mpirun; DDPTRAIN_ALLREDUCE and the
  * DDPTRAIN_RING_* settings choose the algorithm as they do for ddptrain.
  *
- *   collcheck [--wire=fp32|fp16|bf16]
+ *   collcheck [--wire=fp32|fp16|bf16] [--device=fake]
+ *
+ * --device=fake: the buffers are device memory of the CUDA module that
+ * DDPTRAIN_CUDA_MODULE names (the tests' fake GPU), so the communicator stages
+ * them through its pinned host mirror (or, with DDPTRAIN_MPI_CUDA_AWARE=1, hands
+ * the last float32 all-reduce the device pointer).
  *
  * Every value is a pure function of (rank, index, step). Three steps each start,
  * with several collectives in flight at once: all-reduces (one with COMM_LAST),
@@ -26,6 +31,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/gpu.h"
 #include "core/half.h"
 #include "dist/comm.h"
 #include "dist/comm_mpi.h"
@@ -41,6 +47,10 @@ static int rank, size, wire16, errors;
 static enum comm_wire wire = COMM_WIRE_F32;
 static enum alg alg;
 static size_t ring_chunk, ring_min; /* floats */
+static struct backend be;
+static int on_device;
+/* the buffers' host copies (the buffers themselves where not on_device) */
+static float *hgrads, *hgath;
 /* hierarchical: ranks per node, nodes; by world rank: its node-local rank and its node's
  * first world rank */
 static int nl, nn, lrank[64], node[64];
@@ -194,8 +204,18 @@ struct coll {
 	size_t cuts[65];
 };
 
-static void check(const struct coll *c, const float *grads, const float *gath, int s)
+static void check(const struct coll *c, const float *dgrads, const float *dgath, int s)
 {
+	const float *grads = hgrads, *gath = hgath;
+
+	if (on_device) { /* the whole collective's range comes back */
+		struct diag d = {0};
+
+		if (be.ops->to_host(be.ctx, c->kind == 2 ? hgath + c->off : hgrads + c->off,
+				    (c->kind == 2 ? dgath : dgrads) + c->off, c->n, &d) != ST_OK &&
+		    errors++ < 5)
+			fprintf(stderr, "collcheck: rank %d: %s\n", rank, d.msg);
+	}
 	if (alg == ALG_HIER && c->kind == 0) { /* node slice of local rank l, then the ring */
 		for (size_t e = 0; e < c->n; e++) {
 			int l = 0;
@@ -265,12 +285,16 @@ static enum status start(struct comm *cm, struct coll *c, float *grads, float *g
 {
 	if (c->kind == 2) { /* own part set; the others' left as garbage */
 		for (size_t e = 0; e < c->n; e++)
-			gath[c->off + e] = e >= c->cuts[rank] && e < c->cuts[rank + 1] ?
-						   x(rank, 100000 + c->off + e, s) : -12345.0f;
+			hgath[c->off + e] = e >= c->cuts[rank] && e < c->cuts[rank + 1] ?
+						    x(rank, 100000 + c->off + e, s) : -12345.0f;
+		if (on_device)
+			be.ops->to_device(be.ctx, gath + c->off, hgath + c->off, c->n);
 		return cm->ops->all_gather_start(cm->ctx, gath + c->off, c->n, c->cuts, d);
 	}
 	for (size_t e = 0; e < c->n; e++)
-		grads[c->off + e] = x(rank, c->off + e, s);
+		hgrads[c->off + e] = x(rank, c->off + e, s);
+	if (on_device)
+		be.ops->to_device(be.ctx, grads + c->off, hgrads + c->off, c->n);
 	if (c->kind == 0)
 		return cm->ops->allreduce_start(cm->ctx, grads + c->off, c->n, c->flags, d);
 	return cm->ops->reduce_scatter_start(cm->ctx, grads + c->off, c->n, c->cuts, c->flags, d);
@@ -286,8 +310,8 @@ static size_t env_kb(const char *var, size_t def)
 int main(int argc, char **argv)
 {
 	struct world w = {0};
-	struct backend be = {0};
 	struct backend_config cfg = {0};
+	struct gpu g = {0};
 	struct comm cm = {0};
 	struct diag d = {0};
 	char desc[256] = "";
@@ -298,11 +322,15 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		int k;
 
+		if (strcmp(argv[i], "--device=fake") == 0) {
+			on_device = 1;
+			continue;
+		}
 		for (k = 0; comm_wire_names[k] != NULL; k++)
 			if (strncmp(argv[i], "--wire=", 7) == 0 && strcmp(argv[i] + 7, comm_wire_names[k]) == 0)
 				break;
 		if (comm_wire_names[k] == NULL) {
-			fprintf(stderr, "usage: collcheck [--wire=fp32|fp16|bf16]\n");
+			fprintf(stderr, "usage: collcheck [--wire=fp32|fp16|bf16] [--device=fake]\n");
 			return 2;
 		}
 		wire = (enum comm_wire)k;
@@ -321,9 +349,19 @@ int main(int argc, char **argv)
 		fprintf(stderr, "collcheck: at most 64 ranks\n");
 		return 1;
 	}
-	base = malloc(G * sizeof *base);
-	gath = malloc(M * sizeof *gath);
-	st = backend_init(&be, &backend_cpu_ops, &cfg, &d);
+	hgrads = malloc(G * sizeof *hgrads);
+	hgath = malloc(M * sizeof *hgath);
+	if (on_device)
+		st = gpu_load(&g, &d);
+	if (st == ST_OK)
+		st = backend_init(&be, on_device ? g.mod->backend : &backend_cpu_ops, &cfg, &d);
+	if (st == ST_OK && on_device) {
+		base = be.ops->alloc(be.ctx, G);
+		gath = be.ops->alloc(be.ctx, M);
+	} else {
+		base = hgrads;
+		gath = hgath;
+	}
 	cm.wire = wire;
 	if (st == ST_OK)
 		st = comm_mpi_init(&cm, &w, &be, base, G, 0, &d);
@@ -332,6 +370,8 @@ int main(int argc, char **argv)
 		MPI_Abort(MPI_COMM_WORLD, 1);
 	}
 	grads = cm.grads != NULL ? cm.grads : base;
+	if (!on_device)
+		hgrads = grads; /* the window, for shm */
 	cm.ops->describe(cm.ctx, desc, sizeof desc);
 	alg = strstr(desc, "ring") != NULL && strstr(desc, "hierarchical") == NULL ? ALG_RING :
 	      strstr(desc, "shared-memory") != NULL ? ALG_SHM : ALG_MPI;
@@ -403,9 +443,16 @@ int main(int argc, char **argv)
 		printf("# collcheck: %s: %d wrong value%s over %d ranks\n", total ? "FAIL" : "ok", total,
 		       total == 1 ? "" : "s", size);
 	comm_free(&cm);
+	if (on_device) {
+		be.ops->free(be.ctx, base);
+		be.ops->free(be.ctx, gath);
+		free(hgrads);
+		free(hgath);
+	} else {
+		free(base);
+		free(gath);
+	}
 	backend_free(&be);
-	free(base);
-	free(gath);
 	world_free(&w);
 	return total ? 1 : 0;
 }
