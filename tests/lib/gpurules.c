@@ -10,7 +10,12 @@
  * layer forward and backward, its weight gradient all-reduced. "clean" keeps every rule
  * (a warm-up step, a captured step replayed twice, the teardown in order) and must exit
  * 0 with nothing on stderr; every other scenario breaks the one rule its name says. A
- * status the module returns is printed as "gpurules: SCENARIO: MESSAGE" and makes the
+ * "collectives" (any number of ranks) runs the reduce-scatter and the all-gather over
+ * equal parts, uneven parts and an empty part, and wait_first, on exact integer data;
+ * "wire-fp16" and "wire-bf16" (2 ranks) the 16-bit all-reduce and reduce-scatter, whose
+ * every element must be round16(round16(a) + round16(b)) (round16.h, PyTorch's compress
+ * hooks at 2 ranks); each prints the first element that differs and exits 1.
+ * A status the module returns is printed as "gpurules: SCENARIO: MESSAGE" and makes the
  * exit status 1; a rule broken at teardown is the module's own line on stderr and exit
  * status. Exit 77 (skip) if the module cannot be loaded.
  */
@@ -22,8 +27,10 @@
 #include "backend/backend.h" /* struct backend, backend_init, backend_free */
 #include "backend/gpu.h"     /* gpu_load, struct gpu_module */
 #include "dist/comm.h"       /* struct comm, comm_free */
+#include "round16.h"          /* round16: the 16-bit wire's closed form */
 
 enum { N = 4, IN = 8, OUT = 8 }; /* rows, inputs, outputs of the layer */
+enum { CUTS_MAX = 65, COLL_MAX = 64 }; /* ranks + 1; floats in a collective scenario's buffers */
 
 struct rig {
 	const char *name;
@@ -35,6 +42,7 @@ struct rig {
 	void *bc;
 	float *hx;                 /* (N, IN) pinned */
 	float *x, *w, *b, *y, *dw; /* device: x (N, IN), w (OUT, IN), b (OUT), y (N, OUT), dw (OUT, IN) + db (OUT) */
+	float *a, *bb, *h;         /* the collective scenarios' device buffers (COLL_MAX) and pinned (COLL_MAX) */
 	int failed;
 };
 
@@ -98,6 +106,9 @@ static int setup(struct rig *r, struct diag *d)
 	if (r->rank == 0 && check(r, r->mod.mod->nccl_unique_id(id, d), d))
 		return 1;
 	MPI_Bcast(id, GPU_NCCL_ID_BYTES, MPI_BYTE, 0, MPI_COMM_WORLD);
+	/* the wire type is the caller's, set before the communicator opens */
+	r->c.wire = strcmp(r->name, "wire-fp16") == 0 ? COMM_WIRE_F16 :
+		    strcmp(r->name, "wire-bf16") == 0 ? COMM_WIRE_BF16 : COMM_WIRE_F32;
 	if (check(r, r->mod.mod->nccl_comm_init(&r->c, &r->be, id, r->rank, r->size, 60, ready, NULL, d), d))
 		return 1;
 	r->hx = r->ops->host_alloc(r->bc, (size_t)N * IN);
@@ -106,7 +117,10 @@ static int setup(struct rig *r, struct diag *d)
 	r->b = r->ops->alloc(r->bc, OUT);
 	r->y = r->ops->alloc(r->bc, (size_t)N * OUT);
 	r->dw = r->ops->alloc(r->bc, (size_t)OUT * IN + OUT);
-	if (!r->hx || !r->x || !r->w || !r->b || !r->y || !r->dw) {
+	r->a = r->ops->alloc(r->bc, COLL_MAX);
+	r->bb = r->ops->alloc(r->bc, COLL_MAX);
+	r->h = r->ops->host_alloc(r->bc, COLL_MAX);
+	if (!r->hx || !r->x || !r->w || !r->b || !r->y || !r->dw || !r->a || !r->bb || !r->h) {
 		printf("gpurules: %s: out of memory\n", r->name);
 		return 1;
 	}
@@ -139,8 +153,216 @@ static void teardown(struct rig *r)
 	r->ops->free(r->bc, r->b);
 	r->ops->free(r->bc, r->y);
 	r->ops->free(r->bc, r->dw);
+	r->ops->free(r->bc, r->a);
+	r->ops->free(r->bc, r->bb);
+	r->ops->host_free(r->bc, r->h);
 	comm_free(&r->c);
 	backend_free(&r->be);
+}
+
+/* ---- the sharded and compressed collectives, checked against closed forms ---------- */
+
+/* cuts of n floats over size ranks: equal (n = size * 5), uneven (a quarter-ish to
+ * rank 0's side), or with rank 0's part empty. */
+enum cut_kind { CUT_EQUAL, CUT_UNEVEN, CUT_EMPTY };
+
+static size_t make_cuts(size_t *cuts, int size, enum cut_kind k)
+{
+	size_t n = k == CUT_EQUAL ? 5 * (size_t)size : 10 + 3 * (size_t)size;
+
+	for (int q = 0; q <= size; q++)
+		cuts[q] = k == CUT_EQUAL ? 5 * (size_t)q : size == 1 ? (size_t)q * n :
+			  k == CUT_UNEVEN ? (size_t)q * (size_t)q * n / ((size_t)size * size) :
+			  q == 0 || (q == 1 && size > 1) ? 0 : n * (size_t)(q - 1) / (size_t)(size - 1);
+	cuts[size] = n;
+	return n;
+}
+
+/* A rank's float32 data: exact integers, so every sum is exact in any order. */
+static float x32(int rank, size_t i)
+{
+	return (float)(1000 * (rank + 1)) + (float)i;
+}
+
+static float sum32(int size, size_t i)
+{
+	return (float)(1000 * size * (size + 1) / 2) + (float)(size * (long)i);
+}
+
+/* A rank's data for the 16-bit wire: values near 1 and 1.5 with bits below both types'
+ * precision, so each rounding shows. */
+static float x16(int rank, size_t i)
+{
+	return 1.0f + 0.5f * (float)rank + (float)((i * 7 + (size_t)rank * 5) % 64) / 4096.0f;
+}
+
+/* Fill a device buffer with f(rank, i), via pinned memory; waits. */
+static int fill(struct rig *r, float *dev, size_t n, float (*f)(int, size_t), struct diag *d)
+{
+	for (size_t i = 0; i < n; i++)
+		r->h[i] = f(r->rank, i);
+	r->ops->to_device(r->bc, dev, r->h, n);
+	return finish(r, d);
+}
+
+/* Read a device buffer into r->h (pinned) after what the compute stream waits for. */
+static int readback(struct rig *r, const float *dev, size_t n, struct diag *d)
+{
+	return check(r, r->ops->to_host(r->bc, r->h, dev, n, d), d);
+}
+
+/* Compare r->h[lo..hi) with want(i); print the first difference. The verdict is agreed
+ * over the ranks, so that none goes on to a collective the others left. */
+static int expect(struct rig *r, const char *what, size_t lo, size_t hi, float (*want)(struct rig *, size_t))
+{
+	int bad = 0, any = 0;
+
+	for (size_t i = lo; i < hi && !bad; i++)
+		if (r->h[i] != want(r, i)) {
+			printf("gpurules: %s: rank %d: %s: element %zu is %.9g, want %.9g\n", r->name,
+			       r->rank, what, i, (double)r->h[i], (double)want(r, i));
+			fflush(stdout);
+			bad = 1;
+		}
+	MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+	r->failed |= any;
+	return any;
+}
+
+static float want_sum32(struct rig *r, size_t i)
+{
+	return sum32(r->size, i);
+}
+
+static float want_own32(struct rig *r, size_t i)
+{
+	(void)r;
+	return x32(0, i) * 2.0f + 1.0f; /* what each owner wrote before the all-gather */
+}
+
+/* Before an all-gather: rank r's own part holds the gathered values, the rest garbage. */
+static float gather_src(int rank, size_t i)
+{
+	(void)rank;
+	return x32(0, i) * 2.0f + 1.0f;
+}
+
+static enum round16_type wire16(const struct rig *r)
+{
+	return r->c.wire == COMM_WIRE_F16 ? ROUND16_F16 : ROUND16_BF16;
+}
+
+/* PyTorch's hook at 2 ranks: each rounded, their sum rounded once. */
+static float want_wire(struct rig *r, size_t i)
+{
+	enum round16_type t = wire16(r);
+
+	return round16(t, round16(t, x16(0, i)) + round16(t, x16(1, i)));
+}
+
+static float want_f32_of16(struct rig *r, size_t i)
+{
+	return x16(0, i) + x16(1, i);
+}
+
+/* Reduce-scatter then all-gather over each cut kind, every part checked. */
+static int rs_ag(struct rig *r, struct diag *d)
+{
+	static const char *names[] = {"equal parts", "uneven parts", "an empty part"};
+	size_t cuts[CUTS_MAX];
+
+	for (int k = CUT_EQUAL; k <= CUT_EMPTY; k++) {
+		size_t n = make_cuts(cuts, r->size, (enum cut_kind)k);
+		size_t lo = cuts[r->rank], hi = cuts[r->rank + 1];
+		char what[64];
+
+		snprintf(what, sizeof what, "reduce-scatter, %s", names[k]);
+		if (fill(r, r->a, n, x32, d) ||
+		    check(r, r->c.ops->reduce_scatter_start(r->c.ctx, r->a, n, cuts, COMM_LAST, d), d) ||
+		    check(r, r->c.ops->wait_all(r->c.ctx, d), d) || readback(r, r->a, n, d) ||
+		    expect(r, what, lo, hi, want_sum32))
+			return 1;
+		/* all-gather: the owner's part set, the others' garbage */
+		for (size_t i = 0; i < n; i++)
+			r->h[i] = i >= lo && i < hi ? gather_src(r->rank, i) : -7.0f;
+		r->ops->to_device(r->bc, r->a, r->h, n);
+		snprintf(what, sizeof what, "all-gather, %s", names[k]);
+		if (finish(r, d) || check(r, r->c.ops->all_gather_start(r->c.ctx, r->a, n, cuts, d), d) ||
+		    check(r, r->c.ops->wait_all(r->c.ctx, d), d) || readback(r, r->a, n, d) ||
+		    expect(r, what, 0, n, want_own32))
+			return 1;
+	}
+	return 0;
+}
+
+/* wait_first(1) orders the compute stream after the first of two collectives only:
+ * reading the first's buffer is then safe; with `early` the second's is read too
+ * (a race, or stale data: the rule this breaks). */
+static int wait_first(struct rig *r, int early, struct diag *d)
+{
+	size_t cuts[CUTS_MAX], n = make_cuts(cuts, r->size, CUT_UNEVEN);
+	size_t lo = cuts[r->rank], hi = cuts[r->rank + 1];
+
+	if (fill(r, r->a, n, x32, d) || fill(r, r->bb, n, gather_src, d) ||
+	    check(r, r->c.ops->reduce_scatter_start(r->c.ctx, r->a, n, cuts, 0, d), d) ||
+	    check(r, r->c.ops->all_gather_start(r->c.ctx, r->bb, n, cuts, d), d) ||
+	    check(r, r->c.ops->wait_first(r->c.ctx, 1, d), d))
+		return 1;
+	if (early) { /* the all-gather's buffer, which wait_first(1) does not cover */
+		for (size_t i = 0; i < n; i++)
+			r->h[i] = 0.0f;
+		if (readback(r, r->bb, n, d))
+			return 1;
+		/* overwrite what it gathers into: a later collective's input, too early */
+		r->ops->to_device(r->bc, r->bb, r->h, n);
+	}
+	if (readback(r, r->a, n, d) || expect(r, "reduce-scatter after wait_first(1)", lo, hi, want_sum32) ||
+	    check(r, r->c.ops->wait_all(r->c.ctx, d), d) || readback(r, r->bb, n, d))
+		return 1;
+	return expect(r, "all-gather after wait_all", 0, n, want_own32);
+}
+
+/* The 16-bit wire at 2 ranks: all-reduce and reduce-scatter (equal and uneven) in
+ * PyTorch's hook arithmetic, exactly; without COMM_WIRE the same communicator sums in
+ * float32. */
+static int wire(struct rig *r, struct diag *d)
+{
+	size_t cuts[CUTS_MAX], n = 37, rounded = 0;
+
+	if (r->size != 2) {
+		printf("gpurules: %s: needs 2 ranks (the closed form is one rounding of a sum of two)\n",
+		       r->name);
+		return 2;
+	}
+	for (size_t i = 0; i < n; i++)
+		rounded += want_wire(r, i) != want_f32_of16(r, i);
+	if (rounded < n / 2) { /* the data must tell 16 bits from 32 */
+		printf("gpurules: %s: only %zu of %zu sums differ in 16 bits\n", r->name, rounded, n);
+		return 1;
+	}
+	if (fill(r, r->a, n, x16, d) ||
+	    check(r, r->c.ops->allreduce_start(r->c.ctx, r->a, n, COMM_WIRE | COMM_LAST, d), d) ||
+	    check(r, r->c.ops->wait_all(r->c.ctx, d), d) || readback(r, r->a, n, d) ||
+	    expect(r, "16-bit all-reduce", 0, n, want_wire))
+		return 1;
+	for (int k = CUT_EQUAL; k <= CUT_UNEVEN; k++) {
+		size_t m = make_cuts(cuts, r->size, (enum cut_kind)k);
+
+		/* uneven: read after wait_first(1), which must cover the widening too */
+		if (fill(r, r->a, m, x16, d) ||
+		    check(r, r->c.ops->reduce_scatter_start(r->c.ctx, r->a, m, cuts, COMM_WIRE, d), d) ||
+		    check(r, k == CUT_EQUAL ? r->c.ops->wait_all(r->c.ctx, d) :
+			     r->c.ops->wait_first(r->c.ctx, 1, d), d) ||
+		    readback(r, r->a, m, d) ||
+		    (k != CUT_EQUAL && check(r, r->c.ops->wait_all(r->c.ctx, d), d)) ||
+		    expect(r, k == CUT_EQUAL ? "16-bit reduce-scatter, equal parts" :
+			   "16-bit reduce-scatter, uneven parts", cuts[r->rank], cuts[r->rank + 1], want_wire))
+			return 1;
+	}
+	return fill(r, r->a, n, x16, d) ||
+	       check(r, r->c.ops->allreduce_start(r->c.ctx, r->a, n, COMM_LAST, d), d) ||
+	       check(r, r->c.ops->wait_all(r->c.ctx, d), d) || readback(r, r->a, n, d) ||
+	       expect(r, "float32 all-reduce beside the 16-bit wire", 0, n, want_f32_of16);
 }
 
 static int scenario(struct rig *r, struct diag *d)
@@ -159,6 +381,13 @@ static int scenario(struct rig *r, struct diag *d)
 			return 1;
 		return finish(r, d);
 	}
+	/* the sharded and compressed collectives */
+	if (strcmp(s, "collectives") == 0)
+		return rs_ag(r, d) || wait_first(r, 0, d) || finish(r, d);
+	if (strcmp(s, "wait-first-short") == 0) /* reads the second collective's buffer after wait_first(1) */
+		return wait_first(r, 1, d) || finish(r, d);
+	if (strcmp(s, "wire-fp16") == 0 || strcmp(s, "wire-bf16") == 0)
+		return wire(r, d) || finish(r, d);
 	/* CUDA: what a capture forbids */
 	if (strcmp(s, "alloc-in-capture") == 0 || strcmp(s, "free-in-capture") == 0 ||
 	    strcmp(s, "host-alloc-in-capture") == 0 || strcmp(s, "host-free-in-capture") == 0 ||
