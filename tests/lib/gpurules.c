@@ -19,6 +19,7 @@
  * exit status 1; a rule broken at teardown is the module's own line on stderr and exit
  * status. Exit 77 (skip) if the module cannot be loaded.
  */
+#include <dlfcn.h> /* dlsym: the stub NCCL's own calls (raw_inplace) */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -296,26 +297,25 @@ static int rs_ag(struct rig *r, struct diag *d)
 }
 
 /* wait_first(1) orders the compute stream after the first of two collectives only:
- * reading the first's buffer is then safe; with `early` the second's is read too
- * (a race, or stale data: the rule this breaks). */
+ * reading the first's buffer is then safe; with `early` the second's is read too, before
+ * wait_all: a race (the stub names it) or stale data (the fake GPU runs only what was
+ * waited for). */
 static int wait_first(struct rig *r, int early, struct diag *d)
 {
 	size_t cuts[CUTS_MAX], n = make_cuts(cuts, r->size, CUT_UNEVEN);
 	size_t lo = cuts[r->rank], hi = cuts[r->rank + 1];
 
-	if (fill(r, r->a, n, x32, d) || fill(r, r->bb, n, gather_src, d) ||
+	for (size_t i = 0; i < n; i++) /* the all-gather's input: this rank's part */
+		r->h[i] = i >= lo && i < hi ? gather_src(r->rank, i) : -7.0f;
+	r->ops->to_device(r->bc, r->bb, r->h, n);
+	if (finish(r, d) || fill(r, r->a, n, x32, d) ||
 	    check(r, r->c.ops->reduce_scatter_start(r->c.ctx, r->a, n, cuts, 0, d), d) ||
 	    check(r, r->c.ops->all_gather_start(r->c.ctx, r->bb, n, cuts, d), d) ||
 	    check(r, r->c.ops->wait_first(r->c.ctx, 1, d), d))
 		return 1;
-	if (early) { /* the all-gather's buffer, which wait_first(1) does not cover */
-		for (size_t i = 0; i < n; i++)
-			r->h[i] = 0.0f;
-		if (readback(r, r->bb, n, d))
-			return 1;
-		/* overwrite what it gathers into: a later collective's input, too early */
-		r->ops->to_device(r->bc, r->bb, r->h, n);
-	}
+	if (early && (readback(r, r->bb, n, d) ||
+		      expect(r, "all-gather read after wait_first(1), before wait_all", 0, n, want_own32)))
+		return 1;
 	if (readback(r, r->a, n, d) || expect(r, "reduce-scatter after wait_first(1)", lo, hi, want_sum32) ||
 	    check(r, r->c.ops->wait_all(r->c.ctx, d), d) || readback(r, r->bb, n, d))
 		return 1;
@@ -365,6 +365,51 @@ static int wire(struct rig *r, struct diag *d)
 	       expect(r, "float32 all-reduce beside the 16-bit wire", 0, n, want_f32_of16);
 }
 
+/* NCCL's in-place rule broken on purpose, below the module: ncclReduceScatter called
+ * directly (the stub NCCL's own symbol in the loaded module; the fake GPU has none:
+ * skip) with recvbuff one float past sendbuff + rank * recvcount. This file is built
+ * without NCCL's headers: the calls are typed here from nccl.h (ncclUniqueId is 128
+ * bytes, ncclFloat32 7, ncclSum 0). */
+enum { NCCL_ID_BYTES = 128 };
+static int raw_inplace(struct rig *r, struct diag *d)
+{
+	int (*get_id)(unsigned char *) = (int (*)(unsigned char *))dlsym(r->mod.handle, "ncclGetUniqueId");
+	void *init = dlsym(r->mod.handle, "ncclCommInitRank");
+	void *rs = dlsym(r->mod.handle, "ncclReduceScatter");
+	void *sync = dlsym(r->mod.handle, "cudaDeviceSynchronize");
+	void *destroy = dlsym(r->mod.handle, "ncclCommDestroy");
+	unsigned char id[NCCL_ID_BYTES] = {0};
+	void *comm = NULL;
+	size_t c = 4;
+
+	if (get_id == NULL || init == NULL || rs == NULL || sync == NULL || destroy == NULL) {
+		printf("SKIP: %s: the module is not linked against the stub NCCL\n", r->name);
+		return 77;
+	}
+	if (fill(r, r->a, c * (size_t)r->size, x32, d))
+		return 1;
+	if (r->rank == 0)
+		get_id(id);
+	MPI_Bcast(id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+	{
+		struct nccl_id { unsigned char b[NCCL_ID_BYTES]; } u;
+		int rc;
+
+		memcpy(u.b, id, sizeof u.b);
+		rc = ((int (*)(void **, int, struct nccl_id, int))init)(&comm, r->size, u, r->rank);
+		if (rc != 0) {
+			printf("gpurules: %s: ncclCommInitRank: %d\n", r->name, rc);
+			return 1;
+		}
+	}
+	/* recvbuff = sendbuff + rank * recvcount + 1: overlapping, not in place */
+	((int (*)(const void *, void *, size_t, int, int, void *, void *))rs)(
+		r->a, r->a + (size_t)r->rank * c + 1, c - 1, 7 /* ncclFloat32 */, 0 /* ncclSum */, comm, NULL);
+	((int (*)(void))sync)();
+	((int (*)(void *))destroy)(comm);
+	return 0;
+}
+
 static int scenario(struct rig *r, struct diag *d)
 {
 	const char *s = r->name;
@@ -388,6 +433,8 @@ static int scenario(struct rig *r, struct diag *d)
 		return wait_first(r, 1, d) || finish(r, d);
 	if (strcmp(s, "wire-fp16") == 0 || strcmp(s, "wire-bf16") == 0)
 		return wire(r, d) || finish(r, d);
+	if (strcmp(s, "nccl-inplace-offset") == 0)
+		return raw_inplace(r, d);
 	/* CUDA: what a capture forbids */
 	if (strcmp(s, "alloc-in-capture") == 0 || strcmp(s, "free-in-capture") == 0 ||
 	    strcmp(s, "host-alloc-in-capture") == 0 || strcmp(s, "host-free-in-capture") == 0 ||
@@ -503,6 +550,11 @@ int main(int argc, char **argv)
 	}
 	if (rc == 0)
 		rc = scenario(&r, &d);
+	if (rc == 77) {
+		teardown(&r);
+		MPI_Finalize();
+		return 77;
+	}
 	if (rc == 0 && r.failed)
 		rc = 1;
 	teardown(&r);

@@ -330,8 +330,11 @@ static ncclResult_t collective(struct call k)
 		else if (k.kind != COLL_REDUCE_SCATTER && k.kind != COLL_ALLGATHER && k.send != k.recv)
 			rule = "in place is sendbuff == recvbuff";
 		if (rule != NULL)
-			stub_rule("%s on rank %d: sendbuff %p and recvbuff %p overlap and are not NCCL's in-place placement (%s, here an offset of %zu bytes): an out-of-place call on overlapping buffers, whose result is undefined",
-				  k.what, c->rank, k.send, (void *)k.recv, rule, off);
+			stub_rule("%s on rank %d: sendbuff %p and recvbuff %p overlap and are not NCCL's in-place placement (%s, an offset of %zu bytes; here %td): an out-of-place call on overlapping buffers, whose result is undefined",
+				  k.what, c->rank, k.send, (void *)k.recv, rule,
+				  k.kind == COLL_REDUCE_SCATTER || k.kind == COLL_ALLGATHER ? off : 0,
+				  k.kind == COLL_ALLGATHER ? (const char *)k.send - (const char *)k.recv :
+				  (const char *)k.recv - (const char *)k.send);
 	}
 	if (stub_fault(k.what))
 		return ncclUnhandledCudaError;
