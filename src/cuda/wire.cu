@@ -5,7 +5,7 @@
 #include <cuda_bf16.h> /* __nv_bfloat16, __float2bfloat16_rn, __bfloat162float */
 #include <cuda_fp16.h> /* __half, __float2half_rn, __half2float */
 
-#include "wire.h" /* this file's prototypes, as comm_nccl.c sees them */
+#include "cuda/wire.h" /* this file's prototypes, as comm_nccl.c sees them */
 
 #define WIRE_THREADS 256
 

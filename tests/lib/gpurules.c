@@ -12,7 +12,7 @@
  * 0 with nothing on stderr; every other scenario breaks the one rule its name says. A
  * "collectives" (any number of ranks) runs the reduce-scatter and the all-gather over
  * equal parts, uneven parts and an empty part, and wait_first, on exact integer data;
- * "wire-fp16" and "wire-bf16" (2 ranks) the 16-bit all-reduce and reduce-scatter, whose
+ * "wire-fp16" and "wire-bf16" (1 or 2 ranks) the 16-bit all-reduce and reduce-scatter, whose
  * every element must be round16(round16(a) + round16(b)) (round16.h, PyTorch's compress
  * hooks at 2 ranks); each prints the first element that differs and exits 1.
  * A status the module returns is printed as "gpurules: SCENARIO: MESSAGE" and makes the
@@ -253,17 +253,20 @@ static enum round16_type wire16(const struct rig *r)
 	return r->c.wire == COMM_WIRE_F16 ? ROUND16_F16 : ROUND16_BF16;
 }
 
-/* PyTorch's hook at 2 ranks: each rounded, their sum rounded once. */
+/* PyTorch's hook at 2 ranks: each rounded, their sum rounded once (at 1 rank: the
+ * value rounded). */
 static float want_wire(struct rig *r, size_t i)
 {
 	enum round16_type t = wire16(r);
 
+	if (r->size == 1)
+		return round16(t, x16(0, i));
 	return round16(t, round16(t, x16(0, i)) + round16(t, x16(1, i)));
 }
 
 static float want_f32_of16(struct rig *r, size_t i)
 {
-	return x16(0, i) + x16(1, i);
+	return r->size == 1 ? x16(0, i) : x16(0, i) + x16(1, i);
 }
 
 /* Reduce-scatter then all-gather over each cut kind, every part checked. */
@@ -322,15 +325,15 @@ static int wait_first(struct rig *r, int early, struct diag *d)
 	return expect(r, "all-gather after wait_all", 0, n, want_own32);
 }
 
-/* The 16-bit wire at 2 ranks: all-reduce and reduce-scatter (equal and uneven) in
- * PyTorch's hook arithmetic, exactly; without COMM_WIRE the same communicator sums in
- * float32. */
+/* The 16-bit wire at 2 ranks (or 1: the rounding alone, for a machine with one GPU):
+ * all-reduce and reduce-scatter (equal and uneven) in PyTorch's hook arithmetic,
+ * exactly; without COMM_WIRE the same communicator sums in float32. */
 static int wire(struct rig *r, struct diag *d)
 {
 	size_t cuts[CUTS_MAX], n = 37, rounded = 0;
 
-	if (r->size != 2) {
-		printf("gpurules: %s: needs 2 ranks (the closed form is one rounding of a sum of two)\n",
+	if (r->size > 2) {
+		printf("gpurules: %s: needs 1 or 2 ranks (the closed form is one rounding of a sum of two)\n",
 		       r->name);
 		return 2;
 	}
