@@ -75,16 +75,19 @@ echo "rules: each broken on purpose is named (10 scenarios); clean, and the modu
 #     all-reduce and reduce-scatter at 2 ranks, exactly round16(round16(a) + round16(b)).
 #     A read that wait_first did not order is a race the stub names; a reduce-scatter
 #     whose recvbuff is not NCCL's in-place offset is named (ncclReduceScatter called
-#     directly through the stub's own symbol).
+#     directly through the stub's own symbol). sharded-graph captures a 16-bit
+#     reduce-scatter, an uneven all-gather and wait_first into a graph and replays it
+#     (the capture's rules; a replay moves no data in the stub).
 for np in 1 2; do
 	expect_clean $np collectives
 done
 DDPT_STUB_GPUS=4 expect_clean 4 collectives
 expect_clean 2 wire-fp16
 expect_clean 2 wire-bf16
+expect_clean 2 sharded-graph
 expect_rule 2 wait-first-short "cuda-stub: rule: cudaMemcpyAsync(device to host) on stream [0-9]* (device [0-9]*) and ncclBroadcast on stream [0-9]* touch the same memory"
 expect_rule 2 nccl-inplace-offset "cuda-stub: rule: ncclReduceScatter on rank 1: .* not NCCL's in-place placement (in place is recvbuff == sendbuff + rank \* recvcount, an offset of 12 bytes; here 20)"
-echo "collectives: reduce-scatter, all-gather (equal, uneven, empty parts) and wait_first at 1, 2, 4 ranks, fp16 and bf16 wire: exact; a short wait_first and a wrong in-place offset are named"
+echo "collectives: reduce-scatter, all-gather (equal, uneven, empty parts) and wait_first at 1, 2, 4 ranks, fp16 and bf16 wire: exact; captured and replayed clean; a short wait_first and a wrong in-place offset are named"
 
 # 3. Error returns: a call that fails ends the run with exit 1 and one line naming it
 #    (DDPT_STUB_FAIL=CALL:N fails CALL's N-th call), or, inside a capture, turns graphs off

@@ -26,9 +26,10 @@ grep -q "use --backend=mpi" "$TMPD/err" || fail "shared-GPU message: $(cat "$TMP
 "$STCOMPARE" "$TMPD/dp.st" "$TMPD/dpcpu.st" 1e-5 || fail "dp GPU vs CPU"
 # The sharded and compressed collectives of the real module on the GPU (issue 22), against
 # closed forms (tests/lib/gpurules.c): reduce-scatter, all-gather, wait_first, and the
-# fp16 and bf16 wire (wire.cu's kernels, NCCL's 16-bit sums), on one rank, and on two when
+# fp16 and bf16 wire (wire.cu's kernels, NCCL's 16-bit sums), eager and from a CUDA graph,
+# on one rank, and on two when
 # there are two GPUs (NCCL refuses two ranks on one GPU).
-for s in collectives wire-fp16 wire-bf16; do
+for s in collectives wire-fp16 wire-bf16 sharded-graph; do
 	DDPTRAIN_CUDA_MODULE=$MODULE expect_clean 1 $s
 	[ "$n" -lt 2 ] || DDPTRAIN_CUDA_MODULE=$MODULE expect_clean 2 $s
 done

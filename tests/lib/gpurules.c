@@ -14,7 +14,9 @@
  * equal parts, uneven parts and an empty part, and wait_first, on exact integer data;
  * "wire-fp16" and "wire-bf16" (1 or 2 ranks) the 16-bit all-reduce and reduce-scatter, whose
  * every element must be round16(round16(a) + round16(b)) (round16.h, PyTorch's compress
- * hooks at 2 ranks); each prints the first element that differs and exits 1.
+ * hooks at 2 ranks); "sharded-graph" (1 or 2 ranks) a 16-bit reduce-scatter, an
+ * all-gather and wait_first eagerly, then captured and replayed; each prints the first
+ * element that differs and exits 1.
  * A status the module returns is printed as "gpurules: SCENARIO: MESSAGE" and makes the
  * exit status 1; a rule broken at teardown is the module's own line on stderr and exit
  * status. Exit 77 (skip) if the module cannot be loaded.
@@ -108,7 +110,7 @@ static int setup(struct rig *r, struct diag *d)
 		return 1;
 	MPI_Bcast(id, GPU_NCCL_ID_BYTES, MPI_BYTE, 0, MPI_COMM_WORLD);
 	/* the wire type is the caller's, set before the communicator opens */
-	r->c.wire = strcmp(r->name, "wire-fp16") == 0 ? COMM_WIRE_F16 :
+	r->c.wire = strcmp(r->name, "wire-fp16") == 0 || strcmp(r->name, "sharded-graph") == 0 ? COMM_WIRE_F16 :
 		    strcmp(r->name, "wire-bf16") == 0 ? COMM_WIRE_BF16 : COMM_WIRE_F32;
 	if (check(r, r->mod.mod->nccl_comm_init(&r->c, &r->be, id, r->rank, r->size, 60, ready, NULL, d), d))
 		return 1;
@@ -413,6 +415,69 @@ static int raw_inplace(struct rig *r, struct diag *d)
 	return 0;
 }
 
+/* One step of sharded, compressed exchange: a 16-bit reduce-scatter of a over uneven
+ * cuts, a float32 all-gather of bb over them, the compute stream waiting for the first
+ * (wait_first) then for both (wait_all). */
+static int sharded_step(struct rig *r, const size_t *cuts, size_t n, struct diag *d)
+{
+	return check(r, r->c.ops->reduce_scatter_start(r->c.ctx, r->a, n, cuts, COMM_WIRE, d), d) ||
+	       check(r, r->c.ops->all_gather_start(r->c.ctx, r->bb, n, cuts, d), d) ||
+	       check(r, r->c.ops->wait_first(r->c.ctx, 1, d), d) ||
+	       check(r, r->c.ops->wait_all(r->c.ctx, d), d);
+}
+
+/* Inputs of sharded_step: a = x16, bb = this rank's part of the gathered values. */
+static int sharded_inputs(struct rig *r, const size_t *cuts, size_t n, struct diag *d)
+{
+	for (size_t i = 0; i < n; i++)
+		r->h[i] = i >= cuts[r->rank] && i < cuts[r->rank + 1] ? gather_src(r->rank, i) : -7.0f;
+	r->ops->to_device(r->bc, r->bb, r->h, n);
+	return finish(r, d) || fill(r, r->a, n, x16, d);
+}
+
+/* Its results; `values` 0 where they are not computed (the stub NCCL moves no data when
+ * a graph is replayed). */
+static int sharded_check(struct rig *r, const size_t *cuts, size_t n, const char *when,
+			 int values, struct diag *d)
+{
+	char what[96];
+
+	if (readback(r, r->a, n, d))
+		return 1;
+	snprintf(what, sizeof what, "16-bit reduce-scatter, %s", when);
+	if (values && expect(r, what, cuts[r->rank], cuts[r->rank + 1], want_wire))
+		return 1;
+	if (readback(r, r->bb, n, d))
+		return 1;
+	snprintf(what, sizeof what, "all-gather, %s", when);
+	return values && expect(r, what, 0, n, want_own32);
+}
+
+/* The sharded step eagerly (which sets up NCCL and the wire's buffers), then captured
+ * into a CUDA graph and replayed twice: each replay must give the eager results, and
+ * keep every rule (a group, events and the wire's kernels inside a capture). */
+static int sharded_graph(struct rig *r, struct diag *d)
+{
+	size_t cuts[CUTS_MAX], n = make_cuts(cuts, r->size, CUT_UNEVEN);
+	int values = dlsym(r->mod.handle, "ncclReduceScatter") == NULL; /* not the stub */
+
+	if (r->size > 2) {
+		printf("gpurules: %s: needs 1 or 2 ranks (the 16-bit closed form)\n", r->name);
+		return 2;
+	}
+	if (sharded_inputs(r, cuts, n, d) || sharded_step(r, cuts, n, d) ||
+	    sharded_check(r, cuts, n, "eager", 1, d))
+		return 1;
+	if (sharded_inputs(r, cuts, n, d) || check(r, r->ops->graph_begin(r->bc, d), d) ||
+	    sharded_step(r, cuts, n, d) || check(r, r->ops->graph_end(r->bc, 0, d), d))
+		return 1;
+	for (int k = 0; k < 2; k++)
+		if (sharded_inputs(r, cuts, n, d) || check(r, r->ops->graph_launch(r->bc, 0, d), d) ||
+		    sharded_check(r, cuts, n, k == 0 ? "first replay" : "second replay", values, d))
+			return 1;
+	return finish(r, d);
+}
+
 static int scenario(struct rig *r, struct diag *d)
 {
 	const char *s = r->name;
@@ -436,6 +501,8 @@ static int scenario(struct rig *r, struct diag *d)
 		return wait_first(r, 1, d) || finish(r, d);
 	if (strcmp(s, "wire-fp16") == 0 || strcmp(s, "wire-bf16") == 0)
 		return wire(r, d) || finish(r, d);
+	if (strcmp(s, "sharded-graph") == 0)
+		return sharded_graph(r, d);
 	if (strcmp(s, "nccl-inplace-offset") == 0)
 		return raw_inplace(r, d);
 	/* CUDA: what a capture forbids */
