@@ -87,7 +87,13 @@ expect_clean 2 wire-bf16
 expect_clean 2 sharded-graph
 expect_rule 2 wait-first-short "cuda-stub: rule: cudaMemcpyAsync(device to host) on stream [0-9]* (device [0-9]*) and ncclBroadcast on stream [0-9]* touch the same memory"
 expect_rule 2 nccl-inplace-offset "cuda-stub: rule: ncclReduceScatter on rank 1: .* not NCCL's in-place placement (in place is recvbuff == sendbuff + rank \* recvcount, an offset of 12 bytes; here 20)"
-echo "collectives: reduce-scatter, all-gather (equal, uneven, empty parts) and wait_first at 1, 2, 4 ranks, fp16 and bf16 wire: exact; captured and replayed clean; a short wait_first and a wrong in-place offset are named"
+# A collective call that fails (each rank's same call): the module returns NCCL's error,
+# naming the call, for the equal parts' own collectives and the grouped uneven ones.
+for f in "ncclReduceScatter:ncclReduceScatter failed" "ncclReduce:ncclReduce (reduce-scatter of uneven parts) failed" \
+	"ncclAllGather:ncclAllGather failed" "ncclBroadcast:2:ncclBroadcast (all-gather of uneven parts) failed"; do
+	DDPT_STUB_FAIL=${f%:*} expect_rule 2 collectives "gpurules: collectives: ${f##*:}: unhandled cuda error"
+done
+echo "collectives: reduce-scatter, all-gather (equal, uneven, empty parts) and wait_first at 1, 2, 4 ranks, fp16 and bf16 wire: exact; captured and replayed clean; a short wait_first, a wrong in-place offset and 4 failing calls are named"
 
 # 3. Error returns: a call that fails ends the run with exit 1 and one line naming it
 #    (DDPT_STUB_FAIL=CALL:N fails CALL's N-th call), or, inside a capture, turns graphs off

@@ -39,7 +39,8 @@
  * first) of CALL on world rank R (default every rank) fails with that call's usual error
  * (CALL: cudaMalloc, cudaHostAlloc, cudaMemcpyAsync, cudaMemsetAsync, cudaStreamCreate,
  * cudaEventRecord, cudaGraphInstantiate, cudaGraphLaunch, launch (a kernel),
- * cublasSgemm, ncclCommInitRank, ncclAllReduce; ncclAsyncError: the N-th all-reduce that
+ * cublasSgemm, ncclCommInitRank, and each collective by its name (ncclAllReduce,
+ * ncclReduceScatter, ncclAllGather, ncclReduce, ncclBroadcast); ncclAsyncError: the N-th all-reduce that
  * runs, eagerly or replayed, fails asynchronously, ncclCommGetAsyncError reporting a
  * system error from then on); DDPT_STUB_HANG=N[@R]: the N-th all-reduce never completes
  * until its communicator is aborted (a dead peer);
