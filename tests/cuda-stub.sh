@@ -66,6 +66,35 @@ expect_rule 2 order-mismatch "cuda-stub: rule: collective 3 is .* here and anoth
 expect_rule 2 graph-eager-mix "cuda-stub: rule: collective 3: replayed from a CUDA graph on some ranks and issued eagerly"
 echo "rules: each broken on purpose is named (10 scenarios); clean, and the module's own teardown, pass"
 
+# 2b. The sharded and compressed collectives (issue 22) of the real comm_nccl.c: the stub
+#     NCCL moves and sums eagerly issued collectives' data (in the collective's type) and
+#     the stub runtime runs the 16-bit wire's conversion kernels, so gpurules checks them
+#     against closed forms -- reduce-scatter and all-gather over equal parts
+#     (ncclReduceScatter, ncclAllGather in place), uneven and empty parts (grouped
+#     ncclReduce, ncclBroadcast), wait_first, at 1, 2 and 4 ranks; the fp16 and bf16
+#     all-reduce and reduce-scatter at 2 ranks, exactly round16(round16(a) + round16(b)).
+#     A read that wait_first did not order is a race the stub names; a reduce-scatter
+#     whose recvbuff is not NCCL's in-place offset is named (ncclReduceScatter called
+#     directly through the stub's own symbol). sharded-graph captures a 16-bit
+#     reduce-scatter, an uneven all-gather and wait_first into a graph and replays it
+#     (the capture's rules; a replay moves no data in the stub).
+for np in 1 2; do
+	expect_clean $np collectives
+done
+DDPT_STUB_GPUS=4 expect_clean 4 collectives
+expect_clean 2 wire-fp16
+expect_clean 2 wire-bf16
+expect_clean 2 sharded-graph
+expect_rule 2 wait-first-short "cuda-stub: rule: cudaMemcpyAsync(device to host) on stream [0-9]* (device [0-9]*) and ncclBroadcast on stream [0-9]* touch the same memory"
+expect_rule 2 nccl-inplace-offset "cuda-stub: rule: ncclReduceScatter on rank 1: .* not NCCL's in-place placement (in place is recvbuff == sendbuff + rank \* recvcount, an offset of 12 bytes; here 20)"
+# A collective call that fails (each rank's same call): the module returns NCCL's error,
+# naming the call, for the equal parts' own collectives and the grouped uneven ones.
+for f in "ncclReduceScatter:ncclReduceScatter failed" "ncclReduce:ncclReduce (reduce-scatter of uneven parts) failed" \
+	"ncclAllGather:ncclAllGather failed" "ncclBroadcast:2:ncclBroadcast (all-gather of uneven parts) failed"; do
+	DDPT_STUB_FAIL=${f%:*} expect_rule 2 collectives "gpurules: collectives: ${f##*:}: unhandled cuda error"
+done
+echo "collectives: reduce-scatter, all-gather (equal, uneven, empty parts) and wait_first at 1, 2, 4 ranks, fp16 and bf16 wire: exact; captured and replayed clean; a short wait_first, a wrong in-place offset and 4 failing calls are named"
+
 # 3. Error returns: a call that fails ends the run with exit 1 and one line naming it
 #    (DDPT_STUB_FAIL=CALL:N fails CALL's N-th call), or, inside a capture, turns graphs off
 #    with the reason and the run goes on eagerly.

@@ -200,6 +200,23 @@ rules 1 graph-outlives-comm "ncclCommDestroy while a CUDA graph holding its all-
 rules 1 backend-before-comm "destroyed while its communicator still uses it"
 echo "rules: each broken on purpose is named (15 scenarios); the clean one passes at 1 and 2 ranks"
 
+# 9b. The sharded and compressed collectives (issue 22) through the module's ABI, against
+#     closed forms: reduce-scatter and all-gather over equal parts, uneven parts and an
+#     empty part, and wait_first, at 1, 2, 3 and 4 ranks; the 16-bit wire at 2 ranks
+#     (every element round16(round16(a) + round16(b))); reading a collective that
+#     wait_first did not cover gives stale data (the fake runs only what was waited for);
+#     a 16-bit reduce-scatter, all-gather and wait_first captured into a graph give the
+#     eager results on each replay.
+for np in 1 2 3 4; do
+	expect_clean $np collectives
+done
+expect_clean 2 wire-fp16
+expect_clean 2 wire-bf16
+expect_clean 1 sharded-graph
+expect_clean 2 sharded-graph
+expect_rule 2 wait-first-short "all-gather read after wait_first(1), before wait_all: element [0-9]* is -7"
+echo "reduce-scatter, all-gather (equal, uneven, empty parts), wait_first at 1-4 ranks, fp16 and bf16 wire: exact, eager and replayed from a graph"
+
 # 10. The backend operations at sizes that take every launch path (tests/lib/opcheck.c)
 #     run on the fake as on a GPU, and agree with the CPU.
 "$OPCHECK" >out || fail "opcheck on the fake: $(grep -E 'FAIL|opcheck' out | head -3)"

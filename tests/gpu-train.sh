@@ -1,7 +1,8 @@
 #!/bin/bash
 # Training on GPUs against the CPU (needs an NVIDIA GPU; SKIP otherwise):
 # every backend operation, 1 rank GPU vs CPU, 2 ranks sharing a GPU over MPI,
-# NCCL, and dp on every visible GPU, each within 1e-5 of the CPU run.
+# NCCL, and dp on every visible GPU, each within 1e-5 of the CPU run; NCCL's
+# reduce-scatter, all-gather and 16-bit wire against closed forms.
 . "$(dirname "$0")/lib/setup.sh"
 
 MODULE=$(dirname "$DDPTRAIN")/ddptrain-cuda.so
@@ -23,4 +24,13 @@ grep -q "use --backend=mpi" "$TMPD/err" || fail "shared-GPU message: $(cat "$TMP
 "$DDPTRAIN" --mode=dp --replicas="$n" --device=cuda $common --save="$TMPD/dp.st" || fail "dp on $n GPUs"
 "$DDPTRAIN" --mode=dp --replicas="$n" --device=cpu $common --save="$TMPD/dpcpu.st" || fail "dp on the CPU"
 "$STCOMPARE" "$TMPD/dp.st" "$TMPD/dpcpu.st" 1e-5 || fail "dp GPU vs CPU"
+# The sharded and compressed collectives of the real module on the GPU (issue 22), against
+# closed forms (tests/lib/gpurules.c): reduce-scatter, all-gather, wait_first, and the
+# fp16 and bf16 wire (wire.cu's kernels, NCCL's 16-bit sums), eager and from a CUDA graph,
+# on one rank, and on two when
+# there are two GPUs (NCCL refuses two ranks on one GPU).
+for s in collectives wire-fp16 wire-bf16 sharded-graph; do
+	DDPTRAIN_CUDA_MODULE=$MODULE expect_clean 1 $s
+	[ "$n" -lt 2 ] || DDPTRAIN_CUDA_MODULE=$MODULE expect_clean 2 $s
+done
 echo "gpu-train: ok"

@@ -1,9 +1,27 @@
 /*
- * comm_nccl.c - gradient all-reduce over NCCL, on a communication stream of
+ * comm_nccl.c - gradient collectives over NCCL, on a communication stream of
  * its own: each bucket waits for an event recorded on the compute stream
- * when its gradients are ready, and the compute stream waits for the last
- * all-reduce before the optimizer step. No host synchronisation; the whole
+ * when its gradients are ready, and the compute stream waits for the
+ * collectives before the optimizer step (wait_all), or for the first k of them
+ * (wait_first: an event recorded after each). No host synchronisation; the whole
  * exchange can be captured into a CUDA graph.
+ *
+ * The collectives: the all-reduce (ncclAllReduce in place), the reduce-scatter and
+ * the all-gather over the caller's cuts. Where every part has the same length c
+ * (cuts[q] = q * c) they are NCCL's own, in place by NCCL's rule ("In-place
+ * Operations" in NCCL's user guide: ncclReduceScatter(data, data + rank * recvcount,
+ * ...), ncclAllGather(data + rank * sendcount, data, ...)); otherwise -- the shard
+ * boundaries make the parts uneven, some even empty -- they are one ncclReduce of
+ * each non-empty part to its owner, or one ncclBroadcast of each from its owner,
+ * fused into one NCCL operation by ncclGroupStart / ncclGroupEnd.
+ *
+ * COMM_WIRE collectives (struct comm.wire fp16 or bf16, PyTorch's compress hooks'
+ * arithmetic) narrow the bucket into a 16-bit mirror on the device (wire.cu: round
+ * to nearest even), sum it in ncclFloat16 / ncclBfloat16, and widen the result back
+ * into the float buffer, all on the communication stream. NCCL sums the 16-bit
+ * values in its own order (ring or tree, chosen by NCCL), each partial sum rounded to
+ * the type: at 2 ranks that is one rounding, round16(round16(a) + round16(b)); at more
+ * ranks the order is NCCL's and not ours to state.
  *
  * NCCL failures are looked for with ncclCommGetAsyncError wherever the host
  * waits, while it waits and once more when the work is done (cuda/hostwait.c)
@@ -15,12 +33,13 @@
  * could wait for peers that will never come.
  *
  * Observed (comm_ops.observe: --trace and the bandwidth table), each
- * all-reduce is bracketed by two timing events on the communication stream
+ * collective is bracketed by two timing events on the communication stream
  * and an NVTX range; their times are read at the start of the next step
  * (when the host has long waited for them) or when the observer leaves.
  * Steps captured into a CUDA graph are not observed.
  */
 #include <nccl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +51,7 @@
 #include "cuda_ctx.h"
 #include "cuda_module.h" /* nccl_unique_id, nccl_comm_init as module.c sees them */
 #include "cuda/hostwait.h" /* hostwait: the broadcast's wait */
+#include "cuda/wire.h"     /* wire_narrow, wire_widen: the 16-bit wire's conversions */
 #include "backend/gpu.h"
 
 struct nccl_ctx {
@@ -39,8 +59,13 @@ struct nccl_ctx {
 	struct cuda_ctx *cu;          /* the compute backend (borrowed) */
 	cudaStream_t stream;          /* communication */
 	cudaEvent_t ready[COMM_MAX_INFLIGHT];
+	cudaEvent_t fin[COMM_MAX_INFLIGHT]; /* on the communication stream after collective i */
 	cudaEvent_t done;
-	int n;                        /* all-reduces since the last wait_all */
+	int n;                        /* collectives (every kind) since the last wait_all */
+	int rank, size;
+	enum comm_wire wire;          /* the type of COMM_WIRE collectives */
+	uint16_t *mirror[COMM_MAX_INFLIGHT]; /* (mirror_n[i]) device: collective i's 16-bit wire */
+	size_t mirror_n[COMM_MAX_INFLIGHT];
 	int timeout_s;
 	int failed;                   /* an error was seen: abort at teardown */
 	struct comm_observer obs;     /* obs.done NULL: not observed */
@@ -144,57 +169,302 @@ static cudaError_t after_compute(struct nccl_ctx *c, cudaEvent_t ev)
 	return rc == cudaSuccess ? cudaStreamWaitEvent(c->stream, ev, 0) : rc;
 }
 
-static enum status nccl_allreduce_start(void *ctx, float *buf, size_t n, unsigned flags,
-					struct diag *d)
+/* Before collective c->n: the communication stream waits for the compute stream (the
+ * bucket is ready), and an observed one opens its span. Sets *observed. */
+static enum status coll_begin(struct nccl_ctx *c, const char *kind, int *observed, struct diag *d)
 {
-	struct nccl_ctx *c = ctx;
-	ncclResult_t r;
 	cudaError_t rc;
-	int observed = 0;
 
+	*observed = 0;
 	if (c->n == COMM_MAX_INFLIGHT)
-		return diag_set(d, ST_RUNTIME, "internal: more than %d all-reduces in flight",
+		return diag_set(d, ST_RUNTIME, "internal: more than %d collectives in flight",
 				COMM_MAX_INFLIGHT);
-	rc = after_compute(c, c->ready[c->n]);
+	rc = cudaSetDevice(c->cu->device); /* the wire's kernels launch on this device */
+	if (rc == cudaSuccess)
+		rc = after_compute(c, c->ready[c->n]);
 	if (rc != cudaSuccess)
 		return cuda_fail(d, rc, "cudaStreamWaitEvent(bucket ready)");
 	if (c->obs.done != NULL) {
 		enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
 
 		cudaStreamIsCapturing(c->cu->stream, &cap);
-		observed = cap == cudaStreamCaptureStatusNone;
+		*observed = cap == cudaStreamCaptureStatusNone;
 	}
-	if (observed) {
+	if (*observed) {
 		char name[48];
 
 		if (c->n == 0)
 			observe_step(c);
-		snprintf(name, sizeof name, "allreduce bucket %d", c->n);
+		snprintf(name, sizeof name, "%s bucket %d", kind, c->n);
 		nvtxRangePushA(name);
 		cudaEventRecord(c->t0[c->n], c->stream);
 	}
-	/* Gradients are pre-scaled by 1/world in the loss seed, so a sum is the mean. */
-	r = ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, c->stream);
+	return ST_OK;
+}
+
+/* After collective c->n was queued (st: how that went): close its span, mark its end
+ * for wait_first, count it. */
+static enum status coll_end(struct nccl_ctx *c, size_t n, int observed, enum status st,
+			    struct diag *d)
+{
+	cudaError_t rc;
+
 	if (observed) {
 		cudaEventRecord(c->t1[c->n], c->stream);
 		nvtxRangePop();
 		c->len[c->n] = n;
 		c->pending = c->n + 1;
 	}
-	if (r != ncclSuccess && r != ncclInProgress)
-		return nccl_fail(d, r, "ncclAllReduce");
+	if (st != ST_OK)
+		return st;
+	rc = cudaEventRecord(c->fin[c->n], c->stream);
+	if (rc != cudaSuccess)
+		return cuda_fail(d, rc, "cudaEventRecord(collective done)");
 	c->n++;
 	return ST_OK;
+}
+
+static enum status nccl_check(ncclResult_t r, const char *call, struct diag *d)
+{
+	return r == ncclSuccess || r == ncclInProgress ? ST_OK : nccl_fail(d, r, call);
+}
+
+/* The 16-bit mirror of collective c->n, at least n values: allocated on first use and
+ * grown outside a capture only (the steps a graph records repeat the eager ones, so a
+ * capture finds it grown). cudaFree waits for the device, so the old one is idle. */
+static enum status wire_mirror(struct nccl_ctx *c, size_t n, uint16_t **out, struct diag *d)
+{
+	enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+	int i = c->n;
+	cudaError_t rc;
+
+	*out = c->mirror[i];
+	if (c->mirror_n[i] >= n)
+		return ST_OK;
+	cudaStreamIsCapturing(c->cu->stream, &cap);
+	if (cap != cudaStreamCaptureStatusNone)
+		return diag_set(d, ST_RUNTIME,
+				"internal: collective %d's 16-bit wire buffer (%zu values) must grow to %zu inside a CUDA graph capture",
+				i, c->mirror_n[i], n);
+	if (c->mirror[i] != NULL) {
+		cudaFree(c->mirror[i]);
+		c->mirror[i] = NULL;
+		c->mirror_n[i] = 0;
+	}
+	rc = cudaMalloc((void **)&c->mirror[i], n * sizeof(uint16_t));
+	if (rc != cudaSuccess) {
+		c->mirror[i] = NULL;
+		return cuda_fail(d, rc, "cudaMalloc(16-bit wire buffer)");
+	}
+	c->mirror_n[i] = n;
+	c->cu->allocated += n * sizeof(uint16_t);
+	*out = c->mirror[i];
+	return ST_OK;
+}
+
+/* Does this collective travel in 16 bits? Then narrow buf[0..n) into its mirror (*wbuf)
+ * on the communication stream, and say NCCL's type. */
+static enum status wire_in(struct nccl_ctx *c, unsigned flags, const float *buf, size_t n,
+			   uint16_t **wbuf, ncclDataType_t *type, struct diag *d)
+{
+	enum status st;
+	cudaError_t rc;
+
+	*wbuf = NULL;
+	*type = ncclFloat;
+	if (!(flags & COMM_WIRE) || c->wire == COMM_WIRE_F32)
+		return ST_OK;
+	st = wire_mirror(c, n, wbuf, d);
+	if (st != ST_OK)
+		return st;
+	*type = c->wire == COMM_WIRE_F16 ? ncclFloat16 : ncclBfloat16;
+	rc = wire_narrow(*wbuf, buf, n, c->wire, c->stream);
+	return rc == cudaSuccess ? ST_OK : cuda_fail(d, rc, "launch of k_wire_narrow (16-bit wire)");
+}
+
+/* The mirror's [lo, hi) widened back into buf on the communication stream. */
+static enum status wire_out(struct nccl_ctx *c, const uint16_t *wbuf, float *buf, size_t lo,
+			    size_t hi, struct diag *d)
+{
+	cudaError_t rc;
+
+	if (wbuf == NULL)
+		return ST_OK;
+	rc = wire_widen(buf + lo, wbuf + lo, hi - lo, c->wire, c->stream);
+	return rc == cudaSuccess ? ST_OK : cuda_fail(d, rc, "launch of k_wire_widen (16-bit wire)");
+}
+
+static enum status nccl_allreduce_start(void *ctx, float *buf, size_t n, unsigned flags,
+					struct diag *d)
+{
+	struct nccl_ctx *c = ctx;
+	ncclDataType_t type;
+	uint16_t *w;
+	int observed;
+	enum status st = coll_begin(c, "allreduce", &observed, d);
+
+	if (st != ST_OK)
+		return st;
+	st = wire_in(c, flags, buf, n, &w, &type, d);
+	/* Gradients are pre-scaled by 1/world in the loss seed, so a sum is the mean. */
+	if (st == ST_OK && w != NULL)
+		st = nccl_check(ncclAllReduce(w, w, n, type, ncclSum, c->comm, c->stream),
+				"ncclAllReduce", d);
+	else if (st == ST_OK)
+		st = nccl_check(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, c->stream),
+				"ncclAllReduce", d);
+	if (st == ST_OK)
+		st = wire_out(c, w, buf, 0, n, d);
+	return coll_end(c, n, observed, st, d);
+}
+
+/* The part length every rank has, or 0 with *equal 0 when they differ; refuses cuts
+ * that break comm_ops' rules (the caller's error: the same on every rank). */
+static enum status cuts_check(const struct nccl_ctx *c, size_t n, const size_t *cuts,
+			      size_t *part, int *equal, struct diag *d)
+{
+	size_t len = cuts[1] - cuts[0];
+
+	*equal = 1;
+	if (cuts[0] != 0 || cuts[c->size] != n)
+		return diag_set(d, ST_RUNTIME, "internal: cuts run from %zu to %zu, not 0 to %zu",
+				cuts[0], cuts[c->size], n);
+	for (int q = 0; q < c->size; q++) {
+		if (cuts[q + 1] < cuts[q])
+			return diag_set(d, ST_RUNTIME, "internal: cuts decrease at part %d", q);
+		if (cuts[q + 1] - cuts[q] != len)
+			*equal = 0;
+	}
+	*part = *equal ? len : 0;
+	return ST_OK;
+}
+
+/* Bytes of one value of NCCL type t (of the two this file uses). */
+static size_t type_bytes(ncclDataType_t t)
+{
+	return t == ncclFloat ? sizeof(float) : sizeof(uint16_t);
+}
+
+/* comm_ops.reduce_scatter_start: equal parts are one ncclReduceScatter in place
+ * (recvbuff = sendbuff + rank * recvcount, NCCL's in-place rule); uneven ones one
+ * ncclReduce of each non-empty part to its owner, grouped (each rank's own part in
+ * place at its owner, sendbuff == recvbuff). */
+static enum status nccl_reduce_scatter_start(void *ctx, float *buf, size_t n, const size_t *cuts,
+					     unsigned flags, struct diag *d)
+{
+	struct nccl_ctx *c = ctx;
+	ncclDataType_t type;
+	uint16_t *w;
+	char *base;
+	size_t part, es;
+	int observed, equal;
+	enum status st = cuts_check(c, n, cuts, &part, &equal, d);
+
+	if (st != ST_OK)
+		return st;
+	st = coll_begin(c, "reduce-scatter", &observed, d);
+	if (st != ST_OK)
+		return st;
+	st = wire_in(c, flags, buf, n, &w, &type, d);
+	base = w != NULL ? (char *)w : (char *)buf;
+	es = type_bytes(type);
+	if (st == ST_OK && equal) {
+		st = nccl_check(ncclReduceScatter(base, base + (size_t)c->rank * part * es, part, type,
+						  ncclSum, c->comm, c->stream),
+				"ncclReduceScatter", d);
+	} else if (st == ST_OK) {
+		ncclResult_t r = ncclGroupStart();
+
+		for (int q = 0; q < c->size && (r == ncclSuccess || r == ncclInProgress); q++) {
+			char *p = base + cuts[q] * es;
+
+			if (cuts[q + 1] > cuts[q])
+				r = ncclReduce(p, p, cuts[q + 1] - cuts[q], type, ncclSum, q, c->comm,
+					       c->stream);
+		}
+		st = nccl_check(r, "ncclReduce (reduce-scatter of uneven parts)", d);
+		r = ncclGroupEnd(); /* always: an open group would swallow the next calls */
+		if (st == ST_OK)
+			st = nccl_check(r, "ncclGroupEnd (reduce-scatter of uneven parts)", d);
+	}
+	if (st == ST_OK)
+		st = wire_out(c, w, buf, cuts[c->rank], cuts[c->rank + 1], d);
+	return coll_end(c, n, observed, st, d);
+}
+
+/* comm_ops.all_gather_start (float32): equal parts are one ncclAllGather in place
+ * (sendbuff = recvbuff + rank * sendcount); uneven ones one ncclBroadcast of each
+ * non-empty part from its owner, in place, grouped. */
+static enum status nccl_all_gather_start(void *ctx, float *buf, size_t n, const size_t *cuts,
+					 struct diag *d)
+{
+	struct nccl_ctx *c = ctx;
+	size_t part;
+	int observed, equal;
+	enum status st = cuts_check(c, n, cuts, &part, &equal, d);
+
+	if (st != ST_OK)
+		return st;
+	st = coll_begin(c, "all-gather", &observed, d);
+	if (st != ST_OK)
+		return st;
+	if (equal) {
+		st = nccl_check(ncclAllGather(buf + (size_t)c->rank * part, buf, part, ncclFloat,
+					      c->comm, c->stream),
+				"ncclAllGather", d);
+	} else {
+		ncclResult_t r = ncclGroupStart();
+
+		for (int q = 0; q < c->size && (r == ncclSuccess || r == ncclInProgress); q++)
+			if (cuts[q + 1] > cuts[q])
+				r = ncclBroadcast(buf + cuts[q], buf + cuts[q], cuts[q + 1] - cuts[q],
+						  ncclFloat, q, c->comm, c->stream);
+		st = nccl_check(r, "ncclBroadcast (all-gather of uneven parts)", d);
+		r = ncclGroupEnd();
+		if (st == ST_OK)
+			st = nccl_check(r, "ncclGroupEnd (all-gather of uneven parts)", d);
+	}
+	return coll_end(c, n, observed, st, d);
 }
 
 static void nccl_progress(void *ctx)
 {
 }
 
+/* An asynchronous NCCL error seen now aborts the communicator and is the caller's. */
+static enum status async_check(struct nccl_ctx *c, struct diag *d)
+{
+	ncclResult_t async = ncclSuccess;
+
+	if (ncclCommGetAsyncError(c->comm, &async) == ncclSuccess && async != ncclSuccess &&
+	    async != ncclInProgress) {
+		nccl_abort(c);
+		return nccl_fail(d, async, "NCCL all-reduce");
+	}
+	return ST_OK;
+}
+
+/* comm_ops.wait_first: the compute stream waits for the event recorded after the k-th
+ * collective (the communication stream runs them in order); the host does not wait. */
+static enum status nccl_wait_first(void *ctx, int k, struct diag *d)
+{
+	struct nccl_ctx *c = ctx;
+	cudaError_t rc;
+
+	if (k <= 0)
+		return ST_OK;
+	if (k > c->n)
+		return diag_set(d, ST_RUNTIME, "internal: wait_first(%d) with %d collectives started",
+				k, c->n);
+	rc = cudaStreamWaitEvent(c->cu->stream, c->fin[k - 1], 0);
+	if (rc != cudaSuccess)
+		return cuda_fail(d, rc, "cudaStreamWaitEvent(first collectives done)");
+	return async_check(c, d);
+}
+
 static enum status nccl_wait_all(void *ctx, struct diag *d)
 {
 	struct nccl_ctx *c = ctx;
-	ncclResult_t async = ncclSuccess;
 	cudaError_t rc;
 
 	c->n = 0;
@@ -203,12 +473,7 @@ static enum status nccl_wait_all(void *ctx, struct diag *d)
 		rc = cudaStreamWaitEvent(c->cu->stream, c->done, 0);
 	if (rc != cudaSuccess)
 		return cuda_fail(d, rc, "cudaStreamWaitEvent(all-reduces done)");
-	if (ncclCommGetAsyncError(c->comm, &async) == ncclSuccess && async != ncclSuccess &&
-	    async != ncclInProgress) {
-		nccl_abort(c);
-		return nccl_fail(d, async, "NCCL all-reduce");
-	}
-	return ST_OK;
+	return async_check(c, d);
 }
 
 static enum status nccl_bcast(void *ctx, float *buf, size_t n, int root, struct diag *d)
@@ -289,9 +554,14 @@ static void nccl_fini(void *ctx)
 		cudaStreamSynchronize(c->stream);
 		ncclCommDestroy(c->comm);
 	}
-	for (int i = 0; i < COMM_MAX_INFLIGHT; i++)
+	for (int i = 0; i < COMM_MAX_INFLIGHT; i++) {
 		if (c->ready[i] != NULL)
 			cudaEventDestroy(c->ready[i]);
+		if (c->fin[i] != NULL)
+			cudaEventDestroy(c->fin[i]);
+		if (c->mirror[i] != NULL)
+			cudaFree(c->mirror[i]);
+	}
 	if (c->done != NULL)
 		cudaEventDestroy(c->done);
 	if (c->stream != NULL)
@@ -309,7 +579,10 @@ static const struct comm_ops comm_nccl_ops = {
 	.name = "nccl",
 	.capturable = 1,
 	.allreduce_start = nccl_allreduce_start,
+	.reduce_scatter_start = nccl_reduce_scatter_start,
+	.all_gather_start = nccl_all_gather_start,
 	.progress = nccl_progress,
+	.wait_first = nccl_wait_first,
 	.wait_all = nccl_wait_all,
 	.bcast = nccl_bcast,
 	.fini = nccl_fini,
@@ -345,11 +618,17 @@ enum status nccl_comm_init(struct comm *out, struct backend *be,
 		st = diag_set(d, ST_RUNTIME, "nccl: out of memory");
 	} else {
 		c->timeout_s = timeout_s;
+		c->rank = rank;
+		c->size = size;
+		c->wire = out->wire;
 		rc = cudaSetDevice(((struct cuda_ctx *)be->ctx)->device);
 		if (rc == cudaSuccess)
 			rc = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
-		for (int i = 0; i < COMM_MAX_INFLIGHT && rc == cudaSuccess; i++)
+		for (int i = 0; i < COMM_MAX_INFLIGHT && rc == cudaSuccess; i++) {
 			rc = cudaEventCreateWithFlags(&c->ready[i], cudaEventDisableTiming);
+			if (rc == cudaSuccess)
+				rc = cudaEventCreateWithFlags(&c->fin[i], cudaEventDisableTiming);
+		}
 		if (rc == cudaSuccess)
 			rc = cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming);
 		if (rc != cudaSuccess)

@@ -1,7 +1,8 @@
 /*
  * cuda_stub.c - a stub of the CUDA runtime (libcudart) for the test build of the real
  * CUDA module: the calls src/cuda makes, and the ones nvcc's host code makes to register
- * and launch kernels, with CUDA's rules (see cuda_stub.h). Nothing is computed: memory
+ * and launch kernels, with CUDA's rules (see cuda_stub.h). Nothing is computed (but the
+ * 16-bit wire's conversion kernels, for the NCCL stub's sums): memory
  * is host memory, copies and memsets move their bytes when issued (fresh memory holds
  * 0xff bytes, a NaN, until something writes it), a kernel is only its launch. What is
  * modelled is the ordering: each stream's operations carry a vector clock, events carry
@@ -22,6 +23,7 @@
 
 #include "cuda_stub.h"
 #include "mpi_rank.h"
+#include "round16.h" /* the 16-bit wire kernels' arithmetic */
 
 /* nvcc's host code calls these (crt/host_runtime.h declares them for C++ only). */
 void **__cudaRegisterFatBinary(void *fatCubin);
@@ -518,6 +520,18 @@ static int is_pinned(const void *p)
 	pinned = b != NULL && b->device < 0;
 	pthread_mutex_unlock(&S.mu);
 	return pinned;
+}
+
+int stub_device_span(const void *p, size_t bytes)
+{
+	struct block *b;
+	int dev;
+
+	pthread_mutex_lock(&S.mu);
+	b = p != NULL ? find_block((uintptr_t)p) : NULL;
+	dev = b == NULL || b->device < 0 ? -1 : (uintptr_t)p + bytes > b->hi ? -2 : b->device;
+	pthread_mutex_unlock(&S.mu);
+	return dev;
 }
 
 /* ---- devices and errors ---------------------------------------------------------- */
@@ -1306,6 +1320,35 @@ cudaError_t __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sh
 	return cudaSuccess;
 }
 
+/* The one computation the stub does for kernels: the 16-bit wire's conversions
+ * (src/cuda/wire.cu: k_wire_narrow_f16(__half*, float const*, unsigned long), ...), run
+ * when issued like a copy, in round16.h's arithmetic (checked against CUDA's host
+ * conversions), so that the NCCL stub's 16-bit sums see real values. */
+static void wire_kernel(const struct kernel *k, void **args)
+{
+	int narrow = strncmp(k->name, "k_wire_narrow_", 14) == 0;
+	enum round16_type t;
+	size_t n;
+
+	if (!narrow && strncmp(k->name, "k_wire_widen_", 13) != 0)
+		return;
+	t = strcmp(k->name + (narrow ? 14 : 13), "f16") == 0 ? ROUND16_F16 : ROUND16_BF16;
+	n = *(size_t *)args[2];
+	if (narrow) {
+		uint16_t *dst = *(uint16_t **)args[0];
+		const float *src = *(const float **)args[1];
+
+		for (size_t i = 0; i < n; i++)
+			dst[i] = round16_from_float(t, src[i]);
+	} else {
+		float *dst = *(float **)args[0];
+		const uint16_t *src = *(const uint16_t **)args[1];
+
+		for (size_t i = 0; i < n; i++)
+			dst[i] = round16_to_float(t, src[i]);
+	}
+}
+
 /* A launch: its pointer arguments' first elements are its touches (a kernel's extent is
  * its own business; where two streams meet on a buffer, its first element is touched). */
 cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void **args,
@@ -1336,5 +1379,7 @@ cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void 
 		if (k->ptr >> i & 1)
 			n += touch(&t[n], *(void **)args[i], sizeof(float), !(k->konst >> i & 1));
 	stub_issue(s, k->name, t, n, NULL);
+	if (s->cap == NULL)
+		wire_kernel(k, args);
 	return cudaSuccess;
 }

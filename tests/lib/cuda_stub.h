@@ -7,7 +7,10 @@
  * real CUDA module (tests/lib/cuda-stub.so: src/cuda's objects as the module is built,
  * linked against these instead), so that the module's own code -- its stream use, its
  * teardown order, its error returns -- runs in make check without a GPU. They compute
- * nothing (a kernel or an SGEMM is only its launch); what they do is what CUDA and NCCL
+ * almost nothing (a kernel or an SGEMM is only its launch; only copies, memsets, the
+ * 16-bit wire's conversion kernels and eagerly issued collectives move or sum data, when
+ * issued, so that the communicator's collectives can be checked against closed-form
+ * sums; a collective replayed from a graph moves nothing); what they do is what CUDA and NCCL
  * require of their caller, and they say so, "cuda-stub: rule: ...", on stderr, and fail
  * the process at exit, where the real libraries would hang, return an error the module
  * might swallow, or give wrong numbers without a word:
@@ -23,8 +26,11 @@
  *     (cudaErrorStreamCaptureUnjoined), cuBLAS without a workspace of its own;
  *   - a launch on a stream of another device than the current one, with an empty grid;
  *   - timing read from events created without timing;
- *   - collectives that differ across ranks in kind, count, root or order, or that are
- *     replayed from a graph on some ranks and issued eagerly on others;
+ *   - collectives that differ across ranks in kind, count, root, type, operation or
+ *     order, or that are replayed from a graph on some ranks and issued eagerly on others;
+ *     a buffer that is not the communicator's device memory or runs past its block, an
+ *     overlap of send and receive buffers other than NCCL's in-place placement, a type
+ *     or operation NCCL does not have, a group left open or closed twice (nccl_stub.c);
  *   - ncclCommDestroy while a graph (or executable graph) holding one of its collectives
  *     exists (it waits for the graph: a hang), or before the host knows its collectives
  *     complete (work in flight), a communicator used after destroy or abort.
@@ -33,7 +39,8 @@
  * first) of CALL on world rank R (default every rank) fails with that call's usual error
  * (CALL: cudaMalloc, cudaHostAlloc, cudaMemcpyAsync, cudaMemsetAsync, cudaStreamCreate,
  * cudaEventRecord, cudaGraphInstantiate, cudaGraphLaunch, launch (a kernel),
- * cublasSgemm, ncclCommInitRank, ncclAllReduce; ncclAsyncError: the N-th all-reduce that
+ * cublasSgemm, ncclCommInitRank, and each collective by its name (ncclAllReduce,
+ * ncclReduceScatter, ncclAllGather, ncclReduce, ncclBroadcast); ncclAsyncError: the N-th all-reduce that
  * runs, eagerly or replayed, fails asynchronously, ncclCommGetAsyncError reporting a
  * system error from then on); DDPT_STUB_HANG=N[@R]: the N-th all-reduce never completes
  * until its communicator is aborted (a dead peer);
@@ -95,7 +102,7 @@ struct stub_node {
 	struct stub_touch touch[STUB_TOUCHES];
 	int ntouch;
 	void *comm;                 /* a collective: its communicator */
-	int coll_kind, coll_root;
+	int coll_kind, coll_root, coll_type;
 	size_t coll_count;
 };
 
@@ -143,6 +150,9 @@ int stub_host_has(cudaStream_t s, unsigned seq);
 /* Streams stuck behind a hung collective of comm complete now (ncclCommAbort). */
 void stub_unstick(void *comm);
 void stub_stick(cudaStream_t s, unsigned seq, void *comm);
+/* p[0..bytes) in one device block: its device, or -1 (not device memory: pinned, pageable
+ * or freed) or -2 (it runs past the end of its block). */
+int stub_device_span(const void *p, size_t bytes);
 /* Graph bookkeeping for ncclCommDestroy: does any live graph hold a collective of comm? */
 int stub_graph_holds(void *comm);
 

@@ -14,7 +14,13 @@
  * alloc holds NaN until its zeroing, queued on the compute stream, has run. A graph is
  * the operations of both streams recorded between graph_begin and graph_end, with their
  * events, queued again by graph_launch. The communicator is MPI over a duplicate of
- * MPI_COMM_WORLD whose collectives run when their stream reaches them, as NCCL's do.
+ * MPI_COMM_WORLD whose collectives run when their stream reaches them, as NCCL's do:
+ * the all-reduce, the reduce-scatter (which leaves NaN outside the rank's own part: the
+ * rest of the buffer is undefined) and the all-gather over the caller's cuts, and the
+ * broadcast; wait_first orders the compute stream after the k-th only. COMM_WIRE
+ * collectives sum in the communicator's 16-bit type (round16.h: each value rounded to
+ * nearest even, the sum in rank order with every partial sum rounded, widened back),
+ * which at 2 ranks is PyTorch's compress hook exactly.
  *
  * It enforces what CUDA and NCCL require and fails loudly when the caller breaks it:
  * an error "fake-gpu: rule: ..." that every later wait returns (never cleared), or, in
@@ -37,7 +43,8 @@
  *     (both set up lazily, with allocations a capture cannot record);
  *   - the backend (its streams) destroyed while a communicator still uses it.
  *   NCCL:
- *   - collectives that differ across ranks, in kind, count, root or order (NCCL matches
+ *   - collectives that differ across ranks, in kind, count, root, cuts, wire type or
+ *     order (NCCL matches
  *     them by their order on the communicator), or that are replayed from a CUDA graph
  *     on some ranks and issued eagerly on others (capture must be uniform over ranks);
  *   - a communicator used after it was destroyed, or destroyed twice;
@@ -78,17 +85,20 @@
 
 #include "backend/backend.h" /* struct backend_ops, backend_cpu_ops (the math) */
 #include "dist/comm.h"    /* struct comm_ops */
+#include "round16.h"      /* the 16-bit wire: round16_from_float, round16_to_float */
 #include "backend/gpu.h"     /* struct gpu_module */
 #include "mpi_rank.h"        /* mpi_world_rank */
 
 #define QUEUE_FLUSH 4096 /* ops queued before the "launch queue" is full and drains */
+#define MAX_CUTSETS 64   /* distinct cuts a communicator's collectives used */
 #define MAX_DEAD 16      /* destroyed communicators kept to recognise a later use */
 
 enum fk_kind {
 	K_TO_DEVICE, K_COPY, K_MEMSET,
 	K_ADD, K_LIN_FWD, K_LIN_BWD, K_RELU_FWD, K_RELU_BWD, K_MSE, K_AXPBZ, K_XENT, K_ADAMW,
 	K_SUMSQ, K_CLIP, /* K_ADD..K_CLIP: kernel launches */
-	K_ALLREDUCE, K_BCAST, K_STEP_END, K_TIMER, K_RECORD, K_WAIT,
+	K_ALLREDUCE, K_RSCATTER, K_AGATHER, K_BCAST, /* K_ALLREDUCE..K_BCAST: collectives */
+	K_STEP_END, K_TIMER, K_RECORD, K_WAIT,
 };
 
 struct fk_ctx;
@@ -117,6 +127,8 @@ struct fk_op {
 	float *staged;        /* K_TO_DEVICE from pageable memory: the staged data, freed when run */
 	uint64_t sum;         /* K_TO_DEVICE: checksum of the source when it entered the queue */
 	int graph;            /* entered the queue through a graph launch */
+	int cutset;           /* K_RSCATTER, K_AGATHER: the comm's cutset[cutset] */
+	enum comm_wire wire;  /* a collective's type on the wire */
 };
 
 struct fk_list {
@@ -166,7 +178,14 @@ struct fk_comm {
 	int warm;                            /* an all-reduce ran outside a capture */
 	long steps;                          /* step ends that ran */
 	long collectives;                    /* collectives that ran */
-	int started;                         /* eager all-reduces started since the last wait_all */
+	int started;                         /* eager collectives started since the last wait_all */
+	int count;                           /* collectives (eager or captured) since then */
+	struct fk_pos fin[COMM_MAX_INFLIGHT];/* eager: where collective i ends on q */
+	int fin_ev[COMM_MAX_INFLIGHT];       /* captured: the event recorded after collective i */
+	int rank, size;
+	enum comm_wire wire;                 /* struct comm.wire at init */
+	size_t *cutset[MAX_CUTSETS];         /* (size + 1) each: the cuts collectives used, copied */
+	int ncutsets;
 	int failed;                          /* an error was seen: abort, not destroy */
 	int destroyed;                       /* ncclCommDestroy ran; kept to name a later use */
 	struct diag async;                   /* ncclCommGetAsyncError */
@@ -329,16 +348,102 @@ static int is_pinned(const float *p)
 
 static void run_until(struct fk_queue *q, long seq);
 
+/* A checksum of cutset i (0 when there is none), for matching it over ranks. */
+static int cuts_hash(const struct fk_comm *m, int i)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	if (i < 0 || i >= m->ncutsets)
+		return 0;
+	for (int q = 0; q <= m->size; q++)
+		h = (h ^ (uint64_t)m->cutset[i][q]) * 1099511628211ull;
+	return (int)(h & 0x0fffffff) | 1;
+}
+
+/* The sum over ranks of buf[0..n) in the wire's 16-bit type (PyTorch's compress hooks):
+ * each rank's values rounded, the sum taken in rank order with every partial sum rounded,
+ * widened back into sum[0..n). At 2 ranks: round16(round16(a) + round16(b)). */
+static int wire_sum(struct fk_comm *m, const float *buf, float *sum, size_t n, enum comm_wire w)
+{
+	enum round16_type t = w == COMM_WIRE_F16 ? ROUND16_F16 : ROUND16_BF16;
+	uint16_t *mine = calloc(n + 1, sizeof *mine), *all = calloc(n * (size_t)m->size + 1, sizeof *all);
+
+	if (mine == NULL || all == NULL) {
+		free(mine);
+		free(all);
+		rule("fake-gpu: out of memory for a 16-bit sum");
+		return 1;
+	}
+	for (size_t i = 0; i < n; i++)
+		mine[i] = round16_from_float(t, buf[i]);
+	MPI_Allgather(mine, (int)n, MPI_UINT16_T, all, (int)n, MPI_UINT16_T, m->mc);
+	for (size_t i = 0; i < n; i++) {
+		float acc = round16_to_float(t, all[i]);
+
+		for (int q = 1; q < m->size; q++)
+			acc = round16(t, acc + round16_to_float(t, all[(size_t)q * n + i]));
+		sum[i] = acc;
+	}
+	free(mine);
+	free(all);
+	return 0;
+}
+
+/* The reduce-scatter and the all-gather over cutset o->cutset. A reduce-scatter leaves
+ * the sum in this rank's part and NaN in the rest, which comm_ops calls undefined: a
+ * caller that reads it sees it. */
+static void run_sharded(struct fk_comm *m, struct fk_op *o)
+{
+	const size_t *cuts = m->cutset[o->cutset];
+	size_t lo = cuts[m->rank], hi = cuts[m->rank + 1];
+
+	if (o->k == K_RSCATTER) {
+		float *sum = malloc(o->n * sizeof *sum + 1);
+
+		if (sum == NULL) {
+			rule("fake-gpu: out of memory for a reduce-scatter");
+			return;
+		}
+		if (o->wire != COMM_WIRE_F32)
+			wire_sum(m, o->dst, sum, o->n, o->wire);
+		else
+			MPI_Allreduce(o->dst, sum, (int)o->n, MPI_FLOAT, MPI_SUM, m->mc);
+		for (size_t i = 0; i < o->n; i++)
+			o->dst[i] = i >= lo && i < hi ? sum[i] : NAN;
+		free(sum);
+		return;
+	}
+	{
+		int *counts = malloc(sizeof *counts * (size_t)m->size), *displs = malloc(sizeof *displs * (size_t)m->size);
+
+		if (counts == NULL || displs == NULL) {
+			free(counts);
+			free(displs);
+			rule("fake-gpu: out of memory for an all-gather");
+			return;
+		}
+		for (int q = 0; q < m->size; q++) {
+			counts[q] = (int)(cuts[q + 1] - cuts[q]);
+			displs[q] = (int)cuts[q];
+		}
+		MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, o->dst, counts, displs, MPI_FLOAT, m->mc);
+		free(counts);
+		free(displs);
+	}
+}
+
 /* NCCL's collectives must match over ranks: a side channel compares this one with every
  * other rank's before the data moves (and neither moves when they differ). */
 static int collective_matches(struct fk_comm *m, const struct fk_op *o)
 {
-	const char *kind = o->k == K_ALLREDUCE ? "an all-reduce" : "a broadcast";
-	int n = (int)o->n;
-	int mine[8] = {o->graph, -o->graph, (int)o->k, -(int)o->k, n, -n, o->flag, -o->flag}, all[8];
+	const char *kind = o->k == K_ALLREDUCE ? "an all-reduce" : o->k == K_RSCATTER ? "a reduce-scatter" :
+			   o->k == K_AGATHER ? "an all-gather" : "a broadcast";
+	int n = (int)o->n, cs = o->k == K_RSCATTER || o->k == K_AGATHER ? cuts_hash(m, o->cutset) : 0;
+	int mine[12] = {o->graph, -o->graph, (int)o->k, -(int)o->k, n, -n, o->flag, -o->flag,
+			cs ^ (int)o->wire << 28, -(cs ^ (int)o->wire << 28), 0, 0}, all[12];
 
 	m->collectives++;
-	MPI_Allreduce(mine, all, 8, MPI_INT, MPI_MAX, m->mc);
+	MPI_Allreduce(mine, all, 12, MPI_INT, MPI_MAX, m->mc);
 	if (all[0] != -all[1])
 		rule("an all-reduce was replayed from a CUDA graph on some ranks and issued eagerly on others (this rank: %s): NCCL requires capture to be uniform over ranks",
 		     o->graph ? "graph" : "eager");
@@ -351,6 +456,9 @@ static int collective_matches(struct fk_comm *m, const struct fk_op *o)
 	else if (all[6] != -all[7])
 		rule("collective %ld of the communicator (broadcast) has root %d here and between %d and %d across ranks",
 		     m->collectives, o->flag, -all[7], all[6]);
+	else if (all[8] != -all[9])
+		rule("collective %ld of the communicator (%s) has other cuts or another wire type here than on another rank: the parts of a reduce-scatter or all-gather, and the type of the sum, must be the same on every rank",
+		     m->collectives, kind);
 	else
 		return 1;
 	return 0;
@@ -440,6 +548,8 @@ static void run_op(struct fk_queue *q, struct fk_op *o)
 		cpu->clip(NULL, o->dst, o->n, o->s1, o->scale);
 		break;
 	case K_ALLREDUCE:
+	case K_RSCATTER:
+	case K_AGATHER:
 	case K_BCAST: {
 		struct fk_comm *m = o->comm;
 
@@ -455,13 +565,20 @@ static void run_op(struct fk_queue *q, struct fk_op *o)
 			MPI_Bcast(o->dst, (int)o->n, MPI_FLOAT, o->flag, m->mc);
 			break;
 		}
+		if (o->k == K_RSCATTER || o->k == K_AGATHER) {
+			run_sharded(m, o);
+			break;
+		}
 		pthread_mutex_lock(&G.mu);
 		if (o->graph)
 			G.graph_allreduces++;
 		else
 			G.eager_allreduces++;
 		pthread_mutex_unlock(&G.mu);
-		MPI_Allreduce(MPI_IN_PLACE, o->dst, (int)o->n, MPI_FLOAT, MPI_SUM, m->mc);
+		if (o->wire != COMM_WIRE_F32)
+			wire_sum(m, o->dst, o->dst, o->n, o->wire);
+		else
+			MPI_Allreduce(MPI_IN_PLACE, o->dst, (int)o->n, MPI_FLOAT, MPI_SUM, m->mc);
 		break;
 	}
 	case K_STEP_END: {
@@ -866,7 +983,7 @@ static int collective_queued(struct fk_ctx *c)
 	pthread_mutex_lock(&run_mu);
 	if (c->comm != NULL)
 		for (size_t i = c->comm->q.head; i < c->comm->q.n && !yes; i++)
-			yes = c->comm->q.op[i].k == K_ALLREDUCE || c->comm->q.op[i].k == K_BCAST;
+			yes = c->comm->q.op[i].k >= K_ALLREDUCE && c->comm->q.op[i].k <= K_BCAST;
 	pthread_mutex_unlock(&run_mu);
 	return yes;
 }
@@ -1230,25 +1347,135 @@ static int comm_dead(const struct fk_comm *m, const char *what, struct diag *d)
 	return 1;
 }
 
+/* Queue collective o on the communicator's stream after the compute stream's work (the
+ * bucket is ready), and mark its end for wait_first: a position on the stream, or in a
+ * capture an event recorded after it. */
+static enum status start(struct fk_comm *m, struct fk_op *o, const char *what, struct diag *d)
+{
+	struct fk_ctx *c = m->be;
+
+	if (comm_dead(m, what, d))
+		return d->st;
+	enter(c, what);
+	if (m->count == COMM_MAX_INFLIGHT)
+		return diag_set(d, ST_RUNTIME, "internal: more than %d collectives in flight", COMM_MAX_INFLIGHT);
+	pthread_mutex_lock(&run_mu);
+	if (c->capturing && !m->warm)
+		rule("first %s of the communicator inside a stream capture: NCCL connects lazily on first use; run a step eagerly first",
+		     what);
+	if (!c->capturing)
+		m->warm = 1;
+	stream_wait(c, 0, 1); /* the bucket is ready */
+	o->comm = m;
+	push(c, 1, o);
+	if (in_capture(c, 1)) {
+		struct fk_op rec = {.k = K_RECORD, .qi = 1, .ev = c->cap_events++};
+
+		list_push(&c->cap, &rec);
+		m->fin_ev[m->count] = rec.ev;
+	} else {
+		m->fin[m->count] = (struct fk_pos){&m->q, m->q.issued};
+		m->started++; /* in flight until wait_all (a captured one is the graph's) */
+	}
+	m->count++;
+	pthread_mutex_unlock(&run_mu);
+	return ST_OK;
+}
+
+/* The wire type of a collective started with flags. */
+static enum comm_wire wire_of(const struct fk_comm *m, unsigned flags)
+{
+	return flags & COMM_WIRE ? m->wire : COMM_WIRE_F32;
+}
+
 static enum status fc_allreduce_start(void *ctx, float *buf, size_t n, unsigned flags, struct diag *d)
 {
 	struct fk_comm *m = ctx;
-	struct fk_op o = {.k = K_ALLREDUCE, .dst = buf, .n = n, .comm = m};
+	struct fk_op o = {.k = K_ALLREDUCE, .dst = buf, .n = n, .wire = wire_of(m, flags)};
 
-	if (comm_dead(m, "ncclAllReduce", d))
+	return start(m, &o, "ncclAllReduce", d);
+}
+
+/* The copy of cuts this communicator keeps (graphs replay it after the caller's is
+ * gone), checked against comm_ops' rules; its index, or -1 with d set. */
+static int keep_cuts(struct fk_comm *m, size_t n, const size_t *cuts, struct diag *d)
+{
+	size_t *k;
+
+	if (cuts[0] != 0 || cuts[m->size] != n) {
+		diag_set(d, ST_RUNTIME, "internal: cuts run from %zu to %zu, not 0 to %zu", cuts[0],
+			 cuts[m->size], n);
+		return -1;
+	}
+	for (int q = 0; q < m->size; q++)
+		if (cuts[q + 1] < cuts[q]) {
+			diag_set(d, ST_RUNTIME, "internal: cuts decrease at part %d", q);
+			return -1;
+		}
+	for (int i = 0; i < m->ncutsets; i++)
+		if (memcmp(m->cutset[i], cuts, sizeof *cuts * (size_t)(m->size + 1)) == 0)
+			return i;
+	if (m->ncutsets == MAX_CUTSETS || (k = malloc(sizeof *k * (size_t)(m->size + 1))) == NULL) {
+		diag_set(d, ST_RUNTIME, "fake-gpu: more than %d distinct cuts", MAX_CUTSETS);
+		return -1;
+	}
+	memcpy(k, cuts, sizeof *k * (size_t)(m->size + 1));
+	m->cutset[m->ncutsets] = k;
+	return m->ncutsets++;
+}
+
+static enum status fc_reduce_scatter_start(void *ctx, float *buf, size_t n, const size_t *cuts,
+					   unsigned flags, struct diag *d)
+{
+	struct fk_comm *m = ctx;
+	struct fk_op o = {.k = K_RSCATTER, .dst = buf, .n = n, .wire = wire_of(m, flags)};
+
+	if (comm_dead(m, "ncclReduceScatter", d))
 		return d->st;
-	enter(m->be, "ncclAllReduce");
+	o.cutset = keep_cuts(m, n, cuts, d);
+	return o.cutset < 0 ? d->st : start(m, &o, "ncclReduceScatter", d);
+}
+
+static enum status fc_all_gather_start(void *ctx, float *buf, size_t n, const size_t *cuts,
+				       struct diag *d)
+{
+	struct fk_comm *m = ctx;
+	struct fk_op o = {.k = K_AGATHER, .dst = buf, .n = n};
+
+	if (comm_dead(m, "ncclAllGather", d))
+		return d->st;
+	o.cutset = keep_cuts(m, n, cuts, d);
+	return o.cutset < 0 ? d->st : start(m, &o, "ncclAllGather", d);
+}
+
+/* The compute stream waits for the end of the k-th collective only (an event recorded
+ * after it on the communicator's stream): later ones may still be queued. */
+static enum status fc_wait_first(void *ctx, int k, struct diag *d)
+{
+	struct fk_comm *m = ctx;
+	struct fk_ctx *c;
+
+	if (comm_dead(m, "wait_first", d))
+		return d->st;
+	if (k <= 0)
+		return ST_OK;
+	if (k > m->count)
+		return diag_set(d, ST_RUNTIME, "internal: wait_first(%d) with %d collectives started", k,
+				m->count);
+	c = m->be;
+	enter(c, "cudaStreamWaitEvent(first collectives done)");
 	pthread_mutex_lock(&run_mu);
-	if (m->be->capturing && !m->warm)
-		rule("first all-reduce of the communicator inside a stream capture: NCCL connects lazily on first use; run a step eagerly first");
-	if (!m->be->capturing)
-		m->warm = 1;
-	stream_wait(m->be, 0, 1); /* the bucket is ready */
-	push(m->be, 1, &o);
-	if (!m->be->capturing)
-		m->started++; /* in flight until wait_all (a captured one is the graph's) */
+	if (in_capture(c, 1)) {
+		struct fk_op w = {.k = K_WAIT, .qi = 0, .ev = m->fin_ev[k - 1]};
+
+		list_push(&c->cap, &w);
+	} else {
+		struct fk_op w = {.k = K_WAIT, .ev = -1, .at = m->fin[k - 1]};
+
+		push(c, 0, &w);
+	}
 	pthread_mutex_unlock(&run_mu);
-	return ST_OK;
+	return m->async.st == ST_OK ? ST_OK : diag_set(d, m->async.st, "%s", m->async.msg);
 }
 
 static void fc_progress(void *ctx)
@@ -1269,6 +1496,7 @@ static enum status fc_wait_all(void *ctx, struct diag *d)
 	stream_wait(m->be, 1, 0); /* the compute stream waits for the all-reduces */
 	if (!m->be->capturing)
 		m->started = 0;
+	m->count = 0;
 	pthread_mutex_unlock(&run_mu);
 	return m->async.st == ST_OK ? ST_OK : diag_set(d, m->async.st, "%s", m->async.msg);
 }
@@ -1307,13 +1535,14 @@ static void fc_fini(void *ctx)
 	if (!m->failed && be != NULL)
 		for (int s = 0; s < BACKEND_GRAPHS; s++)
 			for (size_t i = 0; be->has_graph[s] && i < be->graph[s].ops.n; i++)
-				if (be->graph[s].ops.op[i].k == K_ALLREDUCE && be->graph[s].ops.op[i].comm == m) {
+				if (be->graph[s].ops.op[i].k >= K_ALLREDUCE && be->graph[s].ops.op[i].k <= K_AGATHER &&
+				    be->graph[s].ops.op[i].comm == m) {
 					rule_at_teardown("ncclCommDestroy while a CUDA graph holding its all-reduce still exists: NCCL waits for that graph to be destroyed, which this thread would only do later (a hang at exit); destroy the graphs first");
 					s = BACKEND_GRAPHS;
 					break;
 				}
 	if (!m->failed && m->started > 0)
-		rule_at_teardown("ncclCommDestroy with work in flight (all-reduces started and never waited for with wait_all: %d): destroy waits for it, and peers that moved on never complete it",
+		rule_at_teardown("ncclCommDestroy with work in flight (collectives started and never waited for with wait_all: %d): destroy waits for it, and peers that moved on never complete it",
 				 m->started);
 	pthread_mutex_lock(&run_mu);
 	if (!m->failed)
@@ -1324,6 +1553,9 @@ static void fc_fini(void *ctx)
 	pthread_mutex_unlock(&run_mu);
 	if (m->mc != MPI_COMM_NULL)
 		MPI_Comm_free(&m->mc);
+	for (int i = 0; i < m->ncutsets; i++)
+		free(m->cutset[i]);
+	m->ncutsets = 0;
 	m->destroyed = 1;
 	pthread_mutex_lock(&G.mu);
 	if (G.ndead < MAX_DEAD)
@@ -1342,7 +1574,10 @@ static const struct comm_ops fake_comm = {
 	.name = "nccl",
 	.capturable = 1,
 	.allreduce_start = fc_allreduce_start,
+	.reduce_scatter_start = fc_reduce_scatter_start,
+	.all_gather_start = fc_all_gather_start,
 	.progress = fc_progress,
+	.wait_first = fc_wait_first,
 	.wait_all = fc_wait_all,
 	.bcast = fc_bcast,
 	.fini = fc_fini,
@@ -1377,6 +1612,9 @@ static enum status fc_init(struct comm *out, struct backend *be,
 	}
 	m->be = be->ctx;
 	m->q.dev = m->be;
+	m->rank = rank;
+	m->size = size;
+	m->wire = out->wire;
 	m->mc = MPI_COMM_NULL;
 	/* ncclCommInitRank: blocks until every rank has called it. */
 	if (MPI_Comm_dup(MPI_COMM_WORLD, &m->mc) != MPI_SUCCESS) {

@@ -10,10 +10,18 @@
  * layer forward and backward, its weight gradient all-reduced. "clean" keeps every rule
  * (a warm-up step, a captured step replayed twice, the teardown in order) and must exit
  * 0 with nothing on stderr; every other scenario breaks the one rule its name says. A
- * status the module returns is printed as "gpurules: SCENARIO: MESSAGE" and makes the
+ * "collectives" (any number of ranks) runs the reduce-scatter and the all-gather over
+ * equal parts, uneven parts and an empty part, and wait_first, on exact integer data;
+ * "wire-fp16" and "wire-bf16" (1 or 2 ranks) the 16-bit all-reduce and reduce-scatter, whose
+ * every element must be round16(round16(a) + round16(b)) (round16.h, PyTorch's compress
+ * hooks at 2 ranks); "sharded-graph" (1 or 2 ranks) a 16-bit reduce-scatter, an
+ * all-gather and wait_first eagerly, then captured and replayed; each prints the first
+ * element that differs and exits 1.
+ * A status the module returns is printed as "gpurules: SCENARIO: MESSAGE" and makes the
  * exit status 1; a rule broken at teardown is the module's own line on stderr and exit
  * status. Exit 77 (skip) if the module cannot be loaded.
  */
+#include <dlfcn.h> /* dlsym: the stub NCCL's own calls (raw_inplace) */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,8 +30,10 @@
 #include "backend/backend.h" /* struct backend, backend_init, backend_free */
 #include "backend/gpu.h"     /* gpu_load, struct gpu_module */
 #include "dist/comm.h"       /* struct comm, comm_free */
+#include "round16.h"          /* round16: the 16-bit wire's closed form */
 
 enum { N = 4, IN = 8, OUT = 8 }; /* rows, inputs, outputs of the layer */
+enum { CUTS_MAX = 65, COLL_MAX = 64 }; /* ranks + 1; floats in a collective scenario's buffers */
 
 struct rig {
 	const char *name;
@@ -35,6 +45,7 @@ struct rig {
 	void *bc;
 	float *hx;                 /* (N, IN) pinned */
 	float *x, *w, *b, *y, *dw; /* device: x (N, IN), w (OUT, IN), b (OUT), y (N, OUT), dw (OUT, IN) + db (OUT) */
+	float *a, *bb, *h;         /* the collective scenarios' device buffers (COLL_MAX) and pinned (COLL_MAX) */
 	int failed;
 };
 
@@ -98,6 +109,9 @@ static int setup(struct rig *r, struct diag *d)
 	if (r->rank == 0 && check(r, r->mod.mod->nccl_unique_id(id, d), d))
 		return 1;
 	MPI_Bcast(id, GPU_NCCL_ID_BYTES, MPI_BYTE, 0, MPI_COMM_WORLD);
+	/* the wire type is the caller's, set before the communicator opens */
+	r->c.wire = strcmp(r->name, "wire-fp16") == 0 || strcmp(r->name, "sharded-graph") == 0 ? COMM_WIRE_F16 :
+		    strcmp(r->name, "wire-bf16") == 0 ? COMM_WIRE_BF16 : COMM_WIRE_F32;
 	if (check(r, r->mod.mod->nccl_comm_init(&r->c, &r->be, id, r->rank, r->size, 60, ready, NULL, d), d))
 		return 1;
 	r->hx = r->ops->host_alloc(r->bc, (size_t)N * IN);
@@ -106,7 +120,10 @@ static int setup(struct rig *r, struct diag *d)
 	r->b = r->ops->alloc(r->bc, OUT);
 	r->y = r->ops->alloc(r->bc, (size_t)N * OUT);
 	r->dw = r->ops->alloc(r->bc, (size_t)OUT * IN + OUT);
-	if (!r->hx || !r->x || !r->w || !r->b || !r->y || !r->dw) {
+	r->a = r->ops->alloc(r->bc, COLL_MAX);
+	r->bb = r->ops->alloc(r->bc, COLL_MAX);
+	r->h = r->ops->host_alloc(r->bc, COLL_MAX);
+	if (!r->hx || !r->x || !r->w || !r->b || !r->y || !r->dw || !r->a || !r->bb || !r->h) {
 		printf("gpurules: %s: out of memory\n", r->name);
 		return 1;
 	}
@@ -139,8 +156,326 @@ static void teardown(struct rig *r)
 	r->ops->free(r->bc, r->b);
 	r->ops->free(r->bc, r->y);
 	r->ops->free(r->bc, r->dw);
+	r->ops->free(r->bc, r->a);
+	r->ops->free(r->bc, r->bb);
+	r->ops->host_free(r->bc, r->h);
 	comm_free(&r->c);
 	backend_free(&r->be);
+}
+
+/* ---- the sharded and compressed collectives, checked against closed forms ---------- */
+
+/* cuts of n floats over size ranks: equal (n = size * 5), uneven (a quarter-ish to
+ * rank 0's side), or with rank 0's part empty. */
+enum cut_kind { CUT_EQUAL, CUT_UNEVEN, CUT_EMPTY };
+
+static size_t make_cuts(size_t *cuts, int size, enum cut_kind k)
+{
+	size_t n = k == CUT_EQUAL ? 5 * (size_t)size : 10 + 3 * (size_t)size;
+
+	for (int q = 0; q <= size; q++)
+		cuts[q] = k == CUT_EQUAL ? 5 * (size_t)q : size == 1 ? (size_t)q * n :
+			  k == CUT_UNEVEN ? (size_t)q * (size_t)q * n / ((size_t)size * size) :
+			  q == 0 || (q == 1 && size > 1) ? 0 : n * (size_t)(q - 1) / (size_t)(size - 1);
+	cuts[size] = n;
+	return n;
+}
+
+/* A rank's float32 data: exact integers, so every sum is exact in any order. */
+static float x32(int rank, size_t i)
+{
+	return (float)(1000 * (rank + 1)) + (float)i;
+}
+
+static float sum32(int size, size_t i)
+{
+	return (float)(1000 * size * (size + 1) / 2) + (float)(size * (long)i);
+}
+
+/* A rank's data for the 16-bit wire: values near 1 and 1.5 with bits below both types'
+ * precision, so each rounding shows. */
+static float x16(int rank, size_t i)
+{
+	return 1.0f + 0.5f * (float)rank + (float)((i * 7 + (size_t)rank * 5) % 64) / 4096.0f;
+}
+
+/* Fill a device buffer with f(rank, i), via pinned memory; waits. */
+static int fill(struct rig *r, float *dev, size_t n, float (*f)(int, size_t), struct diag *d)
+{
+	for (size_t i = 0; i < n; i++)
+		r->h[i] = f(r->rank, i);
+	r->ops->to_device(r->bc, dev, r->h, n);
+	return finish(r, d);
+}
+
+/* Read a device buffer into r->h (pinned) after what the compute stream waits for. */
+static int readback(struct rig *r, const float *dev, size_t n, struct diag *d)
+{
+	return check(r, r->ops->to_host(r->bc, r->h, dev, n, d), d);
+}
+
+/* Compare r->h[lo..hi) with want(i); print the first difference. The verdict is agreed
+ * over the ranks, so that none goes on to a collective the others left. */
+static int expect(struct rig *r, const char *what, size_t lo, size_t hi, float (*want)(struct rig *, size_t))
+{
+	int bad = 0, any = 0;
+
+	for (size_t i = lo; i < hi && !bad; i++)
+		if (r->h[i] != want(r, i)) {
+			printf("gpurules: %s: rank %d: %s: element %zu is %.9g, want %.9g\n", r->name,
+			       r->rank, what, i, (double)r->h[i], (double)want(r, i));
+			fflush(stdout);
+			bad = 1;
+		}
+	MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+	r->failed |= any;
+	return any;
+}
+
+static float want_sum32(struct rig *r, size_t i)
+{
+	return sum32(r->size, i);
+}
+
+static float want_own32(struct rig *r, size_t i)
+{
+	(void)r;
+	return x32(0, i) * 2.0f + 1.0f; /* what each owner wrote before the all-gather */
+}
+
+/* Before an all-gather: rank r's own part holds the gathered values, the rest garbage. */
+static float gather_src(int rank, size_t i)
+{
+	(void)rank;
+	return x32(0, i) * 2.0f + 1.0f;
+}
+
+static enum round16_type wire16(const struct rig *r)
+{
+	return r->c.wire == COMM_WIRE_F16 ? ROUND16_F16 : ROUND16_BF16;
+}
+
+/* PyTorch's hook at 2 ranks: each rounded, their sum rounded once (at 1 rank: the
+ * value rounded). */
+static float want_wire(struct rig *r, size_t i)
+{
+	enum round16_type t = wire16(r);
+
+	if (r->size == 1)
+		return round16(t, x16(0, i));
+	return round16(t, round16(t, x16(0, i)) + round16(t, x16(1, i)));
+}
+
+static float want_f32_of16(struct rig *r, size_t i)
+{
+	return r->size == 1 ? x16(0, i) : x16(0, i) + x16(1, i);
+}
+
+/* Reduce-scatter then all-gather over each cut kind, every part checked. */
+static int rs_ag(struct rig *r, struct diag *d)
+{
+	static const char *names[] = {"equal parts", "uneven parts", "an empty part"};
+	size_t cuts[CUTS_MAX];
+
+	for (int k = CUT_EQUAL; k <= CUT_EMPTY; k++) {
+		size_t n = make_cuts(cuts, r->size, (enum cut_kind)k);
+		size_t lo = cuts[r->rank], hi = cuts[r->rank + 1];
+		char what[64];
+
+		snprintf(what, sizeof what, "reduce-scatter, %s", names[k]);
+		if (fill(r, r->a, n, x32, d) ||
+		    check(r, r->c.ops->reduce_scatter_start(r->c.ctx, r->a, n, cuts, COMM_LAST, d), d) ||
+		    check(r, r->c.ops->wait_all(r->c.ctx, d), d) || readback(r, r->a, n, d) ||
+		    expect(r, what, lo, hi, want_sum32))
+			return 1;
+		/* all-gather: the owner's part set, the others' garbage */
+		for (size_t i = 0; i < n; i++)
+			r->h[i] = i >= lo && i < hi ? gather_src(r->rank, i) : -7.0f;
+		r->ops->to_device(r->bc, r->a, r->h, n);
+		snprintf(what, sizeof what, "all-gather, %s", names[k]);
+		if (finish(r, d) || check(r, r->c.ops->all_gather_start(r->c.ctx, r->a, n, cuts, d), d) ||
+		    check(r, r->c.ops->wait_all(r->c.ctx, d), d) || readback(r, r->a, n, d) ||
+		    expect(r, what, 0, n, want_own32))
+			return 1;
+	}
+	return 0;
+}
+
+/* wait_first(1) orders the compute stream after the first of two collectives only:
+ * reading the first's buffer is then safe; with `early` the second's is read too, before
+ * wait_all: a race (the stub names it) or stale data (the fake GPU runs only what was
+ * waited for). */
+static int wait_first(struct rig *r, int early, struct diag *d)
+{
+	size_t cuts[CUTS_MAX], n = make_cuts(cuts, r->size, CUT_UNEVEN);
+	size_t lo = cuts[r->rank], hi = cuts[r->rank + 1];
+
+	for (size_t i = 0; i < n; i++) /* the all-gather's input: this rank's part */
+		r->h[i] = i >= lo && i < hi ? gather_src(r->rank, i) : -7.0f;
+	r->ops->to_device(r->bc, r->bb, r->h, n);
+	if (finish(r, d) || fill(r, r->a, n, x32, d) ||
+	    check(r, r->c.ops->reduce_scatter_start(r->c.ctx, r->a, n, cuts, 0, d), d) ||
+	    check(r, r->c.ops->all_gather_start(r->c.ctx, r->bb, n, cuts, d), d) ||
+	    check(r, r->c.ops->wait_first(r->c.ctx, 1, d), d))
+		return 1;
+	if (early && (readback(r, r->bb, n, d) ||
+		      expect(r, "all-gather read after wait_first(1), before wait_all", 0, n, want_own32)))
+		return 1;
+	if (readback(r, r->a, n, d) || expect(r, "reduce-scatter after wait_first(1)", lo, hi, want_sum32) ||
+	    check(r, r->c.ops->wait_all(r->c.ctx, d), d) || readback(r, r->bb, n, d))
+		return 1;
+	return expect(r, "all-gather after wait_all", 0, n, want_own32);
+}
+
+/* The 16-bit wire at 2 ranks (or 1: the rounding alone, for a machine with one GPU):
+ * all-reduce and reduce-scatter (equal and uneven) in PyTorch's hook arithmetic,
+ * exactly; without COMM_WIRE the same communicator sums in float32. */
+static int wire(struct rig *r, struct diag *d)
+{
+	size_t cuts[CUTS_MAX], n = 37, rounded = 0;
+
+	if (r->size > 2) {
+		printf("gpurules: %s: needs 1 or 2 ranks (the closed form is one rounding of a sum of two)\n",
+		       r->name);
+		return 2;
+	}
+	for (size_t i = 0; i < n; i++)
+		rounded += want_wire(r, i) != want_f32_of16(r, i);
+	if (rounded < n / 2) { /* the data must tell 16 bits from 32 */
+		printf("gpurules: %s: only %zu of %zu sums differ in 16 bits\n", r->name, rounded, n);
+		return 1;
+	}
+	if (fill(r, r->a, n, x16, d) ||
+	    check(r, r->c.ops->allreduce_start(r->c.ctx, r->a, n, COMM_WIRE | COMM_LAST, d), d) ||
+	    check(r, r->c.ops->wait_all(r->c.ctx, d), d) || readback(r, r->a, n, d) ||
+	    expect(r, "16-bit all-reduce", 0, n, want_wire))
+		return 1;
+	for (int k = CUT_EQUAL; k <= CUT_UNEVEN; k++) {
+		size_t m = make_cuts(cuts, r->size, (enum cut_kind)k);
+
+		/* uneven: read after wait_first(1), which must cover the widening too */
+		if (fill(r, r->a, m, x16, d) ||
+		    check(r, r->c.ops->reduce_scatter_start(r->c.ctx, r->a, m, cuts, COMM_WIRE, d), d) ||
+		    check(r, k == CUT_EQUAL ? r->c.ops->wait_all(r->c.ctx, d) :
+			     r->c.ops->wait_first(r->c.ctx, 1, d), d) ||
+		    readback(r, r->a, m, d) ||
+		    (k != CUT_EQUAL && check(r, r->c.ops->wait_all(r->c.ctx, d), d)) ||
+		    expect(r, k == CUT_EQUAL ? "16-bit reduce-scatter, equal parts" :
+			   "16-bit reduce-scatter, uneven parts", cuts[r->rank], cuts[r->rank + 1], want_wire))
+			return 1;
+	}
+	return fill(r, r->a, n, x16, d) ||
+	       check(r, r->c.ops->allreduce_start(r->c.ctx, r->a, n, COMM_LAST, d), d) ||
+	       check(r, r->c.ops->wait_all(r->c.ctx, d), d) || readback(r, r->a, n, d) ||
+	       expect(r, "float32 all-reduce beside the 16-bit wire", 0, n, want_f32_of16);
+}
+
+/* NCCL's in-place rule broken on purpose, below the module: ncclReduceScatter called
+ * directly (the stub NCCL's own symbol in the loaded module; the fake GPU has none:
+ * skip) with recvbuff one float past sendbuff + rank * recvcount. This file is built
+ * without NCCL's headers: the calls are typed here from nccl.h (ncclUniqueId is 128
+ * bytes, ncclFloat32 7, ncclSum 0). */
+enum { NCCL_ID_BYTES = 128 };
+static int raw_inplace(struct rig *r, struct diag *d)
+{
+	int (*get_id)(unsigned char *) = (int (*)(unsigned char *))dlsym(r->mod.handle, "ncclGetUniqueId");
+	void *init = dlsym(r->mod.handle, "ncclCommInitRank");
+	void *rs = dlsym(r->mod.handle, "ncclReduceScatter");
+	void *sync = dlsym(r->mod.handle, "cudaDeviceSynchronize");
+	void *destroy = dlsym(r->mod.handle, "ncclCommDestroy");
+	unsigned char id[NCCL_ID_BYTES] = {0};
+	void *comm = NULL;
+	size_t c = 4;
+
+	if (get_id == NULL || init == NULL || rs == NULL || sync == NULL || destroy == NULL) {
+		printf("SKIP: %s: the module is not linked against the stub NCCL\n", r->name);
+		return 77;
+	}
+	if (fill(r, r->a, c * (size_t)r->size, x32, d))
+		return 1;
+	if (r->rank == 0)
+		get_id(id);
+	MPI_Bcast(id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+	{
+		struct nccl_id { unsigned char b[NCCL_ID_BYTES]; } u;
+		int rc;
+
+		memcpy(u.b, id, sizeof u.b);
+		rc = ((int (*)(void **, int, struct nccl_id, int))init)(&comm, r->size, u, r->rank);
+		if (rc != 0) {
+			printf("gpurules: %s: ncclCommInitRank: %d\n", r->name, rc);
+			return 1;
+		}
+	}
+	/* recvbuff = sendbuff + rank * recvcount + 1: overlapping, not in place */
+	((int (*)(const void *, void *, size_t, int, int, void *, void *))rs)(
+		r->a, r->a + (size_t)r->rank * c + 1, c - 1, 7 /* ncclFloat32 */, 0 /* ncclSum */, comm, NULL);
+	((int (*)(void))sync)();
+	((int (*)(void *))destroy)(comm);
+	return 0;
+}
+
+/* One step of sharded, compressed exchange: a 16-bit reduce-scatter of a over uneven
+ * cuts, a float32 all-gather of bb over them, the compute stream waiting for the first
+ * (wait_first) then for both (wait_all). */
+static int sharded_step(struct rig *r, const size_t *cuts, size_t n, struct diag *d)
+{
+	return check(r, r->c.ops->reduce_scatter_start(r->c.ctx, r->a, n, cuts, COMM_WIRE, d), d) ||
+	       check(r, r->c.ops->all_gather_start(r->c.ctx, r->bb, n, cuts, d), d) ||
+	       check(r, r->c.ops->wait_first(r->c.ctx, 1, d), d) ||
+	       check(r, r->c.ops->wait_all(r->c.ctx, d), d);
+}
+
+/* Inputs of sharded_step: a = x16, bb = this rank's part of the gathered values. */
+static int sharded_inputs(struct rig *r, const size_t *cuts, size_t n, struct diag *d)
+{
+	for (size_t i = 0; i < n; i++)
+		r->h[i] = i >= cuts[r->rank] && i < cuts[r->rank + 1] ? gather_src(r->rank, i) : -7.0f;
+	r->ops->to_device(r->bc, r->bb, r->h, n);
+	return finish(r, d) || fill(r, r->a, n, x16, d);
+}
+
+/* Its results; `values` 0 where they are not computed (the stub NCCL moves no data when
+ * a graph is replayed). */
+static int sharded_check(struct rig *r, const size_t *cuts, size_t n, const char *when,
+			 int values, struct diag *d)
+{
+	char what[96];
+
+	if (readback(r, r->a, n, d))
+		return 1;
+	snprintf(what, sizeof what, "16-bit reduce-scatter, %s", when);
+	if (values && expect(r, what, cuts[r->rank], cuts[r->rank + 1], want_wire))
+		return 1;
+	if (readback(r, r->bb, n, d))
+		return 1;
+	snprintf(what, sizeof what, "all-gather, %s", when);
+	return values && expect(r, what, 0, n, want_own32);
+}
+
+/* The sharded step eagerly (which sets up NCCL and the wire's buffers), then captured
+ * into a CUDA graph and replayed twice: each replay must give the eager results, and
+ * keep every rule (a group, events and the wire's kernels inside a capture). */
+static int sharded_graph(struct rig *r, struct diag *d)
+{
+	size_t cuts[CUTS_MAX], n = make_cuts(cuts, r->size, CUT_UNEVEN);
+	int values = dlsym(r->mod.handle, "ncclReduceScatter") == NULL; /* not the stub */
+
+	if (r->size > 2) {
+		printf("gpurules: %s: needs 1 or 2 ranks (the 16-bit closed form)\n", r->name);
+		return 2;
+	}
+	if (sharded_inputs(r, cuts, n, d) || sharded_step(r, cuts, n, d) ||
+	    sharded_check(r, cuts, n, "eager", 1, d))
+		return 1;
+	if (sharded_inputs(r, cuts, n, d) || check(r, r->ops->graph_begin(r->bc, d), d) ||
+	    sharded_step(r, cuts, n, d) || check(r, r->ops->graph_end(r->bc, 0, d), d))
+		return 1;
+	for (int k = 0; k < 2; k++)
+		if (sharded_inputs(r, cuts, n, d) || check(r, r->ops->graph_launch(r->bc, 0, d), d) ||
+		    sharded_check(r, cuts, n, k == 0 ? "first replay" : "second replay", values, d))
+			return 1;
+	return finish(r, d);
 }
 
 static int scenario(struct rig *r, struct diag *d)
@@ -159,6 +494,17 @@ static int scenario(struct rig *r, struct diag *d)
 			return 1;
 		return finish(r, d);
 	}
+	/* the sharded and compressed collectives */
+	if (strcmp(s, "collectives") == 0)
+		return rs_ag(r, d) || wait_first(r, 0, d) || finish(r, d);
+	if (strcmp(s, "wait-first-short") == 0) /* reads the second collective's buffer after wait_first(1) */
+		return wait_first(r, 1, d) || finish(r, d);
+	if (strcmp(s, "wire-fp16") == 0 || strcmp(s, "wire-bf16") == 0)
+		return wire(r, d) || finish(r, d);
+	if (strcmp(s, "sharded-graph") == 0)
+		return sharded_graph(r, d);
+	if (strcmp(s, "nccl-inplace-offset") == 0)
+		return raw_inplace(r, d);
 	/* CUDA: what a capture forbids */
 	if (strcmp(s, "alloc-in-capture") == 0 || strcmp(s, "free-in-capture") == 0 ||
 	    strcmp(s, "host-alloc-in-capture") == 0 || strcmp(s, "host-free-in-capture") == 0 ||
@@ -274,6 +620,11 @@ int main(int argc, char **argv)
 	}
 	if (rc == 0)
 		rc = scenario(&r, &d);
+	if (rc == 77) {
+		teardown(&r);
+		MPI_Finalize();
+		return 77;
+	}
 	if (rc == 0 && r.failed)
 		rc = 1;
 	teardown(&r);
