@@ -78,8 +78,10 @@ enum status preflight_memory(const struct options *o, const struct optimizer_hpa
 	int reps = o->mode == MODE_DP ? pl->replicas : 1;
 	double need;
 
+	/* ZeRO: the optimizer state of this rank's shard only */
 	need = (double)model_bytes_needed(o->widths, o->nlayers, (int)o->batch_size,
-					  optimizer_state_arenas(hp), o->frozen) * reps +
+					  optimizer_state_arenas(hp), o->frozen,
+					  o->zero > 0 ? w->size : 1) * reps +
 	       (double)host_copies_bytes(o);
 	return placement_check_memory(pl, o, w, need, d);
 }

@@ -28,7 +28,7 @@ void model_layout(struct model *m, const int *widths, int nlayers)
 }
 
 size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int state_arenas,
-			  const unsigned char *frozen)
+			  const unsigned char *frozen, int shards)
 {
 	struct model m;
 	size_t floats, maxw = 0;
@@ -38,7 +38,8 @@ size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int sta
 	for (int l = 0; l <= nlayers; l++)
 		maxw = (size_t)widths[l] > maxw ? (size_t)widths[l] : maxw;
 	/* params, grads (+ slots), optimizer state; activations, targets, two gradient buffers */
-	floats = m.nparams * 2 + m.ntrainable * (size_t)state_arenas + MODEL_SLOTS + 1 +
+	floats = m.nparams * 2 + (m.ntrainable + (size_t)shards - 1) / (size_t)shards * (size_t)state_arenas +
+		 MODEL_SLOTS + 1 +
 		 (size_t)max_batch * ((size_t)widths[nlayers] + 2 * maxw);
 	for (int l = 0; l <= nlayers; l++)
 		floats += (size_t)max_batch * (size_t)widths[l];
@@ -57,11 +58,12 @@ enum status model_init(struct model *m, struct backend *be, const int *widths, i
 	m->max_batch = max_batch;
 	for (int l = 0; l <= nlayers; l++)
 		maxw = widths[l] > maxw ? widths[l] : maxw;
-	m->bytes = model_bytes_needed(widths, nlayers, max_batch, 0, NULL);
+	m->bytes = model_bytes_needed(widths, nlayers, max_batch, 0, NULL, 1);
 	m->params = ops->alloc(be->ctx, m->nparams);
 	m->arena[0].name = "";
 	m->arena[0].data = m->params;
 	m->arena[0].len = m->nparams;
+	m->arena[0].whole = m->nparams;
 	m->narenas = 1;
 	m->grads = ops->alloc(be->ctx, m->nparams + MODEL_SLOTS);
 	m->norm = ops->alloc(be->ctx, 1);
@@ -145,7 +147,8 @@ int model_all_finite(const float *host, size_t n)
 	return !bad;
 }
 
-float *model_add_arena(struct model *m, const char *name, struct diag *d)
+float *model_add_arena(struct model *m, const char *name, size_t first, size_t len,
+		       struct diag *d)
 {
 	float *p;
 
@@ -153,17 +156,20 @@ float *model_add_arena(struct model *m, const char *name, struct diag *d)
 		diag_set(d, ST_RUNTIME, "model: no room for state arena '%s'", name);
 		return NULL;
 	}
-	p = m->be->ops->alloc(m->be->ctx, m->ntrainable);
+	/* an empty shard still gets a pointer of its own (a rank may own nothing) */
+	p = m->be->ops->alloc(m->be->ctx, len > 0 ? len : 1);
 	if (p == NULL) {
 		diag_set(d, ST_RUNTIME, "model: out of %s memory for %s (%zu floats)", m->be->ops->name,
-			 name, m->ntrainable);
+			 name, len);
 		return NULL;
 	}
 	m->arena[m->narenas].name = name;
 	m->arena[m->narenas].data = p;
-	m->arena[m->narenas].len = m->ntrainable;
+	m->arena[m->narenas].len = len;
+	m->arena[m->narenas].first = first;
+	m->arena[m->narenas].whole = m->ntrainable;
 	m->narenas++;
-	m->bytes += m->ntrainable * sizeof(float);
+	m->bytes += len * sizeof(float);
 	return p;
 }
 
@@ -207,7 +213,7 @@ size_t model_state_floats(const struct model *m, int first, int last)
 	size_t n = 0;
 
 	for (int a = first; a < last; a++)
-		n += m->arena[a].len;
+		n += m->arena[a].whole;
 	return n;
 }
 
@@ -217,8 +223,9 @@ enum status model_state_to_host(const struct model *m, int first, int last, floa
 	enum status st = ST_OK;
 
 	for (int a = first; a < last && st == ST_OK; a++) {
-		st = m->be->ops->to_host(m->be->ctx, host, m->arena[a].data, m->arena[a].len, d);
-		host += m->arena[a].len;
+		st = m->be->ops->to_host(m->be->ctx, host + m->arena[a].first, m->arena[a].data,
+					 m->arena[a].len, d);
+		host += m->arena[a].whole;
 	}
 	return st;
 }
@@ -226,8 +233,9 @@ enum status model_state_to_host(const struct model *m, int first, int last, floa
 void model_state_to_device(struct model *m, int first, int last, const float *host)
 {
 	for (int a = first; a < last; a++) {
-		m->be->ops->to_device(m->be->ctx, m->arena[a].data, host, m->arena[a].len);
-		host += m->arena[a].len;
+		m->be->ops->to_device(m->be->ctx, m->arena[a].data, host + m->arena[a].first,
+				      m->arena[a].len);
+		host += m->arena[a].whole;
 	}
 }
 

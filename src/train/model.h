@@ -47,7 +47,9 @@ enum activation { ACT_NONE, ACT_RELU };
 struct model_arena {
 	const char *name; /* static storage; "" for the parameters */
 	float *data;      /* (len) backend memory, owned by the model */
-	size_t len;       /* floats: nparams, or ntrainable for a state arena */
+	size_t len;       /* floats held here: nparams, ntrainable, or a ZeRO shard's */
+	size_t first;     /* where data[0] is in the whole arena (0 unless sharded) */
+	size_t whole;     /* floats of the whole arena: nparams, or ntrainable */
 };
 
 struct model {
@@ -75,17 +77,21 @@ struct model {
 };
 
 /* Bytes model_init allocates for these widths and batch, plus state_arenas optimizer
- * arenas with the layers of frozen (NULL: none) left out (no allocation). */
+ * arenas with the layers of frozen (NULL: none) left out, each sharded over `shards`
+ * ranks (1: whole; ZeRO: the largest rank's shard) (no allocation). */
 size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int state_arenas,
-			  const unsigned char *frozen);
+			  const unsigned char *frozen, int shards);
 /* Offsets, parameter count and activations for these widths (no allocation). */
 void model_layout(struct model *m, const int *widths, int nlayers);
 /* Lay out and allocate on be for micro-batches of up to max_batch rows. */
 enum status model_init(struct model *m, struct backend *be, const int *widths, int nlayers,
 		       int max_batch, struct diag *d);
-/* Add a zeroed state arena of ntrainable floats named name (static storage); returns it,
- * or NULL (with d set) when out of memory or arenas. The model frees it. */
-float *model_add_arena(struct model *m, const char *name, struct diag *d);
+/* Add a zeroed state arena named name (static storage) holding floats [first, first +
+ * len) of the whole arena of ntrainable floats (0, ntrainable: all of it; ZeRO: the
+ * rank's shard); returns it, or NULL (with d set) when out of memory or arenas. The
+ * model frees it. */
+float *model_add_arena(struct model *m, const char *name, size_t first, size_t len,
+		       struct diag *d);
 /* Freeze the layers with frozen[l] set (frozen may be NULL: none). Before any state arena
  * is added: a frozen layer has no optimizer state in the state dict. */
 void model_freeze(struct model *m, const unsigned char *frozen);
@@ -113,11 +119,13 @@ struct model_tensor {
 int model_state_dict(const struct model *m, int first, int last, struct model_tensor *t);
 /* Tensors per arena (2 per layer). */
 int model_tensors_per_arena(const struct model *m);
-/* Floats of arenas [first, last) together: a host buffer for model_state_to_host. */
+/* Floats of the whole arenas [first, last) together: a host buffer for
+ * model_state_to_host. */
 size_t model_state_floats(const struct model *m, int first, int last);
-/* Copy arenas [first, last) to host, laid out arena after arena (each its len floats),
- * or back to the backend. to_host waits, and returns the device's error, if any (host
- * is then not valid); to_device is queued (sync before reusing host). */
+/* Copy arenas [first, last) to host, laid out arena after arena (each its whole floats;
+ * a sharded arena fills only its own part, at its first), or back to the backend (a
+ * sharded arena reads only its part). to_host waits, and returns the device's error, if
+ * any (host is then not valid); to_device is queued (sync before reusing host). */
 enum status model_state_to_host(const struct model *m, int first, int last, float *host,
 				struct diag *d);
 void model_state_to_device(struct model *m, int first, int last, const float *host);

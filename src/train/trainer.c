@@ -130,22 +130,33 @@ int trainer_step_is_fixed(const struct train_config *tc, const struct optimizer 
 	return opt->h.kind == OPTIM_SGD && tc->schedule == SCHED_CONSTANT && tc->warmup_steps == 0;
 }
 
-double trainer_optimizer_step(const struct train_config *tc, struct optimizer *opt, long step,
-			      long total)
+enum status trainer_optimizer_step(const struct train_config *tc, struct optimizer *opt, long step,
+				   long total, struct comm *c, double *lr, struct diag *d)
 {
 	struct model *m = opt->m;
 	const struct backend_ops *ops = m->be->ops;
-	void *c = m->be->ctx;
-	size_t off[MODEL_MAX_LAYERS], len[MODEL_MAX_LAYERS];
-	int nruns = model_trainable_runs(m, off, NULL, len);
+	void *bc = m->be->ctx;
+	const struct zero_piece *pc = opt->piece;
+	enum status st = ST_OK;
 
 	if (tc->clip_grad_norm > 0.0) {
-		for (int r = 0; r < nruns; r++)
-			ops->sumsq(c, m->norm, m->grads + off[r], len[r], r > 0);
-		for (int r = 0; r < nruns; r++)
-			ops->clip(c, m->grads + off[r], len[r], m->norm, (float)tc->clip_grad_norm);
+		/* the sum of squares over the pieces (0 for none: a rank may own nothing) */
+		ops->sumsq(bc, m->norm, m->grads, 0, 0);
+		for (int r = 0; r < opt->npieces; r++)
+			ops->sumsq(bc, m->norm, m->grads + pc[r].off, pc[r].len, 1);
+		/* ZeRO: each rank has its shard's; the global norm is their sum */
+		if (opt->sharded && c != NULL) {
+			st = c->ops->allreduce_start(c->ctx, m->norm, 1, COMM_LAST, d);
+			if (st == ST_OK)
+				st = c->ops->wait_all(c->ctx, d);
+			if (st != ST_OK)
+				return st;
+		}
+		for (int r = 0; r < opt->npieces; r++)
+			ops->clip(bc, m->grads + pc[r].off, pc[r].len, m->norm, (float)tc->clip_grad_norm);
 	}
-	return optimizer_step(opt, schedule_multiplier(tc->schedule, step, tc->warmup_steps, total));
+	*lr = optimizer_step(opt, schedule_multiplier(tc->schedule, step, tc->warmup_steps, total));
+	return st;
 }
 
 enum status trainer_evaluate(const struct train_config *tc, struct model *m, const struct dataset *val,

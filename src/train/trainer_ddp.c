@@ -7,6 +7,12 @@
  * micro-batches, with no extra pass over the gradients. The loss rides in the
  * gradient buffer's loss slot, so the mean loss over ranks costs no extra
  * collective.
+ *
+ * ZeRO (tc->zero, zero.h): with stage 1 each bucket is reduce-scattered where it
+ * would be all-reduced, the optimizer updates this rank's shard, and the updated
+ * parameters are all-gathered bucket by bucket before the step ends. With ZeRO or
+ * --grad-compress the slots travel in an all-reduce of their own (float32),
+ * started when backward starts, so every bucket is pure gradient.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -15,6 +21,7 @@
 #include "core/clock.h"
 #include "core/signals.h"
 #include "train/trainer.h"
+#include "train/zero.h"
 
 struct ddp {
 	const struct train_config *tc;
@@ -33,7 +40,9 @@ struct ddp {
 	int graph_off;              /* no (more) graphs: unsupported, or a capture failed */
 	struct bucket buckets[MODEL_MAX_LAYERS + 1];
 	int nbuckets;
-	int slot_bucket;            /* the slots' own bucket (last layer frozen), or -1 */
+	int slot_bucket;            /* the slots' own bucket (last layer frozen, ZeRO, compress), or -1 */
+	unsigned wire;              /* COMM_WIRE for the buckets with --grad-compress, else 0 */
+	size_t *cuts;               /* ZeRO: bucket k's cuts at cuts[k (size + 1)], else NULL */
 	int ydim;                   /* target columns: the output width, or 1 (class labels) */
 	int lowest;                 /* the first trainable layer: backward ends there */
 	int closes[MODEL_MAX_LAYERS]; /* bucket completed by layer l's backward, or -1 */
@@ -70,6 +79,22 @@ static void start_region(struct ddp *t, size_t off, size_t len, int last)
 		t->wait += clock_now() - tw;
 	}
 	t->nstarted++;
+}
+
+/* Start bucket k's collective: the slots' all-reduce (always float32), or the gradient
+ * bucket's all-reduce -- with ZeRO its reduce-scatter -- in the wire type when compressed. */
+static enum status start_bucket(struct ddp *t, int k, unsigned flags)
+{
+	const struct bucket *b = &t->buckets[k];
+	float *buf = t->m->grads + b->off;
+
+	if (k == t->slot_bucket)
+		return t->c->ops->allreduce_start(t->c->ctx, buf, b->len, flags & COMM_LAST, t->d);
+	if (t->cuts != NULL)
+		return t->c->ops->reduce_scatter_start(t->c->ctx, buf, b->len,
+						       t->cuts + (size_t)k * (size_t)(t->w->size + 1),
+						       flags | t->wire, t->d);
+	return t->c->ops->allreduce_start(t->c->ctx, buf, b->len, flags | t->wire, t->d);
 }
 
 /* Streaming: grads[a..b) is final. Grow the pending region with it when they touch, else
@@ -157,14 +182,12 @@ static void ddp_layer_done(void *arg, int layer)
 		long span = trace_begin(t->tb, TR_WAIT, -1);
 
 		world_watch_begin(t->w, "the gradient all-reduce");
-		t->hook_st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
-							t->buckets[b].len, 1, t->d);
+		t->hook_st = start_bucket(t, b, COMM_LAST);
 		world_watch_end(t->w);
 		trace_end(t->tb, span);
 		t->wait += clock_now() - tw;
 	} else if (b >= 0) {
-		t->hook_st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
-							t->buckets[b].len, 0, t->d);
+		t->hook_st = start_bucket(t, b, 0);
 	} else {
 		t->c->ops->progress(t->c->ctx);
 	}
@@ -177,9 +200,32 @@ static enum status start_all_buckets(struct ddp *t)
 
 	world_watch_begin(t->w, "the gradient all-reduce");
 	for (int b = 0; b < t->nbuckets && st == ST_OK; b++)
-		st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
-						t->buckets[b].len, 1, t->d);
+		st = start_bucket(t, b, COMM_LAST);
 	world_watch_end(t->w);
+	t->wait += clock_now() - tw;
+	return st;
+}
+
+/* ZeRO: every rank's updated shard to every rank, bucket by bucket (the frozen layers,
+ * in no bucket, never change), completed before the step ends. */
+static enum status gather_params(struct ddp *t)
+{
+	enum status st = ST_OK;
+	double tw = clock_now();
+	long span;
+
+	for (int k = 0; k < t->nbuckets && st == ST_OK; k++)
+		if (k != t->slot_bucket)
+			st = t->c->ops->all_gather_start(t->c->ctx, t->m->params + t->buckets[k].off,
+							 t->buckets[k].len,
+							 t->cuts + (size_t)k * (size_t)(t->w->size + 1), t->d);
+	if (st != ST_OK)
+		return st;
+	span = trace_begin(t->tb, TR_WAIT, -1);
+	world_watch_begin(t->w, "the parameter all-gather");
+	st = t->c->ops->wait_all(t->c->ctx, t->d);
+	world_watch_end(t->w);
+	trace_end(t->tb, span);
 	t->wait += clock_now() - tw;
 	return st;
 }
@@ -209,8 +255,7 @@ static enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulat
 		ops->to_device(bctx, m->grads + m->nparams + MODEL_SLOT_STOP, t->stop_host, 1);
 	t->hook_st = ST_OK;
 	if (sync && t->tc->overlap && t->slot_bucket >= 0) /* the slots alone: nothing to wait for */
-		t->hook_st = t->c->ops->allreduce_start(t->c->ctx, m->grads + m->nparams, MODEL_SLOTS, 0,
-							t->d);
+		t->hook_st = start_bucket(t, t->slot_bucket, 0);
 	t->syncing = sync && t->tc->overlap;
 	t->layer = m->nlayers - 1;
 	t->lay_hi = m->w_off[m->nlayers - 1];
@@ -234,9 +279,11 @@ static enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulat
 	t->wait += clock_now() - tw;
 	if (st == ST_OK) {
 		span = trace_begin(t->tb, TR_OPTIMIZER, -1);
-		t->lr = trainer_optimizer_step(t->tc, t->opt, t->step, t->total);
+		st = trainer_optimizer_step(t->tc, t->opt, t->step, t->total, t->c, &t->lr, t->d);
 		trace_end(t->tb, span);
 	}
+	if (st == ST_OK && t->cuts != NULL)
+		st = gather_params(t);
 	return st;
 }
 
@@ -375,9 +422,12 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		 * noticed; into pinned memory the backend's wait watches the communicator. */
 		t.stop_host = ops->host_alloc(bctx, 1);
 		t.slots = ops->host_alloc(bctx, MODEL_SLOTS);
-		if (t.stop_host == NULL || t.slots == NULL) {
+		if (tc->zero) /* room for every bucket's cuts, the slots' own included */
+			t.cuts = malloc((size_t)(m->nlayers + 2) * (size_t)(w->size + 1) * sizeof *t.cuts);
+		if (t.stop_host == NULL || t.slots == NULL || (tc->zero && t.cuts == NULL)) {
 			ops->host_free(bctx, t.stop_host);
 			ops->host_free(bctx, t.slots);
+			free(t.cuts);
 			loader_free(&L);
 			st = diag_set(d, ST_RUNTIME, "trainer: out of host memory");
 		}
@@ -388,6 +438,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		if (st == ST_OK) {
 			ops->host_free(bctx, t.stop_host);
 			ops->host_free(bctx, t.slots);
+			free(t.cuts);
 			loader_free(&L);
 		}
 		return st != ST_OK ? st : diag_set(d, ST_PEER, "another rank could not start training");
@@ -398,12 +449,20 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	 * cap still caps it), and whole-layer regions follow the bucket plan with that limit,
 	 * which is what the report shows. Frozen layers keep the bucket plan. */
 	t.stream = c->stream && tc->overlap && ops->set_progress != NULL && w->size > 1 &&
-		   m->nlayers <= COMM_MAX_INFLIGHT / 4;
+		   m->nlayers <= COMM_MAX_INFLIGHT / 4 && !tc->zero && !tc->compress;
 	for (int l = 0; l < m->nlayers; l++)
 		if (m->frozen[l])
 			t.stream = 0;
 	t.limit = first_cap ? first_cap : 1;
 	t.nbuckets = model_plan_buckets(m, t.stream ? t.limit : cap ? cap : 1, t.limit, t.buckets);
+	/* ZeRO and compression: the slots in an all-reduce of their own (float32), so every
+	 * bucket is pure gradient. The first bucket holds the last layer and the slots. */
+	if ((tc->zero || tc->compress) && !m->frozen[m->nlayers - 1]) {
+		t.buckets[0].len -= MODEL_SLOTS;
+		t.buckets[t.nbuckets++] = (struct bucket){.lo = -1, .hi = -1, .off = m->nparams,
+							  .len = MODEL_SLOTS};
+	}
+	t.wire = tc->compress ? COMM_WIRE : 0;
 	for (int l = 0; l < m->nlayers; l++)
 		t.closes[l] = -1;
 	for (int k = 0; k < t.nbuckets; k++) {
@@ -415,6 +474,15 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	}
 	while (t.lowest < m->nlayers - 1 && m->frozen[t.lowest])
 		t.lowest++;
+	if (t.cuts != NULL) {
+		struct zero_plan z;
+
+		zero_plan_init(&z, m, w->rank, w->size);
+		for (int k = 0; k < t.nbuckets; k++)
+			if (k != t.slot_bucket)
+				zero_bucket_cuts(&z, m, &t.buckets[k], t.buckets[k].len,
+						 t.cuts + (size_t)k * (size_t)(w->size + 1));
+	}
 	for (int k = 0; k < t.nbuckets; k++) {
 		res->buckets[k].bytes = (double)t.buckets[k].len * sizeof(float);
 		res->buckets[k].lo = t.buckets[k].lo;
@@ -438,6 +506,12 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		    t.nbuckets, tc->bucket_mb,
 		    t.stream ? "; streamed: regions of 1 bucket's size start as backward finishes them" : "",
 		    steps_per_epoch, total);
+	if (tc->zero)
+		report_note(r, "zero: stage %d: each rank keeps and updates the optimizer state of its shard, %zu of %zu trained parameters on rank 0; buckets reduce-scattered, parameters all-gathered after the step",
+			    tc->zero, zero_cut(m->ntrainable, 1, w->size), m->ntrainable);
+	if (tc->compress)
+		report_note(r, "gradients all-reduced in %s (--grad-compress); loss, stop flag, clipping norm, validation and parameters in fp32",
+			    comm_wire_names[c->wire]);
 	if (reduced < m->nparams + MODEL_SLOTS)
 		report_note(r, "frozen layers: %zu of %zu parameters trained and all-reduced",
 			    reduced - MODEL_SLOTS, m->nparams);
@@ -445,7 +519,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	/* Steps can be device graphs with a backend that records them and a communicator whose
 	 * collectives can be recorded (NCCL), for whole, single-micro-batch steps. */
 	graphs = ops->graph_begin != NULL && ops->graph_reset != NULL && c->ops->capturable &&
-		 tc->grad_accum == 1 && tc->graphs && trainer_step_is_fixed(tc, opt);
+		 tc->grad_accum == 1 && tc->graphs && trainer_step_is_fixed(tc, opt) && !tc->zero;
 	t.graph_off = !graphs;
 	if (t.stream)
 		ops->set_progress(bctx, ddp_panel, &t, c->panel_flops);
@@ -518,6 +592,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	res->rep[0].state_bytes = m->bytes;
 	ops->host_free(bctx, t.stop_host);
 	ops->host_free(bctx, t.slots);
+	free(t.cuts);
 	loader_free(&L);
 	return st;
 }

@@ -544,7 +544,7 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 		if (gi != group - 1)
 			continue;
 		t = phase_begin(&dp, &dp.rep[0]);
-		lr = trainer_optimizer_step(tc, opt, step, total);
+		(void)trainer_optimizer_step(tc, opt, step, total, NULL, &lr, d); /* unsharded: no communication, cannot fail */
 		phase_end(&dp, &dp.rep[0], DP_STEP, t);
 		/* Every replica's device must be sound before this step counts (a checkpoint);
 		 * this also reads the step's phase times. */
