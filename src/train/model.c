@@ -46,6 +46,14 @@ size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int sta
 	return floats * sizeof(float);
 }
 
+/* The gradient views over the whole gradient buffer. */
+static void model_point_grads(struct model *m)
+{
+	for (int l = 0; l < m->nlayers; l++)
+		m->gw[l] = m->grads != NULL ? m->grads + m->w_off[l] : NULL;
+	m->slots = m->grads != NULL ? m->grads + m->nparams : NULL;
+}
+
 enum status model_init(struct model *m, struct backend *be, const int *widths, int nlayers,
 		       int max_batch, struct diag *d)
 {
@@ -66,6 +74,7 @@ enum status model_init(struct model *m, struct backend *be, const int *widths, i
 	m->arena[0].whole = m->nparams;
 	m->narenas = 1;
 	m->grads = ops->alloc(be->ctx, m->nparams + MODEL_SLOTS);
+	model_point_grads(m);
 	m->norm = ops->alloc(be->ctx, 1);
 	for (int l = 0; l <= nlayers; l++)
 		m->act[l] = ops->alloc(be->ctx, (size_t)max_batch * (size_t)widths[l]);
@@ -246,7 +255,11 @@ void model_forward(struct model *m, int n)
 
 	for (int l = 0; l < m->nlayers; l++) {
 		int in = m->widths[l], out = m->widths[l + 1];
-		long span = trace_begin(m->trace, TR_FORWARD, l);
+		long span;
+
+		if (m->pre_layer != NULL)
+			m->pre_layer(m->pre_arg, l);
+		span = trace_begin(m->trace, TR_FORWARD, l);
 
 		ops->linear_forward(c, m->act[l + 1], m->act[l], m->params + m->w_off[l],
 				    m->params + m->b_off[l], n, in, out, m->act_fn[l] == ACT_RELU);
@@ -268,8 +281,10 @@ void model_backward(struct model *m, int n, int accumulate, void (*hook)(void *a
 		float *dx = l > lowest ? m->dbuf[1 - cur] : NULL;
 		long span = trace_begin(m->trace, TR_BACKWARD, l);
 
-		ops->linear_backward(c, dx, m->frozen[l] ? NULL : m->grads + m->w_off[l],
-				     m->grads + m->b_off[l], m->dbuf[cur], m->act[l],
+		float *dw = m->frozen[l] ? NULL : m->gw[l];
+
+		ops->linear_backward(c, dx, dw, dw != NULL ? dw + (m->b_off[l] - m->w_off[l]) : NULL,
+				     m->dbuf[cur], m->act[l],
 				     m->params + m->w_off[l], n, in, out, accumulate);
 		/* the activation before this layer is part of its backward span */
 		if (dx != NULL && m->act_fn[l - 1] == ACT_RELU)
@@ -327,6 +342,7 @@ void model_free(struct model *m)
 		ops->free(m->be->ctx, m->params);
 	if (!m->grads_lent)
 		ops->free(m->be->ctx, m->grads);
+	ops->free(m->be->ctx, m->gblock);
 	ops->free(m->be->ctx, m->norm);
 	for (int l = 0; l <= m->nlayers; l++)
 		ops->free(m->be->ctx, m->act[l]);
@@ -343,4 +359,25 @@ void model_move_grads(struct model *m, float *grads)
 		m->be->ops->free(m->be->ctx, m->grads);
 	m->grads = grads;
 	m->grads_lent = 1;
+	model_point_grads(m);
+}
+
+enum status model_shard_grads(struct model *m, size_t shard, size_t pool, struct diag *d)
+{
+	const struct backend_ops *ops = m->be->ops;
+	float *block = ops->alloc(m->be->ctx, MODEL_SLOTS + shard + pool);
+
+	if (block == NULL)
+		return diag_set(d, ST_RUNTIME, "model: out of %s memory for the gradient shard (%zu floats)",
+				ops->name, MODEL_SLOTS + shard + pool);
+	ops->free(m->be->ctx, m->grads);
+	m->bytes -= (m->nparams + MODEL_SLOTS) * sizeof(float);
+	m->bytes += (MODEL_SLOTS + shard + pool) * sizeof(float);
+	m->grads = NULL;
+	model_point_grads(m);
+	m->gblock = block;
+	m->slots = block;
+	m->gshard = block + MODEL_SLOTS;
+	m->gpool = block + MODEL_SLOTS + shard;
+	return ST_OK;
 }

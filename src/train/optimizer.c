@@ -54,13 +54,21 @@ enum status optimizer_init(struct optimizer *opt, struct model *m,
 	return ST_OK;
 }
 
-/* torch.optim.SGD on one run of n parameters from offset o (so in the state). */
-static void sgd_run(struct optimizer *opt, size_t o, size_t so, size_t n, float lr)
+float *optimizer_grad(const struct optimizer *opt, int r)
+{
+	const struct model *m = opt->m;
+
+	return m->gshard != NULL ? m->gshard + opt->piece[r].so : m->grads + opt->piece[r].off;
+}
+
+/* torch.optim.SGD on piece r: n parameters from offset o (so in the state). */
+static void sgd_run(struct optimizer *opt, int r, float lr)
 {
 	struct model *m = opt->m;
 	const struct backend_ops *ops = m->be->ops;
 	const float wd = opt->h.weight_decay, mu = opt->h.momentum;
-	float *p = m->params + o, *g = m->grads + o;
+	const size_t o = opt->piece[r].off, so = opt->piece[r].so, n = opt->piece[r].len;
+	float *p = m->params + o, *g = optimizer_grad(opt, r);
 
 	/* g' = g + wd p; buf = momentum buf + g'; p -= lr (buf, or with Nesterov g' + mu buf). */
 	if (opt->momentum_buffer != NULL) {
@@ -101,11 +109,11 @@ double optimizer_step(struct optimizer *opt, double multiplier)
 		};
 
 		for (int r = 0; r < opt->npieces; r++)
-			ops->adamw(m->be->ctx, m->params + pc[r].off, m->grads + pc[r].off,
+			ops->adamw(m->be->ctx, m->params + pc[r].off, optimizer_grad(opt, r),
 				   opt->exp_avg + pc[r].so, opt->exp_avg_sq + pc[r].so, pc[r].len, &h);
 	} else {
 		for (int r = 0; r < opt->npieces; r++)
-			sgd_run(opt, pc[r].off, pc[r].so, pc[r].len, (float)lr);
+			sgd_run(opt, r, (float)lr);
 	}
 	return lr;
 }

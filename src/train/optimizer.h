@@ -67,6 +67,9 @@ enum status optimizer_init(struct optimizer *opt, struct model *m,
 /* One step over the pieces' parameters from m->grads (queued on the backend), at
  * learning rate h.lr * multiplier. Returns that learning rate. */
 double optimizer_step(struct optimizer *opt, double multiplier);
+/* Piece r's gradient (len floats): in the whole gradient at its offset, or (ZeRO-2) in
+ * the model's gradient shard, laid out as the shard's state. */
+float *optimizer_grad(const struct optimizer *opt, int r);
 /* 1 if name is a tensor of some optimizer's state ("momentum_buffer.net1.weight"): a
  * checkpoint's state is not weights, and --init skips it. */
 int optimizer_is_state_tensor(const char *name);

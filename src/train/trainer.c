@@ -54,7 +54,9 @@ enum status trainer_after_step(const struct train_loop *lp, long *step, const st
 	}
 	if (lp->eval != NULL && ctl->val != NULL &&
 	    ((tc->eval_every > 0 && *step % tc->eval_every == 0) || next >= nmicro || *step == total)) {
-		st = lp->eval(lp->eval_arg, *step, b->epoch);
+		st = lp->settle != NULL ? lp->settle(lp->eval_arg) : ST_OK;
+		if (st == ST_OK)
+			st = lp->eval(lp->eval_arg, *step, b->epoch);
 		if (st != ST_OK)
 			return st;
 	}
@@ -65,8 +67,12 @@ enum status trainer_after_step(const struct train_loop *lp, long *step, const st
 	if (ctl->checkpoint != NULL &&
 	    ((ctl->every > 0 && *step % ctl->every == 0) || *step == total || e->stop)) {
 		struct trace_buf *tb = trace_buf_for(ctl->trace, 0, *step);
-		long span = trace_begin(tb, TR_CHECKPOINT, -1);
+		long span;
 
+		st = lp->settle != NULL ? lp->settle(lp->eval_arg) : ST_OK;
+		if (st != ST_OK)
+			return st;
+		span = trace_begin(tb, TR_CHECKPOINT, -1);
 		st = ctl->checkpoint(ctl->arg, *step, epoch, next, d);
 		trace_end(tb, span);
 		if (st != ST_OK)
@@ -141,9 +147,10 @@ enum status trainer_optimizer_step(const struct train_config *tc, struct optimiz
 
 	if (tc->clip_grad_norm > 0.0) {
 		/* the sum of squares over the pieces (0 for none: a rank may own nothing) */
-		ops->sumsq(bc, m->norm, m->grads, 0, 0);
+		if (opt->npieces == 0)
+			ops->sumsq(bc, m->norm, m->norm, 0, 0);
 		for (int r = 0; r < opt->npieces; r++)
-			ops->sumsq(bc, m->norm, m->grads + pc[r].off, pc[r].len, 1);
+			ops->sumsq(bc, m->norm, optimizer_grad(opt, r), pc[r].len, r > 0);
 		/* ZeRO: each rank has its shard's; the global norm is their sum */
 		if (opt->sharded && c != NULL) {
 			st = c->ops->allreduce_start(c->ctx, m->norm, 1, COMM_LAST, d);
@@ -153,7 +160,7 @@ enum status trainer_optimizer_step(const struct train_config *tc, struct optimiz
 				return st;
 		}
 		for (int r = 0; r < opt->npieces; r++)
-			ops->clip(bc, m->grads + pc[r].off, pc[r].len, m->norm, (float)tc->clip_grad_norm);
+			ops->clip(bc, optimizer_grad(opt, r), pc[r].len, m->norm, (float)tc->clip_grad_norm);
 	}
 	*lr = optimizer_step(opt, schedule_multiplier(tc->schedule, step, tc->warmup_steps, total));
 	return st;
@@ -168,7 +175,7 @@ enum status trainer_evaluate(const struct train_config *tc, struct model *m, con
 	void *bc = m->be->ctx;
 	const size_t lo = val->n * (size_t)rank / (size_t)world;
 	const size_t hi = val->n * (size_t)(rank + 1) / (size_t)world;
-	float *slots = m->grads + m->nparams + MODEL_SLOT_LOSS;
+	float *slots = m->slots + MODEL_SLOT_LOSS;
 	float *hx = ops->host_alloc(bc, (size_t)m->max_batch * (size_t)val->in);
 	float *hy = ops->host_alloc(bc, (size_t)m->max_batch * (size_t)val->out);
 	float *res = ops->host_alloc(bc, 3); /* read behind the all-reduce: pinned (backend.h) */

@@ -155,6 +155,9 @@ struct train_loop {
 	/* Evaluate the validation set (this rank's or replica's part), or NULL. */
 	enum status (*eval)(void *eval_arg, long step, long epoch);
 	void *eval_arg;
+	/* Complete what is still changing the weights (ZeRO-2's all-gathers) before anything
+	 * reads them outside the next forward: evaluation, a checkpoint; or NULL. */
+	enum status (*settle)(void *eval_arg);
 };
 
 /* What one optimizer step ended with. */

@@ -5,7 +5,7 @@
 
 size_t zero_cut(size_t total, int q, int size)
 {
-	/* in 128 bits' worth of care: total q fits a size_t for any model that fits memory */
+	/* total q fits 64 bits for any model that fits in memory */
 	return (size_t)((unsigned long long)total * (unsigned long long)q / (unsigned long long)size);
 }
 
@@ -40,6 +40,25 @@ static size_t trainable_index(const struct model *m, int l)
 		if (!m->frozen[k])
 			t += (size_t)m->widths[k + 1] * (size_t)(m->widths[k] + 1);
 	return t;
+}
+
+size_t zero_bucket_start(const struct model *m, const struct bucket *b)
+{
+	return trainable_index(m, b->lo);
+}
+
+size_t zero_pool_floats(const struct model *m, size_t cap, size_t first_cap)
+{
+	struct bucket b[MODEL_MAX_LAYERS + 1];
+	int nb = model_plan_buckets(m, cap, first_cap, b);
+	size_t most = 0;
+
+	for (int k = 0; k < nb; k++) {
+		size_t len = b[k].lo < 0 ? 0 : b[k].len - (b[k].hi == m->nlayers - 1 ? MODEL_SLOTS : 0);
+
+		most = len > most ? len : most;
+	}
+	return 2 * most;
 }
 
 void zero_bucket_cuts(const struct zero_plan *z, const struct model *m, const struct bucket *b,

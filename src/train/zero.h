@@ -12,6 +12,11 @@
  * reduce-scatter and all-gather split it between the ranks) and the optimizer's
  * pieces (the trainable runs within the range).
  *
+ * ZeRO-2 also keeps only the shard of the reduced gradient (laid out as the
+ * shard's state) and writes backward's gradients into a pool of two bucket
+ * buffers (zero_pool_floats), reused once the reduce-scatter of the bucket before
+ * last has completed.
+ *
  * This module computes; it allocates nothing and knows no communicator.
  */
 #ifndef DDPT_ZERO_H
@@ -46,5 +51,11 @@ void zero_plan_init(struct zero_plan *z, const struct model *m, int rank, int si
  * run of trainable layers (lo >= 0). */
 void zero_bucket_cuts(const struct zero_plan *z, const struct model *m, const struct bucket *b,
 		      size_t len, size_t *cuts);
+
+/* ZeRO-2's bucket buffers for m's buckets planned with these caps (model_plan_buckets):
+ * two of the largest bucket's gradient (slots left out), in floats. */
+size_t zero_pool_floats(const struct model *m, size_t cap, size_t first_cap);
+/* The first trainable index of bucket b (a run of trainable layers, lo >= 0). */
+size_t zero_bucket_start(const struct model *m, const struct bucket *b);
 
 #endif
