@@ -455,6 +455,8 @@ static enum status check_combinations(struct options *o, struct diag *d)
 	if (o->mode == MODE_DP && (o->zero > 0 || o->grad_compress != COMM_WIRE_F32))
 		return diag_set(d, ST_USAGE, "%s applies to --mode=ddp (DataParallel is one process: no ranks to shard over, no all-reduce to compress)",
 				o->zero > 0 ? "--zero" : "--grad-compress");
+	if (o->zero == 2 && !o->overlap)
+		return diag_set(d, ST_USAGE, "--zero=2 reduce-scatters each bucket as backward finishes it, into two reused buffers: it cannot wait for the whole backward (--no-overlap); use --zero=1");
 	return ST_OK;
 }
 

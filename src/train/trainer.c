@@ -97,6 +97,15 @@ long trainer_group(long mb, long nmicro, long grad_accum, long *gi)
 	return nmicro - first < grad_accum ? nmicro - first : grad_accum;
 }
 
+void trainer_bucket_caps(double bucket_mb, size_t *cap, size_t *first_cap)
+{
+	size_t c = (size_t)(bucket_mb * 1048576.0 / sizeof(float));
+
+	*first_cap = c < 262144 ? c : 262144; /* PyTorch: first bucket 1 MiB */
+	*first_cap = *first_cap ? *first_cap : 1;
+	*cap = c ? c : 1;
+}
+
 long trainer_steps_per_epoch(long nmicro, long grad_accum)
 {
 	return (nmicro + grad_accum - 1) / grad_accum;

@@ -110,6 +110,9 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
  * in its group (*gi, 0-based), and the group's size, which the last group of an epoch may
  * have fewer of. The step's gradient is the mean over the group's micro-batches. */
 long trainer_group(long mb, long nmicro, long grad_accum, long *gi);
+/* The gradient buckets' caps in floats for --bucket-mb (model_plan_buckets): *cap for
+ * all, *first_cap for the first (PyTorch's 1 MiB), each at least 1. */
+void trainer_bucket_caps(double bucket_mb, size_t *cap, size_t *first_cap);
 /* Optimizer steps in an epoch of nmicro micro-batches. */
 long trainer_steps_per_epoch(long nmicro, long grad_accum);
 /* The loader a training loop reads through: ddp's rank `rank` of `replicas` ranks, or

@@ -58,7 +58,7 @@ struct ddp {
 	/* ZeRO-2 */
 	int zero2;                  /* gradients sharded: buckets in a pool of two buffers */
 	int ngrad;                  /* gradient buckets: 0 .. ngrad - 1 (the slots' is after) */
-	size_t poolb;               /* floats per pool buffer */
+	size_t poolb[2];            /* floats of pool buffer 0 (even buckets) and 1 (odd ones) */
 	size_t tlo;                 /* this rank's first trainable float */
 	size_t t0[MODEL_MAX_LAYERS + 1]; /* bucket k's first trainable index */
 	int ncoll;                  /* collectives started since wait_all last returned */
@@ -68,6 +68,7 @@ struct ddp {
 	int ag_waited;              /* all-gathers waited for, up to this number */
 	int gathering;              /* all-gathers may be in flight */
 	enum status fwd_st;         /* a failed wait in forward's hook */
+	size_t grad_floats;         /* gradient memory: the whole, or ZeRO-2's block */
 	int ydim;                   /* target columns: the output width, or 1 (class labels) */
 	int lowest;                 /* the first trainable layer: backward ends there */
 	int closes[MODEL_MAX_LAYERS]; /* bucket completed by layer l's backward, or -1 */
@@ -106,6 +107,12 @@ static void start_region(struct ddp *t, size_t off, size_t len, int last)
 	t->nstarted++;
 }
 
+/* ZeRO-2: the pool buffer bucket k's gradient is written to: buffer k % 2. */
+static float *pool_buf(const struct ddp *t, int k)
+{
+	return t->m->gpool + (k % 2 ? t->poolb[0] : 0);
+}
+
 /* ZeRO: bucket k's cuts (size + 1 entries). */
 static const size_t *bucket_cuts(const struct ddp *t, int k)
 {
@@ -117,7 +124,7 @@ static const size_t *bucket_cuts(const struct ddp *t, int k)
 static enum status start_bucket(struct ddp *t, int k, unsigned flags)
 {
 	const struct bucket *b = &t->buckets[k];
-	float *buf = t->zero2 ? t->m->gpool + (size_t)(k % 2) * t->poolb : t->m->grads + b->off;
+	float *buf = t->zero2 ? pool_buf(t, k) : t->m->grads + b->off;
 	enum status st;
 
 	if (k == t->slot_bucket)
@@ -173,7 +180,7 @@ static enum status fold_bucket(struct ddp *t, int k)
 	const struct backend_ops *ops = t->m->be->ops;
 	const size_t *cu = bucket_cuts(t, k);
 	const size_t a = cu[t->w->rank], n = cu[t->w->rank + 1] - a;
-	float *src = t->m->gpool + (size_t)(k % 2) * t->poolb + a;
+	float *src = pool_buf(t, k) + a;
 	float *dst = t->m->gshard + (t->t0[k] + a - t->tlo);
 	enum status st;
 
@@ -522,8 +529,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 {
 	const struct backend_ops *ops = m->be->ops;
 	void *bctx = m->be->ctx;
-	const size_t cap = (size_t)(tc->bucket_mb * 1048576.0 / sizeof(float));
-	const size_t first_cap = cap < 262144 ? cap : 262144; /* PyTorch: first bucket 1 MiB */
+	size_t cap, first_cap;
 	struct ddp t = {.tc = tc, .w = w, .m = m, .opt = opt, .c = c, .d = d, .ctl = ctl, .r = r,
 			.ydim = ds->out, .slot_bucket = -1, .res = res};
 	const struct comm_observer obs = {ddp_allreduce_done, &t};
@@ -539,6 +545,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	enum status st;
 
 	memset(res, 0, sizeof *res);
+	trainer_bucket_caps(tc->bucket_mb, &cap, &first_cap);
 	st = loader_init(&L, ds, &lcfg, m->be, d);
 	if (st == ST_OK) {
 		loader_seek(&L, ctl->start_epoch, ctl->start_mb);
@@ -589,8 +596,8 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	for (int l = 0; l < m->nlayers; l++)
 		if (m->frozen[l])
 			t.stream = 0;
-	t.limit = first_cap ? first_cap : 1;
-	t.nbuckets = model_plan_buckets(m, t.stream ? t.limit : cap ? cap : 1, t.limit, t.buckets);
+	t.limit = first_cap;
+	t.nbuckets = model_plan_buckets(m, t.stream ? t.limit : cap, t.limit, t.buckets);
 	/* ZeRO and compression: the slots in an all-reduce of their own (float32), so every
 	 * bucket is pure gradient. The first bucket holds the last layer and the slots. */
 	if ((tc->zero || tc->compress) && !m->frozen[m->nlayers - 1]) {
@@ -611,6 +618,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	while (t.lowest < m->nlayers - 1 && m->frozen[t.lowest])
 		t.lowest++;
 	t.ngrad = t.slot_bucket >= 0 ? t.slot_bucket : t.nbuckets; /* the slots' is listed last */
+	t.grad_floats = m->nparams + MODEL_SLOTS;
 	if (t.cuts != NULL) {
 		struct zero_plan z;
 
@@ -619,13 +627,16 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 			zero_bucket_cuts(&z, m, &t.buckets[k], t.buckets[k].len,
 					 t.cuts + (size_t)k * (size_t)(w->size + 1));
 			t.t0[k] = zero_bucket_start(m, &t.buckets[k]);
-			t.poolb = t.buckets[k].len > t.poolb ? t.buckets[k].len : t.poolb;
+			if (t.buckets[k].len > t.poolb[k % 2])
+				t.poolb[k % 2] = t.buckets[k].len;
 		}
 		t.tlo = z.lo;
 		/* ZeRO-2 where the gradients are the model's own (not the shared-memory window's) */
 		t.zero2 = tc->zero == 2 && !m->grads_lent;
-		if (t.zero2)
-			st = model_shard_grads(m, z.hi - z.lo, 2 * t.poolb, d);
+		if (t.zero2) {
+			st = model_shard_grads(m, z.hi - z.lo, t.poolb[0] + t.poolb[1], d);
+			t.grad_floats = MODEL_SLOTS + (z.hi - z.lo) + t.poolb[0] + t.poolb[1];
+		}
 		if (!world_all(w, st == ST_OK)) {
 			ops->host_free(bctx, t.stop_host);
 			ops->host_free(bctx, t.slots);
@@ -637,8 +648,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		for (int k = 0; k < t.ngrad && t.zero2; k++)
 			for (int l = t.buckets[k].lo; l <= t.buckets[k].hi; l++)
 				if (!m->frozen[l])
-					m->gw[l] = m->gpool + (size_t)(k % 2) * t.poolb +
-						   (m->w_off[l] - t.buckets[k].off);
+					m->gw[l] = pool_buf(&t, k) + (m->w_off[l] - t.buckets[k].off);
 		if (t.zero2) {
 			m->pre_layer = ddp_before_layer;
 			m->pre_arg = &t;
@@ -760,6 +770,10 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	res->rep[0].bytes_in = res->rep[0].bytes_out =
 		(double)step * (double)reduced * sizeof(float);
 	res->rep[0].state_bytes = m->bytes;
+	res->rep[0].param_bytes = m->nparams * sizeof(float);
+	res->rep[0].grad_bytes = t.grad_floats * sizeof(float);
+	for (int k = 1; k < m->narenas; k++)
+		res->rep[0].optim_bytes += m->arena[k].len * sizeof(float);
 	ops->host_free(bctx, t.stop_host);
 	ops->host_free(bctx, t.slots);
 	free(t.cuts);

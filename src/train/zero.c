@@ -51,14 +51,14 @@ size_t zero_pool_floats(const struct model *m, size_t cap, size_t first_cap)
 {
 	struct bucket b[MODEL_MAX_LAYERS + 1];
 	int nb = model_plan_buckets(m, cap, first_cap, b);
-	size_t most = 0;
+	size_t most[2] = {0, 0};
 
 	for (int k = 0; k < nb; k++) {
 		size_t len = b[k].lo < 0 ? 0 : b[k].len - (b[k].hi == m->nlayers - 1 ? MODEL_SLOTS : 0);
 
-		most = len > most ? len : most;
+		most[k % 2] = len > most[k % 2] ? len : most[k % 2];
 	}
-	return 2 * most;
+	return most[0] + most[1];
 }
 
 void zero_bucket_cuts(const struct zero_plan *z, const struct model *m, const struct bucket *b,

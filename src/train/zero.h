@@ -52,8 +52,9 @@ void zero_plan_init(struct zero_plan *z, const struct model *m, int rank, int si
 void zero_bucket_cuts(const struct zero_plan *z, const struct model *m, const struct bucket *b,
 		      size_t len, size_t *cuts);
 
-/* ZeRO-2's bucket buffers for m's buckets planned with these caps (model_plan_buckets):
- * two of the largest bucket's gradient (slots left out), in floats. */
+/* ZeRO-2's bucket buffers for m's buckets planned with these caps (model_plan_buckets),
+ * in floats: buffer 0 holds the even buckets, buffer 1 the odd ones, each as large as
+ * the largest of its own (slots left out). */
 size_t zero_pool_floats(const struct model *m, size_t cap, size_t first_cap);
 /* The first trainable index of bucket b (a run of trainable layers, lo >= 0). */
 size_t zero_bucket_start(const struct model *m, const struct bucket *b);
