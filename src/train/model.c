@@ -46,12 +46,22 @@ size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int sta
 	return floats * sizeof(float);
 }
 
-/* The gradient views over the whole gradient buffer. */
+/* The gradient views over the gradients' memory: the whole gradient, or ZeRO-2's block
+ * (whose pool views the trainer sets). */
 static void model_point_grads(struct model *m)
 {
+	if (m->gshard != NULL) {
+		m->slots = m->gmem;
+		m->gshard = m->gmem + MODEL_SLOTS;
+		m->gpool = m->gshard + m->gshard_len;
+		return;
+	}
+	m->grads = m->gmem;
+	if (m->gmem == NULL)
+		return; /* out of memory: model_init fails */
 	for (int l = 0; l < m->nlayers; l++)
-		m->gw[l] = m->grads != NULL ? m->grads + m->w_off[l] : NULL;
-	m->slots = m->grads != NULL ? m->grads + m->nparams : NULL;
+		m->gw[l] = m->grads + m->w_off[l];
+	m->slots = m->grads + m->nparams;
 }
 
 enum status model_init(struct model *m, struct backend *be, const int *widths, int nlayers,
@@ -73,7 +83,8 @@ enum status model_init(struct model *m, struct backend *be, const int *widths, i
 	m->arena[0].len = m->nparams;
 	m->arena[0].whole = m->nparams;
 	m->narenas = 1;
-	m->grads = ops->alloc(be->ctx, m->nparams + MODEL_SLOTS);
+	m->gmem = ops->alloc(be->ctx, m->nparams + MODEL_SLOTS);
+	m->gfloats = m->nparams + MODEL_SLOTS;
 	model_point_grads(m);
 	m->norm = ops->alloc(be->ctx, 1);
 	for (int l = 0; l <= nlayers; l++)
@@ -341,8 +352,7 @@ void model_free(struct model *m)
 	if (m->narenas == 0)
 		ops->free(m->be->ctx, m->params);
 	if (!m->grads_lent)
-		ops->free(m->be->ctx, m->grads);
-	ops->free(m->be->ctx, m->gblock);
+		ops->free(m->be->ctx, m->gmem);
 	ops->free(m->be->ctx, m->norm);
 	for (int l = 0; l <= m->nlayers; l++)
 		ops->free(m->be->ctx, m->act[l]);
@@ -354,10 +364,10 @@ void model_free(struct model *m)
 
 void model_move_grads(struct model *m, float *grads)
 {
-	memcpy(grads, m->grads, (m->nparams + MODEL_SLOTS) * sizeof *grads);
+	memcpy(grads, m->gmem, m->gfloats * sizeof *grads);
 	if (!m->grads_lent)
-		m->be->ops->free(m->be->ctx, m->grads);
-	m->grads = grads;
+		m->be->ops->free(m->be->ctx, m->gmem);
+	m->gmem = grads;
 	m->grads_lent = 1;
 	model_point_grads(m);
 }
@@ -365,19 +375,24 @@ void model_move_grads(struct model *m, float *grads)
 enum status model_shard_grads(struct model *m, size_t shard, size_t pool, struct diag *d)
 {
 	const struct backend_ops *ops = m->be->ops;
-	float *block = ops->alloc(m->be->ctx, MODEL_SLOTS + shard + pool);
+	const size_t n = MODEL_SLOTS + shard + pool;
+	float *block = ops->alloc(m->be->ctx, n);
 
 	if (block == NULL)
 		return diag_set(d, ST_RUNTIME, "model: out of %s memory for the gradient shard (%zu floats)",
-				ops->name, MODEL_SLOTS + shard + pool);
-	ops->free(m->be->ctx, m->grads);
-	m->bytes -= (m->nparams + MODEL_SLOTS) * sizeof(float);
-	m->bytes += (MODEL_SLOTS + shard + pool) * sizeof(float);
+				ops->name, n);
+	if (!m->grads_lent)
+		ops->free(m->be->ctx, m->gmem);
+	m->grads_lent = 0;
+	m->bytes -= m->gfloats * sizeof(float);
+	m->bytes += n * sizeof(float);
+	m->gmem = block;
+	m->gfloats = n;
 	m->grads = NULL;
-	model_point_grads(m);
-	m->gblock = block;
-	m->slots = block;
+	for (int l = 0; l < m->nlayers; l++)
+		m->gw[l] = NULL; /* the trainer points them into the pool */
+	m->gshard_len = shard;
 	m->gshard = block + MODEL_SLOTS;
-	m->gpool = block + MODEL_SLOTS + shard;
+	model_point_grads(m);
 	return ST_OK;
 }

@@ -64,15 +64,20 @@ struct model {
 	struct backend *be;           /* borrowed */
 	float *params;                /* (nparams), = arena[0].data */
 	float *grads;                 /* (nparams + MODEL_SLOTS); NULL once sharded (model_shard_grads) */
-	int grads_lent;               /* grads belong to the communicator (model_move_grads) */
+	/* The gradients' memory, the one block the communicator's collectives work in: grads,
+	 * or ZeRO-2's block (gfloats floats) */
+	float *gmem;
+	size_t gfloats;
+	int grads_lent;               /* gmem belongs to the communicator (model_move_grads) */
 	/* Where backward writes layer l's weight gradient (out, in), its bias gradient (out)
 	 * right after: grads + w_off[l], or (ZeRO-2) a place in a bucket buffer. */
 	float *gw[MODEL_MAX_LAYERS];
 	float *slots;                 /* (MODEL_SLOTS) grads + nparams, or in the sharded block */
-	/* ZeRO-2 (model_shard_grads): one block of MODEL_SLOTS + shard + pool floats in place
-	 * of grads: the slots, this rank's shard of the reduced gradient (laid out as its
-	 * optimizer state), and the bucket buffers; else all NULL */
-	float *gblock, *gshard, *gpool;
+	/* ZeRO-2 (model_shard_grads): gmem is MODEL_SLOTS + shard + pool floats in place of
+	 * grads: the slots, this rank's shard of the reduced gradient (laid out as its
+	 * optimizer state), and the bucket buffers; else NULL */
+	float *gshard, *gpool;
+	size_t gshard_len;
 	/* Called before each layer's forward (if not NULL): ZeRO-2 waits there for the
 	 * all-gather of the layer's parameters. */
 	void (*pre_layer)(void *arg, int layer);
@@ -168,12 +173,12 @@ struct bucket {
 /* Fill b (room for nlayers + 1 entries); returns the bucket count. */
 int model_plan_buckets(const struct model *m, size_t cap, size_t first_cap, struct bucket *b);
 
-/* Move the gradients (nparams + MODEL_SLOTS floats, with their contents) to host memory
+/* Move the gradients' memory (gmem: gfloats floats, with their contents) to host memory
  * the communicator owns and frees (struct comm's grads); model_free leaves it alone. */
 void model_move_grads(struct model *m, float *grads);
 /* ZeRO-2: replace the whole gradient with one block of MODEL_SLOTS + shard + pool floats
- * (slots, gshard, gpool); the caller points gw into the pool. On failure (d set) nothing
- * changes. Not with lent gradients. */
+ * (slots, gshard, gpool): before the communicator opens over gmem; the caller points gw
+ * into the pool. On failure (d set) nothing changes. */
 enum status model_shard_grads(struct model *m, size_t shard, size_t pool, struct diag *d);
 
 #endif

@@ -618,7 +618,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	while (t.lowest < m->nlayers - 1 && m->frozen[t.lowest])
 		t.lowest++;
 	t.ngrad = t.slot_bucket >= 0 ? t.slot_bucket : t.nbuckets; /* the slots' is listed last */
-	t.grad_floats = m->nparams + MODEL_SLOTS;
+	t.grad_floats = m->gfloats;
 	if (t.cuts != NULL) {
 		struct zero_plan z;
 
@@ -631,18 +631,16 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 				t.poolb[k % 2] = t.buckets[k].len;
 		}
 		t.tlo = z.lo;
-		/* ZeRO-2 where the gradients are the model's own (not the shared-memory window's) */
-		t.zero2 = tc->zero == 2 && !m->grads_lent;
-		if (t.zero2) {
-			st = model_shard_grads(m, z.hi - z.lo, t.poolb[0] + t.poolb[1], d);
-			t.grad_floats = MODEL_SLOTS + (z.hi - z.lo) + t.poolb[0] + t.poolb[1];
-		}
-		if (!world_all(w, st == ST_OK)) {
+		/* ZeRO-2: the session made the model's gradient block (model_shard_grads) for the
+		 * same bucket plan */
+		t.zero2 = tc->zero == 2;
+		if (t.zero2 && (m->gshard == NULL || m->gshard_len != z.hi - z.lo ||
+				m->gfloats != MODEL_SLOTS + m->gshard_len + t.poolb[0] + t.poolb[1])) {
 			ops->host_free(bctx, t.stop_host);
 			ops->host_free(bctx, t.slots);
 			free(t.cuts);
 			loader_free(&L);
-			return st != ST_OK ? st : diag_set(d, ST_PEER, "another rank could not start training");
+			return diag_set(d, ST_RUNTIME, "internal: --zero=2 without the model's gradient block for its buckets");
 		}
 		/* backward writes bucket k's layers into pool buffer k % 2 */
 		for (int k = 0; k < t.ngrad && t.zero2; k++)
@@ -682,9 +680,6 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 			    tc->zero, t.zero2 ? " and the reduced gradient" : "",
 			    zero_cut(m->ntrainable, 1, w->size), m->ntrainable,
 			    t.zero2 ? "during the next forward" : "after the step");
-	if (tc->zero == 2 && !t.zero2)
-		report_note(r, "zero: stage 2 keeps the whole gradient here: the %s all-reduce reads it in shared memory; only the optimizer state is sharded",
-			    c->ops->name);
 	if (tc->compress)
 		report_note(r, "gradients all-reduced in %s (--grad-compress); loss, stop flag, clipping norm, validation and parameters in fp32",
 			    comm_wire_names[c->wire]);
