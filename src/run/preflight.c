@@ -92,7 +92,7 @@ enum status preflight_memory(const struct options *o, const struct optimizer_hpa
 		model_layout(&lay, o->widths, o->nlayers);
 		model_freeze(&lay, o->frozen);
 		trainer_bucket_caps(o->bucket_mb, &cap, &first_cap);
-		shard = (lay.ntrainable + (size_t)w->size - 1) / (size_t)w->size;
+		shard = zero_shard_room(&lay, w->size);
 		need += ((double)shard + (double)zero_pool_floats(&lay, cap, first_cap) -
 			 (double)lay.nparams) * sizeof(float);
 	}

@@ -109,8 +109,8 @@ static enum status build_model(struct session *s)
 			size_t cap, first_cap;
 
 			trainer_bucket_caps(o->bucket_mb, &cap, &first_cap);
-			st = model_shard_grads(&s->m, z.hi - z.lo, zero_pool_floats(&s->m, cap, first_cap),
-					       &s->d);
+			st = model_shard_grads(&s->m, zero_shard_room(&s->m, s->w.size),
+					       zero_pool_floats(&s->m, cap, first_cap), &s->d);
 		}
 	}
 	st = session_agree(s, st);

@@ -50,10 +50,10 @@ size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int sta
  * (whose pool views the trainer sets). */
 static void model_point_grads(struct model *m)
 {
-	if (m->gshard != NULL) {
+	if (m->gshard != NULL) { /* the same offsets on every rank: the pool before the shard */
 		m->slots = m->gmem;
-		m->gshard = m->gmem + MODEL_SLOTS;
-		m->gpool = m->gshard + m->gshard_len;
+		m->gpool = m->gmem + MODEL_SLOTS;
+		m->gshard = m->gmem + (m->gfloats - m->gshard_len);
 		return;
 	}
 	m->grads = m->gmem;

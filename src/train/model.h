@@ -73,9 +73,10 @@ struct model {
 	 * right after: grads + w_off[l], or (ZeRO-2) a place in a bucket buffer. */
 	float *gw[MODEL_MAX_LAYERS];
 	float *slots;                 /* (MODEL_SLOTS) grads + nparams, or in the sharded block */
-	/* ZeRO-2 (model_shard_grads): gmem is MODEL_SLOTS + shard + pool floats in place of
-	 * grads: the slots, this rank's shard of the reduced gradient (laid out as its
-	 * optimizer state), and the bucket buffers; else NULL */
+	/* ZeRO-2 (model_shard_grads): gmem is MODEL_SLOTS + pool + shard floats in place of
+	 * grads: the slots, the bucket buffers, and room for this rank's shard of the reduced
+	 * gradient (laid out as its optimizer state; gshard_len floats, the largest rank's, so
+	 * that the block is laid out alike on every rank); else NULL */
 	float *gshard, *gpool;
 	size_t gshard_len;
 	/* Called before each layer's forward (if not NULL): ZeRO-2 waits there for the
@@ -176,9 +177,10 @@ int model_plan_buckets(const struct model *m, size_t cap, size_t first_cap, stru
 /* Move the gradients' memory (gmem: gfloats floats, with their contents) to host memory
  * the communicator owns and frees (struct comm's grads); model_free leaves it alone. */
 void model_move_grads(struct model *m, float *grads);
-/* ZeRO-2: replace the whole gradient with one block of MODEL_SLOTS + shard + pool floats
- * (slots, gshard, gpool): before the communicator opens over gmem; the caller points gw
- * into the pool. On failure (d set) nothing changes. */
+/* ZeRO-2: replace the whole gradient with one block of MODEL_SLOTS + pool + shard floats
+ * (slots, gpool, gshard): before the communicator opens over gmem (the same size and
+ * layout on every rank: shard is the largest rank's); the caller points gw into the
+ * pool. On failure (d set) nothing changes. */
 enum status model_shard_grads(struct model *m, size_t shard, size_t pool, struct diag *d);
 
 #endif

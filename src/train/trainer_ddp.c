@@ -634,7 +634,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		/* ZeRO-2: the session made the model's gradient block (model_shard_grads) for the
 		 * same bucket plan */
 		t.zero2 = tc->zero == 2;
-		if (t.zero2 && (m->gshard == NULL || m->gshard_len != z.hi - z.lo ||
+		if (t.zero2 && (m->gshard == NULL || m->gshard_len < z.hi - z.lo ||
 				m->gfloats != MODEL_SLOTS + m->gshard_len + t.poolb[0] + t.poolb[1])) {
 			ops->host_free(bctx, t.stop_host);
 			ops->host_free(bctx, t.slots);

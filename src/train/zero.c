@@ -42,6 +42,18 @@ static size_t trainable_index(const struct model *m, int l)
 	return t;
 }
 
+size_t zero_shard_room(const struct model *m, int size)
+{
+	size_t most = 0;
+
+	for (int q = 0; q < size; q++) {
+		size_t n = zero_cut(m->ntrainable, q + 1, size) - zero_cut(m->ntrainable, q, size);
+
+		most = n > most ? n : most;
+	}
+	return most;
+}
+
 size_t zero_bucket_start(const struct model *m, const struct bucket *b)
 {
 	return trainable_index(m, b->lo);

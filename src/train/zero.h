@@ -56,6 +56,8 @@ void zero_bucket_cuts(const struct zero_plan *z, const struct model *m, const st
  * in floats: buffer 0 holds the even buckets, buffer 1 the odd ones, each as large as
  * the largest of its own (slots left out). */
 size_t zero_pool_floats(const struct model *m, size_t cap, size_t first_cap);
+/* The largest shard of m's trainable parameters over size ranks, in floats. */
+size_t zero_shard_room(const struct model *m, int size);
 /* The first trainable index of bucket b (a run of trainable layers, lo >= 0). */
 size_t zero_bucket_start(const struct model *m, const struct bucket *b);
 
