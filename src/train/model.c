@@ -52,7 +52,8 @@ static void model_point_grads(struct model *m)
 {
 	if (m->gshard != NULL) { /* the same offsets on every rank: the pool before the shard */
 		m->slots = m->gmem;
-		m->gpool = m->gmem + MODEL_SLOTS;
+		m->norm = m->gmem + MODEL_SLOTS;
+		m->gpool = m->norm + 1;
 		m->gshard = m->gmem + (m->gfloats - m->gshard_len);
 		return;
 	}
@@ -62,6 +63,7 @@ static void model_point_grads(struct model *m)
 	for (int l = 0; l < m->nlayers; l++)
 		m->gw[l] = m->grads + m->w_off[l];
 	m->slots = m->grads + m->nparams;
+	m->norm = m->slots + MODEL_SLOTS;
 }
 
 enum status model_init(struct model *m, struct backend *be, const int *widths, int nlayers,
@@ -83,10 +85,9 @@ enum status model_init(struct model *m, struct backend *be, const int *widths, i
 	m->arena[0].len = m->nparams;
 	m->arena[0].whole = m->nparams;
 	m->narenas = 1;
-	m->gmem = ops->alloc(be->ctx, m->nparams + MODEL_SLOTS);
-	m->gfloats = m->nparams + MODEL_SLOTS;
+	m->gmem = ops->alloc(be->ctx, m->nparams + MODEL_SLOTS + 1);
+	m->gfloats = m->nparams + MODEL_SLOTS + 1;
 	model_point_grads(m);
-	m->norm = ops->alloc(be->ctx, 1);
 	for (int l = 0; l <= nlayers; l++)
 		m->act[l] = ops->alloc(be->ctx, (size_t)max_batch * (size_t)widths[l]);
 	m->target = ops->alloc(be->ctx, (size_t)max_batch * (size_t)widths[nlayers]);
@@ -353,7 +354,6 @@ void model_free(struct model *m)
 		ops->free(m->be->ctx, m->params);
 	if (!m->grads_lent)
 		ops->free(m->be->ctx, m->gmem);
-	ops->free(m->be->ctx, m->norm);
 	for (int l = 0; l <= m->nlayers; l++)
 		ops->free(m->be->ctx, m->act[l]);
 	ops->free(m->be->ctx, m->target);
@@ -375,7 +375,7 @@ void model_move_grads(struct model *m, float *grads)
 enum status model_shard_grads(struct model *m, size_t shard, size_t pool, struct diag *d)
 {
 	const struct backend_ops *ops = m->be->ops;
-	const size_t n = MODEL_SLOTS + shard + pool;
+	const size_t n = MODEL_SLOTS + 1 + pool + shard;
 	float *block = ops->alloc(m->be->ctx, n);
 
 	if (block == NULL)

@@ -63,7 +63,8 @@ struct model {
 	int max_batch;
 	struct backend *be;           /* borrowed */
 	float *params;                /* (nparams), = arena[0].data */
-	float *grads;                 /* (nparams + MODEL_SLOTS); NULL once sharded (model_shard_grads) */
+	float *grads;                 /* (nparams + MODEL_SLOTS + 1: slots, norm); NULL once sharded
+				       * (model_shard_grads) */
 	/* The gradients' memory, the one block the communicator's collectives work in: grads,
 	 * or ZeRO-2's block (gfloats floats) */
 	float *gmem;
@@ -73,8 +74,8 @@ struct model {
 	 * right after: grads + w_off[l], or (ZeRO-2) a place in a bucket buffer. */
 	float *gw[MODEL_MAX_LAYERS];
 	float *slots;                 /* (MODEL_SLOTS) grads + nparams, or in the sharded block */
-	/* ZeRO-2 (model_shard_grads): gmem is MODEL_SLOTS + pool + shard floats in place of
-	 * grads: the slots, the bucket buffers, and room for this rank's shard of the reduced
+	/* ZeRO-2 (model_shard_grads): gmem is MODEL_SLOTS + 1 + pool + shard floats in place of
+	 * grads: the slots, the norm, the bucket buffers, and room for this rank's shard of the reduced
 	 * gradient (laid out as its optimizer state; gshard_len floats, the largest rank's, so
 	 * that the block is laid out alike on every rank); else NULL */
 	float *gshard, *gpool;
@@ -85,7 +86,8 @@ struct model {
 	void *pre_arg;
 	struct model_arena arena[MODEL_MAX_ARENAS];
 	int narenas;                  /* 1 + optimizer state arenas */
-	float *norm;                  /* (1) scratch: the squared gradient norm for clipping */
+	float *norm;                  /* (1) scratch: the squared gradient norm for clipping, in gmem
+				       * after the slots (ZeRO sums it over the ranks) */
 	unsigned char frozen[MODEL_MAX_LAYERS]; /* layer l gets no gradient, no update, no state */
 	float *act[MODEL_MAX_LAYERS + 1]; /* act[0] input (batch, widths[0]); act[l] output of layer l */
 	float *target;                /* (batch, widths[nlayers]) */
@@ -174,11 +176,12 @@ struct bucket {
 /* Fill b (room for nlayers + 1 entries); returns the bucket count. */
 int model_plan_buckets(const struct model *m, size_t cap, size_t first_cap, struct bucket *b);
 
-/* Move the gradients' memory (gmem: gfloats floats, with their contents) to host memory
+/* Move the gradients' memory (gmem: gfloats floats, with their contents: the gradients,
+ * the slots and the norm) to host memory
  * the communicator owns and frees (struct comm's grads); model_free leaves it alone. */
 void model_move_grads(struct model *m, float *grads);
-/* ZeRO-2: replace the whole gradient with one block of MODEL_SLOTS + pool + shard floats
- * (slots, gpool, gshard): before the communicator opens over gmem (the same size and
+/* ZeRO-2: replace the whole gradient with one block of MODEL_SLOTS + 1 + pool + shard
+ * floats (slots, norm, gpool, gshard): before the communicator opens over gmem (the same size and
  * layout on every rank: shard is the largest rank's); the caller points gw into the
  * pool. On failure (d set) nothing changes. */
 enum status model_shard_grads(struct model *m, size_t shard, size_t pool, struct diag *d);

@@ -635,7 +635,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		 * same bucket plan */
 		t.zero2 = tc->zero == 2;
 		if (t.zero2 && (m->gshard == NULL || m->gshard_len < z.hi - z.lo ||
-				m->gfloats != MODEL_SLOTS + m->gshard_len + t.poolb[0] + t.poolb[1])) {
+				m->gfloats != MODEL_SLOTS + 1 + m->gshard_len + t.poolb[0] + t.poolb[1])) {
 			ops->host_free(bctx, t.stop_host);
 			ops->host_free(bctx, t.slots);
 			free(t.cuts);
