@@ -75,6 +75,21 @@ for z in 1 2; do
 	echo "--zero=$z stopped after 5 steps and resumed: $out"
 done
 
+# Stopped by a signal wherever it lands (SIGTERM to rank 0 of a run of endless epochs):
+# the stop's checkpoint, resumed for 3 more steps, gives the unbroken run's weights.
+sig="${base/--quiet/} --optimizer=adamw --lr=0.001 --epochs=100000 --log-every=0"
+mpirun_bg -np 2 "$DDPTRAIN" $sig --zero=2 --checkpoint=sig.st
+started
+sleep 0.5
+kill -TERM "$(pgrep -P "$bg" -f -- "--checkpoint=sig.st" | head -1)"
+finish 3
+n=$(sed -n 's/.*stopped by a signal after step \([0-9]*\) of.*/\1/p' bg.out bg.err | head -1)
+[ -n "$n" ] || fail "no stop note: $(cat bg.out bg.err | grep -v '^[- ]' | tail -3)"
+run_mpi 2 $sig --zero=2 --resume=sig.st --max-steps=$((n + 3)) --quiet --save=sr.st || fail "resuming the stop"
+run_mpi 2 $sig --zero=2 --max-steps=$((n + 3)) --quiet --save=su.st || fail "the unbroken run"
+out=$("$STCOMPARE" --exact sr.st su.st) || fail "--zero=2 stopped by SIGTERM after step $n and resumed: $out"
+echo "--zero=2 stopped by SIGTERM after step $n and resumed: $out"
+
 # The checkpoint holds the whole optimizer state: at 2 ranks a --zero=1 checkpoint and a
 # plain one hold the same tensors, bit for bit (weights and AdamW's moments).
 am="$base --optimizer=adamw --lr=0.01"
