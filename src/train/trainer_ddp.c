@@ -366,7 +366,6 @@ static enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulat
 	void *bctx = m->be->ctx;
 	const int in = m->widths[0], out = m->widths[m->nlayers];
 	enum status st;
-	double tw;
 	long span = trace_begin(t->tb, TR_LOAD, -1);
 
 	ops->to_device(bctx, m->act[0], b->x, (size_t)b->n * in);
@@ -406,7 +405,6 @@ static enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulat
 		st = start_all_buckets(t);
 	if (st != ST_OK)
 		return st;
-	(void)tw;
 	st = ddp_wait_all(t, "the gradient all-reduce");
 	if (st == ST_OK) {
 		span = trace_begin(t->tb, TR_OPTIMIZER, -1);
