@@ -500,6 +500,11 @@ static void report_ddp_ranks(struct report *r, const struct replica_stats *rep, 
 			rep[i].bytes_out * per / 1024.0, (double)rep[i].state_bytes / 1048576.0,
 			rss_mib[i], step > 0 ? 100.0 * rep[i].wait_s / step : 0.0);
 	}
+	fprintf(r->out, "# memory per rank, MiB: parameters, gradients, optimizer state (each rank's own: a shard with --zero)\n");
+	fprintf(r->out, "#%7s %10s %10s %10s\n", "rank", "params", "grads", "optim");
+	for (int i = 0; i < n; i++)
+		fprintf(r->out, "#%7d %10.3f %10.3f %10.3f\n", i, (double)rep[i].param_bytes / 1048576.0,
+			(double)rep[i].grad_bytes / 1048576.0, (double)rep[i].optim_bytes / 1048576.0);
 }
 
 /* nccl-tests' figures for each bucket's all-reduce, as rank 0 saw them. */
@@ -566,6 +571,11 @@ static json_t *metrics_per_replica(const struct report_summary *s)
 				      x->bytes_in * per, "bytes_out_per_step", x->bytes_out * per,
 				      "state_bytes", (json_int_t)x->state_bytes);
 
+		if (strcmp(s->mode, "ddp") == 0) {
+			json_object_set_new(o, "param_bytes", json_integer((json_int_t)x->param_bytes));
+			json_object_set_new(o, "grad_bytes", json_integer((json_int_t)x->grad_bytes));
+			json_object_set_new(o, "optim_bytes", json_integer((json_int_t)x->optim_bytes));
+		}
 		if (strcmp(s->mode, "dp") == 0) {
 			for (int p = 0; p < DP_NPHASES; p++) {
 				char key[32];

@@ -51,6 +51,9 @@ struct replica_stats {
 	double wait_s;              /* ddp: time blocked completing all-reduces */
 	double bytes_in, bytes_out; /* data moved into and out of this replica's memory */
 	size_t state_bytes;         /* backend memory held: weights, grads, optimizer, activations */
+	/* ddp: three parts of state_bytes: the parameters, the gradients (ZeRO-2: the shard,
+	 * the bucket buffers and the slots) and the optimizer state (ZeRO: the shard's) */
+	size_t param_bytes, grad_bytes, optim_bytes;
 };
 
 /* One gradient bucket's all-reduces over the run, as this rank saw them: from launch to

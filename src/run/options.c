@@ -28,6 +28,8 @@ _Static_assert(TRACE_MAX_THREADS >= OPT_MAX_REPLICAS, "one trace buffer per dp r
 const char *const options_mode_names[] = {"ddp", "dp", NULL};
 const char *const options_device_names[] = {"auto", "cpu", "cuda", NULL};
 const char *const options_comm_names[] = {"auto", "mpi", "nccl", NULL};
+/* In enum comm_wire's order: none is float32. */
+const char *const options_compress_names[] = {"none", "fp16", "bf16", NULL};
 
 enum opt_key {
 	K_HELP = 'h',
@@ -41,6 +43,7 @@ enum opt_key {
 	K_LOSS, K_OPTIM, K_BETAS, K_EPS, K_NESTEROV, K_SCHED, K_WARMUP, K_CLIP, K_FREEZE,
 	K_VAL_INPUTS, K_VAL_TARGETS, K_VAL_SAMPLES, K_EVAL_EVERY, K_SAVE_BEST,
 	K_TRACE, K_TRACE_STEPS, K_STRAGGLER_WARN, K_PROMETHEUS, K_PROM_EVERY, K_LOG_SECONDS,
+	K_ZERO, K_COMPRESS,
 };
 
 struct opt_def {
@@ -105,6 +108,8 @@ static const struct opt_def opt_table[] = {
 	{"backend", K_BACKEND, "auto|mpi|nccl", "auto", "how gradients are all-reduced (auto: nccl on GPUs, mpi on the CPU or on a GPU ranks share)", C, NOFILE},
 	{"tf32", K_TF32, NULL, "off", "let cuBLAS use TF32 tensor cores (faster; results no longer match float32)", C, NOFILE},
 	{"bucket-mb", K_BUCKET, "F", "25", "gradient bucket cap in MiB", C, NOFILE},
+	{"zero", K_ZERO, "0|1|2", "0", "ZeRO: shard the optimizer state over the ranks (1), and the gradients too (2)", C, NOFILE},
+	{"grad-compress", K_COMPRESS, "none|fp16|bf16", "none", "all-reduce the gradients in 16 bits (PyTorch's fp16/bf16 compress hooks)", C, NOFILE},
 	{"no-overlap", K_NO_OVERLAP, NULL, NULL, "all-reduce only after the whole backward", C, NOFILE},
 	{"log-every", K_LOG_EVERY, "N", "250", "optimizer steps between progress lines (0 = none)", C, NOFILE},
 	{"log-seconds", K_LOG_SECONDS, "SECONDS", "30", "also a progress line after SECONDS without one (0 = by steps only); on a terminal the line is redrawn at least every 0.5 s", C, NOFILE},
@@ -364,6 +369,14 @@ static enum status apply(struct options *o, int key, const char *arg, struct dia
 		return st;
 	case K_PROMETHEUS: o->prometheus = arg; return ST_OK;
 	case K_PROM_EVERY: return parse_double(f, arg, 0, 1, 1e6, &o->prometheus_every, d);
+	case K_ZERO:
+		st = parse_long(f, arg, 0, 2, &l, d);
+		o->zero = (int)l;
+		return st;
+	case K_COMPRESS:
+		st = parse_choice(def, arg, options_compress_names, &c, d);
+		o->grad_compress = (enum comm_wire)c;
+		return st;
 	case K_HELP: o->help = 1; return ST_OK;
 	case K_VERSION: o->version = 1; return ST_OK;
 	}
@@ -437,6 +450,13 @@ static enum status check_combinations(struct options *o, struct diag *d)
 		return diag_set(d, ST_USAGE, "--nesterov needs --momentum greater than 0 (as torch.optim.SGD)");
 	if (o->replicas != 0 && o->mode != MODE_DP)
 		return diag_set(d, ST_USAGE, "--replicas applies to --mode=dp only (in ddp mode each MPI rank is one replica: mpirun -np G)");
+	/* DataParallel is one process with no communication hooks: nothing to shard over,
+	 * nothing to compress. */
+	if (o->mode == MODE_DP && (o->zero > 0 || o->grad_compress != COMM_WIRE_F32))
+		return diag_set(d, ST_USAGE, "%s applies to --mode=ddp (DataParallel is one process: no ranks to shard over, no all-reduce to compress)",
+				o->zero > 0 ? "--zero" : "--grad-compress");
+	if (o->zero == 2 && !o->overlap)
+		return diag_set(d, ST_USAGE, "--zero=2 reduce-scatters each bucket as backward finishes it, into two reused buffers: it cannot wait for the whole backward (--no-overlap); use --zero=1");
 	return ST_OK;
 }
 
@@ -607,6 +627,8 @@ static void format_value(const struct options *o, int key, char *buf, size_t len
 		return;
 	case K_STRAGGLER_WARN: snprintf(buf, len, "%.9g", o->straggler_warn); return;
 	case K_PROM_EVERY: snprintf(buf, len, "%.9g", o->prometheus_every); return;
+	case K_ZERO: snprintf(buf, len, "%d", o->zero); return;
+	case K_COMPRESS: snprintf(buf, len, "%s", options_compress_names[o->grad_compress]); return;
 	}
 	snprintf(buf, len, "?");
 }

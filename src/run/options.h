@@ -81,6 +81,8 @@ struct options {
 	double straggler_warn;          /* compute-time ratio to the median that warns; 0 = off */
 	const char *prometheus;         /* Prometheus textfile path or NULL */
 	double prometheus_every;        /* seconds between its rewrites */
+	int zero;                       /* ZeRO stage: 0 off, 1 optimizer state, 2 gradients too */
+	enum comm_wire grad_compress;   /* the gradients' wire type (COMM_WIRE_F32: none) */
 	int help, version;              /* asked for --help / --version */
 };
 
@@ -122,5 +124,6 @@ void options_format_settings(const struct options *o, int scope, char *buf, size
 extern const char *const options_mode_names[];
 extern const char *const options_device_names[];
 extern const char *const options_comm_names[];
+extern const char *const options_compress_names[]; /* --grad-compress: "none", "fp16", "bf16" */
 
 #endif

@@ -5,6 +5,7 @@
 
 #include "run/persist.h"
 #include "run/settings.h" /* settings_resume_text */
+#include "train/zero.h"   /* zero_cut */
 
 static enum status agree(struct persist *p, enum status st)
 {
@@ -32,6 +33,91 @@ enum status persist_save_weights(const struct model *m, const char *path, const 
 	return st;
 }
 
+/* Whether the optimizer state arenas are ZeRO shards (ddp with --zero). */
+static int sharded(const struct persist *p)
+{
+	return p->o->zero > 0 && p->o->mode == MODE_DDP;
+}
+
+/* A device buffer of a whole state arena on every rank, for as long as one move of the
+ * state takes (not held: it is what ZeRO saves); agreed, so no rank enters the
+ * collective alone. */
+static enum status state_scratch(struct persist *p, float **scratch)
+{
+	const struct backend *be = p->m->be;
+
+	*scratch = be->ops->alloc(be->ctx, p->m->ntrainable > 0 ? p->m->ntrainable : 1);
+	if (!world_all(p->w, *scratch != NULL)) {
+		be->ops->free(be->ctx, *scratch);
+		*scratch = NULL;
+		return diag_set(p->d, ST_RUNTIME, "out of %s memory for the optimizer state of a checkpoint (%zu floats)",
+				be->ops->name, p->m->ntrainable);
+	}
+	return ST_OK;
+}
+
+/* The ranks' cuts of a whole state arena: rank q holds [cuts[q], cuts[q + 1]). */
+static size_t *state_cuts(const struct persist *p)
+{
+	size_t *cuts = malloc((size_t)(p->w->size + 1) * sizeof *cuts);
+
+	for (int q = 0; cuts != NULL && q <= p->w->size; q++)
+		cuts[q] = zero_cut(p->m->ntrainable, q, p->w->size);
+	return cuts;
+}
+
+/* ZeRO: the whole optimizer state onto rank 0's host (its place in host, laid out as
+ * model_state_to_host lays it out): each state arena's shards are contiguous in rank
+ * order, so the communicator's all-gather of them over a whole-arena scratch IS the whole
+ * arena. Collective. */
+static enum status gather_state(struct persist *p, float *host)
+{
+	struct model *m = p->m;
+	const struct backend_ops *ops = m->be->ops;
+	float *scratch;
+	size_t *cuts = state_cuts(p);
+	enum status st = state_scratch(p, &scratch);
+
+	if (st == ST_OK && !world_all(p->w, cuts != NULL))
+		st = diag_set(p->d, ST_RUNTIME, "out of memory for checkpoint buffers");
+	for (int k = 1; k < m->narenas && st == ST_OK; k++) {
+		ops->copy(m->be->ctx, scratch + m->arena[k].first, m->arena[k].data, m->arena[k].len);
+		world_watch_begin(p->w, "the optimizer state all-gather");
+		st = p->c->ops->all_gather_start(p->c->ctx, scratch, m->ntrainable, cuts, p->d);
+		if (st == ST_OK)
+			st = p->c->ops->wait_all(p->c->ctx, p->d);
+		world_watch_end(p->w);
+		if (st == ST_OK && p->w->rank == 0)
+			st = ops->to_host(m->be->ctx, host + model_state_floats(m, 0, k), scratch,
+					  m->ntrainable, p->d);
+	}
+	ops->free(m->be->ctx, scratch);
+	free(cuts);
+	return st;
+}
+
+/* ZeRO: rank 0's whole optimizer state (host, as model_state_floats lays it out) to
+ * every rank, each keeping its shard. Collective. */
+static enum status scatter_state(struct persist *p, const float *host)
+{
+	struct model *m = p->m;
+	const struct backend_ops *ops = m->be->ops;
+	float *scratch;
+	enum status st = state_scratch(p, &scratch);
+
+	for (int k = 1; k < m->narenas && st == ST_OK; k++) {
+		if (p->w->rank == 0)
+			ops->to_device(m->be->ctx, scratch, host + model_state_floats(m, 0, k), m->ntrainable);
+		st = p->c->ops->bcast(p->c->ctx, scratch, m->ntrainable, 0, p->d);
+		if (st == ST_OK)
+			ops->copy(m->be->ctx, m->arena[k].data, scratch + m->arena[k].first, m->arena[k].len);
+	}
+	if (st == ST_OK)
+		st = ops->sync(m->be->ctx, p->d);
+	ops->free(m->be->ctx, scratch);
+	return st;
+}
+
 /* train_ctl.checkpoint: rank 0 writes, every rank learns the outcome. */
 static enum status write_checkpoint(void *arg, long step, long epoch, long next_mb, struct diag *d)
 {
@@ -41,9 +127,13 @@ static enum status write_checkpoint(void *arg, long step, long epoch, long next_
 	char text[4096];
 
 	memcpy(pos.lineage, p->lineage, sizeof pos.lineage);
-	if (p->w->rank == 0) {
+	/* ZeRO: the whole state, in today's format (so it resumes with or without --zero and
+	 * at another world size), gathered first */
+	if (sharded(p))
+		st = gather_state(p, p->ckpt_host);
+	if (p->w->rank == 0 && st == ST_OK) {
 		settings_resume_text(p->o, p->ds, text, sizeof text);
-		st = model_state_to_host(p->m, 0, p->m->narenas, p->ckpt_host, d);
+		st = model_state_to_host(p->m, 0, sharded(p) ? 1 : p->m->narenas, p->ckpt_host, d);
 		if (st == ST_OK)
 			st = checkpoint_save(p->o->checkpoint, &p->kept, p->m, p->ckpt_host,
 					     &pos, text, d);
@@ -151,7 +241,7 @@ enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct opti
 			pos.have_best = 0;
 		if (st == ST_OK) {
 			memcpy(p->lineage, pos.lineage, sizeof p->lineage); /* the run continues */
-			model_state_to_device(m, 0, m->narenas, p->ckpt_host);
+			model_state_to_device(m, 0, sharded(p) ? 1 : m->narenas, p->ckpt_host);
 			st = m->be->ops->sync(m->be->ctx, p->d);
 		}
 	}
@@ -159,7 +249,9 @@ enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct opti
 	st = agree(p, st);
 	if (st == ST_OK)
 		st = agree(p, world_bcast(p->w, &pos, sizeof pos, 0, p->d));
-	for (int k = 1; k < m->narenas && st == ST_OK; k++) /* the optimizer's state */
+	if (st == ST_OK && sharded(p)) /* the optimizer's state: each rank its shard */
+		st = agree(p, scatter_state(p, p->ckpt_host));
+	for (int k = 1; k < m->narenas && st == ST_OK && !sharded(p); k++) /* the optimizer's state */
 		st = agree(p, p->c->ops->bcast(p->c->ctx, m->arena[k].data, m->arena[k].len, 0, p->d));
 	if (st == ST_OK && pos.have_best) {
 		p->have_best = 1;

@@ -6,6 +6,8 @@
 #include "run/preflight.h"
 #include "store/checkpoint.h" /* checkpoint_check_rotation */
 #include "train/model.h"  /* model_layout, model_bytes_needed */
+#include "train/trainer.h" /* trainer_bucket_caps */
+#include "train/zero.h"   /* zero_pool_floats */
 
 enum status preflight_launch(const struct options *o, struct world *w, struct diag *d)
 {
@@ -78,9 +80,22 @@ enum status preflight_memory(const struct options *o, const struct optimizer_hpa
 	int reps = o->mode == MODE_DP ? pl->replicas : 1;
 	double need;
 
+	/* ZeRO: the optimizer state of this rank's shard only */
 	need = (double)model_bytes_needed(o->widths, o->nlayers, (int)o->batch_size,
-					  optimizer_state_arenas(hp), o->frozen) * reps +
+					  optimizer_state_arenas(hp), o->frozen,
+					  o->zero > 0 ? w->size : 1) * reps +
 	       (double)host_copies_bytes(o);
+	if (o->zero == 2) { /* the gradient's shard and the bucket buffers instead of all of it */
+		struct model lay;
+		size_t cap, first_cap, shard;
+
+		model_layout(&lay, o->widths, o->nlayers);
+		model_freeze(&lay, o->frozen);
+		trainer_bucket_caps(o->bucket_mb, &cap, &first_cap);
+		shard = zero_shard_room(&lay, w->size);
+		need += ((double)shard + (double)zero_pool_floats(&lay, cap, first_cap) -
+			 (double)lay.nparams) * sizeof(float);
+	}
 	return placement_check_memory(pl, o, w, need, d);
 }
 

@@ -8,6 +8,7 @@
 #include "run/preflight.h"
 #include "run/session.h"
 #include "run/settings.h"    /* settings_config_text, SETTINGS_TEXT_MAX */
+#include "train/zero.h"      /* zero_plan_init, zero_pool_floats */
 
 _Static_assert(OPT_MAX_LAYERS == MODEL_MAX_LAYERS, "--layers and the model agree on the depth");
 _Static_assert(OPT_MAX_REPLICAS == TRAIN_MAX_REPLICAS, "--replicas and the trainer agree");
@@ -96,13 +97,27 @@ static enum status build_model(struct session *s)
 	if (st == ST_OK)
 		st = model_init(&s->m, &s->be, o->widths, o->nlayers, (int)o->batch_size, &s->d);
 	if (st == ST_OK) {
+		struct zero_plan z;
+
 		model_freeze(&s->m, o->frozen); /* before the optimizer: no state for frozen layers */
-		st = optimizer_init(&s->opt, &s->m, &s->hp, &s->d);
+		/* ZeRO: this rank's optimizer state is its shard of the trainable parameters */
+		zero_plan_init(&z, &s->m, s->w.rank, s->w.size);
+		st = optimizer_init(&s->opt, &s->m, &s->hp, o->zero > 0 ? &z : NULL, &s->d);
+		/* ZeRO-2: the gradient's shard and the bucket buffers instead of all of it, before
+		 * the communicator opens over the gradients' memory */
+		if (st == ST_OK && o->zero == 2 && o->mode == MODE_DDP) {
+			size_t cap, first_cap;
+
+			trainer_bucket_caps(o->bucket_mb, &cap, &first_cap);
+			st = model_shard_grads(&s->m, zero_shard_room(&s->m, s->w.size),
+					       zero_pool_floats(&s->m, cap, first_cap), &s->d);
+		}
 	}
 	st = session_agree(s, st);
+	s->c.wire = o->grad_compress; /* read by the communicator's init */
 	if (st == ST_OK)
-		st = session_agree(s, comm_open(&s->c, s->pl.comm, &s->w, &s->be, &s->pl.module, s->m.grads,
-						s->m.nparams + MODEL_SLOTS, preflight_later_bytes(o, &s->pl),
+		st = session_agree(s, comm_open(&s->c, s->pl.comm, &s->w, &s->be, &s->pl.module, s->m.gmem,
+						s->m.gfloats, preflight_later_bytes(o, &s->pl),
 						o->timeout, &s->d));
 	if (st == ST_OK && s->c.grads != NULL) /* the shared-memory all-reduce reads them where they are */
 		model_move_grads(&s->m, s->c.grads);

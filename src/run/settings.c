@@ -32,6 +32,8 @@ void settings_apply(const struct options *o, struct optimizer_hparams *hp, struc
 	tc->warmup_steps = o->warmup_steps;
 	tc->clip_grad_norm = o->clip_grad_norm;
 	tc->eval_every = o->eval_every;
+	tc->zero = o->zero;
+	tc->compress = o->grad_compress != COMM_WIRE_F32;
 	tc->graphs = graphs == NULL || strcmp(graphs, "0") != 0;
 }
 

@@ -28,7 +28,7 @@ void model_layout(struct model *m, const int *widths, int nlayers)
 }
 
 size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int state_arenas,
-			  const unsigned char *frozen)
+			  const unsigned char *frozen, int shards)
 {
 	struct model m;
 	size_t floats, maxw = 0;
@@ -38,11 +38,32 @@ size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int sta
 	for (int l = 0; l <= nlayers; l++)
 		maxw = (size_t)widths[l] > maxw ? (size_t)widths[l] : maxw;
 	/* params, grads (+ slots), optimizer state; activations, targets, two gradient buffers */
-	floats = m.nparams * 2 + m.ntrainable * (size_t)state_arenas + MODEL_SLOTS + 1 +
+	floats = m.nparams * 2 + (m.ntrainable + (size_t)shards - 1) / (size_t)shards * (size_t)state_arenas +
+		 MODEL_SLOTS + 1 +
 		 (size_t)max_batch * ((size_t)widths[nlayers] + 2 * maxw);
 	for (int l = 0; l <= nlayers; l++)
 		floats += (size_t)max_batch * (size_t)widths[l];
 	return floats * sizeof(float);
+}
+
+/* The gradient views over the gradients' memory: the whole gradient, or ZeRO-2's block
+ * (whose pool views the trainer sets). */
+static void model_point_grads(struct model *m)
+{
+	if (m->gshard != NULL) { /* the same offsets on every rank: the pool before the shard */
+		m->slots = m->gmem;
+		m->norm = m->gmem + MODEL_SLOTS;
+		m->gpool = m->norm + 1;
+		m->gshard = m->gmem + (m->gfloats - m->gshard_len);
+		return;
+	}
+	m->grads = m->gmem;
+	if (m->gmem == NULL)
+		return; /* out of memory: model_init fails */
+	for (int l = 0; l < m->nlayers; l++)
+		m->gw[l] = m->grads + m->w_off[l];
+	m->slots = m->grads + m->nparams;
+	m->norm = m->slots + MODEL_SLOTS;
 }
 
 enum status model_init(struct model *m, struct backend *be, const int *widths, int nlayers,
@@ -57,14 +78,16 @@ enum status model_init(struct model *m, struct backend *be, const int *widths, i
 	m->max_batch = max_batch;
 	for (int l = 0; l <= nlayers; l++)
 		maxw = widths[l] > maxw ? widths[l] : maxw;
-	m->bytes = model_bytes_needed(widths, nlayers, max_batch, 0, NULL);
+	m->bytes = model_bytes_needed(widths, nlayers, max_batch, 0, NULL, 1);
 	m->params = ops->alloc(be->ctx, m->nparams);
 	m->arena[0].name = "";
 	m->arena[0].data = m->params;
 	m->arena[0].len = m->nparams;
+	m->arena[0].whole = m->nparams;
 	m->narenas = 1;
-	m->grads = ops->alloc(be->ctx, m->nparams + MODEL_SLOTS);
-	m->norm = ops->alloc(be->ctx, 1);
+	m->gmem = ops->alloc(be->ctx, m->nparams + MODEL_SLOTS + 1);
+	m->gfloats = m->nparams + MODEL_SLOTS + 1;
+	model_point_grads(m);
 	for (int l = 0; l <= nlayers; l++)
 		m->act[l] = ops->alloc(be->ctx, (size_t)max_batch * (size_t)widths[l]);
 	m->target = ops->alloc(be->ctx, (size_t)max_batch * (size_t)widths[nlayers]);
@@ -145,7 +168,8 @@ int model_all_finite(const float *host, size_t n)
 	return !bad;
 }
 
-float *model_add_arena(struct model *m, const char *name, struct diag *d)
+float *model_add_arena(struct model *m, const char *name, size_t first, size_t len,
+		       struct diag *d)
 {
 	float *p;
 
@@ -153,17 +177,20 @@ float *model_add_arena(struct model *m, const char *name, struct diag *d)
 		diag_set(d, ST_RUNTIME, "model: no room for state arena '%s'", name);
 		return NULL;
 	}
-	p = m->be->ops->alloc(m->be->ctx, m->ntrainable);
+	/* an empty shard still gets a pointer of its own (a rank may own nothing) */
+	p = m->be->ops->alloc(m->be->ctx, len > 0 ? len : 1);
 	if (p == NULL) {
 		diag_set(d, ST_RUNTIME, "model: out of %s memory for %s (%zu floats)", m->be->ops->name,
-			 name, m->ntrainable);
+			 name, len);
 		return NULL;
 	}
 	m->arena[m->narenas].name = name;
 	m->arena[m->narenas].data = p;
-	m->arena[m->narenas].len = m->ntrainable;
+	m->arena[m->narenas].len = len;
+	m->arena[m->narenas].first = first;
+	m->arena[m->narenas].whole = m->ntrainable;
 	m->narenas++;
-	m->bytes += m->ntrainable * sizeof(float);
+	m->bytes += len * sizeof(float);
 	return p;
 }
 
@@ -207,7 +234,7 @@ size_t model_state_floats(const struct model *m, int first, int last)
 	size_t n = 0;
 
 	for (int a = first; a < last; a++)
-		n += m->arena[a].len;
+		n += m->arena[a].whole;
 	return n;
 }
 
@@ -217,8 +244,9 @@ enum status model_state_to_host(const struct model *m, int first, int last, floa
 	enum status st = ST_OK;
 
 	for (int a = first; a < last && st == ST_OK; a++) {
-		st = m->be->ops->to_host(m->be->ctx, host, m->arena[a].data, m->arena[a].len, d);
-		host += m->arena[a].len;
+		st = m->be->ops->to_host(m->be->ctx, host + m->arena[a].first, m->arena[a].data,
+					 m->arena[a].len, d);
+		host += m->arena[a].whole;
 	}
 	return st;
 }
@@ -226,8 +254,9 @@ enum status model_state_to_host(const struct model *m, int first, int last, floa
 void model_state_to_device(struct model *m, int first, int last, const float *host)
 {
 	for (int a = first; a < last; a++) {
-		m->be->ops->to_device(m->be->ctx, m->arena[a].data, host, m->arena[a].len);
-		host += m->arena[a].len;
+		m->be->ops->to_device(m->be->ctx, m->arena[a].data, host + m->arena[a].first,
+				      m->arena[a].len);
+		host += m->arena[a].whole;
 	}
 }
 
@@ -238,7 +267,11 @@ void model_forward(struct model *m, int n)
 
 	for (int l = 0; l < m->nlayers; l++) {
 		int in = m->widths[l], out = m->widths[l + 1];
-		long span = trace_begin(m->trace, TR_FORWARD, l);
+		long span;
+
+		if (m->pre_layer != NULL)
+			m->pre_layer(m->pre_arg, l);
+		span = trace_begin(m->trace, TR_FORWARD, l);
 
 		ops->linear_forward(c, m->act[l + 1], m->act[l], m->params + m->w_off[l],
 				    m->params + m->b_off[l], n, in, out, m->act_fn[l] == ACT_RELU);
@@ -260,8 +293,10 @@ void model_backward(struct model *m, int n, int accumulate, void (*hook)(void *a
 		float *dx = l > lowest ? m->dbuf[1 - cur] : NULL;
 		long span = trace_begin(m->trace, TR_BACKWARD, l);
 
-		ops->linear_backward(c, dx, m->frozen[l] ? NULL : m->grads + m->w_off[l],
-				     m->grads + m->b_off[l], m->dbuf[cur], m->act[l],
+		float *dw = m->frozen[l] ? NULL : m->gw[l];
+
+		ops->linear_backward(c, dx, dw, dw != NULL ? dw + (m->b_off[l] - m->w_off[l]) : NULL,
+				     m->dbuf[cur], m->act[l],
 				     m->params + m->w_off[l], n, in, out, accumulate);
 		/* the activation before this layer is part of its backward span */
 		if (dx != NULL && m->act_fn[l - 1] == ACT_RELU)
@@ -318,8 +353,7 @@ void model_free(struct model *m)
 	if (m->narenas == 0)
 		ops->free(m->be->ctx, m->params);
 	if (!m->grads_lent)
-		ops->free(m->be->ctx, m->grads);
-	ops->free(m->be->ctx, m->norm);
+		ops->free(m->be->ctx, m->gmem);
 	for (int l = 0; l <= m->nlayers; l++)
 		ops->free(m->be->ctx, m->act[l]);
 	ops->free(m->be->ctx, m->target);
@@ -330,9 +364,35 @@ void model_free(struct model *m)
 
 void model_move_grads(struct model *m, float *grads)
 {
-	memcpy(grads, m->grads, (m->nparams + MODEL_SLOTS) * sizeof *grads);
+	memcpy(grads, m->gmem, m->gfloats * sizeof *grads);
 	if (!m->grads_lent)
-		m->be->ops->free(m->be->ctx, m->grads);
-	m->grads = grads;
+		m->be->ops->free(m->be->ctx, m->gmem);
+	m->gmem = grads;
 	m->grads_lent = 1;
+	model_point_grads(m);
+}
+
+enum status model_shard_grads(struct model *m, size_t shard, size_t pool, struct diag *d)
+{
+	const struct backend_ops *ops = m->be->ops;
+	const size_t n = MODEL_SLOTS + 1 + pool + shard;
+	float *block = ops->alloc(m->be->ctx, n);
+
+	if (block == NULL)
+		return diag_set(d, ST_RUNTIME, "model: out of %s memory for the gradient shard (%zu floats)",
+				ops->name, n);
+	if (!m->grads_lent)
+		ops->free(m->be->ctx, m->gmem);
+	m->grads_lent = 0;
+	m->bytes -= m->gfloats * sizeof(float);
+	m->bytes += n * sizeof(float);
+	m->gmem = block;
+	m->gfloats = n;
+	m->grads = NULL;
+	for (int l = 0; l < m->nlayers; l++)
+		m->gw[l] = NULL; /* the trainer points them into the pool */
+	m->gshard_len = shard;
+	m->gshard = block + MODEL_SLOTS;
+	model_point_grads(m);
+	return ST_OK;
 }

@@ -47,7 +47,9 @@ enum activation { ACT_NONE, ACT_RELU };
 struct model_arena {
 	const char *name; /* static storage; "" for the parameters */
 	float *data;      /* (len) backend memory, owned by the model */
-	size_t len;       /* floats: nparams, or ntrainable for a state arena */
+	size_t len;       /* floats held here: nparams, ntrainable, or a ZeRO shard's */
+	size_t first;     /* where data[0] is in the whole arena (0 unless sharded) */
+	size_t whole;     /* floats of the whole arena: nparams, or ntrainable */
 };
 
 struct model {
@@ -61,11 +63,31 @@ struct model {
 	int max_batch;
 	struct backend *be;           /* borrowed */
 	float *params;                /* (nparams), = arena[0].data */
-	float *grads;                 /* (nparams + MODEL_SLOTS) */
-	int grads_lent;               /* grads belong to the communicator (model_move_grads) */
+	float *grads;                 /* (nparams + MODEL_SLOTS + 1: slots, norm); NULL once sharded
+				       * (model_shard_grads) */
+	/* The gradients' memory, the one block the communicator's collectives work in: grads,
+	 * or ZeRO-2's block (gfloats floats) */
+	float *gmem;
+	size_t gfloats;
+	int grads_lent;               /* gmem belongs to the communicator (model_move_grads) */
+	/* Where backward writes layer l's weight gradient (out, in), its bias gradient (out)
+	 * right after: grads + w_off[l], or (ZeRO-2) a place in a bucket buffer. */
+	float *gw[MODEL_MAX_LAYERS];
+	float *slots;                 /* (MODEL_SLOTS) grads + nparams, or in the sharded block */
+	/* ZeRO-2 (model_shard_grads): gmem is MODEL_SLOTS + 1 + pool + shard floats in place of
+	 * grads: the slots, the norm, the bucket buffers, and room for this rank's shard of the reduced
+	 * gradient (laid out as its optimizer state; gshard_len floats, the largest rank's, so
+	 * that the block is laid out alike on every rank); else NULL */
+	float *gshard, *gpool;
+	size_t gshard_len;
+	/* Called before each layer's forward (if not NULL): ZeRO-2 waits there for the
+	 * all-gather of the layer's parameters. */
+	void (*pre_layer)(void *arg, int layer);
+	void *pre_arg;
 	struct model_arena arena[MODEL_MAX_ARENAS];
 	int narenas;                  /* 1 + optimizer state arenas */
-	float *norm;                  /* (1) scratch: the squared gradient norm for clipping */
+	float *norm;                  /* (1) scratch: the squared gradient norm for clipping, in gmem
+				       * after the slots (ZeRO sums it over the ranks) */
 	unsigned char frozen[MODEL_MAX_LAYERS]; /* layer l gets no gradient, no update, no state */
 	float *act[MODEL_MAX_LAYERS + 1]; /* act[0] input (batch, widths[0]); act[l] output of layer l */
 	float *target;                /* (batch, widths[nlayers]) */
@@ -75,17 +97,21 @@ struct model {
 };
 
 /* Bytes model_init allocates for these widths and batch, plus state_arenas optimizer
- * arenas with the layers of frozen (NULL: none) left out (no allocation). */
+ * arenas with the layers of frozen (NULL: none) left out, each sharded over `shards`
+ * ranks (1: whole; ZeRO: the largest rank's shard) (no allocation). */
 size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int state_arenas,
-			  const unsigned char *frozen);
+			  const unsigned char *frozen, int shards);
 /* Offsets, parameter count and activations for these widths (no allocation). */
 void model_layout(struct model *m, const int *widths, int nlayers);
 /* Lay out and allocate on be for micro-batches of up to max_batch rows. */
 enum status model_init(struct model *m, struct backend *be, const int *widths, int nlayers,
 		       int max_batch, struct diag *d);
-/* Add a zeroed state arena of ntrainable floats named name (static storage); returns it,
- * or NULL (with d set) when out of memory or arenas. The model frees it. */
-float *model_add_arena(struct model *m, const char *name, struct diag *d);
+/* Add a zeroed state arena named name (static storage) holding floats [first, first +
+ * len) of the whole arena of ntrainable floats (0, ntrainable: all of it; ZeRO: the
+ * rank's shard); returns it, or NULL (with d set) when out of memory or arenas. The
+ * model frees it. */
+float *model_add_arena(struct model *m, const char *name, size_t first, size_t len,
+		       struct diag *d);
 /* Freeze the layers with frozen[l] set (frozen may be NULL: none). Before any state arena
  * is added: a frozen layer has no optimizer state in the state dict. */
 void model_freeze(struct model *m, const unsigned char *frozen);
@@ -113,11 +139,13 @@ struct model_tensor {
 int model_state_dict(const struct model *m, int first, int last, struct model_tensor *t);
 /* Tensors per arena (2 per layer). */
 int model_tensors_per_arena(const struct model *m);
-/* Floats of arenas [first, last) together: a host buffer for model_state_to_host. */
+/* Floats of the whole arenas [first, last) together: a host buffer for
+ * model_state_to_host. */
 size_t model_state_floats(const struct model *m, int first, int last);
-/* Copy arenas [first, last) to host, laid out arena after arena (each its len floats),
- * or back to the backend. to_host waits, and returns the device's error, if any (host
- * is then not valid); to_device is queued (sync before reusing host). */
+/* Copy arenas [first, last) to host, laid out arena after arena (each its whole floats;
+ * a sharded arena fills only its own part, at its first), or back to the backend (a
+ * sharded arena reads only its part). to_host waits, and returns the device's error, if
+ * any (host is then not valid); to_device is queued (sync before reusing host). */
 enum status model_state_to_host(const struct model *m, int first, int last, float *host,
 				struct diag *d);
 void model_state_to_device(struct model *m, int first, int last, const float *host);
@@ -148,8 +176,14 @@ struct bucket {
 /* Fill b (room for nlayers + 1 entries); returns the bucket count. */
 int model_plan_buckets(const struct model *m, size_t cap, size_t first_cap, struct bucket *b);
 
-/* Move the gradients (nparams + MODEL_SLOTS floats, with their contents) to host memory
+/* Move the gradients' memory (gmem: gfloats floats, with their contents: the gradients,
+ * the slots and the norm) to host memory
  * the communicator owns and frees (struct comm's grads); model_free leaves it alone. */
 void model_move_grads(struct model *m, float *grads);
+/* ZeRO-2: replace the whole gradient with one block of MODEL_SLOTS + 1 + pool + shard
+ * floats (slots, norm, gpool, gshard): before the communicator opens over gmem (the same size and
+ * layout on every rank: shard is the largest rank's); the caller points gw into the
+ * pool. On failure (d set) nothing changes. */
+enum status model_shard_grads(struct model *m, size_t shard, size_t pool, struct diag *d);
 
 #endif

@@ -1,5 +1,6 @@
-/* optimizer.c - SGD and AdamW over the model's trainable runs of the parameter arena
- * (and of the state arenas, which hold the trainable layers only). */
+/* optimizer.c - SGD and AdamW over pieces of the parameter arena: its trainable runs, or
+ * with ZeRO this rank's shard of them (and the state arenas, which hold the trainable
+ * layers only, or the shard). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,31 +20,55 @@ int optimizer_state_arenas(const struct optimizer_hparams *h)
 }
 
 enum status optimizer_init(struct optimizer *opt, struct model *m,
-			   const struct optimizer_hparams *h, struct diag *d)
+			   const struct optimizer_hparams *h, const struct zero_plan *z,
+			   struct diag *d)
 {
+	size_t off[MODEL_MAX_LAYERS], so[MODEL_MAX_LAYERS], len[MODEL_MAX_LAYERS], first = 0;
+
 	memset(opt, 0, sizeof *opt);
 	opt->h = *h;
 	opt->m = m;
+	if (z != NULL) {
+		opt->sharded = 1;
+		opt->npieces = z->npieces;
+		memcpy(opt->piece, z->piece, sizeof z->piece);
+		first = z->lo;
+		opt->state_len = z->hi - z->lo;
+	} else {
+		opt->npieces = model_trainable_runs(m, off, so, len);
+		for (int r = 0; r < opt->npieces; r++)
+			opt->piece[r] = (struct zero_piece){off[r], so[r], len[r]};
+		opt->state_len = m->ntrainable;
+	}
 	if (h->kind == OPTIM_ADAMW) {
-		opt->exp_avg = model_add_arena(m, state_names[1], d);
-		opt->exp_avg_sq = opt->exp_avg ? model_add_arena(m, state_names[2], d) : NULL;
+		opt->exp_avg = model_add_arena(m, state_names[1], first, opt->state_len, d);
+		opt->exp_avg_sq = opt->exp_avg ? model_add_arena(m, state_names[2], first, opt->state_len, d)
+					       : NULL;
 		return opt->exp_avg_sq != NULL ? ST_OK : ST_RUNTIME;
 	}
 	if (optimizer_state_arenas(h) > 0) {
-		opt->momentum_buffer = model_add_arena(m, state_names[0], d);
+		opt->momentum_buffer = model_add_arena(m, state_names[0], first, opt->state_len, d);
 		if (opt->momentum_buffer == NULL)
 			return ST_RUNTIME;
 	}
 	return ST_OK;
 }
 
-/* torch.optim.SGD on one run of n parameters from offset o (so in the state). */
-static void sgd_run(struct optimizer *opt, size_t o, size_t so, size_t n, float lr)
+float *optimizer_grad(const struct optimizer *opt, int r)
+{
+	const struct model *m = opt->m;
+
+	return m->gshard != NULL ? m->gshard + opt->piece[r].so : m->grads + opt->piece[r].off;
+}
+
+/* torch.optim.SGD on piece r: n parameters from offset o (so in the state). */
+static void sgd_run(struct optimizer *opt, int r, float lr)
 {
 	struct model *m = opt->m;
 	const struct backend_ops *ops = m->be->ops;
 	const float wd = opt->h.weight_decay, mu = opt->h.momentum;
-	float *p = m->params + o, *g = m->grads + o;
+	const size_t o = opt->piece[r].off, so = opt->piece[r].so, n = opt->piece[r].len;
+	float *p = m->params + o, *g = optimizer_grad(opt, r);
 
 	/* g' = g + wd p; buf = momentum buf + g'; p -= lr (buf, or with Nesterov g' + mu buf). */
 	if (opt->momentum_buffer != NULL) {
@@ -66,8 +91,7 @@ double optimizer_step(struct optimizer *opt, double multiplier)
 	struct model *m = opt->m;
 	const struct backend_ops *ops = m->be->ops;
 	const double lr = (double)opt->h.lr * multiplier;
-	size_t off[MODEL_MAX_LAYERS], so[MODEL_MAX_LAYERS], len[MODEL_MAX_LAYERS];
-	int nruns = model_trainable_runs(m, off, so, len);
+	const struct zero_piece *pc = opt->piece;
 
 	opt->step++;
 	if (opt->h.kind == OPTIM_ADAMW) {
@@ -84,12 +108,12 @@ double optimizer_step(struct optimizer *opt, double multiplier)
 			.eps = (float)opt->h.eps,
 		};
 
-		for (int r = 0; r < nruns; r++)
-			ops->adamw(m->be->ctx, m->params + off[r], m->grads + off[r],
-				   opt->exp_avg + so[r], opt->exp_avg_sq + so[r], len[r], &h);
+		for (int r = 0; r < opt->npieces; r++)
+			ops->adamw(m->be->ctx, m->params + pc[r].off, optimizer_grad(opt, r),
+				   opt->exp_avg + pc[r].so, opt->exp_avg_sq + pc[r].so, pc[r].len, &h);
 	} else {
-		for (int r = 0; r < nruns; r++)
-			sgd_run(opt, off[r], so[r], len[r], (float)lr);
+		for (int r = 0; r < opt->npieces; r++)
+			sgd_run(opt, r, (float)lr);
 	}
 	return lr;
 }

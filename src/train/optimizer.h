@@ -16,8 +16,10 @@
  * belong to the caller of optimizer_step, which passes the schedule's
  * multiplier.
  *
- * The step walks the trainable runs of consecutive layers (model_trainable_runs)
- * of the parameters and of every state arena: one flat pass when nothing is frozen.
+ * The step walks a list of pieces made at init: the trainable runs of
+ * consecutive layers (model_trainable_runs) of the parameters and of every state
+ * arena, one flat pass when nothing is frozen; or, with ZeRO (zero.h), the runs
+ * within this rank's shard, whose state arenas then hold the shard only.
  */
 #ifndef DDPT_OPTIMIZER_H
 #define DDPT_OPTIMIZER_H
@@ -25,6 +27,7 @@
 #include <stddef.h>
 
 #include "train/model.h"  /* struct model, model_add_arena */
+#include "train/zero.h"   /* struct zero_plan, struct zero_piece */
 #include "core/status.h" /* enum status, struct diag */
 
 enum optimizer_kind { OPTIM_SGD, OPTIM_ADAMW };
@@ -42,20 +45,31 @@ struct optimizer_hparams {
 struct optimizer {
 	struct optimizer_hparams h;
 	struct model *m;        /* borrowed: the parameters, gradients and state arenas */
-	float *momentum_buffer; /* (ntrainable) SGD with momentum: an arena of m; else NULL */
-	float *exp_avg, *exp_avg_sq; /* (ntrainable) AdamW: arenas of m; else NULL */
+	float *momentum_buffer; /* (state_len) SGD with momentum: an arena of m; else NULL */
+	float *exp_avg, *exp_avg_sq; /* (state_len) AdamW: arenas of m; else NULL */
 	long step;              /* steps taken, counting those before a resume */
+	/* What the step updates: params[off..off+len) from the gradients at the same offsets,
+	 * state[so..so+len). All trainable runs, or this rank's shard's (sharded). */
+	struct zero_piece piece[MODEL_MAX_LAYERS];
+	int npieces;
+	int sharded;            /* ZeRO: the pieces are this rank's shard, the state arenas too */
+	size_t state_len;       /* floats of each state arena: ntrainable, or the shard's */
 };
 
 /* State arenas optimizer_init will add to the model for h (for memory estimates). */
 int optimizer_state_arenas(const struct optimizer_hparams *h);
-/* Set up for m and add its state arenas to m (zeroed: PyTorch's lazy first buffer). Call
- * after model_freeze. */
+/* Set up for m and add its state arenas to m (zeroed: PyTorch's lazy first buffer): for
+ * all trainable parameters (z NULL), or for z's shard only (ZeRO). Call after
+ * model_freeze. */
 enum status optimizer_init(struct optimizer *opt, struct model *m,
-			   const struct optimizer_hparams *h, struct diag *d);
-/* One step over the trainable parameters from m->grads (queued on the backend), at
+			   const struct optimizer_hparams *h, const struct zero_plan *z,
+			   struct diag *d);
+/* One step over the pieces' parameters from m->grads (queued on the backend), at
  * learning rate h.lr * multiplier. Returns that learning rate. */
 double optimizer_step(struct optimizer *opt, double multiplier);
+/* Piece r's gradient (len floats): in the whole gradient at its offset, or (ZeRO-2) in
+ * the model's gradient shard, laid out as the shard's state. */
+float *optimizer_grad(const struct optimizer *opt, int r);
 /* 1 if name is a tensor of some optimizer's state ("momentum_buffer.net1.weight"): a
  * checkpoint's state is not weights, and --init skips it. */
 int optimizer_is_state_tensor(const char *name);

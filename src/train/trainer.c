@@ -54,7 +54,9 @@ enum status trainer_after_step(const struct train_loop *lp, long *step, const st
 	}
 	if (lp->eval != NULL && ctl->val != NULL &&
 	    ((tc->eval_every > 0 && *step % tc->eval_every == 0) || next >= nmicro || *step == total)) {
-		st = lp->eval(lp->eval_arg, *step, b->epoch);
+		st = lp->settle != NULL ? lp->settle(lp->eval_arg) : ST_OK;
+		if (st == ST_OK)
+			st = lp->eval(lp->eval_arg, *step, b->epoch);
 		if (st != ST_OK)
 			return st;
 	}
@@ -65,8 +67,12 @@ enum status trainer_after_step(const struct train_loop *lp, long *step, const st
 	if (ctl->checkpoint != NULL &&
 	    ((ctl->every > 0 && *step % ctl->every == 0) || *step == total || e->stop)) {
 		struct trace_buf *tb = trace_buf_for(ctl->trace, 0, *step);
-		long span = trace_begin(tb, TR_CHECKPOINT, -1);
+		long span;
 
+		st = lp->settle != NULL ? lp->settle(lp->eval_arg) : ST_OK;
+		if (st != ST_OK)
+			return st;
+		span = trace_begin(tb, TR_CHECKPOINT, -1);
 		st = ctl->checkpoint(ctl->arg, *step, epoch, next, d);
 		trace_end(tb, span);
 		if (st != ST_OK)
@@ -89,6 +95,15 @@ long trainer_group(long mb, long nmicro, long grad_accum, long *gi)
 
 	*gi = mb - first;
 	return nmicro - first < grad_accum ? nmicro - first : grad_accum;
+}
+
+void trainer_bucket_caps(double bucket_mb, size_t *cap, size_t *first_cap)
+{
+	size_t c = (size_t)(bucket_mb * 1048576.0 / sizeof(float));
+
+	*first_cap = c < 262144 ? c : 262144; /* PyTorch: first bucket 1 MiB */
+	*first_cap = *first_cap ? *first_cap : 1;
+	*cap = c ? c : 1;
 }
 
 long trainer_steps_per_epoch(long nmicro, long grad_accum)
@@ -130,22 +145,34 @@ int trainer_step_is_fixed(const struct train_config *tc, const struct optimizer 
 	return opt->h.kind == OPTIM_SGD && tc->schedule == SCHED_CONSTANT && tc->warmup_steps == 0;
 }
 
-double trainer_optimizer_step(const struct train_config *tc, struct optimizer *opt, long step,
-			      long total)
+enum status trainer_optimizer_step(const struct train_config *tc, struct optimizer *opt, long step,
+				   long total, struct comm *c, double *lr, struct diag *d)
 {
 	struct model *m = opt->m;
 	const struct backend_ops *ops = m->be->ops;
-	void *c = m->be->ctx;
-	size_t off[MODEL_MAX_LAYERS], len[MODEL_MAX_LAYERS];
-	int nruns = model_trainable_runs(m, off, NULL, len);
+	void *bc = m->be->ctx;
+	const struct zero_piece *pc = opt->piece;
+	enum status st = ST_OK;
 
 	if (tc->clip_grad_norm > 0.0) {
-		for (int r = 0; r < nruns; r++)
-			ops->sumsq(c, m->norm, m->grads + off[r], len[r], r > 0);
-		for (int r = 0; r < nruns; r++)
-			ops->clip(c, m->grads + off[r], len[r], m->norm, (float)tc->clip_grad_norm);
+		/* the sum of squares over the pieces (0 for none: a rank may own nothing) */
+		if (opt->npieces == 0)
+			ops->sumsq(bc, m->norm, m->norm, 0, 0);
+		for (int r = 0; r < opt->npieces; r++)
+			ops->sumsq(bc, m->norm, optimizer_grad(opt, r), pc[r].len, r > 0);
+		/* ZeRO: each rank has its shard's; the global norm is their sum */
+		if (opt->sharded && c != NULL) {
+			st = c->ops->allreduce_start(c->ctx, m->norm, 1, COMM_LAST, d);
+			if (st == ST_OK)
+				st = c->ops->wait_all(c->ctx, d);
+			if (st != ST_OK)
+				return st;
+		}
+		for (int r = 0; r < opt->npieces; r++)
+			ops->clip(bc, optimizer_grad(opt, r), pc[r].len, m->norm, (float)tc->clip_grad_norm);
 	}
-	return optimizer_step(opt, schedule_multiplier(tc->schedule, step, tc->warmup_steps, total));
+	*lr = optimizer_step(opt, schedule_multiplier(tc->schedule, step, tc->warmup_steps, total));
+	return st;
 }
 
 enum status trainer_evaluate(const struct train_config *tc, struct model *m, const struct dataset *val,
@@ -157,7 +184,7 @@ enum status trainer_evaluate(const struct train_config *tc, struct model *m, con
 	void *bc = m->be->ctx;
 	const size_t lo = val->n * (size_t)rank / (size_t)world;
 	const size_t hi = val->n * (size_t)(rank + 1) / (size_t)world;
-	float *slots = m->grads + m->nparams + MODEL_SLOT_LOSS;
+	float *slots = m->slots + MODEL_SLOT_LOSS;
 	float *hx = ops->host_alloc(bc, (size_t)m->max_batch * (size_t)val->in);
 	float *hy = ops->host_alloc(bc, (size_t)m->max_batch * (size_t)val->out);
 	float *res = ops->host_alloc(bc, 3); /* read behind the all-reduce: pinned (backend.h) */

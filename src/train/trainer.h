@@ -55,6 +55,9 @@ struct train_config {
 	long warmup_steps;
 	double clip_grad_norm;     /* clip_grad_norm_ before each step; 0 = off */
 	long eval_every;           /* evaluate the validation set every N steps too; 0 = epochs */
+	int zero;                  /* ddp: ZeRO stage: 0 off, 1 optimizer state sharded (the
+				    * optimizer was made with the rank's zero_plan), 2 gradients too */
+	int compress;              /* ddp: gradients travel in the communicator's wire type */
 };
 
 struct train_result {
@@ -107,6 +110,9 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
  * in its group (*gi, 0-based), and the group's size, which the last group of an epoch may
  * have fewer of. The step's gradient is the mean over the group's micro-batches. */
 long trainer_group(long mb, long nmicro, long grad_accum, long *gi);
+/* The gradient buckets' caps in floats for --bucket-mb (model_plan_buckets): *cap for
+ * all, *first_cap for the first (PyTorch's 1 MiB), each at least 1. */
+void trainer_bucket_caps(double bucket_mb, size_t *cap, size_t *first_cap);
 /* Optimizer steps in an epoch of nmicro micro-batches. */
 long trainer_steps_per_epoch(long nmicro, long grad_accum);
 /* The loader a training loop reads through: ddp's rank `rank` of `replicas` ranks, or
@@ -120,10 +126,11 @@ long trainer_total_steps(const struct train_ctl *ctl, long nmicro, long grad_acc
 
 /* The optimizer step both loops take once the gradient of step `step` (0-based) of
  * `total` is complete in the model's gradients: clip_grad_norm_ over the trainable
- * parameters if asked, then opt's step at its lr times the schedule's multiplier. Frozen
- * layers are not touched. Returns the lr used. */
-double trainer_optimizer_step(const struct train_config *tc, struct optimizer *opt, long step,
-			      long total);
+ * parameters if asked, then opt's step at its lr times the schedule's multiplier, the lr
+ * used in *lr. Frozen layers are not touched. With a sharded optimizer (ZeRO) the norm is
+ * the sum of the shards' over c (one scalar all-reduce, collective); c NULL: unsharded. */
+enum status trainer_optimizer_step(const struct train_config *tc, struct optimizer *opt, long step,
+				   long total, struct comm *c, double *lr, struct diag *d);
 /* Whether a step's device work is the same every step (no per-step host scalars), so that
  * it may be recorded once as a device graph and replayed. */
 int trainer_step_is_fixed(const struct train_config *tc, const struct optimizer *opt);
@@ -151,6 +158,9 @@ struct train_loop {
 	/* Evaluate the validation set (this rank's or replica's part), or NULL. */
 	enum status (*eval)(void *eval_arg, long step, long epoch);
 	void *eval_arg;
+	/* Complete what is still changing the weights (ZeRO-2's all-gathers) before anything
+	 * reads them outside the next forward: evaluation, a checkpoint; or NULL. */
+	enum status (*settle)(void *eval_arg);
 };
 
 /* What one optimizer step ended with. */

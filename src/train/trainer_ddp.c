@@ -7,6 +7,24 @@
  * micro-batches, with no extra pass over the gradients. The loss rides in the
  * gradient buffer's loss slot, so the mean loss over ranks costs no extra
  * collective.
+ *
+ * ZeRO (tc->zero, zero.h): with stage 1 each bucket is reduce-scattered where it
+ * would be all-reduced, the optimizer updates this rank's shard, and the updated
+ * parameters are all-gathered bucket by bucket before the step ends. With ZeRO or
+ * --grad-compress the slots travel in an all-reduce of their own (float32),
+ * started when backward starts, so every bucket is pure gradient.
+ *
+ * ZeRO-2 (zero2): backward writes each bucket's gradient into one of two pool
+ * buffers (the model's gw views point there), the bucket is reduce-scattered as
+ * soon as backward has finished it, and this rank's part of the result is
+ * copied (later micro-batches of a --grad-accum step: added) into the model's
+ * gradient shard before backward reuses the buffer for the bucket after next.
+ * Every micro-batch is reduce-scattered (as DeepSpeed's ZeRO-2), so with
+ * --grad-accum the micro-batches' sums are added after the reduction rather
+ * than before: equal to DDP's within float rounding, not bit for bit. The
+ * updated parameters' all-gathers start after the step, in forward order, and
+ * each layer's forward waits only for the one holding it; anything else that
+ * reads the weights settles them first (ddp_settle).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -15,6 +33,7 @@
 #include "core/clock.h"
 #include "core/signals.h"
 #include "train/trainer.h"
+#include "train/zero.h"
 
 struct ddp {
 	const struct train_config *tc;
@@ -33,7 +52,23 @@ struct ddp {
 	int graph_off;              /* no (more) graphs: unsupported, or a capture failed */
 	struct bucket buckets[MODEL_MAX_LAYERS + 1];
 	int nbuckets;
-	int slot_bucket;            /* the slots' own bucket (last layer frozen), or -1 */
+	int slot_bucket;            /* the slots' own bucket (last layer frozen, ZeRO, compress), or -1 */
+	unsigned wire;              /* COMM_WIRE for the buckets with --grad-compress, else 0 */
+	size_t *cuts;               /* ZeRO: bucket k's cuts at cuts[k (size + 1)], else NULL */
+	/* ZeRO-2 */
+	int zero2;                  /* gradients sharded: buckets in a pool of two buffers */
+	int ngrad;                  /* gradient buckets: 0 .. ngrad - 1 (the slots' is after) */
+	size_t poolb[2];            /* floats of pool buffer 0 (even buckets) and 1 (odd ones) */
+	size_t tlo;                 /* this rank's first trainable float */
+	size_t t0[MODEL_MAX_LAYERS + 1]; /* bucket k's first trainable index */
+	int ncoll;                  /* collectives started since wait_all last returned */
+	int rs_idx[MODEL_MAX_LAYERS + 1]; /* bucket k's reduce-scatter's number (ncoll), 0: folded */
+	int fold_add;               /* this micro-batch's parts are added to the shard (not copied) */
+	int ag_idx[MODEL_MAX_LAYERS]; /* the number of layer l's parameters' all-gather; 0: none */
+	int ag_waited;              /* all-gathers waited for, up to this number */
+	int gathering;              /* all-gathers may be in flight */
+	enum status fwd_st;         /* a failed wait in forward's hook */
+	size_t grad_floats;         /* gradient memory: the whole, or ZeRO-2's block */
 	int ydim;                   /* target columns: the output width, or 1 (class labels) */
 	int lowest;                 /* the first trainable layer: backward ends there */
 	int closes[MODEL_MAX_LAYERS]; /* bucket completed by layer l's backward, or -1 */
@@ -70,6 +105,115 @@ static void start_region(struct ddp *t, size_t off, size_t len, int last)
 		t->wait += clock_now() - tw;
 	}
 	t->nstarted++;
+}
+
+/* ZeRO-2: the pool buffer bucket k's gradient is written to: buffer k % 2. */
+static float *pool_buf(const struct ddp *t, int k)
+{
+	return t->m->gpool + (k % 2 ? t->poolb[0] : 0);
+}
+
+/* ZeRO: bucket k's cuts (size + 1 entries). */
+static const size_t *bucket_cuts(const struct ddp *t, int k)
+{
+	return t->cuts + (size_t)k * (size_t)(t->w->size + 1);
+}
+
+/* Start bucket k's collective: the slots' all-reduce (always float32), or the gradient
+ * bucket's all-reduce -- with ZeRO its reduce-scatter -- in the wire type when compressed. */
+static enum status start_bucket(struct ddp *t, int k, unsigned flags)
+{
+	const struct bucket *b = &t->buckets[k];
+	float *buf = t->zero2 ? pool_buf(t, k) : t->m->grads + b->off;
+	enum status st;
+
+	if (k == t->slot_bucket)
+		st = t->c->ops->allreduce_start(t->c->ctx, t->m->slots, b->len, flags & COMM_LAST, t->d);
+	else if (t->cuts != NULL)
+		st = t->c->ops->reduce_scatter_start(t->c->ctx, buf, b->len, bucket_cuts(t, k),
+						     flags | t->wire, t->d);
+	else
+		st = t->c->ops->allreduce_start(t->c->ctx, buf, b->len, flags | t->wire, t->d);
+	if (st == ST_OK)
+		t->ncoll++;
+	if (st == ST_OK && t->zero2 && k != t->slot_bucket)
+		t->rs_idx[k] = t->ncoll;
+	return st;
+}
+
+/* Complete every collective in flight (their count starts again). */
+static enum status ddp_wait_all(struct ddp *t, const char *what)
+{
+	double tw = clock_now();
+	long span = trace_begin(t->tb, TR_WAIT, -1);
+	enum status st;
+
+	world_watch_begin(t->w, what);
+	st = t->c->ops->wait_all(t->c->ctx, t->d);
+	world_watch_end(t->w);
+	trace_end(t->tb, span);
+	t->wait += clock_now() - tw;
+	t->ncoll = 0;
+	t->gathering = 0;
+	return st;
+}
+
+/* Complete the first k collectives since the last wait_all. */
+static enum status ddp_wait_first(struct ddp *t, int k, const char *what)
+{
+	double tw = clock_now();
+	long span = trace_begin(t->tb, TR_WAIT, -1);
+	enum status st;
+
+	world_watch_begin(t->w, what);
+	st = t->c->ops->wait_first(t->c->ctx, k, t->d);
+	world_watch_end(t->w);
+	trace_end(t->tb, span);
+	t->wait += clock_now() - tw;
+	return st;
+}
+
+/* ZeRO-2: bucket k's reduce-scatter complete, this rank's part of it into the gradient
+ * shard (copied on a step's first micro-batch, added on the others); its buffer is free. */
+static enum status fold_bucket(struct ddp *t, int k)
+{
+	const struct backend_ops *ops = t->m->be->ops;
+	const size_t *cu = bucket_cuts(t, k);
+	const size_t a = cu[t->w->rank], n = cu[t->w->rank + 1] - a;
+	float *src = pool_buf(t, k) + a;
+	float *dst = t->m->gshard + (t->t0[k] + a - t->tlo);
+	enum status st;
+
+	if (t->rs_idx[k] == 0)
+		return ST_OK;
+	st = ddp_wait_first(t, t->rs_idx[k], "the gradient reduce-scatter");
+	t->rs_idx[k] = 0;
+	if (st == ST_OK && n > 0) {
+		if (t->fold_add)
+			ops->add(t->m->be->ctx, dst, src, n);
+		else
+			ops->copy(t->m->be->ctx, dst, src, n);
+	}
+	return st;
+}
+
+/* model_forward's pre_layer (ZeRO-2): layer l waits for the all-gather holding it. */
+static void ddp_before_layer(void *arg, int l)
+{
+	struct ddp *t = arg;
+
+	if (!t->gathering || t->fwd_st != ST_OK || t->ag_idx[l] <= t->ag_waited)
+		return;
+	t->fwd_st = ddp_wait_first(t, t->ag_idx[l], "the parameter all-gather");
+	t->ag_waited = t->ag_idx[l];
+}
+
+/* train_loop's settle: the parameters' all-gathers complete. */
+static enum status ddp_settle(void *arg)
+{
+	struct ddp *t = arg;
+
+	return t->gathering ? ddp_wait_all(t, "the parameter all-gather") : ST_OK;
 }
 
 /* Streaming: grads[a..b) is final. Grow the pending region with it when they touch, else
@@ -157,14 +301,15 @@ static void ddp_layer_done(void *arg, int layer)
 		long span = trace_begin(t->tb, TR_WAIT, -1);
 
 		world_watch_begin(t->w, "the gradient all-reduce");
-		t->hook_st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
-							t->buckets[b].len, 1, t->d);
+		t->hook_st = start_bucket(t, b, COMM_LAST);
 		world_watch_end(t->w);
 		trace_end(t->tb, span);
 		t->wait += clock_now() - tw;
 	} else if (b >= 0) {
-		t->hook_st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
-							t->buckets[b].len, 0, t->d);
+		t->hook_st = start_bucket(t, b, 0);
+		/* ZeRO-2: the next bucket's backward writes the buffer bucket b - 1 was in */
+		if (t->hook_st == ST_OK && t->zero2 && b >= 1)
+			t->hook_st = fold_bucket(t, b - 1);
 	} else {
 		t->c->ops->progress(t->c->ctx);
 	}
@@ -177,11 +322,38 @@ static enum status start_all_buckets(struct ddp *t)
 
 	world_watch_begin(t->w, "the gradient all-reduce");
 	for (int b = 0; b < t->nbuckets && st == ST_OK; b++)
-		st = t->c->ops->allreduce_start(t->c->ctx, t->m->grads + t->buckets[b].off,
-						t->buckets[b].len, 1, t->d);
+		st = start_bucket(t, b, COMM_LAST);
 	world_watch_end(t->w);
 	t->wait += clock_now() - tw;
 	return st;
+}
+
+/* ZeRO: every rank's updated shard to every rank, bucket by bucket (the frozen layers,
+ * in no bucket, never change), completed before the step ends. */
+static enum status gather_params(struct ddp *t)
+{
+	enum status st = ST_OK;
+
+	/* in forward order: the first layers' buckets (listed last) first */
+	for (int k = t->ngrad - 1; k >= 0 && st == ST_OK; k--) {
+		const struct bucket *b = &t->buckets[k];
+
+		st = t->c->ops->all_gather_start(t->c->ctx, t->m->params + b->off, b->len,
+						 bucket_cuts(t, k), t->d);
+		if (st != ST_OK)
+			break;
+		t->ncoll++;
+		for (int l = b->lo; l <= b->hi; l++)
+			t->ag_idx[l] = t->ncoll;
+	}
+	if (st != ST_OK)
+		return st;
+	if (!t->zero2) /* ZeRO-1: before the step ends */
+		return ddp_wait_all(t, "the parameter all-gather");
+	/* ZeRO-2: during the next forward, layer by layer (ddp_before_layer) */
+	t->gathering = 1;
+	t->ag_waited = 0;
+	return ST_OK;
 }
 
 /* Queue one micro-batch: copy in, forward, loss, backward; on the step's last micro-batch
@@ -194,49 +366,54 @@ static enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulat
 	void *bctx = m->be->ctx;
 	const int in = m->widths[0], out = m->widths[m->nlayers];
 	enum status st;
-	double tw;
 	long span = trace_begin(t->tb, TR_LOAD, -1);
 
 	ops->to_device(bctx, m->act[0], b->x, (size_t)b->n * in);
 	ops->to_device(bctx, m->target, b->y, (size_t)b->n * (size_t)t->ydim);
 	trace_end(t->tb, span);
+	t->fwd_st = ST_OK;
 	model_forward(m, b->n);
+	if (t->fwd_st != ST_OK)
+		return t->fwd_st;
 	span = trace_begin(t->tb, TR_LOSS, -1);
-	loss_apply(&t->tc->loss, m->be, m->dbuf[0], m->grads + m->nparams + MODEL_SLOT_LOSS,
+	loss_apply(&t->tc->loss, m->be, m->dbuf[0], m->slots + MODEL_SLOT_LOSS,
 		   m->act[m->nlayers], m->target, b->n, out, scale, accumulate);
 	trace_end(t->tb, span);
 	if (sync) /* before backward starts the bucket that carries it */
-		ops->to_device(bctx, m->grads + m->nparams + MODEL_SLOT_STOP, t->stop_host, 1);
+		ops->to_device(bctx, m->slots + MODEL_SLOT_STOP, t->stop_host, 1);
 	t->hook_st = ST_OK;
 	if (sync && t->tc->overlap && t->slot_bucket >= 0) /* the slots alone: nothing to wait for */
-		t->hook_st = t->c->ops->allreduce_start(t->c->ctx, m->grads + m->nparams, MODEL_SLOTS, 0,
-							t->d);
-	t->syncing = sync && t->tc->overlap;
+		t->hook_st = start_bucket(t, t->slot_bucket, 0);
+	/* ZeRO-2 reduce-scatters every micro-batch, each into fresh bucket buffers */
+	t->syncing = (sync || t->zero2) && t->tc->overlap;
+	t->fold_add = accumulate;
 	t->layer = m->nlayers - 1;
 	t->lay_hi = m->w_off[m->nlayers - 1];
 	t->plo = t->phi = 0;
 	t->nstarted = 0;
-	model_backward(m, b->n, accumulate, t->syncing ? ddp_layer_done : NULL, t);
+	model_backward(m, b->n, accumulate && !t->zero2, t->syncing ? ddp_layer_done : NULL, t);
 	t->syncing = 0;
-	if (!sync)
-		return ST_OK;
 	st = t->hook_st;
-	if (st == ST_OK && !t->tc->overlap)
+	for (int k = 0; k < t->ngrad && st == ST_OK && t->zero2; k++)
+		st = fold_bucket(t, k);
+	/* nothing is left in flight (forward waited for the all-gathers): counts start again */
+	if (st == ST_OK && t->zero2 && !sync)
+		st = ddp_wait_all(t, "the gradient reduce-scatter");
+	if (!sync || st != ST_OK)
+		return st;
+	if (!t->tc->overlap)
 		st = start_all_buckets(t);
 	if (st != ST_OK)
 		return st;
-	tw = clock_now();
-	span = trace_begin(t->tb, TR_WAIT, -1);
-	world_watch_begin(t->w, "the gradient all-reduce");
-	st = t->c->ops->wait_all(t->c->ctx, t->d);
-	world_watch_end(t->w);
-	trace_end(t->tb, span);
-	t->wait += clock_now() - tw;
+	st = ddp_wait_all(t, "the gradient all-reduce");
 	if (st == ST_OK) {
 		span = trace_begin(t->tb, TR_OPTIMIZER, -1);
-		t->lr = trainer_optimizer_step(t->tc, t->opt, t->step, t->total);
+		st = trainer_optimizer_step(t->tc, t->opt, t->step, t->total, t->c, &t->lr, t->d);
 		trace_end(t->tb, span);
+		t->ncoll = 0; /* the clipping norm's all-reduce, if any, was waited for */
 	}
+	if (st == ST_OK && t->cuts != NULL)
+		st = gather_params(t);
 	return st;
 }
 
@@ -350,8 +527,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 {
 	const struct backend_ops *ops = m->be->ops;
 	void *bctx = m->be->ctx;
-	const size_t cap = (size_t)(tc->bucket_mb * 1048576.0 / sizeof(float));
-	const size_t first_cap = cap < 262144 ? cap : 262144; /* PyTorch: first bucket 1 MiB */
+	size_t cap, first_cap;
 	struct ddp t = {.tc = tc, .w = w, .m = m, .opt = opt, .c = c, .d = d, .ctl = ctl, .r = r,
 			.ydim = ds->out, .slot_bucket = -1, .res = res};
 	const struct comm_observer obs = {ddp_allreduce_done, &t};
@@ -367,6 +543,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	enum status st;
 
 	memset(res, 0, sizeof *res);
+	trainer_bucket_caps(tc->bucket_mb, &cap, &first_cap);
 	st = loader_init(&L, ds, &lcfg, m->be, d);
 	if (st == ST_OK) {
 		loader_seek(&L, ctl->start_epoch, ctl->start_mb);
@@ -375,12 +552,26 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		 * noticed; into pinned memory the backend's wait watches the communicator. */
 		t.stop_host = ops->host_alloc(bctx, 1);
 		t.slots = ops->host_alloc(bctx, MODEL_SLOTS);
-		if (t.stop_host == NULL || t.slots == NULL) {
+		if (tc->zero) /* room for every bucket's cuts, the slots' own included */
+			t.cuts = malloc((size_t)(m->nlayers + 2) * (size_t)(w->size + 1) * sizeof *t.cuts);
+		if (t.stop_host == NULL || t.slots == NULL || (tc->zero && t.cuts == NULL)) {
 			ops->host_free(bctx, t.stop_host);
 			ops->host_free(bctx, t.slots);
+			free(t.cuts);
 			loader_free(&L);
 			st = diag_set(d, ST_RUNTIME, "trainer: out of host memory");
 		}
+	}
+	/* The same verdict on every rank: the communicator is the same everywhere. */
+	if (st == ST_OK && tc->zero &&
+	    (c->ops->reduce_scatter_start == NULL || c->ops->all_gather_start == NULL ||
+	     c->ops->wait_first == NULL)) {
+		ops->host_free(bctx, t.stop_host);
+		ops->host_free(bctx, t.slots);
+		free(t.cuts);
+		loader_free(&L);
+		st = diag_set(d, ST_USAGE, "--zero=%d: the %s communicator has no reduce-scatter and all-gather",
+			      tc->zero, c->ops->name);
 	}
 	/* Every rank set up, or none trains: a rank that cannot start must not leave the
 	 * others waiting in step 1's all-reduce until --timeout. */
@@ -388,6 +579,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		if (st == ST_OK) {
 			ops->host_free(bctx, t.stop_host);
 			ops->host_free(bctx, t.slots);
+			free(t.cuts);
 			loader_free(&L);
 		}
 		return st != ST_OK ? st : diag_set(d, ST_PEER, "another rank could not start training");
@@ -398,12 +590,20 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	 * cap still caps it), and whole-layer regions follow the bucket plan with that limit,
 	 * which is what the report shows. Frozen layers keep the bucket plan. */
 	t.stream = c->stream && tc->overlap && ops->set_progress != NULL && w->size > 1 &&
-		   m->nlayers <= COMM_MAX_INFLIGHT / 4;
+		   m->nlayers <= COMM_MAX_INFLIGHT / 4 && !tc->zero && !tc->compress;
 	for (int l = 0; l < m->nlayers; l++)
 		if (m->frozen[l])
 			t.stream = 0;
-	t.limit = first_cap ? first_cap : 1;
-	t.nbuckets = model_plan_buckets(m, t.stream ? t.limit : cap ? cap : 1, t.limit, t.buckets);
+	t.limit = first_cap;
+	t.nbuckets = model_plan_buckets(m, t.stream ? t.limit : cap, t.limit, t.buckets);
+	/* ZeRO and compression: the slots in an all-reduce of their own (float32), so every
+	 * bucket is pure gradient. The first bucket holds the last layer and the slots. */
+	if ((tc->zero || tc->compress) && !m->frozen[m->nlayers - 1]) {
+		t.buckets[0].len -= MODEL_SLOTS;
+		t.buckets[t.nbuckets++] = (struct bucket){.lo = -1, .hi = -1, .off = m->nparams,
+							  .len = MODEL_SLOTS};
+	}
+	t.wire = tc->compress ? COMM_WIRE : 0;
 	for (int l = 0; l < m->nlayers; l++)
 		t.closes[l] = -1;
 	for (int k = 0; k < t.nbuckets; k++) {
@@ -415,6 +615,41 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	}
 	while (t.lowest < m->nlayers - 1 && m->frozen[t.lowest])
 		t.lowest++;
+	t.ngrad = t.slot_bucket >= 0 ? t.slot_bucket : t.nbuckets; /* the slots' is listed last */
+	t.grad_floats = m->gfloats;
+	if (t.cuts != NULL) {
+		struct zero_plan z;
+
+		zero_plan_init(&z, m, w->rank, w->size);
+		for (int k = 0; k < t.ngrad; k++) {
+			zero_bucket_cuts(&z, m, &t.buckets[k], t.buckets[k].len,
+					 t.cuts + (size_t)k * (size_t)(w->size + 1));
+			t.t0[k] = zero_bucket_start(m, &t.buckets[k]);
+			if (t.buckets[k].len > t.poolb[k % 2])
+				t.poolb[k % 2] = t.buckets[k].len;
+		}
+		t.tlo = z.lo;
+		/* ZeRO-2: the session made the model's gradient block (model_shard_grads) for the
+		 * same bucket plan */
+		t.zero2 = tc->zero == 2;
+		if (t.zero2 && (m->gshard == NULL || m->gshard_len < z.hi - z.lo ||
+				m->gfloats != MODEL_SLOTS + 1 + m->gshard_len + t.poolb[0] + t.poolb[1])) {
+			ops->host_free(bctx, t.stop_host);
+			ops->host_free(bctx, t.slots);
+			free(t.cuts);
+			loader_free(&L);
+			return diag_set(d, ST_RUNTIME, "internal: --zero=2 without the model's gradient block for its buckets");
+		}
+		/* backward writes bucket k's layers into pool buffer k % 2 */
+		for (int k = 0; k < t.ngrad && t.zero2; k++)
+			for (int l = t.buckets[k].lo; l <= t.buckets[k].hi; l++)
+				if (!m->frozen[l])
+					m->gw[l] = pool_buf(&t, k) + (m->w_off[l] - t.buckets[k].off);
+		if (t.zero2) {
+			m->pre_layer = ddp_before_layer;
+			m->pre_arg = &t;
+		}
+	}
 	for (int k = 0; k < t.nbuckets; k++) {
 		res->buckets[k].bytes = (double)t.buckets[k].len * sizeof(float);
 		res->buckets[k].lo = t.buckets[k].lo;
@@ -431,13 +666,21 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	steps_per_epoch = trainer_steps_per_epoch(L.nmicro, tc->grad_accum);
 	total = trainer_total_steps(ctl, L.nmicro, tc->grad_accum, tc->epochs, tc->max_steps);
 	res->total = total;
-	loop = (struct train_loop){ctl, tc, res, r, &clk, total, L.nmicro, ddp_eval, &t};
+	loop = (struct train_loop){ctl, tc, res, r, &clk, total, L.nmicro, ddp_eval, &t, ddp_settle};
 	t.total = total;
 	report_training_starts(r); /* nothing refuses the run now: the metrics stream opens */
 	report_note(r, "buckets: %d (cap %.3g MiB%s), %ld steps per epoch, %ld steps in all",
 		    t.nbuckets, tc->bucket_mb,
 		    t.stream ? "; streamed: regions of 1 bucket's size start as backward finishes them" : "",
 		    steps_per_epoch, total);
+	if (tc->zero)
+		report_note(r, "zero: stage %d: each rank keeps the optimizer state%s of its shard (%zu of %zu trained parameters on rank 0); buckets reduce-scattered, parameters all-gathered %s",
+			    tc->zero, t.zero2 ? " and the reduced gradient" : "",
+			    zero_cut(m->ntrainable, 1, w->size), m->ntrainable,
+			    t.zero2 ? "during the next forward" : "after the step");
+	if (tc->compress)
+		report_note(r, "gradients all-reduced in %s (--grad-compress); loss, stop flag, clipping norm, validation and parameters in fp32",
+			    comm_wire_names[c->wire]);
 	if (reduced < m->nparams + MODEL_SLOTS)
 		report_note(r, "frozen layers: %zu of %zu parameters trained and all-reduced",
 			    reduced - MODEL_SLOTS, m->nparams);
@@ -445,7 +688,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	/* Steps can be device graphs with a backend that records them and a communicator whose
 	 * collectives can be recorded (NCCL), for whole, single-micro-batch steps. */
 	graphs = ops->graph_begin != NULL && ops->graph_reset != NULL && c->ops->capturable &&
-		 tc->grad_accum == 1 && tc->graphs && trainer_step_is_fixed(tc, opt);
+		 tc->grad_accum == 1 && tc->graphs && trainer_step_is_fixed(tc, opt) && !tc->zero;
 	t.graph_off = !graphs;
 	if (t.stream)
 		ops->set_progress(bctx, ddp_panel, &t, c->panel_flops);
@@ -478,7 +721,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		 * whether any rank was asked to stop. A device or communicator error stops the
 		 * run here, before anything (a checkpoint) is taken from this step. */
 		world_watch_begin(w, "the gradient all-reduce");
-		st = ops->to_host(bctx, t.slots, m->grads + m->nparams, MODEL_SLOTS, d);
+		st = ops->to_host(bctx, t.slots, m->slots, MODEL_SLOTS, d);
 		world_watch_end(w);
 		if (st != ST_OK)
 			break;
@@ -493,6 +736,10 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		if (st != ST_OK)
 			break;
 	}
+	if (st == ST_OK) /* the weights are read now: the last all-gathers complete */
+		st = ddp_settle(&t);
+	m->pre_layer = NULL;
+	m->pre_arg = NULL;
 	if (c->ops->observe != NULL)
 		c->ops->observe(c->ctx, NULL);
 	if (ctl->trace != NULL && ctl->trace->path != NULL)
@@ -516,8 +763,13 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	res->rep[0].bytes_in = res->rep[0].bytes_out =
 		(double)step * (double)reduced * sizeof(float);
 	res->rep[0].state_bytes = m->bytes;
+	res->rep[0].param_bytes = m->nparams * sizeof(float);
+	res->rep[0].grad_bytes = t.grad_floats * sizeof(float);
+	for (int k = 1; k < m->narenas; k++)
+		res->rep[0].optim_bytes += m->arena[k].len * sizeof(float);
 	ops->host_free(bctx, t.stop_host);
 	ops->host_free(bctx, t.slots);
+	free(t.cuts);
 	loader_free(&L);
 	return st;
 }

@@ -63,7 +63,7 @@ static void rig_init(struct rig *r, const int *widths, int nlayers, float moment
 	size_t n;
 
 	assert_int_equal(model_init(&r->m, &be, widths, nlayers, 1, &d), ST_OK);
-	assert_int_equal(optimizer_init(&r->opt, &r->m, &h, &d), ST_OK);
+	assert_int_equal(optimizer_init(&r->opt, &r->m, &h, NULL, &d), ST_OK);
 	n = model_state_floats(&r->m, 0, r->m.narenas);
 	r->host = calloc(n, sizeof *r->host);
 	assert_non_null(r->host);

@@ -32,7 +32,7 @@ static void optim_rig_init(struct sgd_rig *r, const struct optimizer_hparams *h)
 	assert_int_equal(backend_init(&r->be, ops, &cfg, &d), ST_OK);
 	assert_int_equal(model_init(&r->m, &r->be, widths, 1, 1, &d), ST_OK);
 	assert_int_equal(r->m.nparams, 2);
-	assert_int_equal(optimizer_init(&r->opt, &r->m, h, &d), ST_OK);
+	assert_int_equal(optimizer_init(&r->opt, &r->m, h, NULL, &d), ST_OK);
 	assert_int_equal(r->m.narenas, 1 + optimizer_state_arenas(h));
 }
 
@@ -137,11 +137,11 @@ static void test_frozen_layer_has_no_optimizer_state_in_memory(void **state)
 	model_freeze(&mf, frozen);
 	mid = mf.w_off[2] - mf.w_off[1];
 	assert_int_equal(mf.ntrainable, mf.nparams - mid);
-	assert_int_equal(optimizer_init(&of, &mf, &h, &d), ST_OK);
-	assert_int_equal(optimizer_init(&ou, &mu, &h, &d), ST_OK);
+	assert_int_equal(optimizer_init(&of, &mf, &h, NULL, &d), ST_OK);
+	assert_int_equal(optimizer_init(&ou, &mu, &h, NULL, &d), ST_OK);
 	assert_int_equal(mf.arena[1].len, mf.ntrainable);
 	assert_int_equal(mf.bytes, base_bytes + 2 * mf.ntrainable * sizeof(float));
-	assert_int_equal(mf.bytes, model_bytes_needed(widths, 3, 1, 2, frozen));
+	assert_int_equal(mf.bytes, model_bytes_needed(widths, 3, 1, 2, frozen, 1));
 	assert_int_equal(model_state_floats(&mf, 0, 3), mf.nparams + 2 * mf.ntrainable);
 	n = model_state_dict(&mf, 0, 3, t);
 	assert_int_equal(n, 6 + 4 + 4);

@@ -1,0 +1,64 @@
+/*
+ * zero.h - the shard plan of ZeRO (--zero): which part of the trainable
+ * parameters each rank owns, and what follows from it for the gradient buckets
+ * and the optimizer.
+ *
+ * The trainable index space is the trainable layers' parameters in layer order
+ * with the frozen layers left out, as the optimizer's state arenas are laid out
+ * (model.h). Of its T floats, rank r of N owns the contiguous range
+ * [T r / N, T (r + 1) / N): its optimizer state is that slice of every state
+ * arena, so the ranks' state arenas concatenated in rank order are the whole
+ * arena. From the range come each bucket's cuts (where the bucket's
+ * reduce-scatter and all-gather split it between the ranks) and the optimizer's
+ * pieces (the trainable runs within the range).
+ *
+ * ZeRO-2 also keeps only the shard of the reduced gradient (laid out as the
+ * shard's state) and writes backward's gradients into a pool of two bucket
+ * buffers (zero_pool_floats), reused once the reduce-scatter of the bucket before
+ * last has completed.
+ *
+ * This module computes; it allocates nothing and knows no communicator.
+ */
+#ifndef DDPT_ZERO_H
+#define DDPT_ZERO_H
+
+#include <stddef.h>
+
+#include "train/model.h" /* struct model, struct bucket, MODEL_MAX_LAYERS */
+
+/* A run of owned parameters: params[off .. off + len) and state[so .. so + len) of the
+ * rank's state arenas (offsets within its shard). */
+struct zero_piece {
+	size_t off; /* in the parameters and gradients */
+	size_t so;  /* in the shard's state arenas */
+	size_t len; /* floats */
+};
+
+struct zero_plan {
+	int rank, size;
+	size_t total;  /* T: trainable floats */
+	size_t lo, hi; /* the owned range of the trainable index space */
+	int npieces;
+	struct zero_piece piece[MODEL_MAX_LAYERS];
+};
+
+/* The first float rank q of size owns of total: total q / size (q = size: total). */
+size_t zero_cut(size_t total, int q, int size);
+/* The plan of rank `rank` of `size` for m's trainable layers (after model_freeze). */
+void zero_plan_init(struct zero_plan *z, const struct model *m, int rank, int size);
+/* Bucket b's cuts (size + 1 entries, relative to b->off, over its first `len` floats:
+ * the gradients, without slots): where each rank's owned part of it begins. b must be a
+ * run of trainable layers (lo >= 0). */
+void zero_bucket_cuts(const struct zero_plan *z, const struct model *m, const struct bucket *b,
+		      size_t len, size_t *cuts);
+
+/* ZeRO-2's bucket buffers for m's buckets planned with these caps (model_plan_buckets),
+ * in floats: buffer 0 holds the even buckets, buffer 1 the odd ones, each as large as
+ * the largest of its own (slots left out). */
+size_t zero_pool_floats(const struct model *m, size_t cap, size_t first_cap);
+/* The largest shard of m's trainable parameters over size ranks, in floats. */
+size_t zero_shard_room(const struct model *m, int size);
+/* The first trainable index of bucket b (a run of trainable layers, lo >= 0). */
+size_t zero_bucket_start(const struct model *m, const struct bucket *b);
+
+#endif
