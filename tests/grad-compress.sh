@@ -12,7 +12,7 @@
 PY=${PYTHON:-python3}
 command -v "$PY" >/dev/null || skip "python3 is needed to work out the hook's arithmetic"
 cd "$TMPD"
-ALGS=${COMPRESS_ALGS:-mpi}
+ALGS=${COMPRESS_ALGS:-mpi ring shm}
 
 # Two samples of 10 inputs and 5 targets, each alone too, and zero weights.
 "$PY" - <<'PYEOF' || fail "writing the inputs"

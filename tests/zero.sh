@@ -14,7 +14,7 @@
 # ALGS: the all-reduce algorithms (DDPTRAIN_ALLREDUCE) with reduce-scatter and all-gather.
 . "$(dirname "$0")/lib/setup.sh"
 cd "$TMPD"
-ALGS=${ZERO_ALGS:-mpi}
+ALGS=${ZERO_ALGS:-mpi ring shm}
 
 # Small buckets (0.001 MiB = 262 floats: one layer each) so that ZeRO-2 reuses its two
 # bucket buffers, and shards that cut through layers and buckets.
