@@ -221,4 +221,22 @@ echo "reduce-scatter, all-gather (equal, uneven, empty parts), wait_first at 1-4
 #     run on the fake as on a GPU, and agree with the CPU.
 "$OPCHECK" >out || fail "opcheck on the fake: $(grep -E 'FAIL|opcheck' out | head -3)"
 echo "opcheck: $(tail -1 out)"
+
+# 11. ZeRO and the 16-bit wire on the fake GPUs: NCCL's reduce-scatter and all-gather and
+#     MPI's staged ones end with the CPU's weights bit for bit (the same sums in the same
+#     order at 2 ranks), and the wire is used (bf16 is not the float32 run).
+Z="${C/--momentum=0.9/--optimizer=adamw} --layers=10,24,24,5 --bucket-mb=0.001"
+run_mpi 2 $Z --device=cpu --save=z-cpu.st || fail "cpu adamw"
+run_mpi 2 $Z --device=cpu --grad-compress=bf16 --save=zb-cpu.st || fail "cpu bf16"
+for be in nccl mpi; do
+	for z in 1 2; do
+		clean_run 2 $Z --device=cuda --backend=$be --zero=$z --save=z.st
+		"$STCOMPARE" --exact z.st z-cpu.st >/dev/null || fail "$be --zero=$z vs CPU: $("$STCOMPARE" --exact z.st z-cpu.st)"
+		clean_run 2 $Z --device=cuda --backend=$be --zero=$z --grad-compress=bf16 --save=zb.st
+		"$STCOMPARE" --exact zb.st zb-cpu.st >/dev/null ||
+			fail "$be --zero=$z bf16 vs CPU: $("$STCOMPARE" --exact zb.st zb-cpu.st)"
+	done
+done
+! "$STCOMPARE" --exact zb-cpu.st z-cpu.st >/dev/null || fail "--grad-compress=bf16 changed nothing"
+echo "--zero=1/2 with and without bf16 on nccl and staged mpi = CPU bit for bit"
 echo "fake-gpu: ok"
