@@ -291,6 +291,7 @@ nparams() {
 awk -v headfile="$tmp/head" -v np_wide="$(nparams wide)" -v np_deep="$(nparams deep)" -v links="$links" \
 	-v models="$models" -v names="${names[*]}" '
 function median(key,   n, a, i, j, t, m) {
+	if (!(key in v)) return ""  # asking must not make a key (the "every run" list shows them all)
 	n = split(v[key], a, " ")
 	if (n == 0 || v[key] == "") return ""
 	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
