@@ -31,6 +31,13 @@
 # 'flat=DDPTRAIN_ALLREDUCE=ring'. The hosts are namespaces of this machine: with
 # N ranks each they share its cores, and compute-only is still 1 rank alone.
 #
+# Issue 22's rows, in a second table: ddptrain with --grad-compress=bf16 and
+# with --zero=1 beside its fp32 step (where this ddptrain has those flags), and
+# PyTorch DDP with fp16_compress_hook (pt16) and with bf16_gather_hook (ptbf:
+# the bf16 hook's arithmetic over an all-gather; gloo in torch 1.13 refuses
+# bf16_compress_hook), with the issue's targets: bf16 <= 0.6x the fp32 step
+# and >= 1.6x faster than PyTorch in fp32, zero1 <= 1.1x the fp32 step.
+#
 # Needs root (network namespaces), ip, unshare and tc with tbf; without them
 # it says so and exits 77. Names carry "nb" and a free id; everything it
 # creates is removed on every exit path.
@@ -183,9 +190,12 @@ steady() {
 		split($2, s, "/"); if (s[1] == k) { s0 = s[1]; e0 = $5 } n = s[1]; e = $5 }
 		END { if (s0 != "" && n > s0) printf "%.4f\n", 1000 * (e - e0) / (n - s0) }' "$1"
 }
-# arwait FILE: all-reduce wait per step, mean over the ranks (ms)
+# arwait FILE: all-reduce wait per step, mean over the ranks (ms); the per-rank table's
+# ar_wait column found by its name
 arwait() {
-	awk '/^# +[0-9]+ / && NF == 9 { w += $4; n++ } END { if (n) printf "%.4f\n", w / n }' "$1"
+	awk '/^# +rank +compute / { k = 0; for (i = 2; i <= NF; i++) if ($i == "ar_wait") k = i; next }
+		k && /^# +[0-9]+ / { w += $k; n++; next } { k = 0 }
+		END { if (n) printf "%.4f\n", w / n }' "$1"
 }
 # torchstep FILE: PyTorch's ms per step
 torchstep() {
@@ -218,6 +228,10 @@ run_one() {
 	overlap) ddp "$out" hosts "${common[@]}" ;;
 	noov) ddp "$out" hosts "${common[@]}" --no-overlap ;;
 	torch) run_torch "$out" "${margs[@]}" --steps="$n" --warmup="$LOGSTEP" ;;
+	torch.fp16) run_torch "$out" "${margs[@]}" --steps="$n" --warmup="$LOGSTEP" --hook=fp16 ;;
+	torch.bf16g) run_torch "$out" "${margs[@]}" --steps="$n" --warmup="$LOGSTEP" --hook=bf16-gather ;;
+	bf16) ddp "$out" hosts "${common[@]}" --grad-compress=bf16 ;;
+	zero1) ddp "$out" hosts "${common[@]}" --zero=1 ;;
 	x.*)
 		local env=() args=() tok
 		for extra in "${extras[@]}"; do [ "${extra%%=*}" != "${name#x.}" ] || break; done
@@ -233,7 +247,7 @@ run_one() {
 	esac || { echo "$me: $name at $link Gbit/s, $model: failed: $(tail -n 3 "$out.err")" >&2; return 0; }
 	[ -z "$raw" ] || cp "$out" "$raw/"
 	case $name in
-	torch) echo "$link $model $name step $(torchstep "$out")" ;;
+	torch*) echo "$link $model $name step $(torchstep "$out")" ;;
 	*)
 		echo "$link $model $name step $(steady "$out")"
 		echo "$link $model $name wait $(arwait "$out")" ;;
@@ -242,8 +256,14 @@ run_one() {
 
 [ -z "$raw" ] || mkdir -p "$raw"
 names=(compute overlap noov)
+# issue 22: the compressed and sharded runs where this ddptrain has the flags
+i22=()
+help=$("$DDPTRAIN" --help 2>&1 || true)
+if grep -q -- --grad-compress <<<"$help"; then i22+=(bf16); else echo "$me: this ddptrain has no --grad-compress: no bf16 runs" >&2; fi
+if grep -q -- --zero <<<"$help"; then i22+=(zero1); else echo "$me: this ddptrain has no --zero: no zero1 runs" >&2; fi
+names+=("${i22[@]}")
 for e in "${extras[@]}"; do names+=("x.${e%%=*}"); done
-[ "$torch" = no ] || names+=(torch)
+[ "$torch" = no ] || names+=(torch torch.fp16 torch.bf16g)
 : >"$tmp/figs"
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 started=$SECONDS
@@ -271,6 +291,7 @@ nparams() {
 awk -v headfile="$tmp/head" -v np_wide="$(nparams wide)" -v np_deep="$(nparams deep)" -v links="$links" \
 	-v models="$models" -v names="${names[*]}" '
 function median(key,   n, a, i, j, t, m) {
+	if (!(key in v)) return ""  # asking must not make a key (the "every run" list shows them all)
 	n = split(v[key], a, " ")
 	if (n == 0 || v[key] == "") return ""
 	for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
@@ -304,6 +325,21 @@ END {
 			printf " %12s %7s", f(xs, "%.2f"), f(xh, "%.0f%%")
 		}
 		printf "\n"
+	}
+	# issue 22: compressed and sharded steps beside fp32 and PyTorch, with the targets
+	print "# issue 22 (ms per step; -: not run): ddptrain fp32, --grad-compress=bf16, --zero=1; PyTorch fp32, fp16 hook, bf16 hook over all-gather"
+	printf "# %-5s %-5s %9s %9s %8s %9s %8s %9s %9s %9s %8s  %s\n", "Gbit", "model", "fp32", "bf16", "bf16/32",
+		"zero1", "z1/32", "pt", "pt16", "ptbf", "pt/bf16", "targets: bf16/32<=0.6 pt/bf16>=1.6 z1/32<=1.1"
+	for (i = 1; i <= nl; i++) for (j = 1; j <= nmod; j++) {
+		k = L[i] " " M[j]
+		s = median(k " overlap step"); b = median(k " bf16 step"); z = median(k " zero1 step")
+		pt = median(k " torch step"); p16 = median(k " torch.fp16 step"); pbf = median(k " torch.bf16g step")
+		rb = (b != "" && s > 0) ? b / s : ""; rz = (z != "" && s > 0) ? z / s : ""; rp = (pt != "" && b > 0) ? pt / b : ""
+		verdict = (rb == "" ? "-" : (rb <= 0.6 ? "pass" : "miss")) " " (rp == "" ? "-" : (rp >= 1.6 ? "pass" : "miss")) \
+			" " (rz == "" ? "-" : (rz <= 1.1 ? "pass" : "miss"))
+		printf "# %-5s %-5s %9s %9s %8s %9s %8s %9s %9s %9s %8s  %s\n", (L[i] > 0 ? L[i] : "none"), M[j], f(s, "%.2f"),
+			f(b, "%.2f"), f(rb, "%.2fx"), f(z, "%.2f"), f(rz, "%.2fx"), f(pt, "%.2f"), f(p16, "%.2f"), f(pbf, "%.2f"),
+			f(rp, "%.2fx"), verdict
 	}
 	print "# every run (ms):"
 	for (key in v) printf "#   %s:%s\n", key, v[key] | "sort"

@@ -10,7 +10,13 @@
 # SGEMM ceiling (bench/sgemm_ceiling); ddp against --mode=dp at 2 replicas;
 # --trace's cost (ToyModel and wide MLP at 2 ranks, every step recorded: the
 # step time it adds to the same run untraced); the seed job (mpirun -np 2 ddptrain --max-steps=1): wall time and peak RSS
-# per rank against bench/mpi_floor launched the same way. With PyTorch
+# per rank against bench/mpi_floor launched the same way. Issue 22's rows,
+# where this ddptrain has --zero: the state per rank of
+# --layers=1024,4096,4096,10 --optimizer=adamw at 2 and 4 ranks with --zero=1
+# and --zero=2 against plain ddp (optimizer state, gradients, the whole state;
+# the per-rank table's columns found by their header names), and the wide MLP's
+# step at 2 ranks with --zero=1 and --zero=2 against plain ddp, the fastest of
+# the three against the SGEMM ceiling. With PyTorch
 # (TORCH_PYTHON imports torch), each row also runs in PyTorch DDP (gloo,
 # scripts/torch_ddp_bench.py) and shows how many times better ddptrain does.
 #
@@ -80,6 +86,9 @@ TOY=(--layers=10,10,5 --batch-size=20 --samples=4000 --epochs=100000)
 WIDE_LAYERS=1024,1024,1024,1024,1024
 WIDE_BATCH=128
 WIDE=(--layers=$WIDE_LAYERS --batch-size=$WIDE_BATCH --samples=4096 --epochs=100000)
+# issue 22's memory model: 21 million parameters, AdamW's two moments; a few steps suffice
+BIG=(--layers=1024,4096,4096,10 --optimizer=adamw --batch-size=32 --samples=1024 --epochs=100000)
+BUCKET_MIB=25 # ddptrain's default --bucket-mb: what --zero=2 may hold beyond its 1/N of the gradients
 
 # ---- the programs --------------------------------------------------------------
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -95,6 +104,9 @@ MPIRUN=${MPIRUN:-mpirun}
 TORCH_PYTHON=${TORCH_PYTHON:-/usr/bin/python3}
 TORCH_SCRIPT=$here/scripts/torch_ddp_bench.py
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+# issue 22's rows only where this ddptrain has the flags
+zero=no
+if "$DDPTRAIN" --help 2>&1 | grep -q -- --zero; then zero=yes; fi
 torch_version=
 no_torch="--no-torch"
 if [ "$torch" = auto ]; then
@@ -192,6 +204,15 @@ config wide.dp2 run_dp 2 "${WIDE[@]}" --max-steps="$wide_steps"
 # --trace's cost: the same runs recording every step (the file goes to the scratch directory)
 config toy.np2.trace run_ddp 2 "${TOY[@]}" --max-steps="${toy_steps[1]}" --trace="$tmp/toy.trace.json"
 config wide.np2.trace run_ddp 2 "${WIDE[@]}" --max-steps="$wide_steps" --trace="$tmp/wide.trace.json"
+if [ "$zero" = yes ]; then
+	for np in 2 4; do
+		config "big.np$np" run_ddp "$np" "${BIG[@]}" --max-steps=2
+		config "big.np$np.zero1" run_ddp "$np" "${BIG[@]}" --max-steps=2 --zero=1
+		config "big.np$np.zero2" run_ddp "$np" "${BIG[@]}" --max-steps=2 --zero=2
+	done
+	config wide.np2.zero1 run_ddp 2 "${WIDE[@]}" --max-steps="$wide_steps" --zero=1
+	config wide.np2.zero2 run_ddp 2 "${WIDE[@]}" --max-steps="$wide_steps" --zero=2
+fi
 config job run_job "$DDPTRAIN" --max-steps=1
 [ -z "$MPI_FLOOR" ] || config floor run_job "$MPI_FLOOR"
 [ -z "$SGEMM_CEILING" ] || config sgemm run_sgemm
@@ -259,9 +280,27 @@ vals() {
 		wall) cat "$f.wall" ;;
 		rss) cat "$f".rss.* 2>/dev/null | awk 'NF { k = $1 > k ? $1 : k } END { if (k) printf "%.3f\n", k / 1024 }' ;;
 		rank_*)
+			# the ddp per-rank table, its columns found by their header names
 			awk -v col="${key#rank_}" '
-				/^# +[0-9]+ / && NF == 9 { c += $3; w += $4; s += $5; n++ }
-				END { if (n) printf "%.6f\n", (col == "compute" ? c : col == "wait" ? w : s) / n }' "$f" ;;
+				/^# +rank +compute / { k = 0; for (i = 2; i <= NF; i++) if ($i == (col == "wait" ? "ar_wait" : col)) k = i; next }
+				k && /^# +[0-9]+ / { s += $k; n++; next }
+				{ k = 0 }
+				END { if (n) printf "%.6f\n", s / n }' "$f" ;;
+		col_*)
+			# the largest over the ranks of the per-rank column whose name starts with
+			# param, grad, opt or state; col_whole: the state column, else the three parts
+			awk -v want="${key#col_}" '
+				/^# +rank +compute / { k = 0; np = 0
+					for (i = 2; i <= NF; i++) { h = tolower($i)
+						if (want != "whole" && index(h, want) == 1) k = i
+						if (want == "whole" && index(h, "state") == 1) k = i
+						if (want == "whole" && h ~ /^(param|grad|opt)/) part[++np] = i }
+					if (want == "whole" && !k && np == 3) k = -1
+					next }
+				k && /^# +[0-9]+ / { v = 0; if (k > 0) v = $k; else for (j = 1; j <= 3; j++) v += $(part[j])
+					if (!n || v > m) m = v; n++; next }
+				{ k = 0 }
+				END { if (n) printf "%.6f\n", m }' "$f" ;;
 		*) awk -v key="$key" '/^# summary:/ {
 				for (i = 3; i <= NF; i++) { split($i, kv, "="); if (kv[1] == key) print kv[2] } }' "$f" ;;
 		esac
@@ -341,6 +380,34 @@ row toy.np2.trace "ToyModel, 2 ranks, --trace on" us/step low "$(stat toy.np2.tr
 	"trace off" "$(vals toy.np2 ms_per_step | median | awk 'NF { print $1 * 1000 }')" over "$(printf '\t')" - "" "" ""
 row wide.np2.trace "wide MLP, 2 ranks, --trace on" samples/s high "$(stat wide.np2.trace samples_per_s 1)" \
 	"trace off" "$(vals wide.np2 samples_per_s | median)" over "$(printf '\t')" - "" "" ""
+if [ "$zero" = yes ]; then
+	for np in 2 4; do
+		case $np in 2) ot=0.55 ;; 4) ot=0.3 ;; esac
+		for z in 1 2; do
+			row "big.opt.np$np.z$z" "AdamW state/rank, $np ranks, --zero=$z" MiB low \
+				"$(stat big.np$np.zero$z col_opt 1)" ddp "$(vals big.np$np col_opt | median)" ratio \
+				"$(printf '\t')" ratio "$ot" "" "<=${ot}x ddp"
+			if [ "$np" = 2 ]; then wt=ratio wa=0.8 wx="<=0.8x ddp"; else wt=- wa= wx=; fi
+			row "big.state.np$np.z$z" "  whole state/rank (params,grads,opt)" MiB low \
+				"$(stat big.np$np.zero$z col_whole 1)" ddp "$(vals big.np$np col_whole | median)" ratio \
+				"$(printf '\t')" "$wt" "$wa" "" "$wx"
+		done
+		# --zero=2: 1/N of the gradients plus one bucket (ddp's gradients as the unit)
+		g=$(vals big.np$np col_grad | median)
+		ga=$(awk -v n="$np" -v g="$g" -v b="$BUCKET_MIB" 'BEGIN { if (g > 0) printf "%.4f", 1 / n + b / g }')
+		row "big.grad.np$np.z2" "  gradients per rank, --zero=2" MiB low "$(stat big.np$np.zero2 col_grad 1)" \
+			ddp "$g" ratio "$(printf '\t')" ratio "$ga" "" "<=1/$np+${BUCKET_MIB}MiB (${ga}x)"
+	done
+	for z in 1 2; do
+		row "wide.np2.z$z" "wide MLP, 2 ranks, --zero=$z" ms/step low "$(stat wide.np2.zero$z ms_per_step 1)" \
+			ddp "$(vals wide.np2 ms_per_step | median)" ratio "$(printf '\t')" ratio 1.05 "" "<=1.05x ddp"
+	done
+	# the fastest of ddp, --zero=1 and --zero=2 (by median step) against the SGEMM ceiling
+	best=$(for n in wide.np2 wide.np2.zero1 wide.np2.zero2; do printf '%s %s\n' "$(vals $n ms_per_step | median)" "$n"; done |
+		awk 'NF == 2 && (b == "" || $1 < b) { b = $1; n = $2 } END { print n }')
+	row wide.best.gflops "  fastest of 3 (${best#wide.np2.}): GFLOP/s/rank" GFLOP/s high \
+		"$(stat "${best:-wide.np2}" ms_per_step "/$gflop")" SGEMM "$ceiling" pct "$(printf '\t')" pct 90 "" ">=90% of SGEMM"
+fi
 row job.wall "seed job (np 2, 1 step): wall" s low "$(stat job wall 1)" \
 	"MPI floor" "$(vals floor wall | median)" diff "$(t torch.job wall 1)" diff 0.1 "" "<=floor+0.1 s"
 row job.rss "seed job: peak RSS, largest rank" MiB low "$(stat job rss 1)" \
@@ -366,6 +433,7 @@ toywait2=$(ratio "$(vals toy.np2 rank_wait | median)" "$(vals toy.np2 rank_step 
 		echo "# PyTorch: not run ($no_torch); targets against PyTorch use the issue's figures"
 	fi
 	[ -z "$sgemm_line" ] || echo "# SGEMM, 1 thread, the wide MLP's products (M,N,K = 128,1024,1024 and 1024,1024,128): $sgemm_line"
+	[ "$zero" = yes ] || echo "# issue 22's rows (--zero, state per rank): not run, this ddptrain has no --zero"
 	echo "# issue #6, PyTorch 1.13 gloo on 2 ranks: ToyModel 2050 us/step (235 at 1 rank), wide MLP 4400 samples/s, 1-step job 2.0 s and 243 MiB per process"
 } >"$tmp/head"
 awk -F'\t' -v json="$json" -v headfile="$tmp/head" -v reps="$reps" -v mode="$mode" -v torch="$torch" \
@@ -375,6 +443,7 @@ function fmt(v, unit) {
 	if (v == "") return "-"
 	if (unit == "us/step" || unit == "%" || unit == "GFLOP/s" || unit == "MiB") return sprintf("%.1f", v)
 	if (unit == "s") return sprintf("%.3f", v)
+	if (unit == "ms/step") return sprintf("%.2f", v)
 	return sprintf("%.0f", v)
 }
 # how many times better a is than b
@@ -399,6 +468,7 @@ function jlist(s,   n, a, i, o) {
 		if (ak == "x") { acmp = better(v, av, dir); atext = times(acmp) }
 		else if (ak == "pct") { acmp = 100 * v / av; atext = sprintf("%.0f%%", acmp) }
 		else if (ak == "diff") { acmp = v - av; atext = sprintf(unit == "s" ? "%+.3f" : "%+.1f", acmp) }
+		else if (ak == "ratio") { acmp = v / av; atext = sprintf("%.2fx", acmp) }
 		else if (ak == "over") { acmp = 100 * (dir == "low" ? v / av - 1 : av / v - 1); atext = sprintf("%+.1f%%", acmp) }
 	}
 	tx = better(v, tv, dir)
@@ -416,6 +486,7 @@ function jlist(s,   n, a, i, o) {
 			else if (acmp != "" && tk == "pct") res = acmp >= ta ? "pass" : "miss"
 			else if (acmp != "" && tk == "diff") res = acmp <= ta ? "pass" : "miss"
 			else if (acmp != "" && tk == "x") res = acmp > ta ? "pass" : "miss"
+			else if (acmp != "" && tk == "ratio") res = acmp <= ta ? "pass" : "miss"
 		}
 	}
 	n++
@@ -435,6 +506,7 @@ END {
 	for (i = 1; i <= n; i++) print line[i]
 	print "# ddpt:it and ddpt:pt: how many times better ddptrain is (rates divided, times and sizes inverted);"
 	print "# against SGEMM: % of the ceiling; against the MPI floor: what ddptrain adds; against trace off: the time --trace adds"
+	print "# against ddp in the issue-22 rows (big: --layers=1024,4096,4096,10 --optimizer=adamw): the ratio ddptrain/ddp"
 	if (star) print "# *: against the issue\47s PyTorch figure (no PyTorch figure from this run)"
 	if (toywait2 != "" || wait2 != "")
 		printf "# all-reduce wait on 2 ranks (mean over the ranks): ToyModel %s%%, wide MLP %s%% of the step\n",

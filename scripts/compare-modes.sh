@@ -7,13 +7,18 @@
 # OPTIONS` (dp), each with --batch-size per replica, so both modes see the same global
 # batch, and prints one table: samples/s, ms per step, scaling against one replica
 # (same per-replica batch), memory per replica, and where dp's step goes.
+# Then ddp at G ranks again with --zero=1, --zero=2 and --grad-compress=bf16
+# (issue 22), side by side with plain ddp: ms per step, rank 0's all-reduce
+# share, the state per rank in its parts (parameters, gradients, optimizer
+# state: the largest over the ranks) and the final loss. A variant whose flag
+# this ddptrain does not know is skipped with a note; one that fails fails.
 #
 # Environment: DDPTRAIN (the binary; default: the build tree's, else ddptrain on PATH),
 # MPIRUN (default mpirun; may carry options, e.g. "mpirun --oversubscribe").
 set -euo pipefail
 
 usage() {
-	sed -n '2,14s/^# \{0,1\}//p' "$0"
+	sed -n '2,20s/^# \{0,1\}//p' "$0"
 	exit "${1:-0}"
 }
 
@@ -43,11 +48,12 @@ mpiflags=()
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# run NAME MODE REPLICAS: leave the report in $tmp/NAME
+# run NAME MODE REPLICAS [FLAG...]: leave the report in $tmp/NAME
 run() {
 	local name=$1 mode=$2 n=$3
+	shift 3
 	if [ "$mode" = ddp ]; then
-		$MPIRUN "${mpiflags[@]}" -np "$n" "$DDPTRAIN" --log-every=0 "${args[@]}" >"$tmp/$name"
+		$MPIRUN "${mpiflags[@]}" -np "$n" "$DDPTRAIN" --log-every=0 "${args[@]}" "$@" >"$tmp/$name"
 	else
 		"$DDPTRAIN" --mode=dp --replicas="$n" --log-every=0 "${args[@]}" >"$tmp/$name"
 	fi
@@ -56,6 +62,18 @@ run ddp1 ddp 1
 run ddpG ddp "$G"
 run dp1 dp 1
 run dpG dp "$G"
+# The issue-22 variants, each only where this ddptrain has its flag.
+help=$("$DDPTRAIN" --help 2>&1 || true)
+variants=()
+for v in zero1:--zero=1 zero2:--zero=2 bf16:--grad-compress=bf16; do
+	flag=${v#*:}
+	if grep -q -- "${flag%%=*}" <<<"$help"; then
+		run "${v%%:*}" ddp "$G" "$flag"
+		variants+=("${v%%:*}")
+	else
+		echo "# compare-modes: this ddptrain has no ${flag%%=*}: no ${v%%:*} row"
+	fi
+done
 
 grep -E '^# (ddptrain|model) ' "$tmp/ddpG" | sed 's/^# ddptrain [^:]*: /# compare-modes: ddp run: /'
 awk -v G="$G" '
@@ -95,3 +113,50 @@ END {
 	if (total0[4] > 0)
 		printf "# dp replica 0: %.1f%% of its step in the serial gather, loss, reduce and optimizer step; replicas spend %.4f ms per step being replicated\n", 100 * serial[4] / total0[4], repl[4]
 }' "$tmp/ddp1" "$tmp/ddpG" "$tmp/dp1" "$tmp/dpG"
+
+# The variants against plain ddp at G ranks. The per-rank table's columns are found by
+# their names in its header, so parts added beside state_MiB (params, grads, optimizer
+# state) are read wherever they stand; a column that is not there prints "-".
+awk -v G="$G" '
+function field(line, key,   i, n, parts, kv) {
+	n = split(line, parts, " ")
+	for (i = 1; i <= n; i++) { split(parts[i], kv, "="); if (kv[1] == key) return kv[2] }
+	return ""
+}
+function part(v) { return v == "" ? "-" : sprintf("%.3f", v) }
+FNR == 1 { file++; name[file] = FILENAME; sub(/.*\//, "", name[file]); if (name[file] == "ddpG") name[file] = "ddp"
+	delete col; inrank = 0 }
+/^# summary:/ { ms[file] = field($0, "ms_per_step") }
+/^# loss: / { v = $0; sub(/.*final /, "", v); loss[file] = v + 0; hasloss[file] = 1 }
+/^# +rank +compute / {
+	delete col; inrank = 1
+	for (i = 2; i <= NF; i++) {
+		h = tolower($i)
+		if (h == "ar_%") col["ar"] = i
+		else if (h ~ /^state/) col["state"] = i
+		else if (h ~ /^param/) col["params"] = i
+		else if (h ~ /^grad/) col["grads"] = i
+		else if (h ~ /^(opt|optim)/) col["optim"] = i
+	}
+	next
+}
+inrank && /^# +[0-9]+ / {
+	if ($2 == 0 && ("ar" in col)) ar[file] = $(col["ar"])
+	for (k in col) if (k != "ar" && (!((file, k) in mx) || $(col[k]) + 0 > mx[file, k])) mx[file, k] = $(col[k]) + 0
+	next
+}
+inrank && !/^# +[0-9]+ / { inrank = 0 }
+END {
+	printf "# ddp at %d ranks and its variants: state MiB per rank (largest over the ranks)\n", G
+	printf "# %-7s %10s %7s %11s %10s %10s %10s %11s %12s\n", "variant", "ms/step", "ar_%", "params_MiB", "grads_MiB", "optim_MiB", "state_MiB", "vs ddp", "final_loss"
+	for (f = 1; f <= file; f++) {
+		tot = ((f, "state") in mx) ? mx[f, "state"] : ""
+		if (tot == "" && ((f, "params") in mx)) tot = mx[f, "params"] + mx[f, "grads"] + mx[f, "optim"]
+		if (f == 1) base = tot
+		rel = (tot != "" && base > 0) ? sprintf("%.2fx", tot / base) : "-"
+		printf "  %-7s %10.4f %7s %11s %10s %10s %10s %11s %12s\n", name[f], ms[f], (f in ar) ? ar[f] : "-",
+			part((f, "params") in mx ? mx[f, "params"] : ""), part((f, "grads") in mx ? mx[f, "grads"] : ""),
+			part((f, "optim") in mx ? mx[f, "optim"] : ""), part(tot), rel,
+			hasloss[f] ? sprintf("%.6f", loss[f]) : "-"
+	}
+}' "$tmp/ddpG" "${variants[@]/#/$tmp/}"

@@ -32,6 +32,21 @@ hierarchical (reduce-scatter inside the node over NVLink, ring over nodes on 1/8
 gradient per GPU, all 8 GPUs' shares through the one NIC, all-gather inside the node),
 for the ToyModel, the wide MLP and a 1-billion-parameter MLP, with GPU compute times from
 a roofline (peak FLOP/s times an efficiency, plus a launch floor per kernel) stated below.
+
+Issue 22's cases, at 64 and 512 GPUs on the hierarchical all-reduce, against today's
+figure (fp32 DDP, the same formula as the predictions), each with AdamW's pass over its
+state at memory speed added (HBM, 28 bytes per parameter it updates: read parameter,
+gradient and two moments, write three):
+    bf16      --grad-compress=bf16: half the bytes on the wire, plus the two conversions
+              at memory speed (read 4 + write 2 bytes per gradient, and back: 12 bytes)
+    zero1     --zero=1: reduce-scatter + all-gather = all-reduce's bytes; the reduce-scatter
+              hides behind backward as the all-reduce did, the all-gather of the updated
+              parameters comes after the optimizer, exposed; the optimizer updates 1/P
+    zero2     --zero=2: the same, the all-gather hidden behind the next forward (1/3 of
+              compute) layer by layer, one layer's parameters exposed
+    zero1+bf16  the reduce-scatter in bf16 (conversions as bf16), the all-gather in fp32
+and AdamW's state per GPU: parameters 4, gradients 4, moments 8 bytes per parameter;
+zero1 divides the moments by P, zero2 the gradients too (its bucket buffers left out).
 """
 import math
 import re
@@ -198,6 +213,46 @@ def predict(eta, h):
                 name, n, P, c, ring, hier, s, sh, 100 * c / s, 100 * c / sh))
 
 
+HBM = 3.35e12  # bytes/s: H100-class memory, for the conversions and the optimizer's pass
+
+
+def variants(eta):
+    """Issue 22's compressed and sharded cases against today's fp32 DDP, at 64 and 512 GPUs."""
+    B_intra, B_inter, alpha_intra, alpha_inter, g = 900e9 * 8, 400e9, 0.005, 0.010, 8
+    print("\n# issue 22: compressed and sharded, hierarchical all-reduce, %.0f GB/s memory; step ms "
+          "(efficiency = compute / step); today = fp32 DDP as in the predictions, the others with "
+          "AdamW's pass over the state it updates; state = AdamW's per GPU" % (HBM / 1e9))
+    print("# %-9s %5s %9s %14s %14s %14s %14s %14s %14s   %s" % (
+        "model", "GPUs", "compute", "today", "ddp+adamw", "bf16", "zero1", "zero2", "zero1+bf16",
+        "state GB: ddp / zero1 / zero2"))
+    for name, (widths, batch) in MODELS.items():
+        n = params(widths)
+        c = gpu_compute_ms(widths, batch)
+        tail = 1.0 / (len(widths) - 1)
+
+        def hier(S, P):
+            nodes = P // g
+            return ar_time(S, g, B_intra, eta, alpha_intra) + ar_time(S, nodes, B_inter, eta, alpha_inter)
+
+        for P in (64, 512):
+            opt = 1e3 * 28.0 * n / HBM
+            conv = 1e3 * 12.0 * n / HBM
+            ar32, ar16 = hier(4.0 * n, P), hier(2.0 * n, P) + conv
+            today = step_time(c, ar32, 0.0, H_GPU, tail)
+            ddp = today + opt
+            bf16 = step_time(c, ar16, 0.0, H_GPU, tail) + opt
+            rs32, rs16, ag = ar32 / 2, hier(2.0 * n, P) / 2 + conv, ar32 / 2
+            z1 = step_time(c, rs32, 0.0, H_GPU, tail) + opt / P + ag
+            fwd = c / 3.0
+            z2 = step_time(c, rs32, 0.0, H_GPU, tail) + opt / P + max(tail * ag, ag - H_GPU * fwd)
+            z1b = step_time(c, rs16, 0.0, H_GPU, tail) + opt / P + ag
+            cell = lambda x: "%7.3f (%3.0f%%)" % (x, 100 * c / x)
+            st = (16.0 * n, 8.0 * n + 8.0 * n / P, 4.0 * n + 12.0 * n / P)
+            print("  %-9s %5d %9.3f %14s %14s %14s %14s %14s %14s   %.3g / %.3g / %.3g" % (
+                name, P, c, cell(today), cell(ddp), cell(bf16), cell(z1), cell(z2), cell(z1b),
+                st[0] / 1e9, st[1] / 1e9, st[2] / 1e9))
+
+
 def fixes(eta, h):
     """What would restore scaling, one change at a time on top of the hierarchical all-reduce."""
     B_intra, alpha_intra, alpha_inter, g = 900e9 * 8, 0.005, 0.010, 8
@@ -236,6 +291,7 @@ def main(argv):
     if "--no-predict" not in argv:
         predict(eta, h)
         fixes(eta, h)
+        variants(eta)
     return 0
 
 

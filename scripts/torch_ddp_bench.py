@@ -4,6 +4,7 @@
     mpirun -np N python3 torch_ddp_bench.py [--layers=10,10,5] [--batch-size=20]
                                             [--steps=N] [--warmup=W] [--seed=S]
                                             [--device=cpu|cuda] [--graphs]
+                                            [--hook=none|fp16|bf16|bf16-gather]
 
 Trains the MLP ddptrain trains (Linear layers with ReLU between them, named
 net1, net2, ... like the DDP tutorial's ToyModel) with
@@ -30,6 +31,12 @@ in ddptrain's format, which bench.sh parses the same way:
 
 --warmup=0 --steps=1 is the whole one-step job: import, rendezvous, one
 step, shut down.
+
+--hook registers a DDP communication hook: fp16 and bf16 are PyTorch's own
+fp16_compress_hook and bf16_compress_hook (torch 1.13's gloo refuses the
+bfloat16 all-reduce of the latter; NCCL takes both); bf16-gather is
+bf16_gather_hook below, the bf16 hook's arithmetic over an all-gather, which
+gloo carries.  The summary line then says mode=torch-ddp-HOOK.
 """
 import argparse
 import os
@@ -62,6 +69,39 @@ class MLP(nn.Module):
         return x
 
 
+def bf16_gather_hook(process_group, bucket):
+    """bf16_compress_hook's arithmetic where the all-reduce cannot carry bfloat16 (gloo in
+    torch 1.13): cast the bucket to bfloat16 and divide by the world size in bfloat16, then
+    all-gather the 16-bit tensors (as bytes: gloo has no 16-bit integer type) and sum them in bfloat16
+    in rank order, each partial sum rounded to bfloat16 (at 2 ranks one rounding), and cast
+    the sum back into the float32 bucket."""
+    group = process_group if process_group is not None else dist.group.WORLD
+    world = group.size()
+    buf = bucket.buffer()
+    mine = buf.to(torch.bfloat16).div_(world)
+    parts = [torch.empty_like(mine) for _ in range(world)]
+    fut = dist.all_gather([q.view(torch.uint8) for q in parts], mine.view(torch.uint8),
+                          group=group, async_op=True).get_future()
+
+    def decompress(_):
+        acc = parts[0].clone()
+        for q in parts[1:]:
+            acc += q  # bfloat16 + bfloat16, rounded to bfloat16 (nearest even)
+        buf.copy_(acc)
+        return buf
+
+    return fut.then(decompress)
+
+
+def register_hook(model, name):
+    """Registers the communication hook --hook names on the DDP model (none: nothing)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    hooks = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook,
+             "bf16-gather": bf16_gather_hook}
+    if name != "none":
+        model.register_comm_hook(None, hooks[name])
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="torch_ddp_bench.py")
     p.add_argument("--layers", default="10,10,5")
@@ -71,6 +111,7 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--graphs", action="store_true")
+    p.add_argument("--hook", choices=("none", "fp16", "bf16", "bf16-gather"), default="none")
     a = p.parse_args(argv)
     try:
         a.widths = [int(w) for w in a.layers.split(",")]
@@ -126,6 +167,7 @@ def main(argv):
 
     torch.manual_seed(a.seed)  # the same initial weights everywhere; DDP broadcasts rank 0's anyway
     model = DDP(MLP(a.widths).to(dev), device_ids=[dev.index] if cuda else None)
+    register_hook(model, a.hook)
     loss_fn = nn.MSELoss()
     opt = torch.optim.SGD(model.parameters(), lr=0.001)
     gen = torch.Generator().manual_seed(a.seed * 1000 + rank)
@@ -168,11 +210,18 @@ def main(argv):
                  if cuda else "gloo, %d thread(s) per rank" % torch.get_num_threads())
         print("# torch %s, %s, %d ranks, model %s, batch %d per rank"
               % (torch.__version__, where, size, a.layers, a.batch_size))
-        print("# summary: mode=torch-ddp replicas=%d steps=%d seconds=%.6f samples_per_s=%.1f "
+        print("# summary: mode=torch-ddp%s replicas=%d steps=%d seconds=%.6f samples_per_s=%.1f "
               "ms_per_step=%.6f state_mib=%.3f"
-              % (size, a.steps, seconds, a.steps * a.batch_size * size / seconds,
+              % ("" if a.hook == "none" else "-" + a.hook, size, a.steps, seconds,
+                 a.steps * a.batch_size * size / seconds,
                  1e3 * seconds / a.steps, state_mib))
         sys.stdout.flush()
+    if a.hook != "none":
+        # Out without tearing down: with a hook's future in DDP's reducer, gloo's destructors
+        # in torch 1.13 now and then leave one rank hanging after all the work is done.
+        dist.barrier()
+        sys.stderr.flush()
+        os._exit(0)
     dist.destroy_process_group()
     return 0
 

@@ -17,17 +17,21 @@ cat "$TMPD/out"
 num='[0-9]+(\.[0-9]+)?'
 # ROW UNIT AGAINST: the row, its unit, a number, what it is compared with (- for nothing),
 # no PyTorch figure, and a result
-while read -r id unit against; do
-	line=$(grep -E "^  ${id//./\\.} " "$TMPD/out") || fail "no row $id"
-	[[ $line =~ \ $unit\ +$num\ +([^ ].*)$ ]] || fail "row $id: no $unit figure: $line"
-	rest=${BASH_REMATCH[2]}
-	if [ "$against" = - ]; then
-		[[ $rest =~ ^-\ +-\ +-\ +-\ +- ]] || fail "row $id: a comparison from nowhere: $line"
-	else
-		[[ $rest =~ ^$against\ +$num\ +[-+]?$num(x|%)?\ +-\ +- ]] || fail "row $id: no comparison with $against: $line"
-	fi
-	[[ $line =~ \ (pass|miss|-)$ ]] || fail "row $id: no result: $line"
-done <<'EOF'
+# check_rows: each line of stdin, ROW UNIT AGAINST, is a row of the table
+check_rows() {
+	while read -r id unit against; do
+		line=$(grep -E "^  ${id//./\\.} " "$TMPD/out") || fail "no row $id"
+		[[ $line =~ \ $unit\ +$num\ +([^ ].*)$ ]] || fail "row $id: no $unit figure: $line"
+		rest=${BASH_REMATCH[2]}
+		if [ "$against" = - ]; then
+			[[ $rest =~ ^-\ +-\ +-\ +-\ +- ]] || fail "row $id: a comparison from nowhere: $line"
+		else
+			[[ $rest =~ ^$against\ +$num\ +[-+]?$num(x|%)?\ +-\ +- ]] || fail "row $id: no comparison with $against: $line"
+		fi
+		[[ $line =~ \ (pass|miss|-)$ ]] || fail "row $id: no result: $line"
+	done
+}
+check_rows <<'EOF'
 toy.np1 us/step -
 toy.np1.noov us/step overlap
 toy.np2 us/step -
@@ -47,18 +51,40 @@ wide.np2.trace samples/s trace off
 job.wall s MPI floor
 job.rss MiB MPI floor
 EOF
-[ "$(grep -c '^  [a-z]' "$TMPD/out")" -eq 18 ] || fail "not 18 rows"
+# Issue 22's rows, where this ddptrain has --zero; else the line saying they were not run
+nrows=18
+if "$DDPTRAIN" --help 2>&1 | grep -q -- --zero; then
+	nrows=31
+	check_rows <<'EOF'
+big.opt.np2.z1 MiB ddp
+big.state.np2.z1 MiB ddp
+big.opt.np2.z2 MiB ddp
+big.state.np2.z2 MiB ddp
+big.grad.np2.z2 MiB ddp
+big.opt.np4.z1 MiB ddp
+big.state.np4.z1 MiB ddp
+big.opt.np4.z2 MiB ddp
+big.state.np4.z2 MiB ddp
+big.grad.np4.z2 MiB ddp
+wide.np2.z1 ms/step ddp
+wide.np2.z2 ms/step ddp
+wide.best.gflops GFLOP/s SGEMM
+EOF
+else
+	grep -q "^# issue 22's rows (--zero, state per rank): not run" "$TMPD/out" || fail "no line saying the issue-22 rows were not run"
+fi
+[ "$(grep -c '^  [a-z]' "$TMPD/out")" -eq $nrows ] || fail "not $nrows rows"
 grep -Eq "^# SGEMM, 1 thread, .*FLOP-weighted ceiling $num$" "$TMPD/out" || fail "no SGEMM line"
 grep -q '^# PyTorch: not run' "$TMPD/out" || fail "no PyTorch line"
 grep -q '^# \*: against the issue' "$TMPD/out" || fail "no footnote for the issue's PyTorch figures"
 
-# The JSON: the same 18 rows, each with its figure and its runs
-[ "$(grep -c '{"id": ' "$TMPD/bench.json")" -eq 18 ] || fail "not 18 rows in the JSON"
-[ "$(grep -Ec "\"ddptrain\": $num, \"runs\": \\[$num\\]" "$TMPD/bench.json")" -eq 18 ] ||
+# The JSON: the same rows, each with its figure and its runs
+[ "$(grep -c '{"id": ' "$TMPD/bench.json")" -eq $nrows ] || fail "not $nrows rows in the JSON"
+[ "$(grep -Ec "\"ddptrain\": $num, \"runs\": \\[$num\\]" "$TMPD/bench.json")" -eq $nrows ] ||
 	fail "a JSON row without its figure: $(grep -v '"ddptrain": [0-9]' "$TMPD/bench.json" | grep '"id"')"
 if command -v python3 >/dev/null 2>&1; then
-	python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert len(d["rows"]) == 18' \
-		"$TMPD/bench.json" || fail "the JSON does not parse"
+	python3 -c 'import json, sys; d = json.load(open(sys.argv[1])); assert len(d["rows"]) == int(sys.argv[2])' \
+		"$TMPD/bench.json" "$nrows" || fail "the JSON does not parse"
 fi
 
 "$BENCH" --reps=0 >/dev/null 2>&1 && fail "--reps=0 accepted"

@@ -29,6 +29,24 @@ have requires_grad=False and are not given to the optimizer.  DataParallel
 (--mode=dp with G replicas) trains exactly as one process on batches of B*G:
 its loss is the mean over the whole gathered batch.
 
+The cases with --zero or --grad-compress run real DistributedDataParallel instead:
+one process per rank (spawned), gloo over a rendezvous file, the same batches;
+with grad-accum the group's first micro-batches under no_sync() and each
+micro-batch's loss divided by the group size.  --zero=1 and --zero=2 train with
+torch.distributed.optim.ZeroRedundancyOptimizer wrapping the same optimizer
+(ZeRO does not change the arithmetic, so one reference serves both stages);
+clip_grad_norm_ runs on the DDP-reduced gradients before its step.
+--grad-compress=fp16 registers PyTorch's fp16_compress_hook (gloo sums float16);
+--grad-compress=bf16, which gloo refuses in torch 1.13, registers
+torch_ddp_bench.bf16_gather_hook, the bf16_compress_hook arithmetic over an
+all-gather.  The hooks cast, then divide by the world size in 16 bits, where
+ddptrain divides in float32 first (its loss seed is scaled): at 2 ranks the
+division is exact except for float16 subnormals (an error of 2^-25 absolute),
+so both round the same numbers.  gen prints, for each compressed case, how
+far the emulation with ddptrain's order and with per-rank gradients taken
+in float64 (another float32 rounding of the same gradient) ends from the
+reference: the size of the disagreement an honest implementation can show.
+
 Validation (--val-inputs/--val-targets) is evaluated after every --eval-every
 steps, at the end of every epoch and at the end of training: the mean loss
 over the whole validation set and, for cross-entropy, the accuracy.
@@ -91,6 +109,7 @@ def st_read(path):
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir,
                                 "scripts"))
 from torch_ddp_bench import MLP as ToyModel  # noqa: E402
+from torch_ddp_bench import bf16_gather_hook  # noqa: E402
 
 
 # ---- learning-rate schedules: transformers' multipliers ----------------------
@@ -222,6 +241,179 @@ def train(model, c, X, Y, Xv, Yv, norms=None):
     return records, evals
 
 
+def make_optimizer(c, params):
+    """The optimizer of case c over params: ZeroRedundancyOptimizer wrapping it for --zero."""
+    if c["optimizer"] == "adamw":
+        cls, kw = torch.optim.AdamW, dict(lr=c["lr"], betas=c["betas"], eps=c["eps"],
+                                          weight_decay=c["wd"])
+    else:
+        cls, kw = torch.optim.SGD, dict(lr=c["lr"], momentum=c["momentum"], weight_decay=c["wd"],
+                                        nesterov=c["nesterov"])
+    if c["zero"]:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        return ZeroRedundancyOptimizer(params, optimizer_class=cls, **kw)
+    return cls(params, **kw)
+
+
+def dist_rank(rank, c, init, X, Y, Xv, Yv, rdv, result):
+    """One rank of the real DistributedDataParallel run of case c (gloo); rank 0 writes
+    (records, evals, norms, state_dict) to result."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    import faulthandler
+    faulthandler.dump_traceback_later(60, exit=True)  # a hung rank says where, then fails
+    torch.set_num_threads(1)
+    world, batch = c["np"], c["batch"]
+    dist.init_process_group("gloo", init_method="file://" + rdv, rank=rank, world_size=world)
+    model = ToyModel([int(w) for w in c["layers"].split(",")])
+    model.load_state_dict(init)
+    for li in c["freeze"]:
+        for p in getattr(model, "net%d" % li).parameters():
+            p.requires_grad_(False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    ddp = DDP(model)
+    if c["compress"] == "fp16":
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif c["compress"] == "bf16":
+        ddp.register_comm_hook(None, bf16_gather_hook)
+    opt = make_optimizer(c, params)
+    n = X.shape[0]
+    total = steps_per_epoch(c, n) * c["epochs"]
+    if c["max_steps"]:
+        total = min(total, c["max_steps"])
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule_lambda(c["schedule"], c["warmup"], total))
+    evals, records, norms = [], [], []
+
+    def do_eval(step, epoch):
+        if rank == 0 and Xv is not None and (not evals or evals[-1][0] != step):
+            evals.append((step, epoch) + evaluate(model, c["loss"], Xv, Yv))
+
+    steps, done = 0, False
+    for epoch in range(c["epochs"]):
+        idx_all = rank_indices(n, world, rank, c["shuffle"], c["seed"], c["drop_last"], epoch)
+        batches = [idx_all[i:i + batch] for i in range(0, len(idx_all), batch)]
+        nmicro = len(batches)
+        for g0 in range(0, nmicro, c["accum"]):
+            group = range(g0, min(g0 + c["accum"], nmicro))
+            mine = []
+            ddp.zero_grad(set_to_none=True)
+            for k, mb in enumerate(group):
+                idx = torch.tensor(batches[mb], dtype=torch.long)
+                out = ddp(X[idx])
+                loss = loss_of(c["loss"], out, Y[idx])
+                mine.append((loss.item(), batch_accuracy(c["loss"], out, Y[idx])))
+                if k + 1 < len(group):
+                    with ddp.no_sync():
+                        (loss / len(group)).backward()
+                else:
+                    (loss / len(group)).backward()
+            # What the step reports, summed in the emulation's order (rank, micro-batch).
+            every = [None] * world
+            dist.all_gather_object(every, mine)
+            step_loss, step_acc = 0.0, 0.0
+            for r in range(world):
+                for lv, av in every[r]:
+                    step_loss += lv / (len(group) * world)
+                    step_acc = None if av is None else step_acc + av / (len(group) * world)
+            lr = opt.param_groups[0]["lr"]
+            if c["clip"]:
+                norms.append(torch.nn.utils.clip_grad_norm_(params, c["clip"]).item())
+            opt.step()
+            sched.step()
+            steps += 1
+            records.append((steps, epoch, step_loss, step_acc, lr))
+            if c["eval_every"] and steps % c["eval_every"] == 0:
+                do_eval(steps, epoch)
+            if steps >= total:
+                done = True
+                break
+        do_eval(steps, epoch)
+        if done:
+            break
+    if rank == 0:
+        torch.save((records, evals, norms, model.state_dict()), result)
+    dist.barrier()
+    # Out without tearing down: gloo's destructors (the process group, the DDP reducer with
+    # a hook's future) hung one rank now and then in torch 1.13 after everything was done.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def train_dist(model, c, X, Y, Xv, Yv, norms):
+    """Case c trained by c["np"] processes with DistributedDataParallel from model's
+    weights, which it then holds; returns (records, evals) as train does."""
+    import tempfile
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as tmp:
+        rdv, result = os.path.join(tmp, "rendezvous"), os.path.join(tmp, "result.pt")
+        init = {k: v.clone() for k, v in model.state_dict().items()}
+        mp.start_processes(dist_rank, args=(c, init, X, Y, Xv, Yv, rdv, result), nprocs=c["np"],
+                           join=True, start_method="spawn")
+        records, evals, got, state = torch.load(result)
+    model.load_state_dict(state)
+    norms.extend(got)
+    return records, evals
+
+
+def emulate_compressed(model, c, X, Y):
+    """The single-process emulation of a compressed case in ddptrain's order: each rank's
+    gradient taken in float64 and rounded to float32 (another rounding of the same
+    gradient than PyTorch's), divided by the world size in float32, rounded to 16 bits,
+    summed in rank order with each partial sum rounded, widened.  Returns the final
+    state_dict (the model is left as it was)."""
+    import copy
+    m = copy.deepcopy(model).double()
+    dt = torch.float16 if c["compress"] == "fp16" else torch.bfloat16
+    world, batch = c["np"], c["batch"]
+    assert c["accum"] == 1 and not c["clip"] and c["mode"] == "ddp"  # ZeRO: the same arithmetic
+    params = [p for p in m.parameters() if p.requires_grad]
+    shadow = [p.detach().float().clone().requires_grad_(True) for p in params]
+    if c["optimizer"] == "adamw":
+        opt = torch.optim.AdamW(shadow, lr=c["lr"], betas=c["betas"], eps=c["eps"], weight_decay=c["wd"])
+    else:
+        opt = torch.optim.SGD(shadow, lr=c["lr"], momentum=c["momentum"], weight_decay=c["wd"],
+                              nesterov=c["nesterov"])
+    n = X.shape[0]
+    total = steps_per_epoch(c, n) * c["epochs"]
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, schedule_lambda(c["schedule"], c["warmup"], total))
+    steps = 0
+    for epoch in range(c["epochs"]):
+        per_rank = [rank_indices(n, world, r, c["shuffle"], c["seed"], c["drop_last"], epoch)
+                    for r in range(world)]
+        batches = [[idx[i:i + batch] for i in range(0, len(idx), batch)] for idx in per_rank]
+        for mb in range(len(batches[0])):
+            with torch.no_grad():
+                for p, s_ in zip(params, shadow):
+                    p.copy_(s_.double())
+            parts = []
+            for r in range(world):
+                idx = torch.tensor(batches[r][mb], dtype=torch.long)
+                m.zero_grad(set_to_none=True)
+                yt = Y[idx] if c["loss"] == "cross-entropy" else Y[idx].double()
+                loss_of(c["loss"], m(X[idx].double()), yt).backward()
+                parts.append([(p.grad.float() / world).to(dt) for p in params])
+            for i, s_ in enumerate(shadow):
+                acc = parts[0][i].clone()
+                for q in parts[1:]:
+                    acc += q[i]
+                s_.grad = acc.float()
+            opt.step()
+            sched.step()
+            steps += 1
+            if steps >= total:
+                break
+    with torch.no_grad():
+        for p, s_ in zip(params, shadow):
+            p.copy_(s_.double())
+    return {k: v.float() for k, v in m.state_dict().items()}
+
+
+def worst_rel(a, b):
+    """max over tensors of max|a-b| / max|b| (the test's measure)."""
+    return max((a[k] - b[k]).abs().max().item() / max(b[k].abs().max().item(), 1e-30) for k in b)
+
+
 def save_npy(path, a, dtype="<f4"):
     np.save(path, np.ascontiguousarray(a, dtype=dtype))
 
@@ -231,7 +423,7 @@ DEFAULTS = dict(np=1, mode="ddp", replicas=1, batch=8, epochs=2, lr=0.05, moment
                 accum=1, shuffle=True, seed=0, drop_last=False, max_steps=0, loss="mse",
                 optimizer="sgd", betas=(0.9, 0.999), eps=1e-8, nesterov=False,
                 schedule="constant", warmup=0, clip=0.0, freeze=(), val=None, eval_every=0,
-                env=())
+                env=(), zero=0, compress=None)
 
 
 def case(name, ds, layers, **kw):
@@ -251,6 +443,7 @@ COMBO = dict(loss="cross-entropy", optimizer="adamw", lr=0.01, betas=(0.8, 0.99)
 # Clipping limits between the smallest and the largest gradient norm of the run, so that
 # some steps are clipped and others not (gen prints how many).
 CLIP_SGD, CLIP_NESTEROV, CLIP_ADAMW, CLIP_ADAMW_DP, CLIP_DP_EMPTY = 0.25, 0.25, 0.3, 0.3, 0.4
+CLIP_ZERO = 0.3
 
 # The ring all-reduce forced on one node, on every bucket however small, in 1 KiB chunks;
 # the shared-memory one forced. The model 6,17,12,3 has 374 parameters + 3 slots = 377
@@ -304,6 +497,28 @@ CASES = [
     case("ring-np2-uneven", "deep95", "6,17,12,3", np=2, momentum=0.9, accum=2, seed=20, env=RING),
     case("ring-np3-uneven", "cls95", "8,17,12,4", np=3, batch=5, loss="cross-entropy",
          momentum=0.9, seed=21, env=RING),
+    # Issue 22: real DDP (gloo) with ZeroRedundancyOptimizer; --zero=1 and --zero=2 share
+    # the reference. The 3-rank models have 6 parameter tensors of uneven sizes, so
+    # ZeRO's greedy partition and ddptrain's contiguous shards are both uneven.
+    case("zero1-np2-momentum", "deep95", "6,16,16,3", np=2, momentum=0.9, wd=0.01, seed=22,
+         zero=1),
+    case("zero2-np3-adamw-clip", "deep95", "6,17,12,3", np=3, batch=7, optimizer="adamw",
+         lr=0.01, wd=0.1, clip=CLIP_ZERO, seed=23, zero=2),
+    case("zero1-np3-nesterov-freeze", "cls95", "8,17,12,4", np=3, batch=5, loss="cross-entropy",
+         momentum=0.9, nesterov=True, wd=0.01, freeze=(2,), seed=24, zero=1),
+    case("zero2-np2-adamw-accum2-warmup", "cls96", "8,16,16,4", np=2, batch=6,
+         loss="cross-entropy", optimizer="adamw", lr=0.01, wd=0.05, accum=2, schedule="cosine",
+         warmup=3, val="cls40", eval_every=3, seed=25, zero=2),
+    # Gradients compressed to 16 bits, 2 ranks only: one rounding of the sum, the same in
+    # the hook and in ddptrain (see the top).
+    case("fp16-np2-mse", "deep95", "6,16,16,3", np=2, lr=0.05, seed=26, compress="fp16"),
+    case("fp16-np2-ce-momentum", "cls96", "8,16,4", np=2, loss="cross-entropy", momentum=0.9,
+         seed=27, compress="fp16"),
+    case("bf16-np2-mse-momentum", "deep95", "6,16,16,3", np=2, momentum=0.9, seed=28,
+         compress="bf16"),
+    case("bf16-np2-ce", "cls96", "8,16,4", np=2, loss="cross-entropy", seed=29, compress="bf16"),
+    case("zero1-bf16-np2-adamw", "deep95", "6,16,16,3", np=2, optimizer="adamw", lr=0.01,
+         seed=30, zero=1, compress="bf16"),
 ]
 
 # name: rows, inputs, outputs (classes for "cls")
@@ -375,6 +590,10 @@ def ddptrain_args(c):
               "--val-targets=" + ref + c["val"] + ".y.npy"]
         if c["eval_every"]:
             a.append("--eval-every=%d" % c["eval_every"])
+    if c["zero"]:
+        a.append("--zero=%d" % c["zero"])
+    if c["compress"]:
+        a.append("--grad-compress=" + c["compress"])
     return a
 
 
@@ -409,10 +628,23 @@ def gen(d, names):
         torch.manual_seed(1000 + ci)
         model = ToyModel([int(w) for w in c["layers"].split(",")])
         st_write(os.path.join(d, c["name"] + ".init.safetensors"), model.state_dict())
+        shadow, plain = None, None
+        if c["compress"]:
+            shadow = emulate_compressed(model, c, *data[c["ds"]])
+        if c["zero"] or c["compress"]:
+            # The emulation in float32 without ZeRO: ZeRO changes nothing but rounding; the
+            # compression must change more than the test's tolerance, or it tests nothing.
+            import copy
+            plain = copy.deepcopy(model)
+            train(plain, c, *data[c["ds"]], *(data[c["val"]] if c["val"] else (None, None)))
+            plain = plain.state_dict()
         X, Y = data[c["ds"]]
         Xv, Yv = data[c["val"]] if c["val"] else (None, None)
         norms = []
-        records, evals = train(model, c, X, Y, Xv, Yv, norms)
+        if c["zero"] or c["compress"]:
+            records, evals = train_dist(model, c, X, Y, Xv, Yv, norms)
+        else:
+            records, evals = train(model, c, X, Y, Xv, Yv, norms)
         st_write(os.path.join(d, c["name"] + ".torch.safetensors"), model.state_dict())
         with open(os.path.join(d, c["name"] + ".ref.jsonl"), "w") as f:
             f.write(ref_records(records, evals))
@@ -422,7 +654,11 @@ def gen(d, names):
               % (c["name"], np_, len(records), len(evals),
                  ", clipped %d of %d steps (norms %.3g to %.3g)"
                  % (sum(x > c["clip"] for x in norms), len(norms), min(norms), max(norms))
-                 if c["clip"] else ""))
+                 if c["clip"] else "")
+              + (", ddptrain's order in float64 ends %.2e from it" % worst_rel(shadow, model.state_dict())
+                 if shadow is not None else "")
+              + (", float32 DDP ends %.2e from it" % worst_rel(plain, model.state_dict())
+                 if plain is not None else ""))
     with open(os.path.join(d, "cases.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
