@@ -288,9 +288,10 @@ vals() {
 				END { if (n) printf "%.6f\n", s / n }' "$f" ;;
 		col_*)
 			# the largest over the ranks of the per-rank column whose name starts with
-			# param, grad, opt or state; col_whole: the state column, else the three parts
+			# param, grad, opt or state (the ddp per-rank table, or the memory table under
+			# it); col_whole: the state column, else the three parts
 			awk -v want="${key#col_}" '
-				/^# +rank +compute / { k = 0; np = 0
+				/^# +rank +[a-z]/ { k = 0; np = 0
 					for (i = 2; i <= NF; i++) { h = tolower($i)
 						if (want != "whole" && index(h, want) == 1) k = i
 						if (want == "whole" && index(h, "state") == 1) k = i
