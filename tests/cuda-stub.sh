@@ -42,9 +42,13 @@ clean $C --grad-accum=3
 clean $C --max-steps=5 --checkpoint=ck.st
 clean $C --resume=ck.st --save=resumed.st
 clean $C --trace=trace.json --max-steps=4
+# --zero=2 with layers in row panels (linear_grad_rows into two reused buffers, each
+# reused only after its reduce-scatter: a race otherwise), over NCCL and staged MPI
+clean $C --layers=10,200,30,5 --bucket-mb=0.0001 --zero=2
+clean $C --layers=10,200,30,5 --bucket-mb=0.0001 --zero=2 --grad-compress=bf16 --backend=mpi
 clean dp $C
 clean dp $F --lr=0.05 --momentum=0.9
-echo "training keeps every rule: ddp with graphs and eager, AdamW, schedules, cross-entropy, clipping, frozen layer, validation, grad-accum, resume, trace, dp on 2 GPUs"
+echo "training keeps every rule: ddp with graphs and eager, AdamW, schedules, cross-entropy, clipping, frozen layer, validation, grad-accum, resume, trace, --zero=2 in row panels, dp on 2 GPUs"
 
 # 2. Each rule, broken on purpose through the module's ABI: named (the stub's line or the
 #    module's error), exit status not 0. The module keeps its own teardown in order --

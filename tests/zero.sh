@@ -5,11 +5,13 @@
 # it is not (3 and 4 ranks, where MPI may add in another order; clipping, whose norm is
 # the sum of the shards' norms; --zero=2 with --grad-accum, which adds the micro-batches
 # after the reduction) -- for SGD with momentum and Nesterov, AdamW, clipping that
-# triggers, frozen layers, a schedule with warmup and --grad-accum, at 1 to 4 ranks. A
+# triggers, frozen layers, a schedule with warmup and --grad-accum, at 1 to 4 ranks, and
+# with --zero=2 computing layers larger than the bucket cap in row panels. A
 # --zero checkpoint holds the whole optimizer state: stopped and resumed it is bit-identical
 # to an unbroken run; it resumes without --zero and at another world size, and --zero
-# resumes a plain one. The per-rank memory table shows the state shard. What cannot work
-# is refused with one line.
+# resumes a plain one. The per-rank memory table shows the state shard, and with --zero=2
+# gradients of the shard and two buffers of at most the bucket cap. What cannot work is
+# refused with one line.
 #
 # ALGS: the all-reduce algorithms (DDPTRAIN_ALLREDUCE) with reduce-scatter and all-gather.
 . "$(dirname "$0")/lib/setup.sh"
@@ -56,6 +58,24 @@ for alg in $ALGS; do
 	check 4 1e-6 1e-6 --momentum=0.9 --clip-grad-norm=0.05 --grad-accum=2
 done
 export DDPTRAIN_ALLREDUCE=${ALGS%% *}
+
+# Layers larger than the bucket cap go in row panels, here more of them than collectives
+# may be in flight (146 reduce-scatters a micro-batch at 0.0001 MiB, so the count restarts
+# twice in each backward): plain DDP's weights, bit for bit at 2 ranks (bf16 too: the
+# same rounding per float), within 1e-6 at 3 with --grad-accum.
+pan="--samples=120 --epochs=2 --seed=3 --lr=0.05 --layers=10,200,30,5 --bucket-mb=0.0001 --momentum=0.9 --quiet"
+run_mpi 2 ${pan/--quiet/} --zero=2 --max-steps=1 | grep -q "3 layers larger than the bucket cap .*: 146 reduce-scatters per micro-batch" ||
+	fail "--zero=2 did not say it computes 3 layers in 146 row panels"
+for wire in "" --grad-compress=bf16; do
+	run_mpi 2 $pan $wire --save=pp.st || fail "plain $wire, panels"
+	run_mpi 2 $pan $wire --zero=2 --save=zp.st || fail "--zero=2 $wire in panels"
+	out=$("$STCOMPARE" --exact zp.st pp.st) || fail "--zero=2 $wire in 146 row panels is not plain DDP's bit for bit: $out"
+	echo "--zero=2${wire:+ $wire} in 146 row panels at 2 ranks: $out"
+done
+run_mpi 3 $pan --grad-accum=2 --save=pp.st || fail "plain, panels, 3 ranks"
+run_mpi 3 $pan --grad-accum=2 --zero=2 --save=zp.st || fail "--zero=2 in panels, 3 ranks"
+out=$("$STCOMPARE" zp.st pp.st 1e-6) || fail "--zero=2 in row panels against plain DDP at 3 ranks with --grad-accum=2: $out"
+echo "--zero=2 in row panels at 3 ranks with --grad-accum=2: $out"
 
 # The clipping above triggers: the gradient's norm exceeds it in the first step.
 first=$(run_mpi 2 ${base/--quiet/} --momentum=0.9 --clip-grad-norm=0.05 --max-steps=1 --log-every=1 | awk '$2 == "1/1" { print $3 }')
@@ -121,6 +141,19 @@ whole=$(optim) half=$(optim --zero=1) half2=$(optim --zero=2)
 awk -v w="$whole" -v h="$half" -v h2="$half2" 'BEGIN { exit !(w > 0.6 && h * 2 >= w - 0.002 && h * 2 <= w + 0.002 && h2 == h) }' ||
 	fail "optimizer state MiB per rank: plain $whole, --zero=1 $half, --zero=2 $half2 (want half)"
 echo "optimizer state MiB per rank: plain $whole, --zero=1 $half, --zero=2 $half2"
+
+# ZeRO-2's gradient memory per rank is its shard and two bucket buffers of at most the cap
+# (0.1 MiB: 26,214 floats), though layer 2 (65,792 floats) is larger: it goes in row
+# panels. Whole layers in the buffers would take 84,488 floats, more than plain DDP's
+# whole gradient (84,491). Rank 0's shard: 42,244 floats; 4 more for the slots and norm.
+grads() {
+	run_mpi 2 --layers=64,256,256,8 --bucket-mb=0.1 --max-steps=2 --log-every=0 "$@" |
+		awk '/^# memory per rank/ { t = 1; next } t && $2 == "0" { print $4; exit }'
+}
+g2=$(grads --zero=2)
+awk -v g="$g2" 'BEGIN { f = g * 1048576 / 4; exit !(f > 42244 && f <= 42244 + 4 + 2 * 26214 + 300) }' ||
+	fail "--zero=2 gradient MiB per rank: $g2, want the shard (42,244 floats) and at most two buffers of the cap (26,214)"
+echo "--zero=2 gradient MiB per rank with a layer larger than the cap: $g2"
 
 # Refused, with one line, on every rank.
 expect_fail 2 "ddptrain: --zero applies to --mode=ddp (DataParallel is one process: no ranks to shard over, no all-reduce to compress)" alone --mode=dp --zero=1

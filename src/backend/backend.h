@@ -82,6 +82,13 @@ struct backend_ops {
 	 * dx (n, in) = dy @ w is set unless dx is NULL. */
 	void (*linear_backward)(void *ctx, float *dx, float *dw, float *db, const float *dy,
 				const float *x, const float *w, int n, int in, int out, int accumulate);
+	/* Rows [r0, r1) of linear_backward's weight and bias gradients from dy (n, out) and
+	 * x (n, in), set (never added), each element with the arithmetic linear_backward uses
+	 * for it: dw (r1 - r0, in) = dy[:, r0:r1]^T @ x unless dw is NULL, db (r1 - r0) = the
+	 * sums of dy[:, r0:r1] over the n rows unless db is NULL. ZeRO-2 computes a layer larger
+	 * than a bucket in row panels with it, each into a reused bucket buffer. */
+	void (*linear_grad_rows)(void *ctx, float *dw, float *db, const float *dy, const float *x,
+				 int n, int in, int out, int r0, int r1);
 	/* y = max(y, 0), in place. */
 	void (*relu_forward)(void *ctx, float *y, size_t n);
 	/* dy *= (y > 0), in place; y is the ReLU output. */

@@ -124,6 +124,21 @@ static void cpu_linear_forward(void *ctx, float *y, const float *x, const float 
 	}
 }
 
+/* db (rows) = dy[:, r0:r0 + rows] summed over the n rows of dy (n, out), in row order; set,
+ * or added to when accumulate is set. */
+static void bias_grad(float *db, const float *dy, int n, int out, int r0, int rows, int accumulate)
+{
+	if (!accumulate)
+		memset(db, 0, (size_t)rows * sizeof(float));
+	for (int i = 0; i < n; i++) {
+		const float *restrict r = dy + (size_t)i * out + r0;
+		float *restrict s = db;
+
+		for (int k = 0; k < rows; k++)
+			s[k] += r[k];
+	}
+}
+
 static void cpu_linear_backward(void *ctx, float *dx, float *dw, float *db, const float *dy,
 				const float *x, const float *w, int n, int in, int out,
 				int accumulate)
@@ -141,15 +156,7 @@ static void cpu_linear_backward(void *ctx, float *dx, float *dw, float *db, cons
 			if (step < out)
 				c->progress(c->arg, dw + (size_t)o * in, (size_t)rows * in);
 		}
-		if (!accumulate)
-			memset(db, 0, (size_t)out * sizeof(float));
-		for (int i = 0; i < n; i++) {
-			const float *restrict r = dy + (size_t)i * out;
-			float *restrict s = db;
-
-			for (int k = 0; k < out; k++)
-				s[k] += r[k];
-		}
+		bias_grad(db, dy, n, out, 0, out, accumulate);
 	}
 	/* dx (n, in) = dy (n, out) @ w (out, in), in panels of dx's rows */
 	if (dx == NULL)
@@ -163,6 +170,20 @@ static void cpu_linear_backward(void *ctx, float *dx, float *dw, float *db, cons
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out, 1.0f,
 			    dy + (size_t)i * out, out, w, in, 0.0f, dx + (size_t)i * in, in);
 	}
+}
+
+/* dw's rows [r0, r1) are the product linear_backward's panels take for them (the same
+ * depth n, unblocked: the same sums per element). */
+static void cpu_linear_grad_rows(void *ctx, float *dw, float *db, const float *dy, const float *x,
+				 int n, int in, int out, int r0, int r1)
+{
+	if (r1 <= r0)
+		return;
+	if (dw != NULL)
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, in, n, 1.0f, dy + r0, out,
+			    x, in, 0.0f, dw, in);
+	if (db != NULL)
+		bias_grad(db, dy, n, out, r0, r1 - r0, 0);
 }
 
 /* torch.relu: NaN passes through (fmaxf would turn it into 0 and hide bad data). */
@@ -311,6 +332,7 @@ const struct backend_ops backend_cpu_ops = {
 	.add = cpu_add,
 	.linear_forward = cpu_linear_forward,
 	.linear_backward = cpu_linear_backward,
+	.linear_grad_rows = cpu_linear_grad_rows,
 	.relu_forward = cpu_relu_forward,
 	.relu_backward = cpu_relu_backward,
 	.mse = cpu_mse,

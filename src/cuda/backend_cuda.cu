@@ -138,22 +138,22 @@ __global__ void k_relu_bwd(float *dy, const float *y, size_t n)
 		dy[i] = y[i] <= 0.0f ? 0.0f : dy[i];
 }
 
-/* db[k] (+)= sum over rows of dy[:, k], parallel over rows as well as columns: a block
+/* db[k] (+)= sum over rows of dy[:, k] (k < cols; dy's rows ld apart), parallel over rows as well as columns: a block
  * per BG_COLS columns, whose BG_COLS x BG_LANES threads each sum every BG_LANES-th row of
  * one column (a warp reads BG_COLS neighbours of one row), then each column's BG_LANES
  * partial sums are added in a fixed tree order -- the same bits on every run. (One
  * thread per column, rows in order, gave a 4096-wide layer 16 blocks.) */
 #define BG_COLS 32
 #define BG_LANES 32
-__global__ void k_bias_grad(float *db, const float *dy, int n, int out, int accumulate)
+__global__ void k_bias_grad(float *db, const float *dy, int n, int cols, int ld, int accumulate)
 {
 	__shared__ float part[BG_LANES][BG_COLS + 1]; /* + 1: no bank conflicts */
 	int k = blockIdx.x * BG_COLS + threadIdx.x;
 	float s = 0.0f;
 
-	if (k < out)
+	if (k < cols)
 		for (int i = threadIdx.y; i < n; i += BG_LANES)
-			s += dy[(size_t)i * out + k];
+			s += dy[(size_t)i * ld + k];
 	part[threadIdx.y][threadIdx.x] = s;
 	__syncthreads();
 	for (int h = BG_LANES / 2; h > 0; h /= 2) {
@@ -161,7 +161,7 @@ __global__ void k_bias_grad(float *db, const float *dy, int n, int out, int accu
 			part[threadIdx.y][threadIdx.x] += part[threadIdx.y + h][threadIdx.x];
 		__syncthreads();
 	}
-	if (threadIdx.y == 0 && k < out)
+	if (threadIdx.y == 0 && k < cols)
 		db[k] = (accumulate ? db[k] : 0.0f) + part[0][threadIdx.x];
 }
 
@@ -557,13 +557,38 @@ extern "C" void cuda_linear_backward(void *ctx, float *dx, float *dw, float *db,
 		blas_note(c, cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy,
 					 out, accumulate ? &one : &zero, dw, in), "cublasSgemm(weight grad)");
 		k_bias_grad<<<(out + BG_COLS - 1) / BG_COLS, dim3(BG_COLS, BG_LANES), 0, c->stream>>>(
-			db, dy, n, out, accumulate);
+			db, dy, n, out, out, accumulate);
 		LAUNCH_CHECK(c, "k_bias_grad");
 	}
 	/* dx (n, in) row-major = (in, n) column-major = w^T (in, out) dy^T (out, n) */
 	if (dx != NULL)
 		blas_note(c, cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, in, dy,
 					 out, &zero, dx, in), "cublasSgemm(input grad)");
+}
+
+/* Rows [r0, r1) of dw and db: dw's rows are columns r0..r1 of the column-major (in, out)
+ * product, x^T (in, n) dy[:, r0:r1] (n, rows), dy read from column r0 with its own
+ * leading dimension; db's columns of dy summed as k_bias_grad sums every column. cuBLAS
+ * may pick another kernel for the narrower product, so a panel is not promised the
+ * whole product's bits on a GPU. */
+extern "C" void cuda_linear_grad_rows(void *ctx, float *dw, float *db, const float *dy,
+				      const float *x, int n, int in, int out, int r0, int r1)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+	const float one = 1.0f, zero = 0.0f;
+	const int rows = r1 - r0;
+
+	if (rows <= 0)
+		return;
+	use(c);
+	if (dw != NULL)
+		blas_note(c, cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, rows, n, &one, x, in,
+					 dy + r0, out, &zero, dw, in), "cublasSgemm(weight grad rows)");
+	if (db != NULL) {
+		k_bias_grad<<<(rows + BG_COLS - 1) / BG_COLS, dim3(BG_COLS, BG_LANES), 0, c->stream>>>(
+			db, dy + r0, n, rows, out, 0);
+		LAUNCH_CHECK(c, "k_bias_grad");
+	}
 }
 
 extern "C" void cuda_relu_forward(void *ctx, float *y, size_t n)

@@ -37,6 +37,8 @@ void cuda_linear_forward(void *ctx, float *y, const float *x, const float *w, co
 			 int n, int in, int out, int relu);
 void cuda_linear_backward(void *ctx, float *dx, float *dw, float *db, const float *dy,
 			  const float *x, const float *w, int n, int in, int out, int accumulate);
+void cuda_linear_grad_rows(void *ctx, float *dw, float *db, const float *dy, const float *x,
+			   int n, int in, int out, int r0, int r1);
 void cuda_relu_forward(void *ctx, float *y, size_t n);
 void cuda_relu_backward(void *ctx, float *dy, const float *y, size_t n);
 void cuda_mse(void *ctx, float *dy, float *loss, const float *y, const float *t, int n, int width,

@@ -30,6 +30,7 @@ static const struct backend_ops backend_cuda_ops = {
 	.add = cuda_add,
 	.linear_forward = cuda_linear_forward,
 	.linear_backward = cuda_linear_backward,
+	.linear_grad_rows = cuda_linear_grad_rows,
 	.relu_forward = cuda_relu_forward,
 	.relu_backward = cuda_relu_backward,
 	.mse = cuda_mse,

@@ -95,6 +95,10 @@ struct comm {
 	/* the gradients' wire type for COMM_WIRE collectives: set by the caller before
 	 * comm_open, read by the communicator's init */
 	enum comm_wire wire;
+	/* floats outside the gradients that collectives may have in flight at once (ZeRO's
+	 * all-gathers of the parameters; 0: none beyond the gradients' size): set by the
+	 * caller before comm_open; the MPI communicator stages that much for device memory */
+	size_t outside;
 	/* why the all-reduce chosen by default could not be had and what stands in (the same
 	 * on every rank), or "" */
 	char notice[640];

@@ -15,8 +15,9 @@
  * memory: Open MPI 4's coll/cuda component stages those, but not the
  * non-blocking ones (libnbc would read device memory from the host). A buffer
  * outside the gradients (the parameters an all-gather completes) is staged
- * through a second pinned buffer of the same size, taken in the order the
- * collectives start and given back at wait_all.
+ * through a second pinned buffer of the same size, or of struct comm.outside
+ * when larger (ZeRO-2's gradient memory can be smaller than the parameters),
+ * taken in the order the collectives start and given back at wait_all.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,7 +43,8 @@ struct comm_mpi {
 	/* staged since the last wait: where each result goes back when its collective (by
 	 * its order since that wait) completes */
 	struct { float *dev, *host; size_t n; int coll; } staged[COMM_MAX_INFLIGHT];
-	float *other;        /* device memory: (nfloats) pinned, for buffers outside base */
+	float *other;        /* device memory: (nother) pinned, for buffers outside base */
+	size_t nother;       /* the gradients' size, or struct comm.outside if larger */
 	size_t other_used;   /* floats of it taken since the last wait_all */
 	int nstaged, ncoll, nback; /* staged entries; collectives started; entries copied back */
 	struct allreduce alg;     /* host memory: the one chosen; device memory: MPI's own */
@@ -90,10 +92,10 @@ static enum status mpi_target(struct comm_mpi *c, float *buf, size_t n, size_t f
 	if (buf >= c->base && buf + n <= c->base + c->nfloats) {
 		*target = c->stage + (buf - c->base);
 	} else { /* elsewhere (a float32 all-gather of the parameters) */
-		if (c->other == NULL && (c->other = c->be->ops->host_alloc(c->be->ctx, c->nfloats)) == NULL)
+		if (c->other == NULL && (c->other = c->be->ops->host_alloc(c->be->ctx, c->nother)) == NULL)
 			return diag_set(d, ST_RUNTIME, "comm: out of pinned host memory for %zu floats",
-					c->nfloats);
-		if (n > c->nfloats - c->other_used)
+					c->nother);
+		if (n > c->nother - c->other_used)
 			return diag_set(d, ST_RUNTIME,
 					"internal: collectives outside the gradients beyond their size in flight");
 		*target = c->other + c->other_used;
@@ -305,6 +307,7 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, f
 	m->be = be;
 	m->base = base;
 	m->nfloats = nfloats;
+	m->nother = c->outside > nfloats ? c->outside : nfloats;
 	m->wire = c->wire;
 	m->path = be->ops->host_memory ? PATH_HOST : comm_mpi_cuda_aware() ? PATH_DEVICE : PATH_STAGED;
 	if (m->path != PATH_HOST) {

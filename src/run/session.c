@@ -115,6 +115,8 @@ static enum status build_model(struct session *s)
 	}
 	st = session_agree(s, st);
 	s->c.wire = o->grad_compress; /* read by the communicator's init */
+	/* ZeRO's all-gathers complete every trainable parameter, all in flight at once */
+	s->c.outside = o->zero > 0 ? s->m.nparams : 0;
 	if (st == ST_OK)
 		st = session_agree(s, comm_open(&s->c, s->pl.comm, &s->w, &s->be, &s->pl.module, s->m.gmem,
 						s->m.gfloats, preflight_later_bytes(o, &s->pl),

@@ -279,6 +279,117 @@ void model_forward(struct model *m, int n)
 	}
 }
 
+/* Layer l's panels for cap: weight rows a part, parts holding weight rows, and floats of
+ * the bias riding with the last of them. */
+static void panel_shape(const struct model *m, int l, size_t cap, size_t *rows, size_t *nw,
+			size_t *head)
+{
+	const size_t in = (size_t)m->widths[l], out = (size_t)m->widths[l + 1];
+	size_t last;
+
+	*rows = cap / in > 0 ? cap / in : 1;
+	*nw = (out + *rows - 1) / *rows;
+	last = (out - (*nw - 1) * *rows) * in;
+	*head = last < cap ? (cap - last < out ? cap - last : out) : 0;
+}
+
+int model_panel_count(const struct model *m, int l, size_t cap)
+{
+	const size_t out = (size_t)m->widths[l + 1];
+	size_t rows, nw, head;
+
+	panel_shape(m, l, cap, &rows, &nw, &head);
+	return (int)(nw + (out - head + cap - 1) / cap);
+}
+
+void model_panel_range(const struct model *m, int l, size_t cap, int j, size_t *a, size_t *b)
+{
+	const size_t in = (size_t)m->widths[l], out = (size_t)m->widths[l + 1], wf = in * out;
+	size_t rows, nw, head;
+
+	panel_shape(m, l, cap, &rows, &nw, &head);
+	if ((size_t)j < nw) {
+		*a = (size_t)j * rows * in;
+		*b = (size_t)j + 1 == nw ? wf + head : *a + rows * in;
+		return;
+	}
+	*a = wf + head + ((size_t)j - nw) * cap;
+	*b = *a + cap < wf + out ? *a + cap : wf + out;
+}
+
+int model_plan_parts(const struct model *m, size_t cap, size_t first_cap, int first, int room,
+		     struct bucket *b)
+{
+	int nb = 0;
+	size_t size = 0, limit = first_cap;
+	int hi = m->nlayers - 1;
+
+/* Part nb, kept when it is one of those asked for. */
+#define PART(...)                                                    \
+	do {                                                         \
+		if (nb >= first && nb - first < room)                \
+			b[nb - first] = (struct bucket){__VA_ARGS__}; \
+		nb++;                                                \
+	} while (0)
+	for (int l = m->nlayers - 1; l >= 0; l--) {
+		size_t lf = layer_floats(m, l);
+
+		if (m->frozen[l]) {
+			hi = l - 1;
+			continue;
+		}
+		if (lf > cap) {
+			int np = model_panel_count(m, l, cap);
+
+			if (size > 0) /* the layers after it: a bucket of their own */
+				PART(.lo = l + 1, .hi = hi, .off = m->w_off[l + 1], .len = size);
+			for (int j = 0; j < np; j++) {
+				size_t a, e;
+
+				model_panel_range(m, l, cap, j, &a, &e);
+				PART(.lo = l, .hi = l, .off = m->w_off[l] + a, .len = e - a, .panel = 1);
+			}
+			hi = l - 1;
+			size = 0;
+			limit = cap;
+			continue;
+		}
+		size += lf;
+		if (size >= limit || l == 0 || m->frozen[l - 1]) {
+			PART(.lo = l, .hi = hi, .off = m->w_off[l], .len = size);
+			hi = l - 1;
+			size = 0;
+			limit = cap;
+		}
+	}
+#undef PART
+	return nb;
+}
+
+/* ZeRO-2: layer l's weight and bias gradients from dy, part by part (model_panel_range),
+ * each into the place panel_dst gives and handed over by panel_done. */
+static void backward_panels(struct model *m, int l, int n, const float *dy)
+{
+	const struct backend_ops *ops = m->be->ops;
+	const int in = m->widths[l], out = m->widths[l + 1];
+	const size_t wf = (size_t)in * (size_t)out;
+	const int np = model_panel_count(m, l, m->panel_cap);
+
+	for (int j = 0; j < np; j++) {
+		float *dst = m->panel_dst(m->panel_arg, l, j);
+		size_t a, b;
+
+		model_panel_range(m, l, m->panel_cap, j, &a, &b);
+		if (a < wf) /* weight rows [a / in, b / in) */
+			ops->linear_grad_rows(m->be->ctx, dst, NULL, dy, m->act[l], n, in, out,
+					      (int)(a / (size_t)in), (int)((b < wf ? b : wf) / (size_t)in));
+		if (b > wf) /* bias rows: what is left of the part */
+			ops->linear_grad_rows(m->be->ctx, NULL, dst + (a < wf ? wf - a : 0), dy, m->act[l],
+					      n, in, out, (int)((a > wf ? a : wf) - wf), (int)(b - wf));
+		m->panel_done(m->panel_arg, l, j);
+	}
+}
+
 void model_backward(struct model *m, int n, int accumulate, void (*hook)(void *arg, int layer),
 		    void *arg)
 {
@@ -292,12 +403,16 @@ void model_backward(struct model *m, int n, int accumulate, void (*hook)(void *a
 		int in = m->widths[l], out = m->widths[l + 1];
 		float *dx = l > lowest ? m->dbuf[1 - cur] : NULL;
 		long span = trace_begin(m->trace, TR_BACKWARD, l);
+		int panels = !m->frozen[l] && m->panel_dst != NULL && layer_floats(m, l) > m->panel_cap;
+		float *dw = m->frozen[l] || panels ? NULL : m->gw[l];
 
-		float *dw = m->frozen[l] ? NULL : m->gw[l];
-
-		ops->linear_backward(c, dx, dw, dw != NULL ? dw + (m->b_off[l] - m->w_off[l]) : NULL,
-				     m->dbuf[cur], m->act[l],
-				     m->params + m->w_off[l], n, in, out, accumulate);
+		/* panels first: their reduce-scatters move while dx is computed */
+		if (panels)
+			backward_panels(m, l, n, m->dbuf[cur]);
+		if (dx != NULL || dw != NULL)
+			ops->linear_backward(c, dx, dw, dw != NULL ? dw + (m->b_off[l] - m->w_off[l]) : NULL,
+					     m->dbuf[cur], m->act[l], m->params + m->w_off[l], n, in, out,
+					     accumulate);
 		/* the activation before this layer is part of its backward span */
 		if (dx != NULL && m->act_fn[l - 1] == ACT_RELU)
 			ops->relu_backward(c, dx, m->act[l], (size_t)n * (size_t)in);

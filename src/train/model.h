@@ -84,6 +84,14 @@ struct model {
 	 * all-gather of the layer's parameters. */
 	void (*pre_layer)(void *arg, int layer);
 	void *pre_arg;
+	/* ZeRO-2's row panels (panel_dst NULL: none): backward computes a trainable layer of
+	 * more than panel_cap floats in the parts model_panel_range gives, not into gw[l]:
+	 * part j is written (set, never added) where panel_dst(panel_arg, l, j) says, then
+	 * handed over with panel_done(panel_arg, l, j), all before dx and the layer's hook. */
+	size_t panel_cap;
+	float *(*panel_dst)(void *arg, int layer, int j);
+	void (*panel_done)(void *arg, int layer, int j);
+	void *panel_arg;
 	struct model_arena arena[MODEL_MAX_ARENAS];
 	int narenas;                  /* 1 + optimizer state arenas */
 	float *norm;                  /* (1) scratch: the squared gradient norm for clipping, in gmem
@@ -172,9 +180,27 @@ struct bucket {
 	int lo, hi;   /* layers lo..hi; backward completes it at layer lo */
 	size_t off;   /* first float in grads */
 	size_t len;   /* floats, including the slots for the bucket holding the last layer */
+	int panel;    /* 1: a row panel of layer lo (= hi) alone (model_plan_parts) */
 };
 /* Fill b (room for nlayers + 1 entries); returns the bucket count. */
 int model_plan_buckets(const struct model *m, size_t cap, size_t first_cap, struct bucket *b);
+
+/* ZeRO-2's row panels of layer l for parts of at most cap floats (cap >= 1): as many of
+ * the weight's rows as fit in a part (at least one: a row longer than cap is a part of
+ * its own), the bias after the last rows as far as that part has room, the rest of the
+ * bias in parts of cap. Each part is a contiguous range of the layer's floats (weight
+ * then bias), so of the trainable index space. model_panel_count: how many;
+ * model_panel_range: part j is floats [*a, *b) of the layer, from w_off[l]. */
+int model_panel_count(const struct model *m, int l, size_t cap);
+void model_panel_range(const struct model *m, int l, size_t cap, int j, size_t *a, size_t *b);
+/* ZeRO-2's plan of the reduce-scatters in backward's order: the buckets of
+ * model_plan_buckets, except that a trainable layer of more than cap floats is never in
+ * one but comes as its row panels (model_panel_range for cap, panel = 1; a bucket
+ * gathering the layers after it closes before it), and the slots are in no part (they
+ * travel in an all-reduce of their own). Fills b with parts first .. first + room - 1
+ * (those that exist; b may be NULL when room is 0) and returns the count of all. */
+int model_plan_parts(const struct model *m, size_t cap, size_t first_cap, int first, int room,
+		     struct bucket *b);
 
 /* Move the gradients' memory (gmem: gfloats floats, with their contents: the gradients,
  * the slots and the norm) to host memory

@@ -14,11 +14,15 @@
  * --grad-compress the slots travel in an all-reduce of their own (float32),
  * started when backward starts, so every bucket is pure gradient.
  *
- * ZeRO-2 (zero2): backward writes each bucket's gradient into one of two pool
- * buffers (the model's gw views point there), the bucket is reduce-scattered as
- * soon as backward has finished it, and this rank's part of the result is
- * copied (later micro-batches of a --grad-accum step: added) into the model's
- * gradient shard before backward reuses the buffer for the bucket after next.
+ * ZeRO-2 (zero2): backward writes each part's gradient into one of two pool
+ * buffers, the part is reduce-scattered as soon as backward has finished it, and
+ * this rank's share of the result is copied (later micro-batches of a --grad-accum
+ * step: added) into the model's gradient shard before backward reuses the buffer
+ * for the part after next. The parts (model_plan_parts) are the buckets, except
+ * that a layer larger than the bucket cap comes in row panels of at most the cap
+ * (the model's panel hooks ask where each goes and hand it over), so that a buffer
+ * is about the cap, not the largest layer. The gradients of the other layers go
+ * where the model's gw views point, into their part's buffer.
  * Every micro-batch is reduce-scattered (as DeepSpeed's ZeRO-2), so with
  * --grad-accum the micro-batches' sums are added after the reduction rather
  * than before: equal to DDP's within float rounding, not bit for bit. The
@@ -56,13 +60,19 @@ struct ddp {
 	unsigned wire;              /* COMM_WIRE for the buckets with --grad-compress, else 0 */
 	size_t *cuts;               /* ZeRO: bucket k's cuts at cuts[k (size + 1)], else NULL */
 	/* ZeRO-2 */
-	int zero2;                  /* gradients sharded: buckets in a pool of two buffers */
+	int zero2;                  /* gradients sharded: parts in a pool of two buffers */
 	int ngrad;                  /* gradient buckets: 0 .. ngrad - 1 (the slots' is after) */
-	size_t poolb[2];            /* floats of pool buffer 0 (even buckets) and 1 (odd ones) */
+	struct bucket *part;        /* (nparts) the reduce-scatters, in backward's order */
+	int nparts;
+	int npaneled;               /* layers in row panels */
+	size_t *pcuts;              /* (nparts, size + 1) part k's cuts */
+	size_t *pt0;                /* (nparts) part k's first trainable index */
+	int *rs_idx;                /* (nparts) part k's reduce-scatter's number (ncoll), 0: folded */
+	int pfirst[MODEL_MAX_LAYERS]; /* layer l's first part */
+	int pcloses[MODEL_MAX_LAYERS]; /* the part of whole layers layer l's backward completes, or -1 */
+	size_t poolb[2];            /* floats of pool buffer 0 (even parts) and 1 (odd ones) */
 	size_t tlo;                 /* this rank's first trainable float */
-	size_t t0[MODEL_MAX_LAYERS + 1]; /* bucket k's first trainable index */
 	int ncoll;                  /* collectives started since wait_all last returned */
-	int rs_idx[MODEL_MAX_LAYERS + 1]; /* bucket k's reduce-scatter's number (ncoll), 0: folded */
 	int fold_add;               /* this micro-batch's parts are added to the shard (not copied) */
 	int ag_idx[MODEL_MAX_LAYERS]; /* the number of layer l's parameters' all-gather; 0: none */
 	int ag_waited;              /* all-gathers waited for, up to this number */
@@ -107,7 +117,7 @@ static void start_region(struct ddp *t, size_t off, size_t len, int last)
 	t->nstarted++;
 }
 
-/* ZeRO-2: the pool buffer bucket k's gradient is written to: buffer k % 2. */
+/* ZeRO-2: the pool buffer part k's gradient is written to: buffer k % 2. */
 static float *pool_buf(const struct ddp *t, int k)
 {
 	return t->m->gpool + (k % 2 ? t->poolb[0] : 0);
@@ -119,12 +129,19 @@ static const size_t *bucket_cuts(const struct ddp *t, int k)
 	return t->cuts + (size_t)k * (size_t)(t->w->size + 1);
 }
 
+/* ZeRO-2: part k's cuts (size + 1 entries). */
+static const size_t *part_cuts(const struct ddp *t, int k)
+{
+	return t->pcuts + (size_t)k * (size_t)(t->w->size + 1);
+}
+
 /* Start bucket k's collective: the slots' all-reduce (always float32), or the gradient
- * bucket's all-reduce -- with ZeRO its reduce-scatter -- in the wire type when compressed. */
+ * bucket's all-reduce -- with ZeRO-1 its reduce-scatter -- in the wire type when
+ * compressed. (ZeRO-2's gradients go part by part: start_part.) */
 static enum status start_bucket(struct ddp *t, int k, unsigned flags)
 {
 	const struct bucket *b = &t->buckets[k];
-	float *buf = t->zero2 ? pool_buf(t, k) : t->m->grads + b->off;
+	float *buf = t->m->grads + b->off;
 	enum status st;
 
 	if (k == t->slot_bucket)
@@ -136,8 +153,18 @@ static enum status start_bucket(struct ddp *t, int k, unsigned flags)
 		st = t->c->ops->allreduce_start(t->c->ctx, buf, b->len, flags | t->wire, t->d);
 	if (st == ST_OK)
 		t->ncoll++;
-	if (st == ST_OK && t->zero2 && k != t->slot_bucket)
-		t->rs_idx[k] = t->ncoll;
+	return st;
+}
+
+/* ZeRO-2: start part k's reduce-scatter from its pool buffer, in the wire type when
+ * compressed. */
+static enum status start_part(struct ddp *t, int k, unsigned flags)
+{
+	enum status st = t->c->ops->reduce_scatter_start(t->c->ctx, pool_buf(t, k), t->part[k].len,
+							 part_cuts(t, k), flags | t->wire, t->d);
+
+	if (st == ST_OK)
+		t->rs_idx[k] = ++t->ncoll;
 	return st;
 }
 
@@ -173,15 +200,15 @@ static enum status ddp_wait_first(struct ddp *t, int k, const char *what)
 	return st;
 }
 
-/* ZeRO-2: bucket k's reduce-scatter complete, this rank's part of it into the gradient
+/* ZeRO-2: part k's reduce-scatter complete, this rank's share of it into the gradient
  * shard (copied on a step's first micro-batch, added on the others); its buffer is free. */
-static enum status fold_bucket(struct ddp *t, int k)
+static enum status fold_part(struct ddp *t, int k)
 {
 	const struct backend_ops *ops = t->m->be->ops;
-	const size_t *cu = bucket_cuts(t, k);
+	const size_t *cu = part_cuts(t, k);
 	const size_t a = cu[t->w->rank], n = cu[t->w->rank + 1] - a;
 	float *src = pool_buf(t, k) + a;
-	float *dst = t->m->gshard + (t->t0[k] + a - t->tlo);
+	float *dst = t->m->gshard + (t->pt0[k] + a - t->tlo);
 	enum status st;
 
 	if (t->rs_idx[k] == 0)
@@ -195,6 +222,56 @@ static enum status fold_bucket(struct ddp *t, int k)
 			ops->copy(t->m->be->ctx, dst, src, n);
 	}
 	return st;
+}
+
+/* ZeRO-2: part k is in its buffer. Its reduce-scatter starts (the last one watched and
+ * timed: the step waits for it), and the part before it is folded, so that its buffer can
+ * take part k + 1. A large layer has many panels: when the collectives started since the
+ * last wait_all near COMM_MAX_INFLIGHT, the part before is folded first and every
+ * collective in flight completed (nothing but the slots' all-reduce is), which starts the
+ * count again. */
+static void part_done(struct ddp *t, int k)
+{
+	if (t->hook_st != ST_OK)
+		return;
+	if (t->ncoll + 1 >= COMM_MAX_INFLIGHT) {
+		if (k >= 1)
+			t->hook_st = fold_part(t, k - 1);
+		if (t->hook_st == ST_OK)
+			t->hook_st = ddp_wait_all(t, "the gradient reduce-scatter");
+		if (t->hook_st != ST_OK)
+			return;
+	}
+	if (k == t->nparts - 1) {
+		double tw = clock_now();
+		long span = trace_begin(t->tb, TR_WAIT, -1);
+
+		world_watch_begin(t->w, "the gradient reduce-scatter");
+		t->hook_st = start_part(t, k, COMM_LAST);
+		world_watch_end(t->w);
+		trace_end(t->tb, span);
+		t->wait += clock_now() - tw;
+	} else {
+		t->hook_st = start_part(t, k, 0);
+	}
+	if (t->hook_st == ST_OK && k >= 1)
+		t->hook_st = fold_part(t, k - 1);
+}
+
+/* The model's panel_dst (ZeRO-2): where panel j of layer l goes, its part's buffer. */
+static float *ddp_panel_dst(void *arg, int l, int j)
+{
+	const struct ddp *t = arg;
+
+	return pool_buf(t, t->pfirst[l] + j);
+}
+
+/* The model's panel_done (ZeRO-2): panel j of layer l is written. */
+static void ddp_panel_done(void *arg, int l, int j)
+{
+	struct ddp *t = arg;
+
+	part_done(t, t->pfirst[l] + j);
 }
 
 /* model_forward's pre_layer (ZeRO-2): layer l waits for the all-gather holding it. */
@@ -267,7 +344,7 @@ static void ddp_allreduce_done(void *arg, int index, size_t n, double t0, double
 	struct bucket_stats *b;
 
 	trace_record(t->tb, TR_ALLREDUCE, index, TRACE_ASYNC, t0, t1, (double)n * sizeof(float));
-	if (t->stream || index < 0 || index >= t->nbuckets)
+	if (t->stream || t->npaneled > 0 || index < 0 || index >= t->nbuckets)
 		return;
 	b = &t->res->buckets[index];
 	b->count++;
@@ -286,7 +363,12 @@ static void ddp_layer_done(void *arg, int layer)
 
 	if (t->hook_st != ST_OK)
 		return;
-	if (t->stream) {
+	if (t->zero2) { /* a part of whole layers ends here, or panels went already */
+		if (t->pcloses[layer] >= 0)
+			part_done(t, t->pcloses[layer]);
+		else
+			t->c->ops->progress(t->c->ctx);
+	} else if (t->stream) {
 		size_t end = m->b_off[layer] + (size_t)m->widths[layer + 1] +
 			     (layer == m->nlayers - 1 ? MODEL_SLOTS : 0);
 
@@ -307,9 +389,6 @@ static void ddp_layer_done(void *arg, int layer)
 		t->wait += clock_now() - tw;
 	} else if (b >= 0) {
 		t->hook_st = start_bucket(t, b, 0);
-		/* ZeRO-2: the next bucket's backward writes the buffer bucket b - 1 was in */
-		if (t->hook_st == ST_OK && t->zero2 && b >= 1)
-			t->hook_st = fold_bucket(t, b - 1);
 	} else {
 		t->c->ops->progress(t->c->ctx);
 	}
@@ -394,8 +473,8 @@ static enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulat
 	model_backward(m, b->n, accumulate && !t->zero2, t->syncing ? ddp_layer_done : NULL, t);
 	t->syncing = 0;
 	st = t->hook_st;
-	for (int k = 0; k < t->ngrad && st == ST_OK && t->zero2; k++)
-		st = fold_bucket(t, k);
+	for (int k = 0; k < t->nparts && st == ST_OK && t->zero2; k++)
+		st = fold_part(t, k);
 	/* nothing is left in flight (forward waited for the all-gathers): counts start again */
 	if (st == ST_OK && t->zero2 && !sync)
 		st = ddp_wait_all(t, "the gradient reduce-scatter");
@@ -520,6 +599,24 @@ static enum status ddp_after_step(struct ddp *t, const struct train_ctl *ctl,
 	return st;
 }
 
+/* Free what trainer_ddp set up besides the loader (each part may be NULL); safe twice. */
+static void ddp_free(struct ddp *t)
+{
+	const struct backend_ops *ops = t->m->be->ops;
+
+	ops->host_free(t->m->be->ctx, t->stop_host);
+	ops->host_free(t->m->be->ctx, t->slots);
+	free(t->cuts);
+	free(t->part);
+	free(t->pcuts);
+	free(t->pt0);
+	free(t->rs_idx);
+	t->stop_host = t->slots = NULL;
+	t->cuts = t->pcuts = t->pt0 = NULL;
+	t->part = NULL;
+	t->rs_idx = NULL;
+}
+
 enum status trainer_ddp(const struct train_config *tc, struct world *w, struct model *m,
 			struct optimizer *opt, struct comm *c, const struct dataset *ds,
 			const struct train_ctl *ctl, struct report *r, struct train_result *res,
@@ -554,10 +651,19 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		t.slots = ops->host_alloc(bctx, MODEL_SLOTS);
 		if (tc->zero) /* room for every bucket's cuts, the slots' own included */
 			t.cuts = malloc((size_t)(m->nlayers + 2) * (size_t)(w->size + 1) * sizeof *t.cuts);
-		if (t.stop_host == NULL || t.slots == NULL || (tc->zero && t.cuts == NULL)) {
-			ops->host_free(bctx, t.stop_host);
-			ops->host_free(bctx, t.slots);
-			free(t.cuts);
+		if (tc->zero == 2) { /* the parts: the same plan as the session's pool (zero_pool_floats) */
+			size_t np;
+
+			t.nparts = model_plan_parts(m, cap, first_cap, 0, 0, NULL);
+			np = t.nparts > 0 ? (size_t)t.nparts : 1;
+			t.part = malloc(np * sizeof *t.part);
+			t.pcuts = malloc(np * (size_t)(w->size + 1) * sizeof *t.pcuts);
+			t.pt0 = malloc(np * sizeof *t.pt0);
+			t.rs_idx = calloc(np, sizeof *t.rs_idx);
+		}
+		if (t.stop_host == NULL || t.slots == NULL || (tc->zero && t.cuts == NULL) ||
+		    (tc->zero == 2 && (!t.part || !t.pcuts || !t.pt0 || !t.rs_idx))) {
+			ddp_free(&t);
 			loader_free(&L);
 			st = diag_set(d, ST_RUNTIME, "trainer: out of host memory");
 		}
@@ -566,9 +672,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	if (st == ST_OK && tc->zero &&
 	    (c->ops->reduce_scatter_start == NULL || c->ops->all_gather_start == NULL ||
 	     c->ops->wait_first == NULL)) {
-		ops->host_free(bctx, t.stop_host);
-		ops->host_free(bctx, t.slots);
-		free(t.cuts);
+		ddp_free(&t);
 		loader_free(&L);
 		st = diag_set(d, ST_USAGE, "--zero=%d: the %s communicator has no reduce-scatter and all-gather",
 			      tc->zero, c->ops->name);
@@ -577,9 +681,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	 * others waiting in step 1's all-reduce until --timeout. */
 	if (!world_all(w, st == ST_OK)) {
 		if (st == ST_OK) {
-			ops->host_free(bctx, t.stop_host);
-			ops->host_free(bctx, t.slots);
-			free(t.cuts);
+			ddp_free(&t);
 			loader_free(&L);
 		}
 		return st != ST_OK ? st : diag_set(d, ST_PEER, "another rank could not start training");
@@ -621,33 +723,50 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		struct zero_plan z;
 
 		zero_plan_init(&z, m, w->rank, w->size);
-		for (int k = 0; k < t.ngrad; k++) {
+		for (int k = 0; k < t.ngrad; k++) /* the all-gathers' (and ZeRO-1's reduce-scatters') */
 			zero_bucket_cuts(&z, m, &t.buckets[k], t.buckets[k].len,
 					 t.cuts + (size_t)k * (size_t)(w->size + 1));
-			t.t0[k] = zero_bucket_start(m, &t.buckets[k]);
-			if (t.buckets[k].len > t.poolb[k % 2])
-				t.poolb[k % 2] = t.buckets[k].len;
-		}
 		t.tlo = z.lo;
-		/* ZeRO-2: the session made the model's gradient block (model_shard_grads) for the
-		 * same bucket plan */
 		t.zero2 = tc->zero == 2;
+		if (t.zero2) {
+			model_plan_parts(m, cap, first_cap, 0, t.nparts, t.part);
+			for (int l = 0; l < m->nlayers; l++)
+				t.pfirst[l] = t.pcloses[l] = -1;
+			for (int k = 0; k < t.nparts; k++) {
+				const struct bucket *p = &t.part[k];
+
+				zero_bucket_cuts(&z, m, p, p->len, t.pcuts + (size_t)k * (size_t)(w->size + 1));
+				t.pt0[k] = zero_bucket_start(m, p);
+				t.poolb[k % 2] = p->len > t.poolb[k % 2] ? p->len : t.poolb[k % 2];
+				if (!p->panel) {
+					t.pcloses[p->lo] = k;
+				} else if (t.pfirst[p->lo] < 0) {
+					t.pfirst[p->lo] = k;
+					t.npaneled++;
+				}
+			}
+		}
+		/* ZeRO-2: the session made the model's gradient block (model_shard_grads) for the
+		 * same parts */
 		if (t.zero2 && (m->gshard == NULL || m->gshard_len < z.hi - z.lo ||
 				m->gfloats != MODEL_SLOTS + 1 + m->gshard_len + t.poolb[0] + t.poolb[1])) {
-			ops->host_free(bctx, t.stop_host);
-			ops->host_free(bctx, t.slots);
-			free(t.cuts);
+			ddp_free(&t);
 			loader_free(&L);
 			return diag_set(d, ST_RUNTIME, "internal: --zero=2 without the model's gradient block for its buckets");
 		}
-		/* backward writes bucket k's layers into pool buffer k % 2 */
-		for (int k = 0; k < t.ngrad && t.zero2; k++)
-			for (int l = t.buckets[k].lo; l <= t.buckets[k].hi; l++)
+		/* backward writes the layers of part k into pool buffer k % 2; the panels go where
+		 * ddp_panel_dst says */
+		for (int k = 0; k < t.nparts && t.zero2; k++)
+			for (int l = t.part[k].lo; l <= t.part[k].hi && !t.part[k].panel; l++)
 				if (!m->frozen[l])
-					m->gw[l] = pool_buf(&t, k) + (m->w_off[l] - t.buckets[k].off);
+					m->gw[l] = pool_buf(&t, k) + (m->w_off[l] - t.part[k].off);
 		if (t.zero2) {
 			m->pre_layer = ddp_before_layer;
 			m->pre_arg = &t;
+			m->panel_cap = cap;
+			m->panel_dst = ddp_panel_dst;
+			m->panel_done = ddp_panel_done;
+			m->panel_arg = &t;
 		}
 	}
 	for (int k = 0; k < t.nbuckets; k++) {
@@ -678,6 +797,10 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 			    tc->zero, t.zero2 ? " and the reduced gradient" : "",
 			    zero_cut(m->ntrainable, 1, w->size), m->ntrainable,
 			    t.zero2 ? "during the next forward" : "after the step");
+	if (t.npaneled > 0)
+		report_note(r, "zero: %d layer%s larger than the bucket cap computed and reduce-scattered in row panels of at most the cap: %d reduce-scatters per micro-batch, two buffers of %.3g MiB",
+			    t.npaneled, t.npaneled > 1 ? "s" : "", t.nparts,
+			    (double)(t.poolb[0] + t.poolb[1]) * sizeof(float) / 1048576.0);
 	if (tc->compress)
 		report_note(r, "gradients all-reduced in %s (--grad-compress); loss, stop flag, clipping norm, validation and parameters in fp32",
 			    comm_wire_names[c->wire]);
@@ -740,6 +863,9 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 		st = ddp_settle(&t);
 	m->pre_layer = NULL;
 	m->pre_arg = NULL;
+	m->panel_dst = NULL;
+	m->panel_done = NULL;
+	m->panel_arg = NULL;
 	if (c->ops->observe != NULL)
 		c->ops->observe(c->ctx, NULL);
 	if (ctl->trace != NULL && ctl->trace->path != NULL)
@@ -767,9 +893,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 	res->rep[0].grad_bytes = t.grad_floats * sizeof(float);
 	for (int k = 1; k < m->narenas; k++)
 		res->rep[0].optim_bytes += m->arena[k].len * sizeof(float);
-	ops->host_free(bctx, t.stop_host);
-	ops->host_free(bctx, t.slots);
-	free(t.cuts);
+	ddp_free(&t);
 	loader_free(&L);
 	return st;
 }

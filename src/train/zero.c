@@ -56,32 +56,38 @@ size_t zero_shard_room(const struct model *m, int size)
 
 size_t zero_bucket_start(const struct model *m, const struct bucket *b)
 {
-	return trainable_index(m, b->lo);
+	/* a panel starts inside its layer */
+	return trainable_index(m, b->lo) + (b->off - m->w_off[b->lo]);
 }
 
 size_t zero_pool_floats(const struct model *m, size_t cap, size_t first_cap)
 {
 	struct bucket b[MODEL_MAX_LAYERS + 1];
-	int nb = model_plan_buckets(m, cap, first_cap, b);
+	const int room = MODEL_MAX_LAYERS + 1;
 	size_t most[2] = {0, 0};
+	int np = model_plan_parts(m, cap, first_cap, 0, 0, NULL);
 
-	for (int k = 0; k < nb; k++) {
-		size_t len = b[k].lo < 0 ? 0 : b[k].len - (b[k].hi == m->nlayers - 1 ? MODEL_SLOTS : 0);
-
-		most[k % 2] = len > most[k % 2] ? len : most[k % 2];
+	/* the parts a window at a time: a large layer can have many */
+	for (int k0 = 0; k0 < np; k0 += room) {
+		model_plan_parts(m, cap, first_cap, k0, room, b);
+		for (int k = k0; k < np && k < k0 + room; k++)
+			most[k % 2] = b[k - k0].len > most[k % 2] ? b[k - k0].len : most[k % 2];
 	}
 	return most[0] + most[1];
 }
 
-void zero_bucket_cuts(const struct zero_plan *z, const struct model *m, const struct bucket *b,
-		      size_t len, size_t *cuts)
+void zero_range_cuts(const struct zero_plan *z, size_t t0, size_t len, size_t *cuts)
 {
-	/* A bucket is consecutive trainable layers, so its index space is contiguous too. */
-	size_t t0 = trainable_index(m, b->lo);
-
 	for (int q = 0; q <= z->size; q++) {
 		size_t c = zero_cut(z->total, q, z->size);
 
 		cuts[q] = c <= t0 ? 0 : c - t0 >= len ? len : c - t0;
 	}
+}
+
+void zero_bucket_cuts(const struct zero_plan *z, const struct model *m, const struct bucket *b,
+		      size_t len, size_t *cuts)
+{
+	/* whole consecutive trainable layers, or a range of one: contiguous in the index space */
+	zero_range_cuts(z, zero_bucket_start(m, b), len, cuts);
 }

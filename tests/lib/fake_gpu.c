@@ -95,7 +95,7 @@
 
 enum fk_kind {
 	K_TO_DEVICE, K_COPY, K_MEMSET,
-	K_ADD, K_LIN_FWD, K_LIN_BWD, K_RELU_FWD, K_RELU_BWD, K_MSE, K_AXPBZ, K_XENT, K_ADAMW,
+	K_ADD, K_LIN_FWD, K_LIN_BWD, K_LIN_ROWS, K_RELU_FWD, K_RELU_BWD, K_MSE, K_AXPBZ, K_XENT, K_ADAMW,
 	K_SUMSQ, K_CLIP, /* K_ADD..K_CLIP: kernel launches */
 	K_ALLREDUCE, K_RSCATTER, K_AGATHER, K_BCAST, /* K_ALLREDUCE..K_BCAST: collectives */
 	K_STEP_END, K_TIMER, K_RECORD, K_WAIT,
@@ -118,6 +118,7 @@ struct fk_op {
 	const float *s1, *s2, *s3;
 	size_t n;
 	int rows, in, out, flag;
+	int r0, r1;           /* K_LIN_ROWS: the gradient rows */
 	float scale, a, b;
 	struct adamw_hparams ah;
 	struct fk_comm *comm;
@@ -523,6 +524,10 @@ static void run_op(struct fk_queue *q, struct fk_op *o)
 		cpu->linear_backward(NULL, o->dst, o->o2, o->o3, o->s1, o->s2, o->s3, o->rows, o->in,
 				     o->out, o->flag);
 		break;
+	case K_LIN_ROWS:
+		cpu->linear_grad_rows(NULL, o->dst, o->o2, o->s1, o->s2, o->rows, o->in, o->out, o->r0,
+				      o->r1);
+		break;
 	case K_RELU_FWD:
 		cpu->relu_forward(NULL, o->dst, o->n);
 		break;
@@ -752,7 +757,7 @@ static void issue(struct fk_ctx *c, struct fk_op *o, const char *what)
 {
 	enter(c, what);
 	pthread_mutex_lock(&run_mu);
-	if (o->k == K_LIN_FWD || o->k == K_LIN_BWD) {
+	if (o->k == K_LIN_FWD || o->k == K_LIN_BWD || o->k == K_LIN_ROWS) {
 		if (c->capturing && !c->blas_warm)
 			rule("first cuBLAS use of device %d inside a stream capture (%s): cuBLAS sets itself up lazily with allocations a capture cannot record; run a step eagerly first",
 			     c->device, what);
@@ -1053,6 +1058,15 @@ static void fk_linear_backward(void *ctx, float *dx, float *dw, float *db, const
 	issue(ctx, &o, "cublasSgemm(backward)");
 }
 
+static void fk_linear_grad_rows(void *ctx, float *dw, float *db, const float *dy, const float *x,
+				int n, int in, int out, int r0, int r1)
+{
+	struct fk_op o = {.k = K_LIN_ROWS, .dst = dw, .o2 = db, .s1 = dy, .s2 = x, .rows = n,
+			  .in = in, .out = out, .r0 = r0, .r1 = r1};
+
+	issue(ctx, &o, "cublasSgemm(weight grad rows)");
+}
+
 static void fk_relu_forward(void *ctx, float *y, size_t n)
 {
 	struct fk_op o = {.k = K_RELU_FWD, .dst = y, .n = n};
@@ -1308,6 +1322,7 @@ static const struct backend_ops fake_backend = {
 	.add = fk_add,
 	.linear_forward = fk_linear_forward,
 	.linear_backward = fk_linear_backward,
+	.linear_grad_rows = fk_linear_grad_rows,
 	.relu_forward = fk_relu_forward,
 	.relu_backward = fk_relu_backward,
 	.mse = fk_mse,

@@ -90,8 +90,9 @@ static void pair_dyadic(struct pair *p, int q)
 	gpu.ops->to_device(gpu.ctx, p->g, p->h, p->n);
 }
 
-/* linear_backward writing dx, dw, db, then accumulating into dw and db; each check's
- * name starts with size. */
+/* linear_backward writing dx, dw, db, then accumulating into dw and db, then
+ * linear_grad_rows rewriting a middle panel of dw's and db's rows (of 1 row if out is
+ * small) and db's last rows alone; each check's name starts with size. */
 static void check_backward(const char *size, struct pair *dx, struct pair *dw, struct pair *db,
 			   const struct pair *dy, const struct pair *x, const struct pair *w, int n,
 			   int in, int out)
@@ -106,6 +107,20 @@ static void check_backward(const char *size, struct pair *dx, struct pair *dw, s
 		snprintf(what, sizeof what, "%slinear_backward dw%s", size, acc ? " (acc)" : "");
 		check(what, dw);
 		snprintf(what, sizeof what, "%slinear_backward db%s", size, acc ? " (acc)" : "");
+		check(what, db);
+	}
+	{
+		const int r0 = out / 3, r1 = out / 3 + (out / 3 > 0 ? out / 3 : 1);
+
+		cpu.ops->linear_grad_rows(cpu.ctx, dw->c + (size_t)r0 * in, db->c + r0, dy->c, x->c, n,
+					  in, out, r0, r1);
+		gpu.ops->linear_grad_rows(gpu.ctx, dw->g + (size_t)r0 * in, db->g + r0, dy->g, x->g, n,
+					  in, out, r0, r1);
+		cpu.ops->linear_grad_rows(cpu.ctx, NULL, db->c + r1, dy->c, x->c, n, in, out, r1, out);
+		gpu.ops->linear_grad_rows(gpu.ctx, NULL, db->g + r1, dy->g, x->g, n, in, out, r1, out);
+		snprintf(what, sizeof what, "%slinear_grad_rows dw", size);
+		check(what, dw);
+		snprintf(what, sizeof what, "%slinear_grad_rows db", size);
 		check(what, db);
 	}
 }

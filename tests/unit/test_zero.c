@@ -2,17 +2,23 @@
  * test_zero.c - the ZeRO shard plan: the ranks' shards partition the trainable
  * parameters (frozen layers left out) into contiguous ranges in rank order; each
  * bucket's cuts give every rank exactly its shard's part of the bucket; the
- * optimizer's state arenas hold the shard, placed in the whole arena; and
- * ZeRO-2's pool holds the largest even and the largest odd bucket.
+ * optimizer's state arenas hold the shard, placed in the whole arena; ZeRO-2's
+ * parts are the buckets with each layer larger than the cap in row panels of at
+ * most the cap, every trainable float in one part, and backward computes the
+ * panels bit for bit as the whole layer; and ZeRO-2's pool holds the largest even
+ * and the largest odd part.
  */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "lib/fill.h"
 #include "train/model.h"
 #include "train/optimizer.h"
 #include "train/zero.h"
@@ -151,14 +157,296 @@ static void test_sharded_state_arenas_hold_the_shard(void **state)
 	backend_free(&be);
 }
 
-static void test_pool_holds_the_largest_even_and_odd_buckets(void **state)
+/* Layer l's floats: weight and bias. */
+static size_t lfloats(const struct model *m, int l)
+{
+	return (size_t)m->widths[l + 1] * (size_t)(m->widths[l] + 1);
+}
+
+static void test_panels_are_row_ranges_of_at_most_the_cap(void **state)
 {
 	struct model m;
 
 	(void)state;
 	layout(&m);
-	/* one layer a bucket, from the last: 10 (even), 16 (odd), 40 (even) */
-	assert_int_equal(zero_pool_floats(&m, 1, 1), 40 + 16);
+	for (size_t cap = 1; cap <= 45; cap++) {
+		for (int l = 0; l < 4; l++) {
+			const size_t in = (size_t)m.widths[l], wf = in * (size_t)m.widths[l + 1];
+			int np = model_panel_count(&m, l, cap);
+			size_t next = 0;
+
+			for (int j = 0; j < np; j++) {
+				size_t a, b;
+
+				model_panel_range(&m, l, cap, j, &a, &b);
+				assert_int_equal(a, next); /* in order, no gap, no overlap */
+				assert_true(b > a);
+				if (a < wf) /* the weight's part starts and ends at a row */
+					assert_int_equal(a % in, 0);
+				if (b < wf)
+					assert_int_equal(b % in, 0);
+				/* at most the cap, or one row longer than it */
+				assert_true(b - a <= cap || (b - a == in && b <= wf));
+				next = b;
+			}
+			assert_int_equal(next, lfloats(&m, l));
+			if (cap >= lfloats(&m, l))
+				assert_int_equal(np, 1);
+		}
+	}
+	/* 5 rows of 7 at cap 15: rows 0-1, 2-3, then row 4 with all 5 bias floats (7 + 5 <= 15) */
+	assert_int_equal(model_panel_count(&m, 0, 15), 3);
+	{
+		size_t a, b;
+
+		model_panel_range(&m, 0, 15, 2, &a, &b);
+		assert_int_equal(a, 28);
+		assert_int_equal(b, 40);
+		/* at cap 9 the last row has room for 2 bias floats; the other 3 follow */
+		assert_int_equal(model_panel_count(&m, 0, 9), 6);
+		model_panel_range(&m, 0, 9, 4, &a, &b);
+		assert_int_equal(a, 28);
+		assert_int_equal(b, 37);
+		model_panel_range(&m, 0, 9, 5, &a, &b);
+		assert_int_equal(a, 37);
+		assert_int_equal(b, 40);
+	}
+}
+
+/* All of m's parts for these caps (room for 200). */
+static int all_parts(const struct model *m, size_t cap, size_t first_cap, struct bucket *p)
+{
+	int np = model_plan_parts(m, cap, first_cap, 0, 0, NULL);
+
+	assert_true(np <= 200);
+	assert_int_equal(model_plan_parts(m, cap, first_cap, 0, 200, p), np);
+	return np;
+}
+
+static void test_parts_hold_every_trainable_float_once_in_backward_order(void **state)
+{
+	const size_t caps[] = {1, 3, 5, 9, 10, 16, 17, 39, 40, 100};
+	struct model m;
+	struct bucket p[200], one, b[5];
+
+	(void)state;
+	layout(&m);
+	for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+		for (int f = 0; f < 2; f++) {
+			const size_t cap = caps[c], first_cap = f ? cap : 1;
+			int np = all_parts(&m, cap, first_cap, p), owner[66 + 18];
+
+			for (size_t i = 0; i < m.nparams; i++)
+				owner[i] = -1;
+			for (int k = 0; k < np; k++) {
+				assert_true(p[k].lo >= 0 && p[k].lo <= p[k].hi);
+				for (size_t i = p[k].off; i < p[k].off + p[k].len; i++) {
+					assert_int_equal(owner[i], -1);
+					owner[i] = k;
+				}
+				if (p[k].panel) {
+					assert_int_equal(p[k].lo, p[k].hi);
+					assert_true(lfloats(&m, p[k].lo) > cap);
+				} else {
+					size_t len = 0;
+
+					for (int l = p[k].lo; l <= p[k].hi; l++) {
+						assert_true(lfloats(&m, l) <= cap);
+						len += lfloats(&m, l);
+					}
+					assert_int_equal(p[k].off, m.w_off[p[k].lo]);
+					assert_int_equal(p[k].len, len);
+				}
+				/* backward's order: later layers first, a layer's panels by row */
+				if (k > 0)
+					assert_true(p[k].hi < p[k - 1].lo ||
+						    (p[k].lo == p[k - 1].lo && p[k].panel && p[k - 1].panel &&
+						     p[k].off == p[k - 1].off + p[k - 1].len));
+				/* a window of one gives the same part */
+				assert_int_equal(model_plan_parts(&m, cap, first_cap, k, 1, &one), np);
+				assert_memory_equal(&one, &p[k], sizeof one);
+			}
+			for (size_t i = 0; i < m.nparams; i++) /* the frozen layer 1 in none */
+				assert_int_equal(owner[i] >= 0, i < m.w_off[1] || i >= m.w_off[2]);
+		}
+	}
+	/* no layer over the cap: the buckets, the slots left out */
+	assert_int_equal(all_parts(&m, 40, 1, p), model_plan_buckets(&m, 40, 1, b));
+	for (int k = 0; k < 3; k++) {
+		assert_int_equal(p[k].lo, b[k].lo);
+		assert_int_equal(p[k].hi, b[k].hi);
+		assert_int_equal(p[k].off, b[k].off);
+		assert_int_equal(p[k].len, b[k].len - (k == 0 ? MODEL_SLOTS : 0));
+		assert_int_equal(p[k].panel, 0);
+	}
+}
+
+static void test_panel_cuts_give_each_rank_its_shard(void **state)
+{
+	struct model m;
+	struct bucket p[200];
+	size_t cuts[8];
+	int np;
+
+	(void)state;
+	layout(&m);
+	np = all_parts(&m, 9, 1, p);
+	assert_true(np > 3);
+	for (int n = 1; n <= 7; n++) {
+		struct zero_plan z;
+
+		zero_plan_init(&z, &m, 0, n);
+		for (int k = 0; k < np; k++) {
+			zero_bucket_cuts(&z, &m, &p[k], p[k].len, cuts);
+			assert_int_equal(zero_bucket_start(&m, &p[k]), tindex(&m, p[k].off));
+			assert_int_equal(cuts[0], 0);
+			assert_int_equal(cuts[n], p[k].len);
+			for (int q = 0; q < n; q++) {
+				struct zero_plan zq;
+
+				zero_plan_init(&zq, &m, q, n);
+				assert_true(cuts[q] <= cuts[q + 1]);
+				for (size_t i = cuts[q]; i < cuts[q + 1]; i++) {
+					size_t t = tindex(&m, p[k].off + i);
+
+					assert_true(t >= zq.lo && t < zq.hi);
+				}
+			}
+		}
+	}
+}
+
+static void test_pool_holds_the_largest_even_and_odd_parts(void **state)
+{
+	const size_t caps[] = {1, 3, 9, 17, 40, 100};
+	struct model m;
+	struct bucket p[200];
+
+	(void)state;
+	layout(&m);
+	/* no layer over the cap, one layer a bucket, from the last: 10 (even), 16 (odd), 40 (even) */
+	assert_int_equal(zero_pool_floats(&m, 40, 1), 40 + 16);
+	for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+		size_t most[2] = {0, 0}, whole = 0;
+		int np = all_parts(&m, caps[c], 1, p);
+
+		for (int k = 0; k < np; k++) {
+			most[k % 2] = p[k].len > most[k % 2] ? p[k].len : most[k % 2];
+			if (!p[k].panel)
+				whole = p[k].len > whole ? p[k].len : whole;
+		}
+		assert_int_equal(zero_pool_floats(&m, caps[c], 1), most[0] + most[1]);
+		/* each buffer at most the cap (or a row of 7 longer than it), or the largest bucket */
+		for (int e = 0; e < 2; e++)
+			assert_true(most[e] <= caps[c] || most[e] <= whole || most[e] == 7);
+	}
+	/* the 40-float layer at cap 17: rows 0-1, 2-3 and row 4 with its bias */
+	assert_int_equal(zero_pool_floats(&m, 17, 1), 14 + 16);
+}
+
+/* Records the panels' calls, and points each panel into whole at its own place. */
+struct panels_seen {
+	const struct model *m;
+	float *whole;     /* (nparams) where the panels go */
+	int layer, next;  /* the panel expected next */
+	int done[8];      /* panels handed over, per layer */
+};
+
+static float *seen_dst(void *arg, int l, int j)
+{
+	struct panels_seen *s = arg;
+	size_t a, b;
+
+	if (l != s->layer) {
+		s->layer = l;
+		s->next = 0;
+	}
+	assert_int_equal(j, s->next);
+	model_panel_range(s->m, l, s->m->panel_cap, j, &a, &b);
+	return s->whole + s->m->w_off[l] + a;
+}
+
+static void seen_done(void *arg, int l, int j)
+{
+	struct panels_seen *s = arg;
+
+	assert_int_equal(l, s->layer);
+	assert_int_equal(j, s->next);
+	s->next++;
+	s->done[l]++;
+}
+
+/* The layer hook: every panel of a paneled layer was handed over before it. */
+static void seen_layer(void *arg, int l)
+{
+	struct panels_seen *s = arg;
+
+	if (lfloats(s->m, l) > s->m->panel_cap)
+		assert_int_equal(s->done[l], model_panel_count(s->m, l, s->m->panel_cap));
+	else
+		assert_int_equal(s->done[l], 0);
+}
+
+/* Backward in panels of cap against backward whole: every gradient float, bit for bit. */
+static void check_panels_bit_for_bit(const int *w, int nlayers, int n, size_t cap)
+{
+	struct backend be;
+	struct backend_config cfg = {0, 0};
+	struct model m;
+	struct diag d = {0};
+	struct panels_seen s = {.layer = -1};
+	float *ref, *whole;
+	int paneled = 0;
+
+	assert_int_equal(backend_init(&be, &backend_cpu_ops, &cfg, &d), ST_OK);
+	assert_int_equal(model_init(&m, &be, w, nlayers, n, &d), ST_OK);
+	ref = malloc(m.nparams * sizeof *ref);
+	whole = malloc(m.nparams * sizeof *whole);
+	assert_non_null(ref);
+	assert_non_null(whole);
+	model_init_host(&m, 3, m.params);
+	fill(m.act[0], (size_t)n * (size_t)w[0], 4);
+	fill(m.dbuf[0], (size_t)n * (size_t)w[nlayers], 5);
+	model_forward(&m, n);
+	fill(m.dbuf[0], (size_t)n * (size_t)w[nlayers], 5);
+	model_backward(&m, n, 0, NULL, NULL);
+	memcpy(ref, m.grads, m.nparams * sizeof *ref);
+
+	for (size_t i = 0; i < m.nparams; i++) /* anything a panel does not write stays NaN */
+		m.grads[i] = whole[i] = NAN;
+	s.m = &m;
+	s.whole = whole;
+	m.panel_cap = cap;
+	m.panel_dst = seen_dst;
+	m.panel_done = seen_done;
+	m.panel_arg = &s;
+	fill(m.dbuf[0], (size_t)n * (size_t)w[nlayers], 5);
+	model_backward(&m, n, 0, seen_layer, &s);
+	for (int l = 0; l < nlayers; l++) {
+		const float *got = lfloats(&m, l) > cap ? whole : m.grads;
+
+		paneled += lfloats(&m, l) > cap;
+		assert_memory_equal(got + m.w_off[l], ref + m.w_off[l], lfloats(&m, l) * sizeof(float));
+	}
+	assert_true(paneled > 0);
+	free(ref);
+	free(whole);
+	model_free(&m);
+	backend_free(&be);
+}
+
+static void test_panels_compute_the_layer_gradient_bit_for_bit(void **state)
+{
+	const int small[5] = {7, 5, 3, 4, 2};
+	const int wide[4] = {64, 96, 40, 8};
+
+	(void)state;
+	check_panels_bit_for_bit(small, 4, 3, 9);
+	check_panels_bit_for_bit(small, 4, 3, 1);
+	/* rows of 64: 7 a panel, the bias of 96 after the last 5 rows, then in parts */
+	check_panels_bit_for_bit(wide, 3, 16, 500);
+	check_panels_bit_for_bit(wide, 3, 16, 3000);
+	check_panels_bit_for_bit(wide, 3, 33, 40);
 }
 
 int main(void)
@@ -167,7 +455,11 @@ int main(void)
 		cmocka_unit_test(test_shards_partition_the_trainable_parameters),
 		cmocka_unit_test(test_bucket_cuts_give_each_rank_its_shard),
 		cmocka_unit_test(test_sharded_state_arenas_hold_the_shard),
-		cmocka_unit_test(test_pool_holds_the_largest_even_and_odd_buckets),
+		cmocka_unit_test(test_panels_are_row_ranges_of_at_most_the_cap),
+		cmocka_unit_test(test_parts_hold_every_trainable_float_once_in_backward_order),
+		cmocka_unit_test(test_panel_cuts_give_each_rank_its_shard),
+		cmocka_unit_test(test_pool_holds_the_largest_even_and_odd_parts),
+		cmocka_unit_test(test_panels_compute_the_layer_gradient_bit_for_bit),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
