@@ -10,7 +10,10 @@
  *
  * ZeRO (tc->zero, zero.h): with stage 1 each bucket is reduce-scattered where it
  * would be all-reduced, the optimizer updates this rank's shard, and the updated
- * parameters are all-gathered bucket by bucket before the step ends. With ZeRO or
+ * parameters are all-gathered bucket by bucket, overlapping the next step's
+ * forward as ZeRO-2's do (below): on one node the all-gather is a whole extra pass
+ * over the parameters, which waited for before the step ends made --zero=1's step
+ * the slowest of the three. With ZeRO or
  * --grad-compress the slots travel in an all-reduce of their own (float32),
  * started when backward starts, so every bucket is pure gradient.
  *
@@ -274,7 +277,7 @@ static void ddp_panel_done(void *arg, int l, int j)
 	part_done(t, t->pfirst[l] + j);
 }
 
-/* model_forward's pre_layer (ZeRO-2): layer l waits for the all-gather holding it. */
+/* model_forward's pre_layer (ZeRO): layer l waits for the all-gather holding it. */
 static void ddp_before_layer(void *arg, int l)
 {
 	struct ddp *t = arg;
@@ -408,7 +411,7 @@ static enum status start_all_buckets(struct ddp *t)
 }
 
 /* ZeRO: every rank's updated shard to every rank, bucket by bucket (the frozen layers,
- * in no bucket, never change), completed before the step ends. */
+ * in no bucket, never change), completed during the next forward. */
 static enum status gather_params(struct ddp *t)
 {
 	enum status st = ST_OK;
@@ -427,9 +430,7 @@ static enum status gather_params(struct ddp *t)
 	}
 	if (st != ST_OK)
 		return st;
-	if (!t->zero2) /* ZeRO-1: before the step ends */
-		return ddp_wait_all(t, "the parameter all-gather");
-	/* ZeRO-2: during the next forward, layer by layer (ddp_before_layer) */
+	/* during the next forward, layer by layer (ddp_before_layer) */
 	t->gathering = 1;
 	t->ag_waited = 0;
 	return ST_OK;
@@ -760,9 +761,9 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
 			for (int l = t.part[k].lo; l <= t.part[k].hi && !t.part[k].panel; l++)
 				if (!m->frozen[l])
 					m->gw[l] = pool_buf(&t, k) + (m->w_off[l] - t.part[k].off);
+		m->pre_layer = ddp_before_layer; /* both stages: the all-gathers overlap forward */
+		m->pre_arg = &t;
 		if (t.zero2) {
-			m->pre_layer = ddp_before_layer;
-			m->pre_arg = &t;
 			m->panel_cap = cap;
 			m->panel_dst = ddp_panel_dst;
 			m->panel_done = ddp_panel_done;
