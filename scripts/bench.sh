@@ -88,7 +88,7 @@ WIDE_BATCH=128
 WIDE=(--layers=$WIDE_LAYERS --batch-size=$WIDE_BATCH --samples=4096 --epochs=100000)
 # issue 22's memory model: 21 million parameters, AdamW's two moments; a few steps suffice
 BIG=(--layers=1024,4096,4096,10 --optimizer=adamw --batch-size=32 --samples=1024 --epochs=100000)
-BUCKET_MIB=25 # ddptrain's default --bucket-mb: what --zero=2 may hold beyond its 1/N of the gradients
+BUCKET_MIB=25 # ddptrain's default --bucket-mb: --zero=2's two bucket buffers hold at most this each, beyond its 1/N of the gradients
 
 # ---- the programs --------------------------------------------------------------
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -393,11 +393,11 @@ if [ "$zero" = yes ]; then
 				"$(stat big.np$np.zero$z col_whole 1)" ddp "$(vals big.np$np col_whole | median)" ratio \
 				"$(printf '\t')" "$wt" "$wa" "" "$wx"
 		done
-		# --zero=2: 1/N of the gradients plus one bucket (ddp's gradients as the unit)
+		# --zero=2: 1/N of the gradients plus its two bucket buffers (ddp's gradients as the unit)
 		g=$(vals big.np$np col_grad | median)
-		ga=$(awk -v n="$np" -v g="$g" -v b="$BUCKET_MIB" 'BEGIN { if (g > 0) printf "%.4f", 1 / n + b / g }')
+		ga=$(awk -v n="$np" -v g="$g" -v b="$BUCKET_MIB" 'BEGIN { if (g > 0) printf "%.4f", 1 / n + 2 * b / g }')
 		row "big.grad.np$np.z2" "  gradients per rank, --zero=2" MiB low "$(stat big.np$np.zero2 col_grad 1)" \
-			ddp "$g" ratio "$(printf '\t')" ratio "$ga" "" "<=1/$np+${BUCKET_MIB}MiB (${ga}x)"
+			ddp "$g" ratio "$(printf '\t')" ratio "$ga" "" "<=1/$np+2x${BUCKET_MIB}MiB (${ga}x)"
 	done
 	for z in 1 2; do
 		row "wide.np2.z$z" "wide MLP, 2 ranks, --zero=$z" ms/step low "$(stat wide.np2.zero$z ms_per_step 1)" \

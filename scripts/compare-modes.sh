@@ -128,7 +128,7 @@ FNR == 1 { file++; name[file] = FILENAME; sub(/.*\//, "", name[file]); if (name[
 	delete col; inrank = 0 }
 /^# summary:/ { ms[file] = field($0, "ms_per_step") }
 /^# loss: / { v = $0; sub(/.*final /, "", v); loss[file] = v + 0; hasloss[file] = 1 }
-/^# +rank +compute / {
+/^# +rank +[a-z]/ { # the per-rank table and the memory table under it
 	delete col; inrank = 1
 	for (i = 2; i <= NF; i++) {
 		h = tolower($i)
