@@ -155,6 +155,15 @@ awk -v g="$g2" 'BEGIN { f = g * 1048576 / 4; exit !(f > 42244 && f <= 42244 + 4 
 	fail "--zero=2 gradient MiB per rank: $g2, want the shard (42,244 floats) and at most two buffers of the cap (26,214)"
 echo "--zero=2 gradient MiB per rank with a layer larger than the cap: $g2"
 
+# The per-bucket table counts each bucket's own collective once per step: the slots'
+# all-reduce (started first), the clipping norm's, the all-gathers and validation's
+# all-reduces are no bucket's (before, they were counted into buckets 0 and 1).
+counts=$(run_mpi 2 --layers=10,300,300,5 --bucket-mb=0.2 --samples=400 --batch-size=20 --epochs=1 \
+	--zero=1 --clip-grad-norm=0.1 --val-samples=40 |
+	awk '/^# bucket +layers/ { t = 1; next } t && /^# +[0-9]+ / { printf "%s:%s ", $3, $5; next } { t = 0 }')
+[ "$counts" = "3-2:10 1-1:10 slots:10 " ] || fail "per-bucket counts over 10 steps with --zero=1: $counts"
+echo "per-bucket counts: $counts"
+
 # Refused, with one line, on every rank.
 expect_fail 2 "ddptrain: --zero applies to --mode=ddp (DataParallel is one process: no ranks to shard over, no all-reduce to compress)" alone --mode=dp --zero=1
 expect_fail 2 "ddptrain: --grad-compress applies to --mode=ddp (DataParallel is one process: no ranks to shard over, no all-reduce to compress)" alone --mode=dp --grad-compress=bf16

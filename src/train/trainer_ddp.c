@@ -76,6 +76,10 @@ struct ddp {
 	size_t poolb[2];            /* floats of pool buffer 0 (even parts) and 1 (odd ones) */
 	size_t tlo;                 /* this rank's first trainable float */
 	int ncoll;                  /* collectives started since wait_all last returned */
+	/* by that order: the bucket each collective carries, or -1 (an all-gather, a panel, the
+	 * clipping norm), so the observer's per-bucket figures go to the right bucket */
+	int coll_bucket[COMM_MAX_INFLIGHT];
+	int evaluating;             /* validation's all-reduces are no bucket's */
 	int fold_add;               /* this micro-batch's parts are added to the shard (not copied) */
 	int ag_idx[MODEL_MAX_LAYERS]; /* the number of layer l's parameters' all-gather; 0: none */
 	int ag_waited;              /* all-gathers waited for, up to this number */
@@ -141,12 +145,21 @@ static const size_t *part_cuts(const struct ddp *t, int k)
 /* Start bucket k's collective: the slots' all-reduce (always float32), or the gradient
  * bucket's all-reduce -- with ZeRO-1 its reduce-scatter -- in the wire type when
  * compressed. (ZeRO-2's gradients go part by part: start_part.) */
+/* The next collective carries bucket k (-1: none); said before it starts, since a
+ * blocking one tells the observer from inside its start. */
+static void next_coll(struct ddp *t, int k)
+{
+	if (t->ncoll < COMM_MAX_INFLIGHT)
+		t->coll_bucket[t->ncoll] = k;
+}
+
 static enum status start_bucket(struct ddp *t, int k, unsigned flags)
 {
 	const struct bucket *b = &t->buckets[k];
 	float *buf = t->m->grads + b->off;
 	enum status st;
 
+	next_coll(t, k);
 	if (k == t->slot_bucket)
 		st = t->c->ops->allreduce_start(t->c->ctx, t->m->slots, b->len, flags & COMM_LAST, t->d);
 	else if (t->cuts != NULL)
@@ -163,9 +176,11 @@ static enum status start_bucket(struct ddp *t, int k, unsigned flags)
  * compressed. */
 static enum status start_part(struct ddp *t, int k, unsigned flags)
 {
-	enum status st = t->c->ops->reduce_scatter_start(t->c->ctx, pool_buf(t, k), t->part[k].len,
-							 part_cuts(t, k), flags | t->wire, t->d);
+	enum status st;
 
+	next_coll(t, -1);
+	st = t->c->ops->reduce_scatter_start(t->c->ctx, pool_buf(t, k), t->part[k].len,
+					     part_cuts(t, k), flags | t->wire, t->d);
 	if (st == ST_OK)
 		t->rs_idx[k] = ++t->ncoll;
 	return st;
@@ -347,9 +362,10 @@ static void ddp_allreduce_done(void *arg, int index, size_t n, double t0, double
 	struct bucket_stats *b;
 
 	trace_record(t->tb, TR_ALLREDUCE, index, TRACE_ASYNC, t0, t1, (double)n * sizeof(float));
-	if (t->stream || t->npaneled > 0 || index < 0 || index >= t->nbuckets)
+	if (t->stream || t->npaneled > 0 || t->evaluating || index < 0 || index >= COMM_MAX_INFLIGHT ||
+	    t->coll_bucket[index] < 0 || t->coll_bucket[index] >= t->nbuckets)
 		return;
-	b = &t->res->buckets[index];
+	b = &t->res->buckets[t->coll_bucket[index]];
 	b->count++;
 	b->sum_s += t1 - t0;
 	if (b->count == 1 || t1 - t0 < b->min_s)
@@ -420,6 +436,7 @@ static enum status gather_params(struct ddp *t)
 	for (int k = t->ngrad - 1; k >= 0 && st == ST_OK; k--) {
 		const struct bucket *b = &t->buckets[k];
 
+		next_coll(t, -1);
 		st = t->c->ops->all_gather_start(t->c->ctx, t->m->params + b->off, b->len,
 						 bucket_cuts(t, k), t->d);
 		if (st != ST_OK)
@@ -487,6 +504,7 @@ static enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulat
 		return st;
 	st = ddp_wait_all(t, "the gradient all-reduce");
 	if (st == ST_OK) {
+		t->coll_bucket[0] = -1; /* the clipping norm's all-reduce, if any, comes first */
 		span = trace_begin(t->tb, TR_OPTIMIZER, -1);
 		st = trainer_optimizer_step(t->tc, t->opt, t->step, t->total, t->c, &t->lr, t->d);
 		trace_end(t->tb, span);
@@ -560,8 +578,10 @@ static enum status ddp_eval(void *arg, long step, long epoch)
 	long span = trace_begin(t->tb, TR_VALIDATION, -1);
 	enum status st;
 
+	t->evaluating = 1;
 	st = trainer_evaluate(t->tc, t->m, t->ctl->val, t->w->rank, t->w->size, t->c, t->w, &loss,
 			      &acc, t->d);
+	t->evaluating = 0;
 	trace_end(t->tb, span);
 	if (st != ST_OK)
 		return st;
