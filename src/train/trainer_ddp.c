@@ -186,6 +186,22 @@ static enum status start_part(struct ddp *t, int k, unsigned flags)
 	return st;
 }
 
+/* Start the last collective of backward (bucket k, or with part set ZeRO-2's part k),
+ * which may complete at once: watched, and timed as waiting. */
+static enum status start_last(struct ddp *t, int k, int part)
+{
+	double tw = clock_now();
+	long span = trace_begin(t->tb, TR_WAIT, -1);
+	enum status st;
+
+	world_watch_begin(t->w, part ? "the gradient reduce-scatter" : "the gradient all-reduce");
+	st = part ? start_part(t, k, COMM_LAST) : start_bucket(t, k, COMM_LAST);
+	world_watch_end(t->w);
+	trace_end(t->tb, span);
+	t->wait += clock_now() - tw;
+	return st;
+}
+
 /* Complete every collective in flight (their count starts again). */
 static enum status ddp_wait_all(struct ddp *t, const char *what)
 {
@@ -261,14 +277,7 @@ static void part_done(struct ddp *t, int k)
 			return;
 	}
 	if (k == t->nparts - 1) {
-		double tw = clock_now();
-		long span = trace_begin(t->tb, TR_WAIT, -1);
-
-		world_watch_begin(t->w, "the gradient reduce-scatter");
-		t->hook_st = start_part(t, k, COMM_LAST);
-		world_watch_end(t->w);
-		trace_end(t->tb, span);
-		t->wait += clock_now() - tw;
+		t->hook_st = start_last(t, k, 1);
 	} else {
 		t->hook_st = start_part(t, k, 0);
 	}
@@ -397,15 +406,8 @@ static void ddp_layer_done(void *arg, int layer)
 			t->lay_hi = m->w_off[layer - 1];
 		t->layer = layer - 1;
 		t->c->ops->progress(t->c->ctx);
-	} else if (b >= 0 && layer == t->lowest) { /* the last bucket completes here: watch and time it */
-		double tw = clock_now();
-		long span = trace_begin(t->tb, TR_WAIT, -1);
-
-		world_watch_begin(t->w, "the gradient all-reduce");
-		t->hook_st = start_bucket(t, b, COMM_LAST);
-		world_watch_end(t->w);
-		trace_end(t->tb, span);
-		t->wait += clock_now() - tw;
+	} else if (b >= 0 && layer == t->lowest) { /* the last bucket completes here */
+		t->hook_st = start_last(t, b, 0);
 	} else if (b >= 0) {
 		t->hook_st = start_bucket(t, b, 0);
 	} else {
