@@ -21,15 +21,6 @@
 #include "cuda/hostwait.h"   /* hostwait: every wait of the host */
 #include "core/tracebuf.h"           /* struct trace_dev, clock_now */
 
-#define THREADS 256
-
-static int blocks_for(size_t n)
-{
-	size_t b = (n + THREADS - 1) / THREADS;
-
-	return (int)(b < 4096 ? (b ? b : 1) : 4096);
-}
-
 extern "C" int cuda_note(struct cuda_ctx *c, cudaError_t rc, const char *call, const char *file,
 			 int line)
 {
@@ -165,15 +156,15 @@ __global__ void k_bias_grad(float *db, const float *dy, int n, int cols, int ld,
 		db[k] = (accumulate ? db[k] : 0.0f) + part[0][threadIdx.x];
 }
 
-/* The sum of every thread's s over the block (THREADS threads), in a fixed order, so the
+/* The sum of every thread's s over the block (CUDA_THREADS threads), in a fixed order, so the
  * result is the same bit for bit on every run; valid in thread 0. */
 __device__ double block_sum(double s)
 {
-	__shared__ double sh[THREADS];
+	__shared__ double sh[CUDA_THREADS];
 
 	sh[threadIdx.x] = s;
 	__syncthreads();
-	for (int w = THREADS / 2; w > 0; w /= 2) {
+	for (int w = CUDA_THREADS / 2; w > 0; w /= 2) {
 		if (threadIdx.x < w)
 			sh[threadIdx.x] += sh[threadIdx.x + w];
 		__syncthreads();
@@ -524,7 +515,7 @@ extern "C" void cuda_add(void *ctx, float *dst, const float *src, size_t n)
 	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
 
 	use(c);
-	k_add<<<blocks_for(n), THREADS, 0, c->stream>>>(dst, src, n);
+	k_add<<<cuda_blocks(n), CUDA_THREADS, 0, c->stream>>>(dst, src, n);
 	LAUNCH_CHECK(c, "k_add");
 }
 
@@ -539,7 +530,7 @@ extern "C" void cuda_linear_forward(void *ctx, float *y, const float *x, const f
 	use(c);
 	blas_note(c, cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x, in,
 				 &zero, y, out), "cublasSgemm(forward)");
-	k_bias_rows<<<blocks_for((size_t)n * out), THREADS, 0, c->stream>>>(y, b, n, out, relu);
+	k_bias_rows<<<cuda_blocks((size_t)n * out), CUDA_THREADS, 0, c->stream>>>(y, b, n, out, relu);
 	LAUNCH_CHECK(c, "k_bias_rows");
 }
 
@@ -596,7 +587,7 @@ extern "C" void cuda_relu_forward(void *ctx, float *y, size_t n)
 	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
 
 	use(c);
-	k_relu<<<blocks_for(n), THREADS, 0, c->stream>>>(y, n);
+	k_relu<<<cuda_blocks(n), CUDA_THREADS, 0, c->stream>>>(y, n);
 	LAUNCH_CHECK(c, "k_relu");
 }
 
@@ -605,7 +596,7 @@ extern "C" void cuda_relu_backward(void *ctx, float *dy, const float *y, size_t 
 	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
 
 	use(c);
-	k_relu_bwd<<<blocks_for(n), THREADS, 0, c->stream>>>(dy, y, n);
+	k_relu_bwd<<<cuda_blocks(n), CUDA_THREADS, 0, c->stream>>>(dy, y, n);
 	LAUNCH_CHECK(c, "k_relu_bwd");
 }
 
@@ -616,10 +607,10 @@ extern "C" void cuda_mse(void *ctx, float *dy, float *loss, const float *y, cons
 	size_t m = (size_t)n * width;
 
 	use(c);
-	k_mse_pass1<<<CUDA_PARTIALS, THREADS, 0, c->stream>>>(dy, c->partials, y, t, m,
+	k_mse_pass1<<<CUDA_PARTIALS, CUDA_THREADS, 0, c->stream>>>(dy, c->partials, y, t, m,
 							       2.0f * scale / (float)m);
 	LAUNCH_CHECK(c, "k_mse_pass1");
-	k_mse_pass2<<<1, THREADS, 0, c->stream>>>(loss, c->partials, CUDA_PARTIALS, (double)m, scale,
+	k_mse_pass2<<<1, CUDA_THREADS, 0, c->stream>>>(loss, c->partials, CUDA_PARTIALS, (double)m, scale,
 						  accumulate);
 	LAUNCH_CHECK(c, "k_mse_pass2");
 }
@@ -630,10 +621,10 @@ extern "C" void cuda_cross_entropy(void *ctx, float *dy, float *out, const float
 	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
 
 	use(c);
-	k_xent_pass1<<<CUDA_PARTIALS, THREADS, 0, c->stream>>>(dy, c->partials, z, labels, n, classes,
+	k_xent_pass1<<<CUDA_PARTIALS, CUDA_THREADS, 0, c->stream>>>(dy, c->partials, z, labels, n, classes,
 								scale / (float)n);
 	LAUNCH_CHECK(c, "k_xent_pass1");
-	k_xent_pass2<<<1, THREADS, 0, c->stream>>>(out, c->partials, CUDA_PARTIALS, (double)n, scale,
+	k_xent_pass2<<<1, CUDA_THREADS, 0, c->stream>>>(out, c->partials, CUDA_PARTIALS, (double)n, scale,
 						   accumulate);
 	LAUNCH_CHECK(c, "k_xent_pass2");
 }
@@ -644,7 +635,7 @@ extern "C" void cuda_axpbz(void *ctx, float *y, float a, float c, const float *x
 	struct cuda_ctx *cx = (struct cuda_ctx *)ctx;
 
 	use(cx);
-	k_axpbz<<<blocks_for(n), THREADS, 0, cx->stream>>>(y, a, c, x, b, z, n);
+	k_axpbz<<<cuda_blocks(n), CUDA_THREADS, 0, cx->stream>>>(y, a, c, x, b, z, n);
 	LAUNCH_CHECK(cx, "k_axpbz");
 }
 
@@ -654,7 +645,7 @@ extern "C" void cuda_adamw(void *ctx, float *p, const float *g, float *m, float 
 	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
 
 	use(c);
-	k_adamw<<<blocks_for(n), THREADS, 0, c->stream>>>(p, g, m, v, n, *h);
+	k_adamw<<<cuda_blocks(n), CUDA_THREADS, 0, c->stream>>>(p, g, m, v, n, *h);
 	LAUNCH_CHECK(c, "k_adamw");
 }
 
@@ -663,9 +654,9 @@ extern "C" void cuda_sumsq(void *ctx, float *out, const float *x, size_t n, int 
 	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
 
 	use(c);
-	k_sumsq_pass1<<<CUDA_PARTIALS, THREADS, 0, c->stream>>>(c->partials, x, n);
+	k_sumsq_pass1<<<CUDA_PARTIALS, CUDA_THREADS, 0, c->stream>>>(c->partials, x, n);
 	LAUNCH_CHECK(c, "k_sumsq_pass1");
-	k_sumsq_pass2<<<1, THREADS, 0, c->stream>>>(out, c->partials, CUDA_PARTIALS, accumulate);
+	k_sumsq_pass2<<<1, CUDA_THREADS, 0, c->stream>>>(out, c->partials, CUDA_PARTIALS, accumulate);
 	LAUNCH_CHECK(c, "k_sumsq_pass2");
 }
 
@@ -674,7 +665,7 @@ extern "C" void cuda_clip(void *ctx, float *x, size_t n, const float *sumsq, flo
 	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
 
 	use(c);
-	k_clip<<<blocks_for(n), THREADS, 0, c->stream>>>(x, n, sumsq, max_norm);
+	k_clip<<<cuda_blocks(n), CUDA_THREADS, 0, c->stream>>>(x, n, sumsq, max_norm);
 	LAUNCH_CHECK(c, "k_clip");
 }
 

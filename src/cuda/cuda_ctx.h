@@ -12,6 +12,15 @@
 #include "core/status.h"
 
 #define CUDA_PARTIALS 256 /* blocks of the loss reduction's first pass */
+#define CUDA_THREADS 256  /* threads per block of the element-wise kernels */
+
+/* Blocks of CUDA_THREADS for a grid-stride loop over n elements: 1 to 4096. */
+static inline int cuda_blocks(size_t n)
+{
+	size_t b = (n + CUDA_THREADS - 1) / CUDA_THREADS;
+
+	return (int)(b < 4096 ? (b ? b : 1) : 4096);
+}
 
 struct cuda_ctx {
 	int device;

@@ -5,16 +5,9 @@
 #include <cuda_bf16.h> /* __nv_bfloat16, __float2bfloat16_rn, __bfloat162float */
 #include <cuda_fp16.h> /* __half, __float2half_rn, __half2float */
 
+#include "cuda/cuda_ctx.h" /* cuda_blocks, CUDA_THREADS: the grid of the element-wise kernels */
 #include "cuda/wire.h" /* this file's prototypes, as comm_nccl.c sees them */
 
-#define WIRE_THREADS 256
-
-static unsigned wire_blocks(size_t n)
-{
-	size_t b = (n + WIRE_THREADS - 1) / WIRE_THREADS;
-
-	return (unsigned)(b < 4096 ? (b ? b : 1) : 4096);
-}
 
 __global__ void k_wire_narrow_f16(__half *dst, const float *src, size_t n)
 {
@@ -46,9 +39,9 @@ extern "C" cudaError_t wire_narrow(uint16_t *dst, const float *src, size_t n, en
 	if (n == 0)
 		return cudaSuccess;
 	if (w == COMM_WIRE_F16)
-		k_wire_narrow_f16<<<wire_blocks(n), WIRE_THREADS, 0, s>>>((__half *)dst, src, n);
+		k_wire_narrow_f16<<<cuda_blocks(n), CUDA_THREADS, 0, s>>>((__half *)dst, src, n);
 	else
-		k_wire_narrow_bf16<<<wire_blocks(n), WIRE_THREADS, 0, s>>>((__nv_bfloat16 *)dst, src, n);
+		k_wire_narrow_bf16<<<cuda_blocks(n), CUDA_THREADS, 0, s>>>((__nv_bfloat16 *)dst, src, n);
 	return cudaGetLastError();
 }
 
@@ -58,8 +51,8 @@ extern "C" cudaError_t wire_widen(float *dst, const uint16_t *src, size_t n, enu
 	if (n == 0)
 		return cudaSuccess;
 	if (w == COMM_WIRE_F16)
-		k_wire_widen_f16<<<wire_blocks(n), WIRE_THREADS, 0, s>>>(dst, (const __half *)src, n);
+		k_wire_widen_f16<<<cuda_blocks(n), CUDA_THREADS, 0, s>>>(dst, (const __half *)src, n);
 	else
-		k_wire_widen_bf16<<<wire_blocks(n), WIRE_THREADS, 0, s>>>(dst, (const __nv_bfloat16 *)src, n);
+		k_wire_widen_bf16<<<cuda_blocks(n), CUDA_THREADS, 0, s>>>(dst, (const __nv_bfloat16 *)src, n);
 	return cudaGetLastError();
 }

@@ -64,11 +64,6 @@ int allreduce_obs_watched(const struct allreduce_obs *o)
 	return o->to.done != NULL;
 }
 
-static enum half_type mirror_half(const struct allreduce_mirror *m)
-{
-	return m->wire == COMM_WIRE_BF16 ? HALF_BF16 : HALF_F16;
-}
-
 uint16_t *allreduce_narrow(struct allreduce_mirror *m, const float *buf, size_t n, struct diag *d)
 {
 	uint16_t *h;
@@ -82,13 +77,13 @@ uint16_t *allreduce_narrow(struct allreduce_mirror *m, const float *buf, size_t 
 		return NULL;
 	}
 	h = m->h + (buf - m->base);
-	half_narrow(h, buf, n, mirror_half(m));
+	half_narrow(h, buf, n, comm_wire_half(m->wire));
 	return h;
 }
 
 void allreduce_widen(const struct allreduce_mirror *m, float *dst, const uint16_t *h, size_t n)
 {
-	half_widen(dst, h, n, mirror_half(m));
+	half_widen(dst, h, n, comm_wire_half(m->wire));
 }
 
 /* Read the settings from this rank's environment; a bad value leaves its default. */

@@ -16,6 +16,7 @@
 
 #include <stddef.h>
 
+#include "core/half.h"   /* enum half_type: what a 16-bit wire type is */
 #include "core/status.h"
 
 #define COMM_MAX_INFLIGHT 64
@@ -28,6 +29,12 @@ enum comm_kind { COMM_AUTO, COMM_MPI, COMM_NCCL };
  * partial sum rounded to it, in the algorithm's order), the result widened back. */
 enum comm_wire { COMM_WIRE_F32, COMM_WIRE_F16, COMM_WIRE_BF16 };
 extern const char *const comm_wire_names[]; /* "fp32", "fp16", "bf16", NULL */
+
+/* The 16-bit type of wire type w (COMM_WIRE_F16 or COMM_WIRE_BF16). */
+static inline enum half_type comm_wire_half(enum comm_wire w)
+{
+	return w == COMM_WIRE_BF16 ? HALF_BF16 : HALF_F16;
+}
 
 /* The flags of a collective's start. */
 #define COMM_LAST 1u /* nothing is left to overlap with: complete it by the fastest path */

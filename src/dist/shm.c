@@ -225,11 +225,6 @@ static void slice(const struct shm *s, size_t off, size_t n, size_t *lo, size_t 
 	*hi = off + (size_t)(s->rank + 1) * n / (size_t)s->size;
 }
 
-static enum half_type half_of(enum comm_wire t)
-{
-	return t == COMM_WIRE_BF16 ? HALF_BF16 : HALF_F16;
-}
-
 /* Element i (counted in the buffer, off <= i) of the range from off in rank q's buffer:
  * floats, or 16 bits from the range's start. */
 static char *at(const struct shm *s, int q, size_t off, size_t i, enum comm_wire t)
@@ -264,7 +259,7 @@ static void add_slice(struct shm *s, size_t off, size_t lo, size_t hi, int every
 
 			memcpy(t, at(s, 0, off, a, type), len * sizeof *t);
 			for (int q = 1; q < p; q++)
-				half_sum(t, (const uint16_t *)at(s, q, off, a, type), len, half_of(type));
+				half_sum(t, (const uint16_t *)at(s, q, off, a, type), len, comm_wire_half(type));
 			for (int q = 0; q < p; q++)
 				if (everywhere || q == s->rank)
 					memcpy(at(s, q, off, a, type), t, len * sizeof *t);
@@ -299,7 +294,7 @@ static void narrow_in_place(float *buf, size_t n, enum comm_wire t)
 	for (size_t a = 0; a < n; a += TILE) {
 		size_t len = n - a < TILE ? n - a : TILE;
 
-		half_narrow(h, buf + a, len, half_of(t));
+		half_narrow(h, buf + a, len, comm_wire_half(t));
 		memcpy((uint16_t *)buf + a, h, len * sizeof *h);
 	}
 }
@@ -316,7 +311,7 @@ static void widen_in_place(float *buf, size_t lo, size_t hi, enum comm_wire t)
 
 		hi -= len;
 		memcpy(h, (uint16_t *)buf + hi, len * sizeof *h);
-		half_widen(buf + hi, h, len, half_of(t));
+		half_widen(buf + hi, h, len, comm_wire_half(t));
 	}
 }
 
