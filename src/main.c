@@ -13,7 +13,7 @@
 
 #include "core/signals.h"  /* signals_install */
 #include "core/status.h"   /* status_exit_code */
-#include "dist/world.h"    /* world_launch_size, world_watchdog_start, world_init */
+#include "comm/world.h"    /* world_launch_size, world_watchdog_start, world_init */
 #include "run/options.h"   /* options_parse, options_print_help, options_print_version */
 #include "run/preflight.h" /* preflight_launch */
 #include "run/session.h"   /* struct session, session_* */

@@ -7,7 +7,7 @@
 #   5  store/     safetensors and checkpoints
 #   4  train/     model, loss, optimizer, schedule, the trainers
 #   3  observe/   report, trace, stragglers, Prometheus     cuda/ (the dlopen'd module)
-#   2  data/      data sets, sampler, loader                 dist/ (world, communicators)
+#   2  data/      data sets, sampler, loader                 comm/ (world, communicators)
 #   1  backend/   the compute ops tables, the GPU probe
 #   0  core/      status, clock, signals, files, spans
 #
@@ -15,7 +15,7 @@
 # src/ (and the module's own cuda_*.h) is checked; a header that is not there fails too.
 . "$(dirname "$0")/lib/setup.sh"
 
-declare -A floor=([core]=0 [backend]=1 [data]=2 [dist]=2 [observe]=3 [cuda]=3 [train]=4 [store]=5 [run]=6 [main]=7)
+declare -A floor=([core]=0 [backend]=1 [data]=2 [comm]=2 [observe]=3 [cuda]=3 [train]=4 [store]=5 [run]=6 [main]=7)
 cd "$TOP_SRCDIR/src"
 bad=0 n=0
 for f in main.c */*.c */*.h */*.cu; do

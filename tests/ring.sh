@@ -1,5 +1,5 @@
 #!/bin/bash
-# The ring all-reduce (src/dist/ring.c) and streaming (gradient regions started as
+# The ring all-reduce (src/comm/ring.c) and streaming (gradient regions started as
 # backward's panels finish them): forced onto one node (DDPTRAIN_ALLREDUCE=ring;
 # by default only jobs across nodes use it) and onto small buffers with tiny
 # pieces (DDPTRAIN_RING_MIN_KB=0, DDPTRAIN_RING_CHUNK_KB=1) on a model whose products

@@ -1,5 +1,5 @@
 #!/bin/bash
-# The shared-memory all-reduce (src/dist/shm.c), the default for ranks on one node: at 2
+# The shared-memory all-reduce (src/comm/shm.c), the default for ranks on one node: at 2
 # ranks it trains exactly what MPI's all-reduce trains (a + b either way), at 3 within
 # 1e-6 of it (another summation order) and within 1e-5 of one rank on the whole batch;
 # bit-identically from run to run; with overlap, without, with gradient accumulation

@@ -47,7 +47,7 @@
 #include <nvtx3/nvToolsExt.h>
 
 #include "core/clock.h"
-#include "dist/comm.h"
+#include "comm/comm.h"
 #include "cuda_ctx.h"
 #include "cuda_module.h" /* nccl_unique_id, nccl_comm_init as module.c sees them */
 #include "cuda/hostwait.h" /* hostwait: the broadcast's wait */

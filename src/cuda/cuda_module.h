@@ -10,7 +10,7 @@
 #include <stddef.h>
 
 #include "backend/backend.h"
-#include "dist/comm.h"
+#include "comm/comm.h"
 #include "backend/gpu.h"
 #include "core/status.h"
 

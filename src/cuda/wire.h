@@ -14,7 +14,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "dist/comm.h" /* enum comm_wire */
+#include "comm/comm.h" /* enum comm_wire */
 
 #ifdef __cplusplus
 extern "C" {

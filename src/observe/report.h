@@ -5,7 +5,7 @@
  * a '#' summary, and the --metrics JSON Lines file (a "step" record per
  * --log-every steps only, so its records do not depend on timing).
  *
- * The observe/ wing (floor 3, above data/ and dist/): what the run tells the
+ * The observe/ wing (floor 3, above data/ and comm/): what the run tells the
  * world while and after it trains: this report, --trace, the straggler check and
  * --prometheus. Observers never decide what is trained.
  *
@@ -33,7 +33,7 @@
 
 #include "core/status.h"
 #include "observe/straggler.h" /* struct straggler_rank */
-#include "dist/world.h" /* struct world, world_gather */
+#include "comm/world.h" /* struct world, world_gather */
 
 struct json_t; /* jansson's */
 

@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "observe/straggler.h"
-#include "dist/world.h"     /* struct world, world_watch_begin/end */
+#include "comm/world.h"     /* struct world, world_watch_begin/end */
 
 enum status straggler_init(struct straggler *s, struct world *w, double warn, const char *host,
 			   struct diag *d)

@@ -7,7 +7,7 @@
 
 #include "core/outfile.h"  /* outfile_open, outfile_commit, outfile_abort */
 #include "observe/trace.h"
-#include "dist/world.h"    /* struct world, world_gather, world_all, world_mpi_error */
+#include "comm/world.h"    /* struct world, world_gather, world_all, world_mpi_error */
 
 #define CLOCK_PINGS 10 /* round trips per rank; the fastest one gives the offset */
 #define TAG_CLOCK 7301

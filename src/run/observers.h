@@ -10,7 +10,7 @@
 #define DDPT_OBSERVERS_H
 
 #include "core/status.h"
-#include "dist/world.h"        /* struct world */
+#include "comm/world.h"        /* struct world */
 #include "observe/prometheus.h" /* struct prometheus */
 #include "observe/report.h"     /* struct report */
 #include "observe/straggler.h" /* struct straggler */

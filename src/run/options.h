@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "dist/comm.h"     /* enum comm_kind */
+#include "comm/comm.h"     /* enum comm_kind */
 #include "train/loss.h"     /* enum loss_kind, loss_names */
 #include "train/optimizer.h" /* enum optimizer_kind, optimizer_names */
 #include "train/schedule.h" /* enum lr_schedule, schedule_names */

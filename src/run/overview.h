@@ -11,8 +11,8 @@
 
 #include "backend/backend.h"   /* struct backend */
 #include "data/data.h"         /* struct dataset */
-#include "dist/comm.h"         /* struct comm */
-#include "dist/world.h"        /* struct world */
+#include "comm/comm.h"         /* struct comm */
+#include "comm/world.h"        /* struct world */
 #include "observe/report.h"    /* struct report, report_summary */
 #include "observe/straggler.h" /* struct straggler */
 #include "run/options.h"       /* struct options */

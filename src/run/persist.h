@@ -13,8 +13,8 @@
 
 #include "core/status.h"
 #include "data/data.h"          /* struct dataset */
-#include "dist/comm.h"          /* struct comm */
-#include "dist/world.h"         /* struct world */
+#include "comm/comm.h"          /* struct comm */
+#include "comm/world.h"         /* struct world */
 #include "observe/report.h"     /* struct report */
 #include "run/agree.h"          /* struct agreement */
 #include "run/options.h"        /* struct options */

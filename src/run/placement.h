@@ -15,7 +15,7 @@
 #include "backend/gpu.h"
 #include "run/options.h"
 #include "core/status.h"
-#include "dist/world.h"
+#include "comm/world.h"
 
 struct placement {
 	enum device_kind device; /* DEVICE_CPU or DEVICE_CUDA, decided */

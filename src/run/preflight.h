@@ -13,7 +13,7 @@
 #include "core/outfile.h"   /* struct outfile_lock */
 #include "core/status.h"
 #include "data/data.h"       /* struct dataset */
-#include "dist/world.h"      /* struct world */
+#include "comm/world.h"      /* struct world */
 #include "run/options.h"     /* struct options */
 #include "run/placement.h"   /* struct placement */
 #include "train/optimizer.h" /* struct optimizer_hparams */

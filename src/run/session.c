@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/comm_open.h"  /* comm_open */
+#include "comm/comm_open.h"  /* comm_open */
 #include "run/overview.h"
 #include "run/preflight.h"
 #include "run/session.h"

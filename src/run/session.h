@@ -20,8 +20,8 @@
 #include "backend/backend.h"  /* struct backend, struct backend_config */
 #include "core/outfile.h"     /* struct outfile_lock */
 #include "data/data.h"        /* struct dataset */
-#include "dist/comm.h"        /* struct comm */
-#include "dist/world.h"       /* struct world */
+#include "comm/comm.h"        /* struct comm */
+#include "comm/world.h"       /* struct world */
 #include "observe/report.h"   /* struct report */
 #include "run/observers.h"    /* struct observers */
 #include "run/options.h"      /* struct options */

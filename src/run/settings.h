@@ -4,7 +4,7 @@
  * shares with its checkpoints and with the other ranks.
  *
  * Every setting that reaches a module from the command line or the environment
- * passes through here (the all-reduce's DDPTRAIN_* variables excepted: dist/
+ * passes through here (the all-reduce's DDPTRAIN_* variables excepted: comm/
  * reads them on rank 0 and broadcasts them). It is not the parser (options.h)
  * and decides nothing about the world or the device (placement.h).
  */

@@ -22,7 +22,7 @@
 
 #include <stdint.h>
 
-#include "dist/comm.h"      /* struct comm */
+#include "comm/comm.h"      /* struct comm */
 #include "data/data.h"      /* struct dataset */
 #include "data/loader.h"    /* struct batch */
 #include "train/loss.h"      /* struct loss */
@@ -33,7 +33,7 @@
 #include "train/schedule.h"  /* enum lr_schedule */
 #include "observe/straggler.h" /* struct straggler */
 #include "observe/trace.h"     /* struct trace */
-#include "dist/world.h"     /* struct world */
+#include "comm/world.h"     /* struct world */
 
 #define TRAIN_MAX_REPLICAS 64 /* dp worker threads */
 

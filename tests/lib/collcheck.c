@@ -33,9 +33,9 @@
 #include "backend/backend.h"
 #include "backend/gpu.h"
 #include "core/half.h"
-#include "dist/comm.h"
-#include "dist/comm_mpi.h"
-#include "dist/world.h"
+#include "comm/comm.h"
+#include "comm/comm_mpi.h"
+#include "comm/world.h"
 
 #define G 24000      /* floats of the gradient buffer */
 #define M 6000       /* floats of the all-gathered buffer */

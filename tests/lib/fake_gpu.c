@@ -84,7 +84,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h" /* struct backend_ops, backend_cpu_ops (the math) */
-#include "dist/comm.h"    /* struct comm_ops */
+#include "comm/comm.h"    /* struct comm_ops */
 #include "round16.h"      /* the 16-bit wire: round16_from_float, round16_to_float */
 #include "backend/gpu.h"     /* struct gpu_module */
 #include "mpi_rank.h"        /* mpi_world_rank */

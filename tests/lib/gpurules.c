@@ -29,7 +29,7 @@
 
 #include "backend/backend.h" /* struct backend, backend_init, backend_free */
 #include "backend/gpu.h"     /* gpu_load, struct gpu_module */
-#include "dist/comm.h"       /* struct comm, comm_free */
+#include "comm/comm.h"       /* struct comm, comm_free */
 #include "round16.h"          /* round16: the 16-bit wire's closed form */
 
 enum { N = 4, IN = 8, OUT = 8 }; /* rows, inputs, outputs of the layer */

@@ -14,8 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "dist/allreduce.h"
-#include "dist/ring.h"
+#include "comm/allreduce.h"
+#include "comm/ring.h"
 
 /* One collective started since the last wait. */
 struct ring_rec {

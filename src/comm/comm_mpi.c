@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/allreduce.h" /* allreduce_choose, struct allreduce_ops */
-#include "dist/comm_mpi.h"
+#include "comm/allreduce.h" /* allreduce_choose, struct allreduce_ops */
+#include "comm/comm_mpi.h"
 #if __has_include(<mpi-ext.h>)
 #include <mpi-ext.h> /* MPIX_Query_cuda_support, where Open MPI provides it */
 #endif

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dist/allreduce.h"
-#include "dist/ring.h"
-#include "dist/shm.h"
+#include "comm/allreduce.h"
+#include "comm/ring.h"
+#include "comm/shm.h"
 
 struct shm_alg {
 	struct shm shm;

@@ -15,8 +15,8 @@
 #include <unistd.h>       /* sysconf, access, unlink */
 
 #include "core/half.h"  /* half_narrow, half_widen, half_sum: the 16-bit wire */
-#include "dist/shm.h"
-#include "dist/world.h" /* world_mpi_error */
+#include "comm/shm.h"
+#include "comm/world.h" /* world_mpi_error */
 
 #define LINE 64               /* bytes: one counter per cache line */
 #define TILE 2048             /* floats summed at a time (8 KiB, stays in L1) */

@@ -1,5 +1,5 @@
 /* comm.c - releasing whichever communicator was set up. */
-#include "dist/comm.h"
+#include "comm/comm.h"
 
 const char *const comm_wire_names[] = {"fp32", "fp16", "bf16", NULL};
 

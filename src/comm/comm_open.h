@@ -9,10 +9,10 @@
 #include <stddef.h>
 
 #include "backend/backend.h" /* struct backend */
-#include "dist/comm.h"    /* struct comm, enum comm_kind */
+#include "comm/comm.h"    /* struct comm, enum comm_kind */
 #include "backend/gpu.h"     /* struct gpu: the CUDA module's NCCL entry points */
 #include "core/status.h"
-#include "dist/world.h"   /* struct world */
+#include "comm/world.h"   /* struct world */
 
 /* Open c for kind (COMM_MPI or COMM_NCCL) over w's ranks, for the gradient buffer
  * grads[0..n) of be; mod is the loaded CUDA module (NCCL only), timeout_s NCCL's;

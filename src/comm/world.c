@@ -14,7 +14,7 @@
 
 #include "core/clock.h"
 #include "core/signals.h"
-#include "dist/world.h"
+#include "comm/world.h"
 
 /* The watchdog: the main thread marks the start and end of each blocking collective with
  * two atomic stores (no lock, no system call, nothing that wakes a thread); this thread

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "core/half.h"      /* half_sum: the 16-bit MPI_Op */
-#include "dist/allreduce.h"
+#include "comm/allreduce.h"
 
 /* One collective started since the last wait. */
 struct mpi_coll {

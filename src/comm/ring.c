@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "core/half.h"   /* half_sum: the 16-bit partial sums */
-#include "dist/ring.h"
-#include "dist/world.h" /* world_mpi_error */
+#include "comm/ring.h"
+#include "comm/world.h" /* world_mpi_error */
 
 static int wrap(const struct ring *r, int i)
 {

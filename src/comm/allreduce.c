@@ -9,8 +9,8 @@
 
 #include "core/clock.h"     /* clock_now: the observer's times */
 #include "core/half.h"      /* half_narrow, half_widen: the 16-bit mirror */
-#include "dist/allreduce.h"
-#include "dist/ring.h"      /* RING_WINDOW: the most DDPTRAIN_RING_WINDOW can ask */
+#include "comm/allreduce.h"
+#include "comm/ring.h"      /* RING_WINDOW: the most DDPTRAIN_RING_WINDOW can ask */
 
 /* Every algorithm; the named ones in the order DDPTRAIN_ALLREDUCE's message lists them. */
 static const struct allreduce_ops *const algs[] = {

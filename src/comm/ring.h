@@ -33,7 +33,7 @@
 #include <stddef.h>
 
 #include "core/status.h"
-#include "dist/comm.h" /* enum comm_wire: the element type */
+#include "comm/comm.h" /* enum comm_wire: the element type */
 
 #define RING_WINDOW 8   /* blocks in flight at once (most) */
 #define RING_BUCKETS 64 /* buckets queued between waits (most) */

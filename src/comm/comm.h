@@ -3,9 +3,9 @@
  * all-reduces of float slices, progressed between layers and completed
  * before the optimizer step, plus the broadcast of the initial weights.
  *
- * The dist/ wing (floor 2, above backend/): the MPI world (start-up, agreement,
+ * The comm/ wing (floor 2, above backend/): the MPI world (start-up, agreement,
  * watchdog), this communicator interface, the MPI communicator with its host
- * all-reduce algorithms (dist/allreduce.h) and the opening of either. Only dist/
+ * all-reduce algorithms (comm/allreduce.h) and the opening of either. Only comm/
  * names an MPI algorithm; it knows no model and no options.
  *
  * Implementations: MPI (comm_mpi.h, in ddptrain) and NCCL (in the CUDA

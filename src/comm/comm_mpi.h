@@ -9,8 +9,8 @@
 #define DDPT_COMM_MPI_H
 
 #include "backend/backend.h"
-#include "dist/comm.h"
-#include "dist/world.h"
+#include "comm/comm.h"
+#include "comm/world.h"
 
 /* An MPI communicator over w's ranks for buffers inside base[0..nfloats) of backend be
  * (the model's gradient buffer; broadcasts may use any buffer of be); later_bytes: what

@@ -24,8 +24,8 @@
 #include <stdint.h>
 
 #include "core/status.h"
-#include "dist/comm.h"  /* struct comm, struct comm_observer, COMM_MAX_INFLIGHT */
-#include "dist/world.h" /* struct world */
+#include "comm/comm.h"  /* struct comm, struct comm_observer, COMM_MAX_INFLIGHT */
+#include "comm/world.h" /* struct world */
 
 /* The one observer of every algorithm: an all-reduce's start time and length, by its
  * order among the step's all-reduces (0: the first started). All-reduces past the

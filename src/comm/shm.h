@@ -47,7 +47,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dist/ring.h"
+#include "comm/ring.h"
 #include "core/status.h"
 
 #define SHM_QUEUE 64 /* all-reduces started and not yet complete (most) */

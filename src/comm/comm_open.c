@@ -1,6 +1,6 @@
 /* comm_open.c - choosing and setting up the gradient communicator. */
-#include "dist/comm_mpi.h"
-#include "dist/comm_open.h"
+#include "comm/comm_mpi.h"
+#include "comm/comm_open.h"
 
 /* nccl_comm_init's ready: every rank's own set-up succeeded (a collective), and then the
  * init, which blocks until every rank is in it, runs under the watchdog. */
