@@ -109,7 +109,28 @@ struct comm {
 	/* why the all-reduce chosen by default could not be had and what stands in (the same
 	 * on every rank), or "" */
 	char notice[640];
+	int inflight; /* collectives started since comm_wait_all last returned (comm.c) */
 };
+
+/* The doors to the collectives: every caller goes through these, never through
+ * c->ops directly. Each checks its arguments once (the in-flight count, the cuts)
+ * and then calls the communicator's entry. Semantics as struct comm_ops says. */
+enum status comm_allreduce_start(struct comm *c, float *buf, size_t n, unsigned flags,
+				 struct diag *d);
+enum status comm_reduce_scatter_start(struct comm *c, float *buf, size_t n, const size_t *cuts,
+				      unsigned flags, struct diag *d);
+enum status comm_all_gather_start(struct comm *c, float *buf, size_t n, const size_t *cuts,
+				  struct diag *d);
+void comm_progress(struct comm *c);
+enum status comm_wait_first(struct comm *c, int k, struct diag *d);
+enum status comm_wait_all(struct comm *c, struct diag *d);
+enum status comm_bcast(struct comm *c, float *buf, size_t n, int root, struct diag *d);
+/* obs NULL: stop observing. No-op for a communicator that cannot observe. */
+void comm_observe(struct comm *c, const struct comm_observer *obs);
+/* 1 if the communicator has reduce-scatter, all-gather and wait_first (ZeRO needs them). */
+int comm_can_shard(const struct comm *c);
+/* Collectives started since comm_wait_all last returned. */
+int comm_inflight(const struct comm *c);
 
 /* Safe to call twice. */
 void comm_free(struct comm *c);
