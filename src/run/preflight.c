@@ -6,8 +6,7 @@
 #include "run/preflight.h"
 #include "store/checkpoint.h" /* checkpoint_check_rotation */
 #include "train/model.h"  /* model_layout, model_bytes_needed */
-#include "train/trainer.h" /* trainer_bucket_caps */
-#include "train/zero.h"   /* zero_pool_floats */
+#include "train/plan.h"   /* grad_plan_block_floats */
 
 enum status preflight_launch(const struct options *o, struct world *w, struct diag *d)
 {
@@ -75,7 +74,8 @@ static size_t host_copies_bytes(const struct options *o)
 }
 
 enum status preflight_memory(const struct options *o, const struct optimizer_hparams *hp,
-			     const struct placement *pl, const struct world *w, struct diag *d)
+			     const struct placement *pl, const struct world *w,
+			     const struct grad_plan *plan, struct diag *d)
 {
 	int reps = o->mode == MODE_DP ? pl->replicas : 1;
 	double need;
@@ -87,14 +87,9 @@ enum status preflight_memory(const struct options *o, const struct optimizer_hpa
 	       (double)host_copies_bytes(o);
 	if (o->zero == 2) { /* the gradient's shard and the bucket buffers instead of all of it */
 		struct model lay;
-		size_t cap, first_cap, shard;
 
 		model_layout(&lay, o->widths, o->nlayers);
-		model_freeze(&lay, o->frozen);
-		trainer_bucket_caps(o->bucket_mb, &cap, &first_cap);
-		shard = zero_shard_room(&lay, w->size);
-		need += ((double)shard + (double)zero_pool_floats(&lay, cap, first_cap) -
-			 (double)lay.nparams) * sizeof(float);
+		need += ((double)grad_plan_block_floats(plan) - (double)lay.nparams) * sizeof(float);
 	}
 	return placement_check_memory(pl, o, w, need, d);
 }

@@ -17,6 +17,7 @@
 #include "run/options.h"     /* struct options */
 #include "run/placement.h"   /* struct placement */
 #include "train/optimizer.h" /* struct optimizer_hparams */
+#include "train/plan.h"      /* struct grad_plan */
 
 /* Modes, devices and backends this build and launch can run; the rest fail clearly. */
 enum status preflight_launch(const struct options *o, struct world *w, struct diag *d);
@@ -30,9 +31,11 @@ enum status preflight_outputs(const struct options *o, const struct optimizer_hp
 			      struct outfile_lock claims[OPT_MAX_FILES], struct diag *d);
 
 /* Room for every replica's model (dp: all in this process) and the host copies kept
- * beside them: two batch buffers, the checkpoint and initial-weight copies. */
+ * beside them: two batch buffers, the checkpoint and initial-weight copies; with ZeRO-2
+ * the gradient block of plan instead of the whole gradient. */
 enum status preflight_memory(const struct options *o, const struct optimizer_hparams *hp,
-			     const struct placement *pl, const struct world *w, struct diag *d);
+			     const struct placement *pl, const struct world *w,
+			     const struct grad_plan *plan, struct diag *d);
 
 /* What a rank still maps after its communicator is set up, once the model and its
  * optimizer are: the host copies above and, on the CPU, the BLAS library's work buffer

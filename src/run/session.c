@@ -8,7 +8,7 @@
 #include "run/preflight.h"
 #include "run/session.h"
 #include "run/settings.h"    /* settings_config_text, SETTINGS_TEXT_MAX */
-#include "train/zero.h"      /* zero_plan_init, zero_pool_floats */
+#include "train/zero.h"      /* zero_plan_init */
 
 _Static_assert(OPT_MAX_LAYERS == MODEL_MAX_LAYERS, "--layers and the model agree on the depth");
 _Static_assert(OPT_MAX_REPLICAS == TRAIN_MAX_REPLICAS, "--replicas and the trainer agree");
@@ -79,6 +79,21 @@ static enum status load_data(struct session *s)
 	return st;
 }
 
+/* The gradient plan, from the layout alone: the memory check reads it before anything is
+ * allocated, the model's ZeRO-2 block is made from it, the trainer runs it. */
+static enum status plan_gradients(struct session *s)
+{
+	const struct options *o = &s->o;
+	struct grad_plan_cfg cfg = {.zero = o->zero, .compress = s->tc.compress, .rank = s->w.rank,
+				    .size = s->w.size};
+	struct model lay;
+
+	model_layout(&lay, o->widths, o->nlayers);
+	model_freeze(&lay, o->frozen);
+	trainer_bucket_caps(o->bucket_mb, &cfg.cap, &cfg.first_cap);
+	return grad_plan_init(&s->plan, &lay, &cfg, &s->d);
+}
+
 /* The device, its backend, the model and its optimizer, the communicator. */
 static enum status build_model(struct session *s)
 {
@@ -87,7 +102,9 @@ static enum status build_model(struct session *s)
 
 	st = session_agree(s, placement_decide(&s->pl, o, &s->w, &s->d));
 	if (st == ST_OK)
-		st = session_agree(s, preflight_memory(o, &s->hp, &s->pl, &s->w, &s->d));
+		st = session_agree(s, plan_gradients(s));
+	if (st == ST_OK)
+		st = session_agree(s, preflight_memory(o, &s->hp, &s->pl, &s->w, &s->plan, &s->d));
 	if (st != ST_OK)
 		return st;
 	s->cfg.device = s->pl.gpu;
@@ -104,13 +121,10 @@ static enum status build_model(struct session *s)
 		zero_plan_init(&z, &s->m, s->w.rank, s->w.size);
 		st = optimizer_init(&s->opt, &s->m, &s->hp, o->zero > 0 ? &z : NULL, &s->d);
 		/* ZeRO-2: the gradient's shard and the bucket buffers instead of all of it, before
-		 * the communicator opens over the gradients' memory */
+		 * the communicator opens over the gradients' memory; the optimizer reads the shard */
 		if (st == ST_OK && o->zero == 2 && o->mode == MODE_DDP) {
-			size_t cap, first_cap;
-
-			trainer_bucket_caps(o->bucket_mb, &cap, &first_cap);
-			st = model_shard_grads(&s->m, zero_shard_room(&s->m, s->w.size),
-					       zero_pool_floats(&s->m, cap, first_cap), &s->d);
+			st = model_regrad(&s->m, grad_plan_block_floats(&s->plan), &s->d);
+			s->opt.grad_at = MODEL_SLOTS + 1 + s->plan.poolb[0] + s->plan.poolb[1];
 		}
 	}
 	st = session_agree(s, st);
@@ -194,8 +208,8 @@ enum status session_run(struct session *s)
 		st = trainer_dp(&s->tc, s->pl.replicas, &s->m, &s->opt, &s->cfg, &s->ds, &s->ctl, &s->r,
 				&s->res, &s->d);
 	else
-		st = trainer_ddp(&s->tc, &s->w, &s->m, &s->opt, &s->c, &s->ds, &s->ctl, &s->r, &s->res,
-				 &s->d);
+		st = trainer_ddp(&s->tc, &s->plan, &s->w, &s->m, &s->opt, &s->c, &s->ds, &s->ctl, &s->r,
+				 &s->res, &s->d);
 	st = session_agree(s, st);
 	if (st == ST_OK)
 		st = persist_stage_save(&s->per, s->res.steps);
@@ -237,6 +251,7 @@ void session_end(struct session *s, enum status st)
 	for (int i = 0; i < OPT_MAX_FILES; i++) /* the outputs are written or abandoned: free */
 		outfile_release(&s->claims[i]);
 	model_free(&s->m);
+	grad_plan_free(&s->plan);
 	comm_free(&s->c);
 	backend_free(&s->be);
 	data_free(&s->ds);

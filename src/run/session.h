@@ -29,6 +29,7 @@
 #include "run/placement.h"    /* struct placement */
 #include "train/model.h"      /* struct model */
 #include "train/optimizer.h"  /* struct optimizer, struct optimizer_hparams */
+#include "train/plan.h"       /* struct grad_plan */
 #include "train/trainer.h"    /* struct train_config, train_ctl, train_result */
 
 struct session {
@@ -43,6 +44,7 @@ struct session {
 	struct model m;
 	struct optimizer_hparams hp;
 	struct optimizer opt;
+	struct grad_plan plan; /* ddp: how the gradients are cut for communication */
 	struct train_config tc;
 	struct report r;
 	struct train_result res;

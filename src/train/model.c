@@ -46,15 +46,13 @@ size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int sta
 	return floats * sizeof(float);
 }
 
-/* The gradient views over the gradients' memory: the whole gradient, or ZeRO-2's block
- * (whose pool views the trainer sets). */
+/* The gradient views over the gradients' memory: the whole gradient, or a block laid out
+ * by the caller (model_regrad: its gw views are the caller's). */
 static void model_point_grads(struct model *m)
 {
-	if (m->gshard != NULL) { /* the same offsets on every rank: the pool before the shard */
+	if (m->gblock) {
 		m->slots = m->gmem;
 		m->norm = m->gmem + MODEL_SLOTS;
-		m->gpool = m->norm + 1;
-		m->gshard = m->gmem + (m->gfloats - m->gshard_len);
 		return;
 	}
 	m->grads = m->gmem;
@@ -260,23 +258,24 @@ void model_state_to_device(struct model *m, int first, int last, const float *ho
 	}
 }
 
-void model_forward(struct model *m, int n)
+enum status model_forward(struct model *m, int n, const struct model_hooks *h)
 {
 	const struct backend_ops *ops = m->be->ops;
 	void *c = m->be->ctx;
 
 	for (int l = 0; l < m->nlayers; l++) {
 		int in = m->widths[l], out = m->widths[l + 1];
+		enum status st = h != NULL && h->before_layer != NULL ? h->before_layer(h->arg, l) : ST_OK;
 		long span;
 
-		if (m->pre_layer != NULL)
-			m->pre_layer(m->pre_arg, l);
+		if (st != ST_OK)
+			return st;
 		span = trace_begin(m->trace, TR_FORWARD, l);
-
 		ops->linear_forward(c, m->act[l + 1], m->act[l], m->params + m->w_off[l],
 				    m->params + m->b_off[l], n, in, out, m->act_fn[l] == ACT_RELU);
 		trace_end(m->trace, span);
 	}
+	return ST_OK;
 }
 
 /* Layer l's panels for cap: weight rows a part, parts holding weight rows, and floats of
@@ -317,81 +316,36 @@ void model_panel_range(const struct model *m, int l, size_t cap, int j, size_t *
 	*b = *a + cap < wf + out ? *a + cap : wf + out;
 }
 
-int model_plan_parts(const struct model *m, size_t cap, size_t first_cap, int first, int room,
-		     struct bucket *b)
-{
-	int nb = 0;
-	size_t size = 0, limit = first_cap;
-	int hi = m->nlayers - 1;
-
-/* Part nb, kept when it is one of those asked for. */
-#define PART(...)                                                    \
-	do {                                                         \
-		if (nb >= first && nb - first < room)                \
-			b[nb - first] = (struct bucket){__VA_ARGS__}; \
-		nb++;                                                \
-	} while (0)
-	for (int l = m->nlayers - 1; l >= 0; l--) {
-		size_t lf = layer_floats(m, l);
-
-		if (m->frozen[l]) {
-			hi = l - 1;
-			continue;
-		}
-		if (lf > cap) {
-			int np = model_panel_count(m, l, cap);
-
-			if (size > 0) /* the layers after it: a bucket of their own */
-				PART(.lo = l + 1, .hi = hi, .off = m->w_off[l + 1], .len = size);
-			for (int j = 0; j < np; j++) {
-				size_t a, e;
-
-				model_panel_range(m, l, cap, j, &a, &e);
-				PART(.lo = l, .hi = l, .off = m->w_off[l] + a, .len = e - a, .panel = 1);
-			}
-			hi = l - 1;
-			size = 0;
-			limit = cap;
-			continue;
-		}
-		size += lf;
-		if (size >= limit || l == 0 || m->frozen[l - 1]) {
-			PART(.lo = l, .hi = hi, .off = m->w_off[l], .len = size);
-			hi = l - 1;
-			size = 0;
-			limit = cap;
-		}
-	}
-#undef PART
-	return nb;
-}
-
-/* ZeRO-2: layer l's weight and bias gradients from dy, part by part (model_panel_range),
- * each into the place panel_dst gives and handed over by panel_done. */
-static void backward_panels(struct model *m, int l, int n, const float *dy)
+/* Layer l's weight and bias gradients from dy, part by part (model_panel_range), each
+ * into the place h->panel_dst gives and handed over by h->panel_done. */
+static enum status backward_panels(struct model *m, int l, int n, const float *dy,
+				   const struct model_hooks *h)
 {
 	const struct backend_ops *ops = m->be->ops;
 	const int in = m->widths[l], out = m->widths[l + 1];
 	const size_t wf = (size_t)in * (size_t)out;
-	const int np = model_panel_count(m, l, m->panel_cap);
+	const int np = model_panel_count(m, l, h->panel_cap);
 
 	for (int j = 0; j < np; j++) {
-		float *dst = m->panel_dst(m->panel_arg, l, j);
+		float *dst = h->panel_dst(h->arg, l, j);
 		size_t a, b;
+		enum status st;
 
-		model_panel_range(m, l, m->panel_cap, j, &a, &b);
+		model_panel_range(m, l, h->panel_cap, j, &a, &b);
 		if (a < wf) /* weight rows [a / in, b / in) */
 			ops->linear_grad_rows(m->be->ctx, dst, NULL, dy, m->act[l], n, in, out,
 					      (int)(a / (size_t)in), (int)((b < wf ? b : wf) / (size_t)in));
 		if (b > wf) /* bias rows: what is left of the part */
 			ops->linear_grad_rows(m->be->ctx, NULL, dst + (a < wf ? wf - a : 0), dy, m->act[l],
 					      n, in, out, (int)((a > wf ? a : wf) - wf), (int)(b - wf));
-		m->panel_done(m->panel_arg, l, j);
+		st = h->panel_done != NULL ? h->panel_done(h->arg, l, j) : ST_OK;
+		if (st != ST_OK)
+			return st;
 	}
+	return ST_OK;
 }
 
-void model_backward(struct model *m, int n, int accumulate, void (*hook)(void *arg, int layer),
-		    void *arg)
+enum status model_backward(struct model *m, int n, int accumulate, const struct model_hooks *h)
 {
 	const struct backend_ops *ops = m->be->ops;
 	void *c = m->be->ctx;
@@ -403,12 +357,18 @@ void model_backward(struct model *m, int n, int accumulate, void (*hook)(void *a
 		int in = m->widths[l], out = m->widths[l + 1];
 		float *dx = l > lowest ? m->dbuf[1 - cur] : NULL;
 		long span = trace_begin(m->trace, TR_BACKWARD, l);
-		int panels = !m->frozen[l] && m->panel_dst != NULL && layer_floats(m, l) > m->panel_cap;
+		int panels = !m->frozen[l] && h != NULL && h->panel_dst != NULL &&
+			     layer_floats(m, l) > h->panel_cap;
 		float *dw = m->frozen[l] || panels ? NULL : m->gw[l];
+		enum status st = ST_OK;
 
 		/* panels first: their reduce-scatters move while dx is computed */
 		if (panels)
-			backward_panels(m, l, n, m->dbuf[cur]);
+			st = backward_panels(m, l, n, m->dbuf[cur], h);
+		if (st != ST_OK) {
+			trace_end(m->trace, span);
+			return st;
+		}
 		if (dx != NULL || dw != NULL)
 			ops->linear_backward(c, dx, dw, dw != NULL ? dw + (m->b_off[l] - m->w_off[l]) : NULL,
 					     m->dbuf[cur], m->act[l], m->params + m->w_off[l], n, in, out,
@@ -417,43 +377,13 @@ void model_backward(struct model *m, int n, int accumulate, void (*hook)(void *a
 		if (dx != NULL && m->act_fn[l - 1] == ACT_RELU)
 			ops->relu_backward(c, dx, m->act[l], (size_t)n * (size_t)in);
 		trace_end(m->trace, span);
-		if (hook != NULL)
-			hook(arg, l);
+		st = h != NULL && h->layer_done != NULL ? h->layer_done(h->arg, l) : ST_OK;
+		if (st != ST_OK)
+			return st;
 		if (dx != NULL)
 			cur = 1 - cur;
 	}
-}
-
-int model_plan_buckets(const struct model *m, size_t cap, size_t first_cap, struct bucket *b)
-{
-	int nb = 0;
-	size_t size = 0, limit = first_cap;
-	int hi = m->nlayers - 1;
-
-	for (int l = m->nlayers - 1; l >= 0; l--) {
-		if (m->frozen[l]) {
-			hi = l - 1;
-			continue;
-		}
-		size += (size_t)m->widths[l + 1] * (size_t)(m->widths[l] + 1);
-		if (size >= limit || l == 0 || m->frozen[l - 1]) {
-			b[nb].lo = l;
-			b[nb].hi = hi;
-			b[nb].off = m->w_off[l];
-			b[nb].len = size + (hi == m->nlayers - 1 ? MODEL_SLOTS : 0);
-			nb++;
-			hi = l - 1;
-			size = 0;
-			limit = cap;
-		}
-	}
-	if (m->frozen[m->nlayers - 1]) {
-		b[nb].lo = b[nb].hi = -1;
-		b[nb].off = m->nparams;
-		b[nb].len = MODEL_SLOTS;
-		nb++;
-	}
-	return nb;
+	return ST_OK;
 }
 
 void model_free(struct model *m)
@@ -487,10 +417,10 @@ void model_move_grads(struct model *m, float *grads)
 	model_point_grads(m);
 }
 
-enum status model_shard_grads(struct model *m, size_t shard, size_t pool, struct diag *d)
+enum status model_regrad(struct model *m, size_t extra, struct diag *d)
 {
 	const struct backend_ops *ops = m->be->ops;
-	const size_t n = MODEL_SLOTS + 1 + pool + shard;
+	const size_t n = MODEL_SLOTS + 1 + extra;
 	float *block = ops->alloc(m->be->ctx, n);
 
 	if (block == NULL)
@@ -505,9 +435,8 @@ enum status model_shard_grads(struct model *m, size_t shard, size_t pool, struct
 	m->gfloats = n;
 	m->grads = NULL;
 	for (int l = 0; l < m->nlayers; l++)
-		m->gw[l] = NULL; /* the trainer points them into the pool */
-	m->gshard_len = shard;
-	m->gshard = block + MODEL_SLOTS;
+		m->gw[l] = NULL; /* the caller points them into its layout */
+	m->gblock = 1;
 	model_point_grads(m);
 	return ST_OK;
 }

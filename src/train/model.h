@@ -16,8 +16,9 @@
  * checkpoints only ever walk that list, so a new layer kind or optimizer
  * state never touches them. Tensor names are made here and nowhere else.
  *
- * This module knows nothing of ranks or communication: the trainer passes a
- * hook that backward calls after each layer's gradients are complete.
+ * This module knows nothing of ranks or communication: the trainer passes hooks
+ * (struct model_hooks) that forward calls before each layer and backward after
+ * each layer's gradients are complete; a hook's failure ends the pass.
  */
 #ifndef DDPT_MODEL_H
 #define DDPT_MODEL_H
@@ -64,7 +65,7 @@ struct model {
 	struct backend *be;           /* borrowed */
 	float *params;                /* (nparams), = arena[0].data */
 	float *grads;                 /* (nparams + MODEL_SLOTS + 1: slots, norm); NULL once sharded
-				       * (model_shard_grads) */
+				       * (model_regrad) */
 	/* The gradients' memory, the one block the communicator's collectives work in: grads,
 	 * or ZeRO-2's block (gfloats floats) */
 	float *gmem;
@@ -74,24 +75,8 @@ struct model {
 	 * right after: grads + w_off[l], or (ZeRO-2) a place in a bucket buffer. */
 	float *gw[MODEL_MAX_LAYERS];
 	float *slots;                 /* (MODEL_SLOTS) grads + nparams, or in the sharded block */
-	/* ZeRO-2 (model_shard_grads): gmem is MODEL_SLOTS + 1 + pool + shard floats in place of
-	 * grads: the slots, the norm, the bucket buffers, and room for this rank's shard of the reduced
-	 * gradient (laid out as its optimizer state; gshard_len floats, the largest rank's, so
-	 * that the block is laid out alike on every rank); else NULL */
-	float *gshard, *gpool;
-	size_t gshard_len;
-	/* Called before each layer's forward (if not NULL): ZeRO-2 waits there for the
-	 * all-gather of the layer's parameters. */
-	void (*pre_layer)(void *arg, int layer);
-	void *pre_arg;
-	/* ZeRO-2's row panels (panel_dst NULL: none): backward computes a trainable layer of
-	 * more than panel_cap floats in the parts model_panel_range gives, not into gw[l]:
-	 * part j is written (set, never added) where panel_dst(panel_arg, l, j) says, then
-	 * handed over with panel_done(panel_arg, l, j), all before dx and the layer's hook. */
-	size_t panel_cap;
-	float *(*panel_dst)(void *arg, int layer, int j);
-	void (*panel_done)(void *arg, int layer, int j);
-	void *panel_arg;
+	int gblock;                   /* gmem is a block laid out by the caller (model_regrad):
+				       * the slots, the norm, then the caller's; grads and gw NULL */
 	struct model_arena arena[MODEL_MAX_ARENAS];
 	int narenas;                  /* 1 + optimizer state arenas */
 	float *norm;                  /* (1) scratch: the squared gradient norm for clipping, in gmem
@@ -160,32 +145,43 @@ void model_state_to_device(struct model *m, int first, int last, const float *ho
 /* Are all n host floats finite? (Weights are checked before every write: a file never
  * holds a NaN or an infinity.) */
 int model_all_finite(const float *host, size_t n);
-/* Forward n rows of act[0]; the output is act[nlayers]. */
-void model_forward(struct model *m, int n);
+/* What a pass calls back into its caller (the trainer's gradient sync). Every entry may
+ * be NULL; one that returns an error ends the pass, which returns it. */
+struct model_hooks {
+	void *arg;
+	/* forward: before layer l (ZeRO waits there for the all-gather of its parameters) */
+	enum status (*before_layer)(void *arg, int layer);
+	/* backward: after layer l's gradients are complete */
+	enum status (*layer_done)(void *arg, int layer);
+	/* backward in row panels (panel_dst NULL: none): a trainable layer of more than
+	 * panel_cap floats is computed in the parts model_panel_range gives, not into gw[l]:
+	 * part j is written (set, never added) where panel_dst(arg, l, j) says, then handed
+	 * over with panel_done(arg, l, j), all before dx and layer_done. */
+	size_t panel_cap;
+	float *(*panel_dst)(void *arg, int layer, int j);
+	enum status (*panel_done)(void *arg, int layer, int j);
+};
+/* Forward n rows of act[0]; the output is act[nlayers]. h may be NULL. */
+enum status model_forward(struct model *m, int n, const struct model_hooks *h);
 /* Backward from dbuf[0] (n, widths[nlayers]) = dL/dout. Layers run last to first, down to
- * the first trainable one; after each one, hook(arg, l) is called (if hook is not NULL).
- * accumulate adds to grads. A frozen layer passes the gradient through to the layers
- * before it but gets none itself (its slice of grads is left as it was). */
-void model_backward(struct model *m, int n, int accumulate, void (*hook)(void *arg, int layer),
-		    void *arg);
+ * the first trainable one, calling h's hooks (h may be NULL). accumulate adds to the
+ * gradients. A frozen layer passes the gradient through to the layers before it but gets
+ * none itself (its slice of grads is left as it was). */
+enum status model_backward(struct model *m, int n, int accumulate, const struct model_hooks *h);
 /* Safe to call twice. */
 void model_free(struct model *m);
 
-/* Gradient buckets: runs of whole trainable layers from the last layer backwards, each
- * closed once it holds at least cap floats (first_cap for the first, as PyTorch DDP does)
- * or when the next layer down is frozen. The slots ride with the bucket of the last
- * layer; when that layer is frozen they are a bucket of their own (lo = hi = -1), the
- * last one listed. */
+/* A range of the gradients that travels as one collective (the gradient plan, plan.h,
+ * cuts them): whole layers lo..hi, a row panel of one layer, or the slots alone
+ * (lo = hi = -1). */
 struct bucket {
 	int lo, hi;   /* layers lo..hi; backward completes it at layer lo */
 	size_t off;   /* first float in grads */
 	size_t len;   /* floats, including the slots for the bucket holding the last layer */
-	int panel;    /* 1: a row panel of layer lo (= hi) alone (model_plan_parts) */
+	int panel;    /* 1: a row panel of layer lo (= hi) alone (grad_plan_cut) */
 };
-/* Fill b (room for nlayers + 1 entries); returns the bucket count. */
-int model_plan_buckets(const struct model *m, size_t cap, size_t first_cap, struct bucket *b);
 
-/* ZeRO-2's row panels of layer l for parts of at most cap floats (cap >= 1): as many of
+/* Row panels of layer l for parts of at most cap floats (cap >= 1): as many of
  * the weight's rows as fit in a part (at least one: a row longer than cap is a part of
  * its own), the bias after the last rows as far as that part has room, the rest of the
  * bias in parts of cap. Each part is a contiguous range of the layer's floats (weight
@@ -193,23 +189,14 @@ int model_plan_buckets(const struct model *m, size_t cap, size_t first_cap, stru
  * model_panel_range: part j is floats [*a, *b) of the layer, from w_off[l]. */
 int model_panel_count(const struct model *m, int l, size_t cap);
 void model_panel_range(const struct model *m, int l, size_t cap, int j, size_t *a, size_t *b);
-/* ZeRO-2's plan of the reduce-scatters in backward's order: the buckets of
- * model_plan_buckets, except that a trainable layer of more than cap floats is never in
- * one but comes as its row panels (model_panel_range for cap, panel = 1; a bucket
- * gathering the layers after it closes before it), and the slots are in no part (they
- * travel in an all-reduce of their own). Fills b with parts first .. first + room - 1
- * (those that exist; b may be NULL when room is 0) and returns the count of all. */
-int model_plan_parts(const struct model *m, size_t cap, size_t first_cap, int first, int room,
-		     struct bucket *b);
-
 /* Move the gradients' memory (gmem: gfloats floats, with their contents: the gradients,
  * the slots and the norm) to host memory
  * the communicator owns and frees (struct comm's grads); model_free leaves it alone. */
 void model_move_grads(struct model *m, float *grads);
-/* ZeRO-2: replace the whole gradient with one block of MODEL_SLOTS + 1 + pool + shard
- * floats (slots, norm, gpool, gshard): before the communicator opens over gmem (the same size and
- * layout on every rank: shard is the largest rank's); the caller points gw into the
- * pool. On failure (d set) nothing changes. */
-enum status model_shard_grads(struct model *m, size_t shard, size_t pool, struct diag *d);
+/* Replace the whole gradient with one block of MODEL_SLOTS + 1 + extra floats (the slots,
+ * the norm, then extra floats the caller lays out: ZeRO-2's pool buffers and gradient
+ * shard, grad_plan_block_floats), before the communicator opens over gmem; grads and gw
+ * are then NULL (the caller points gw). On failure (d set) nothing changes. */
+enum status model_regrad(struct model *m, size_t extra, struct diag *d);
 
 #endif

@@ -58,7 +58,7 @@ float *optimizer_grad(const struct optimizer *opt, int r)
 {
 	const struct model *m = opt->m;
 
-	return m->gshard != NULL ? m->gshard + opt->piece[r].so : m->grads + opt->piece[r].off;
+	return opt->grad_at > 0 ? m->gmem + opt->grad_at + opt->piece[r].so : m->grads + opt->piece[r].off;
 }
 
 /* torch.optim.SGD on piece r: n parameters from offset o (so in the state). */

@@ -54,6 +54,10 @@ struct optimizer {
 	int npieces;
 	int sharded;            /* ZeRO: the pieces are this rank's shard, the state arenas too */
 	size_t state_len;       /* floats of each state arena: ntrainable, or the shard's */
+	/* ZeRO-2: where the reduced gradient of the shard begins in the model's gradient block
+	 * (gmem), laid out as the shard's state; 0: the pieces read m->grads (set by the
+	 * session, from the gradient plan) */
+	size_t grad_at;
 };
 
 /* State arenas optimizer_init will add to the model for h (for memory estimates). */
@@ -68,7 +72,7 @@ enum status optimizer_init(struct optimizer *opt, struct model *m,
  * learning rate h.lr * multiplier. Returns that learning rate. */
 double optimizer_step(struct optimizer *opt, double multiplier);
 /* Piece r's gradient (len floats): in the whole gradient at its offset, or (ZeRO-2) in
- * the model's gradient shard, laid out as the shard's state. */
+ * the gradient shard at grad_at, laid out as the shard's state. */
 float *optimizer_grad(const struct optimizer *opt, int r);
 /* 1 if name is a tensor of some optimizer's state ("momentum_buffer.net1.weight"): a
  * checkpoint's state is not weights, and --init skips it. */

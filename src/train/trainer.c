@@ -204,7 +204,7 @@ enum status trainer_evaluate(const struct train_config *tc, struct model *m, con
 		data_fill(val, idx, (size_t)n, hx, hy);
 		ops->to_device(bc, m->act[0], hx, (size_t)n * (size_t)val->in);
 		ops->to_device(bc, m->target, hy, (size_t)n * (size_t)val->out);
-		model_forward(m, n);
+		model_forward(m, n, NULL);
 		/* Each batch adds its share of the mean over all V rows. */
 		loss_apply(&tc->loss, m->be, m->dbuf[0], slots, m->act[m->nlayers], m->target, n,
 			   m->widths[m->nlayers], (float)n / (float)val->n, 1);

@@ -28,6 +28,7 @@
 #include "train/loss.h"      /* struct loss */
 #include "train/model.h"     /* struct model */
 #include "train/optimizer.h" /* struct optimizer */
+#include "train/plan.h"      /* struct grad_plan */
 #include "observe/prometheus.h" /* struct prometheus */
 #include "observe/report.h"    /* struct report, struct replica_stats, struct bucket_stats */
 #include "train/schedule.h"  /* enum lr_schedule */
@@ -100,9 +101,10 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 		       const struct dataset *ds, const struct train_ctl *ctl, struct report *r,
 		       struct train_result *res, struct diag *d);
 
-/* ddp: this rank's replica m, stepped by opt, gradients summed over c. */
-enum status trainer_ddp(const struct train_config *tc, struct world *w, struct model *m,
-			struct optimizer *opt, struct comm *c, const struct dataset *ds,
+/* ddp: this rank's replica m, stepped by opt, gradients summed over c as plan p says (m's
+ * gradient memory made for it: model_regrad with ZeRO-2). */
+enum status trainer_ddp(const struct train_config *tc, const struct grad_plan *p, struct world *w,
+			struct model *m, struct optimizer *opt, struct comm *c, const struct dataset *ds,
 			const struct train_ctl *ctl, struct report *r, struct train_result *res,
 			struct diag *d);
 
@@ -110,7 +112,7 @@ enum status trainer_ddp(const struct train_config *tc, struct world *w, struct m
  * in its group (*gi, 0-based), and the group's size, which the last group of an epoch may
  * have fewer of. The step's gradient is the mean over the group's micro-batches. */
 long trainer_group(long mb, long nmicro, long grad_accum, long *gi);
-/* The gradient buckets' caps in floats for --bucket-mb (model_plan_buckets): *cap for
+/* The gradient buckets' caps in floats for --bucket-mb (the gradient plan, plan.h): *cap for
  * all, *first_cap for the first (PyTorch's 1 MiB), each at least 1. */
 void trainer_bucket_caps(double bucket_mb, size_t *cap, size_t *first_cap);
 /* Optimizer steps in an epoch of nmicro micro-batches. */

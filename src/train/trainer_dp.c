@@ -182,11 +182,11 @@ static void run_job(struct dp_replica *r, enum dp_job job)
 			r->st->bytes_in += (double)m0->nparams * sizeof(float);
 		}
 		t = phase_begin(dp, r);
-		model_forward(r->m, r->n);
+		model_forward(r->m, r->n, NULL);
 		phase_end(dp, r, DP_FORWARD, t);
 	} else if (job == JOB_BACKWARD) {
 		t = phase_begin(dp, r);
-		model_backward(r->m, r->n, r->accumulate, NULL, NULL);
+		model_backward(r->m, r->n, r->accumulate, NULL);
 		phase_end(dp, r, DP_BACKWARD, t);
 	}
 }

@@ -60,22 +60,6 @@ size_t zero_bucket_start(const struct model *m, const struct bucket *b)
 	return trainable_index(m, b->lo) + (b->off - m->w_off[b->lo]);
 }
 
-size_t zero_pool_floats(const struct model *m, size_t cap, size_t first_cap)
-{
-	struct bucket b[MODEL_MAX_LAYERS + 1];
-	const int room = MODEL_MAX_LAYERS + 1;
-	size_t most[2] = {0, 0};
-	int np = model_plan_parts(m, cap, first_cap, 0, 0, NULL);
-
-	/* the parts a window at a time: a large layer can have many */
-	for (int k0 = 0; k0 < np; k0 += room) {
-		model_plan_parts(m, cap, first_cap, k0, room, b);
-		for (int k = k0; k < np && k < k0 + room; k++)
-			most[k % 2] = b[k - k0].len > most[k % 2] ? b[k - k0].len : most[k % 2];
-	}
-	return most[0] + most[1];
-}
-
 void zero_range_cuts(const struct zero_plan *z, size_t t0, size_t len, size_t *cuts)
 {
 	for (int q = 0; q <= z->size; q++) {

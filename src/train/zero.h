@@ -14,11 +14,8 @@
  *
  * ZeRO-2 also keeps only the shard of the reduced gradient (laid out as the
  * shard's state) and writes backward's gradients into a pool of two bucket
- * buffers (zero_pool_floats), reused once the reduce-scatter of the bucket before
- * last has completed. Its reduce-scatters are the parts of model_plan_parts: a
- * layer larger than the bucket cap comes in row panels of at most the cap, so a
- * buffer holds at most the cap or the largest bucket of smaller layers, never a
- * whole large layer.
+ * buffers, reused once the reduce-scatter of the bucket before last has
+ * completed; the gradient plan (plan.h) cuts its parts and sizes the buffers.
  *
  * This module computes; it allocates nothing and knows no communicator.
  */
@@ -54,14 +51,10 @@ void zero_plan_init(struct zero_plan *z, const struct model *m, int rank, int si
 void zero_range_cuts(const struct zero_plan *z, size_t t0, size_t len, size_t *cuts);
 /* Bucket b's cuts (size + 1 entries, relative to b->off, over its first `len` floats:
  * the gradients, without slots): zero_range_cuts of its range. b must be trainable
- * (lo >= 0): a run of whole layers, or a row panel of one (model_plan_parts). */
+ * (lo >= 0): a run of whole layers, or a row panel of one (grad_plan_cut). */
 void zero_bucket_cuts(const struct zero_plan *z, const struct model *m, const struct bucket *b,
 		      size_t len, size_t *cuts);
 
-/* ZeRO-2's bucket buffers for m's parts planned with these caps (model_plan_parts), in
- * floats: buffer 0 holds the even parts, buffer 1 the odd ones, each as large as the
- * largest of its own: at most max(cap, the largest bucket of layers of at most cap). */
-size_t zero_pool_floats(const struct model *m, size_t cap, size_t first_cap);
 /* The largest shard of m's trainable parameters over size ranks, in floats. */
 size_t zero_shard_room(const struct model *m, int size);
 /* The first trainable index of bucket b (trainable, lo >= 0: whole layers or a panel). */

@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "lib/fill.h"
 #include "train/model.h"
+#include "train/plan.h"
 
 static const struct backend_ops *ops = &backend_cpu_ops;
 
@@ -23,7 +24,7 @@ static double model_loss(struct model *m, int n)
 {
 	float loss = 0;
 
-	model_forward(m, n);
+	model_forward(m, n, NULL);
 	ops->mse(NULL, m->dbuf[0], &loss, m->act[m->nlayers], m->target, n, m->widths[m->nlayers],
 		 1.0f, 0);
 	return loss;
@@ -47,7 +48,7 @@ static void test_model_backward_matches_finite_differences(void **state)
 	fill(m.act[0], (size_t)n * 3, 12);
 	fill(m.target, (size_t)n * 2, 13);
 	model_loss(&m, n);
-	model_backward(&m, n, 0, NULL, NULL);
+	model_backward(&m, n, 0, NULL);
 	for (size_t p = 0; p < m.nparams; p++) {
 		float keep = m.params[p], g = m.grads[p];
 		double up, down;
@@ -111,18 +112,18 @@ static void test_buckets_are_contiguous_and_cover_all_gradients(void **state)
 {
 	const int widths[6] = {8, 16, 16, 16, 16, 4};
 	struct model m;
-	struct bucket b[5];
+	struct bucket b[MODEL_MAX_LAYERS + 1];
 	size_t end;
 	int nb;
 
 	model_layout(&m, widths, 5);
 	/* One big bucket: everything plus the slots. */
-	nb = model_plan_buckets(&m, 1u << 20, 1u << 20, b);
+	nb = grad_plan_cut(&m, 1u << 20, 1u << 20, 0, 0, MODEL_MAX_LAYERS + 1, b);
 	assert_int_equal(nb, 1);
 	assert_int_equal(b[0].off, 0);
 	assert_int_equal(b[0].len, m.nparams + MODEL_SLOTS);
 	/* Small cap: one layer each, last layer first, slots in the first bucket. */
-	nb = model_plan_buckets(&m, 1, 1, b);
+	nb = grad_plan_cut(&m, 1, 1, 0, 0, MODEL_MAX_LAYERS + 1, b);
 	assert_int_equal(nb, 5);
 	end = m.nparams + MODEL_SLOTS;
 	for (int i = 0; i < nb; i++) {
@@ -133,7 +134,7 @@ static void test_buckets_are_contiguous_and_cover_all_gradients(void **state)
 	}
 	assert_int_equal(end, 0);
 	/* A cap of two middle layers (272 floats each): buckets close once they reach it. */
-	nb = model_plan_buckets(&m, 500, 60, b);
+	nb = grad_plan_cut(&m, 500, 60, 0, 0, MODEL_MAX_LAYERS + 1, b);
 	assert_int_equal(nb, 3);
 	assert_int_equal(b[0].lo, 4); /* 68 floats >= first cap 60 */
 	assert_int_equal(b[1].lo, 2); /* 272 + 272 >= 500 */
@@ -152,7 +153,7 @@ static void test_frozen_layer_passes_gradients_through_and_gets_none(void **stat
 	struct model m;
 	struct diag d = {0};
 	struct backend_config cfg = {0, 0};
-	struct bucket b[4];
+	struct bucket b[MODEL_MAX_LAYERS + 1];
 	size_t off[3], so[3], len[3];
 	float *want;
 	const int n = 6;
@@ -164,13 +165,13 @@ static void test_frozen_layer_passes_gradients_through_and_gets_none(void **stat
 	fill(m.act[0], (size_t)n * 3, 12);
 	fill(m.target, (size_t)n * 2, 13);
 	model_loss(&m, n);
-	model_backward(&m, n, 0, NULL, NULL);
+	model_backward(&m, n, 0, NULL);
 	memcpy(want, m.grads, m.nparams * sizeof *want);
 	model_freeze(&m, frozen);
 	for (size_t p = 0; p < m.nparams; p++)
 		m.grads[p] = 42.0f;
 	model_loss(&m, n);
-	model_backward(&m, n, 0, NULL, NULL);
+	model_backward(&m, n, 0, NULL);
 	for (size_t p = 0; p < m.nparams; p++) {
 		if (p >= m.w_off[1] && p < m.w_off[2])
 			assert_true(m.grads[p] == 42.0f);
@@ -187,7 +188,7 @@ static void test_frozen_layer_passes_gradients_through_and_gets_none(void **stat
 	assert_int_equal(so[1], len[0]);
 	assert_int_equal(m.ntrainable, len[0] + len[1]);
 	/* one bucket per trainable run, the last layer's with the slots */
-	assert_int_equal(model_plan_buckets(&m, 1u << 20, 1u << 20, b), 2);
+	assert_int_equal(grad_plan_cut(&m, 1u << 20, 1u << 20, 0, 0, MODEL_MAX_LAYERS + 1, b), 2);
 	assert_int_equal(b[0].lo, 2);
 	assert_int_equal(b[0].off, m.w_off[2]);
 	assert_int_equal(b[0].len, m.nparams - m.w_off[2] + MODEL_SLOTS);
@@ -199,7 +200,7 @@ static void test_frozen_layer_passes_gradients_through_and_gets_none(void **stat
 		const unsigned char last[3] = {0, 0, 1};
 
 		model_freeze(&m, last);
-		assert_int_equal(model_plan_buckets(&m, 1u << 20, 1u << 20, b), 2);
+		assert_int_equal(grad_plan_cut(&m, 1u << 20, 1u << 20, 0, 0, MODEL_MAX_LAYERS + 1, b), 2);
 		assert_int_equal(b[0].lo, 0);
 		assert_int_equal(b[0].hi, 1);
 		assert_int_equal(b[0].len, m.w_off[2]);

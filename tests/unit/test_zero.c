@@ -20,6 +20,7 @@
 #include "backend/backend.h"
 #include "lib/fill.h"
 #include "train/model.h"
+#include "train/plan.h"
 #include "train/optimizer.h"
 #include "train/zero.h"
 
@@ -87,13 +88,13 @@ static void test_shards_partition_the_trainable_parameters(void **state)
 static void test_bucket_cuts_give_each_rank_its_shard(void **state)
 {
 	struct model m;
-	struct bucket b[5];
+	struct bucket b[MODEL_MAX_LAYERS + 1];
 	size_t cuts[8];
 	int nb;
 
 	(void)state;
 	layout(&m);
-	nb = model_plan_buckets(&m, 1, 1, b); /* one layer a bucket: 3 (plus none for slots) */
+	nb = grad_plan_cut(&m, 1, 1, 0, 0, MODEL_MAX_LAYERS + 1, b); /* one layer a bucket: 3 (plus none for slots) */
 	assert_int_equal(nb, 3);
 	for (int n = 1; n <= 7; n++) {
 		struct zero_plan z;
@@ -216,10 +217,10 @@ static void test_panels_are_row_ranges_of_at_most_the_cap(void **state)
 /* All of m's parts for these caps (room for 200). */
 static int all_parts(const struct model *m, size_t cap, size_t first_cap, struct bucket *p)
 {
-	int np = model_plan_parts(m, cap, first_cap, 0, 0, NULL);
+	int np = grad_plan_cut(m, cap, first_cap, 1, 0, 0, NULL);
 
 	assert_true(np <= 200);
-	assert_int_equal(model_plan_parts(m, cap, first_cap, 0, 200, p), np);
+	assert_int_equal(grad_plan_cut(m, cap, first_cap, 1, 0, 200, p), np);
 	return np;
 }
 
@@ -227,7 +228,7 @@ static void test_parts_hold_every_trainable_float_once_in_backward_order(void **
 {
 	const size_t caps[] = {1, 3, 5, 9, 10, 16, 17, 39, 40, 100};
 	struct model m;
-	struct bucket p[200], one, b[5];
+	struct bucket p[200], one, b[MODEL_MAX_LAYERS + 1];
 
 	(void)state;
 	layout(&m);
@@ -263,15 +264,19 @@ static void test_parts_hold_every_trainable_float_once_in_backward_order(void **
 						    (p[k].lo == p[k - 1].lo && p[k].panel && p[k - 1].panel &&
 						     p[k].off == p[k - 1].off + p[k - 1].len));
 				/* a window of one gives the same part */
-				assert_int_equal(model_plan_parts(&m, cap, first_cap, k, 1, &one), np);
-				assert_memory_equal(&one, &p[k], sizeof one);
+				assert_int_equal(grad_plan_cut(&m, cap, first_cap, 1, k, 1, &one), np);
+				assert_int_equal(one.lo, p[k].lo);
+				assert_int_equal(one.hi, p[k].hi);
+				assert_int_equal(one.off, p[k].off);
+				assert_int_equal(one.len, p[k].len);
+				assert_int_equal(one.panel, p[k].panel);
 			}
 			for (size_t i = 0; i < m.nparams; i++) /* the frozen layer 1 in none */
 				assert_int_equal(owner[i] >= 0, i < m.w_off[1] || i >= m.w_off[2]);
 		}
 	}
 	/* no layer over the cap: the buckets, the slots left out */
-	assert_int_equal(all_parts(&m, 40, 1, p), model_plan_buckets(&m, 40, 1, b));
+	assert_int_equal(all_parts(&m, 40, 1, p), grad_plan_cut(&m, 40, 1, 0, 0, MODEL_MAX_LAYERS + 1, b));
 	for (int k = 0; k < 3; k++) {
 		assert_int_equal(p[k].lo, b[k].lo);
 		assert_int_equal(p[k].hi, b[k].hi);
@@ -316,6 +321,22 @@ static void test_panel_cuts_give_each_rank_its_shard(void **state)
 	}
 }
 
+/* The plan's two pool buffers for these caps (ZeRO-2, one rank). */
+static size_t pool_floats(const struct model *m, size_t cap, size_t first_cap)
+{
+	struct grad_plan plan;
+	struct diag d = {0};
+	size_t n;
+
+	assert_int_equal(grad_plan_init(&plan, m, &(struct grad_plan_cfg){.cap = cap, .first_cap = first_cap,
+									  .zero = 2, .rank = 0, .size = 1},
+					 &d),
+			 ST_OK);
+	n = plan.poolb[0] + plan.poolb[1];
+	grad_plan_free(&plan);
+	return n;
+}
+
 static void test_pool_holds_the_largest_even_and_odd_parts(void **state)
 {
 	const size_t caps[] = {1, 3, 9, 17, 40, 100};
@@ -325,7 +346,7 @@ static void test_pool_holds_the_largest_even_and_odd_parts(void **state)
 	(void)state;
 	layout(&m);
 	/* no layer over the cap, one layer a bucket, from the last: 10 (even), 16 (odd), 40 (even) */
-	assert_int_equal(zero_pool_floats(&m, 40, 1), 40 + 16);
+	assert_int_equal(pool_floats(&m, 40, 1), 40 + 16);
 	for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
 		size_t most[2] = {0, 0}, whole = 0;
 		int np = all_parts(&m, caps[c], 1, p);
@@ -335,18 +356,19 @@ static void test_pool_holds_the_largest_even_and_odd_parts(void **state)
 			if (!p[k].panel)
 				whole = p[k].len > whole ? p[k].len : whole;
 		}
-		assert_int_equal(zero_pool_floats(&m, caps[c], 1), most[0] + most[1]);
+		assert_int_equal(pool_floats(&m, caps[c], 1), most[0] + most[1]);
 		/* each buffer at most the cap (or a row of 7 longer than it), or the largest bucket */
 		for (int e = 0; e < 2; e++)
 			assert_true(most[e] <= caps[c] || most[e] <= whole || most[e] == 7);
 	}
 	/* the 40-float layer at cap 17: rows 0-1, 2-3 and row 4 with its bias */
-	assert_int_equal(zero_pool_floats(&m, 17, 1), 14 + 16);
+	assert_int_equal(pool_floats(&m, 17, 1), 14 + 16);
 }
 
 /* Records the panels' calls, and points each panel into whole at its own place. */
 struct panels_seen {
 	const struct model *m;
+	size_t cap;       /* the panels' cap */
 	float *whole;     /* (nparams) where the panels go */
 	int layer, next;  /* the panel expected next */
 	int done[8];      /* panels handed over, per layer */
@@ -362,11 +384,11 @@ static float *seen_dst(void *arg, int l, int j)
 		s->next = 0;
 	}
 	assert_int_equal(j, s->next);
-	model_panel_range(s->m, l, s->m->panel_cap, j, &a, &b);
+	model_panel_range(s->m, l, s->cap, j, &a, &b);
 	return s->whole + s->m->w_off[l] + a;
 }
 
-static void seen_done(void *arg, int l, int j)
+static enum status seen_done(void *arg, int l, int j)
 {
 	struct panels_seen *s = arg;
 
@@ -374,17 +396,19 @@ static void seen_done(void *arg, int l, int j)
 	assert_int_equal(j, s->next);
 	s->next++;
 	s->done[l]++;
+	return ST_OK;
 }
 
 /* The layer hook: every panel of a paneled layer was handed over before it. */
-static void seen_layer(void *arg, int l)
+static enum status seen_layer(void *arg, int l)
 {
 	struct panels_seen *s = arg;
 
-	if (lfloats(s->m, l) > s->m->panel_cap)
-		assert_int_equal(s->done[l], model_panel_count(s->m, l, s->m->panel_cap));
+	if (lfloats(s->m, l) > s->cap)
+		assert_int_equal(s->done[l], model_panel_count(s->m, l, s->cap));
 	else
 		assert_int_equal(s->done[l], 0);
+	return ST_OK;
 }
 
 /* Backward in panels of cap against backward whole: every gradient float, bit for bit. */
@@ -407,21 +431,21 @@ static void check_panels_bit_for_bit(const int *w, int nlayers, int n, size_t ca
 	model_init_host(&m, 3, m.params);
 	fill(m.act[0], (size_t)n * (size_t)w[0], 4);
 	fill(m.dbuf[0], (size_t)n * (size_t)w[nlayers], 5);
-	model_forward(&m, n);
+	model_forward(&m, n, NULL);
 	fill(m.dbuf[0], (size_t)n * (size_t)w[nlayers], 5);
-	model_backward(&m, n, 0, NULL, NULL);
+	model_backward(&m, n, 0, NULL);
 	memcpy(ref, m.grads, m.nparams * sizeof *ref);
 
 	for (size_t i = 0; i < m.nparams; i++) /* anything a panel does not write stays NaN */
 		m.grads[i] = whole[i] = NAN;
 	s.m = &m;
 	s.whole = whole;
-	m.panel_cap = cap;
-	m.panel_dst = seen_dst;
-	m.panel_done = seen_done;
-	m.panel_arg = &s;
+	s.cap = cap;
 	fill(m.dbuf[0], (size_t)n * (size_t)w[nlayers], 5);
-	model_backward(&m, n, 0, seen_layer, &s);
+	assert_int_equal(model_backward(&m, n, 0,
+					&(struct model_hooks){.arg = &s, .layer_done = seen_layer, .panel_cap = cap,
+							      .panel_dst = seen_dst, .panel_done = seen_done}),
+			 ST_OK);
 	for (int l = 0; l < nlayers; l++) {
 		const float *got = lfloats(&m, l) > cap ? whole : m.grads;
 

@@ -1,0 +1,45 @@
+/*
+ * ddp.h - one ddp rank's training state and the phases of its step, shared by the
+ * loop (trainer_ddp.c) and the step (ddp_step.c). Private to train/.
+ *
+ * A step reads as its phases: load (the batch onto the device), forward (with the
+ * loss), backward (the gradient sync strategy's hooks start the collectives as layers
+ * finish), optimizer (then the strategy's after-step: ZeRO's all-gathers), and the
+ * after-step work of the loop (the step's read of the slots, progress, evaluation,
+ * checkpoints, the stop).
+ */
+#ifndef DDPT_DDP_H
+#define DDPT_DDP_H
+
+#include "train/sync.h"
+#include "train/trainer.h"
+
+struct ddp {
+	const struct train_config *tc;
+	struct world *w;
+	struct model *m;
+	struct optimizer *opt;
+	struct comm *c;
+	const struct train_ctl *ctl;
+	struct report *r;
+	struct train_result *res;
+	struct diag *d;
+	struct grad_sync sync;      /* the gradient-sync strategy (sync.h) */
+	long step, total;           /* the step being taken (0-based), and the run's last */
+	double lr;                  /* the lr of the last optimizer step */
+	int ydim;                   /* target columns: the output width, or 1 (class labels) */
+	float *stop_host;           /* (1) pinned: 1 if this rank was asked to stop */
+	float *slots;               /* (MODEL_SLOTS) pinned: the step's read of the slots */
+	int graphs;                 /* steps may be device graphs */
+	int graph_off;              /* no (more) graphs: unsupported, or a capture failed */
+	const float *graph_x[2];    /* the host batch buffer each captured step reads */
+};
+
+/* One micro-batch: load, forward, backward; on the step's last (sync) also the optimizer.
+ * accumulate: the gradients add to the last micro-batch's; scale: the loss seed's. */
+enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulate, int sync, float scale);
+/* A whole step as a device graph where the backend and communicator allow it; *done = 0
+ * when the step must run eagerly (ddp_micro). ran: steps taken since this run started. */
+enum status ddp_graph_step(struct ddp *t, const struct batch *b, float scale, long ran, int *done);
+
+#endif

@@ -1,0 +1,146 @@
+/*
+ * ddp_step.c - one ddp micro-batch as its phases, and the step as a device graph.
+ *
+ * Averaging: the loss gradient's seed is scaled by 1 / (world * micro-batches in this
+ * step), so the summed gradient is already the mean over ranks and micro-batches, with
+ * no extra pass over the gradients. The loss rides in the gradient's slots (model.h), so
+ * the mean loss over ranks costs no collective of its own (with ZeRO or
+ * --grad-compress: one small float32 all-reduce, plan.h).
+ */
+#include "train/ddp.h"
+
+/* load: the micro-batch onto the device. */
+static void step_load(struct ddp *t, const struct batch *b)
+{
+	const struct model *m = t->m;
+	long span = trace_begin(t->sync.tb, TR_LOAD, -1);
+
+	m->be->ops->to_device(m->be->ctx, m->act[0], b->x, (size_t)b->n * (size_t)m->widths[0]);
+	m->be->ops->to_device(m->be->ctx, m->target, b->y, (size_t)b->n * (size_t)t->ydim);
+	trace_end(t->sync.tb, span);
+}
+
+/* forward (ZeRO: each layer waits for its all-gather), then the loss and its gradient. */
+static enum status step_forward(struct ddp *t, const struct batch *b, int accumulate, float scale)
+{
+	struct model *m = t->m;
+	enum status st = model_forward(m, b->n, &t->sync.hooks);
+	long span;
+
+	if (st != ST_OK)
+		return st;
+	span = trace_begin(t->sync.tb, TR_LOSS, -1);
+	loss_apply(&t->tc->loss, m->be, m->dbuf[0], m->slots + MODEL_SLOT_LOSS, m->act[m->nlayers], m->target,
+		   b->n, m->widths[m->nlayers], scale, accumulate);
+	trace_end(t->sync.tb, span);
+	return ST_OK;
+}
+
+/* backward, with the gradient sync starting collectives as layers finish; with sync the
+ * reduced gradient is complete at the end. */
+static enum status step_backward(struct ddp *t, const struct batch *b, int accumulate, int sync)
+{
+	struct grad_sync *s = &t->sync;
+	struct model *m = t->m;
+	enum status st;
+
+	if (sync) /* before backward starts the collective that carries it */
+		m->be->ops->to_device(m->be->ctx, m->slots + MODEL_SLOT_STOP, t->stop_host, 1);
+	s->accumulate = accumulate;
+	st = s->ops->begin(s, sync);
+	if (st == ST_OK)
+		st = model_backward(m, b->n, s->accumulate, &s->hooks);
+	if (st == ST_OK)
+		return s->ops->finish(s, sync);
+	s->syncing = 0;
+	return st;
+}
+
+/* optimizer: the step on the reduced gradient, then the strategy's after-step. */
+static enum status step_optimizer(struct ddp *t)
+{
+	struct grad_sync *s = &t->sync;
+	long span = trace_begin(s->tb, TR_OPTIMIZER, -1);
+	enum status st;
+
+	s->coll_bucket[0] = -1; /* the clipping norm's all-reduce, if any, comes first */
+	st = trainer_optimizer_step(t->tc, t->opt, t->step, t->total, t->c, &t->lr, t->d);
+	trace_end(s->tb, span);
+	if (st == ST_OK && s->ops->after_step != NULL)
+		st = s->ops->after_step(s);
+	return st;
+}
+
+enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulate, int sync, float scale)
+{
+	enum status st;
+
+	step_load(t, b);
+	st = step_forward(t, b, accumulate, scale);
+	if (st == ST_OK)
+		st = step_backward(t, b, accumulate, sync);
+	if (st != ST_OK || !sync)
+		return st;
+	return step_optimizer(t);
+}
+
+/* Capture the step into graph slot `slot`; *ok says whether it worked (a failure only turns
+ * graphs off, its reason in why). */
+static enum status capture(struct ddp *t, const struct batch *b, float scale, int slot, int *ok,
+			   struct diag *why)
+{
+	const struct backend_ops *ops = t->m->be->ops;
+	void *bctx = t->m->be->ctx;
+	struct diag *caller = t->d;
+	enum status st = ST_OK;
+
+	*ok = ops->graph_begin(bctx, why) == ST_OK;
+	if (!*ok)
+		return ST_OK;
+	t->d = t->sync.d = why; /* a failure while capturing only turns graphs off */
+	st = ddp_micro(t, b, 0, 1, scale);
+	t->d = t->sync.d = caller;
+	*ok = ops->graph_end(bctx, slot, why) == ST_OK && st == ST_OK;
+	return ST_OK;
+}
+
+/* Recorded on its second occurrence for each host buffer counted from this run's start (the
+ * first step of every run, resumed or not, warms up cuBLAS and NCCL eagerly: their lazy
+ * set-up cannot be captured), replayed after that. NCCL requires every rank to capture the
+ * same collectives, so the ranks agree on each capture's outcome (one small collective per
+ * capture, two per run) before any graph is launched: if a capture failed anywhere, every
+ * rank drops its graphs and runs eagerly. */
+enum status ddp_graph_step(struct ddp *t, const struct batch *b, float scale, long ran, int *done)
+{
+	const struct backend_ops *ops = t->m->be->ops;
+	void *bctx = t->m->be->ctx;
+	struct diag why = {0};
+	int slot = b->x == t->graph_x[0] ? 0 : b->x == t->graph_x[1] ? 1 : -1, ok;
+	enum status st;
+
+	*done = 0;
+	if (t->graph_off)
+		return ST_OK;
+	if (slot < 0 && ran < 1)
+		return ST_OK;
+	if (slot < 0) {
+		slot = t->graph_x[0] == NULL ? 0 : 1;
+		if (t->graph_x[slot] != NULL) { /* a third host buffer: the same on every rank */
+			t->graph_off = 1;
+			return ST_OK;
+		}
+		capture(t, b, scale, slot, &ok, &why);
+		if (!world_all(t->w, ok)) {
+			/* Nothing captured ran: the caller runs the step eagerly, on every rank. */
+			ops->graph_reset(bctx);
+			t->graph_off = 1;
+			report_note(t->r, "CUDA graphs off from step %ld: a capture failed%s%s", t->w->step,
+				    ok ? " on another rank" : ": ", ok ? "" : why.msg);
+			return ST_OK;
+		}
+		t->graph_x[slot] = b->x;
+	}
+	st = ops->graph_launch(bctx, slot, t->d);
+	*done = st == ST_OK;
+	return st;
+}

@@ -1,0 +1,96 @@
+/*
+ * plan.h - the gradient plan: how one rank's gradients are cut for communication,
+ * worked out once per run and handed to everyone who needs it.
+ *
+ * The session builds it from the model's layout (widths and frozen layers, no memory)
+ * before anything is allocated; the memory check reads its sizes, the model's ZeRO-2
+ * gradient block is made from them, and the trainer's gradient-sync strategy
+ * (sync.h) runs it. Nothing else cuts gradients, so nothing has to agree with
+ * anything: there is one plan.
+ *
+ * What it holds:
+ * - the buckets, in backward's order: runs of whole trainable layers from the last
+ *   layer backwards, each closed once it holds at least the cap (the first cap for the
+ *   first, as PyTorch DDP's 1 MiB), at layer 0, or before a frozen layer
+ *   (grad_plan_cut is the one place that rule is written);
+ * - where the slots (loss, accuracy, stop; model.h) travel: with the bucket of the
+ *   last layer, or in an all-reduce of their own (the last layer frozen; ZeRO and
+ *   --grad-compress keep every bucket pure gradient);
+ * - with streaming (the ring), the same rule with every bucket at the first cap: the
+ *   regions' size;
+ * - ZeRO: each bucket's cuts (where its reduce-scatter and all-gather split it
+ *   between the ranks; zero.h), and this rank's owned range;
+ * - ZeRO-2: the parts (the reduce-scatters of backward: the buckets, except that a
+ *   layer larger than the cap comes in row panels of at most the cap), their cuts,
+ *   and the two pool buffers' sizes.
+ *
+ * Not here: sending anything (sync.h) or allocating the model's memory (model.h).
+ */
+#ifndef DDPT_PLAN_H
+#define DDPT_PLAN_H
+
+#include <stddef.h>
+
+#include "core/status.h"
+#include "train/model.h" /* struct model (its layout), struct bucket, MODEL_MAX_LAYERS */
+
+/* What a plan is made for. */
+struct grad_plan_cfg {
+	size_t cap, first_cap; /* floats (trainer_bucket_caps) */
+	int zero;              /* ZeRO stage: 0, 1 or 2 */
+	int compress;          /* --grad-compress: the buckets travel in the wire type */
+	int rank, size;        /* this rank of the world */
+};
+
+struct grad_plan {
+	struct grad_plan_cfg cfg;
+	struct bucket bucket[MODEL_MAX_LAYERS + 1]; /* backward's order; the slots' own last */
+	int nbuckets;
+	int ngrad;                    /* gradient buckets: 0 .. ngrad - 1 */
+	int slot_bucket;              /* the slots' own bucket (= ngrad), or -1: they ride in bucket 0 */
+	int closes[MODEL_MAX_LAYERS]; /* the bucket layer l's backward completes, or -1 */
+	int lowest;                   /* the first trainable layer: backward ends there */
+	size_t reduced;               /* floats sent per step: every bucket's, slots included */
+	/* streaming: the buckets at the first cap (what the report shows), or 0: not possible
+	 * (frozen layers, ZeRO, --grad-compress) */
+	struct bucket sbucket[MODEL_MAX_LAYERS + 1];
+	int nsbuckets;
+	/* ZeRO (cfg.zero > 0) */
+	size_t tlo, thi;              /* this rank's owned range of the trainable floats */
+	size_t shard_room;            /* the largest rank's shard, floats */
+	size_t *cuts;                 /* (ngrad, size + 1): bucket k's cuts; else NULL */
+	/* ZeRO-2 (cfg.zero == 2) */
+	struct bucket *part;          /* (nparts) the reduce-scatters, in backward's order */
+	int nparts;
+	int npaneled;                 /* layers in row panels */
+	size_t *pcuts;                /* (nparts, size + 1): part k's cuts */
+	size_t *pt0;                  /* (nparts): part k's first trainable index */
+	int pfirst[MODEL_MAX_LAYERS]; /* layer l's first panel part, or -1 */
+	int pcloses[MODEL_MAX_LAYERS]; /* the part of whole layers layer l completes, or -1 */
+	size_t poolb[2];              /* floats of pool buffer 0 (even parts) and 1 (odd ones) */
+};
+
+/* Plan for m's layout and frozen layers (model_layout and model_freeze are enough: m
+ * needs no memory). Fails (d set) only when out of host memory. */
+enum status grad_plan_init(struct grad_plan *p, const struct model *m, const struct grad_plan_cfg *cfg,
+			   struct diag *d);
+/* Safe to call twice. */
+void grad_plan_free(struct grad_plan *p);
+
+/* Bucket k's cuts, and ZeRO-2's part k's (size + 1 entries each). */
+const size_t *grad_plan_cuts(const struct grad_plan *p, int k);
+const size_t *grad_plan_part_cuts(const struct grad_plan *p, int k);
+/* ZeRO-2: the floats of the gradient block beside the slots and the norm: the two pool
+ * buffers, then the largest rank's shard (model_regrad's extra). */
+size_t grad_plan_block_floats(const struct grad_plan *p);
+
+/* The one cutting rule. With parts 0: the buckets (the slots counted in the bucket of the
+ * last layer, or a bucket of their own after the others when that layer is frozen); with
+ * parts 1: ZeRO-2's parts (a trainable layer of more than cap floats comes as its row
+ * panels, model_panel_range, and a bucket gathering the layers after it closes before
+ * it; the slots are in none). Fills b with entries first .. first + room - 1 (those that
+ * exist; b may be NULL when room is 0) and returns the count of all. */
+int grad_plan_cut(const struct model *m, size_t cap, size_t first_cap, int parts, int first, int room,
+		  struct bucket *b);
+
+#endif

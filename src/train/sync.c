@@ -1,0 +1,152 @@
+/* sync.c - choosing the gradient-sync strategy, the model hooks that lead to it, the
+ * waits every strategy shares, and the communicator's observer. */
+#include "core/clock.h"
+#include "train/sync.h"
+#include "train/trainer.h" /* struct train_result */
+
+/* The model's hooks, each handing the pass to the strategy. */
+static enum status hook_before_layer(void *arg, int l)
+{
+	struct grad_sync *s = arg;
+
+	return s->ops->before_layer(s, l);
+}
+
+static enum status hook_layer_done(void *arg, int l)
+{
+	struct grad_sync *s = arg;
+
+	return s->ops->layer_done(s, l);
+}
+
+static float *hook_panel_dst(void *arg, int l, int j)
+{
+	struct grad_sync *s = arg;
+
+	return s->ops->panel_dst(s, l, j);
+}
+
+static enum status hook_panel_done(void *arg, int l, int j)
+{
+	struct grad_sync *s = arg;
+
+	return s->ops->panel_done(s, l, j);
+}
+
+/* The communicator's observer: each collective, launch to completion, into the trace and,
+ * where it carries a bucket of the plan (not streamed regions, panels or validation), into
+ * that bucket's figures. */
+static void observe_done(void *arg, int index, size_t n, double t0, double t1)
+{
+	struct grad_sync *s = arg;
+	struct bucket_stats *b;
+
+	trace_record(s->tb, TR_ALLREDUCE, index, TRACE_ASYNC, t0, t1, (double)n * sizeof(float));
+	if (s->stream || s->p->npaneled > 0 || s->evaluating || index < 0 || index >= COMM_MAX_INFLIGHT ||
+	    s->coll_bucket[index] < 0 || s->coll_bucket[index] >= s->nbuckets)
+		return;
+	b = &s->res->buckets[s->coll_bucket[index]];
+	b->count++;
+	b->sum_s += t1 - t0;
+	if (b->count == 1 || t1 - t0 < b->min_s)
+		b->min_s = t1 - t0;
+}
+
+enum status grad_sync_init(struct grad_sync *s, const struct grad_sync_cfg *cfg, const struct grad_plan *p,
+			   struct model *m, struct comm *c, struct world *w, struct train_result *res,
+			   struct diag *d)
+{
+	static const struct grad_sync_ops *const table[] = {&sync_buckets_ops, &sync_zero1_ops,
+							    &sync_zero2_ops};
+	const struct grad_sync_ops *ops = table[p->cfg.zero];
+	enum status st;
+
+	*s = (struct grad_sync){.ops = ops, .p = p, .m = m, .c = c, .w = w, .res = res, .d = d,
+				.overlap = cfg->overlap, .wire = cfg->compress ? COMM_WIRE : 0,
+				.nbuckets = p->nbuckets, .bucket = p->bucket};
+	/* The same verdict on every rank: the communicator is the same everywhere. */
+	if (p->cfg.zero && !comm_can_shard(c))
+		return diag_set(d, ST_USAGE, "--zero=%d: the %s communicator has no reduce-scatter and all-gather",
+				p->cfg.zero, c->ops->name);
+	s->hooks = (struct model_hooks){
+		.arg = s,
+		.before_layer = ops->before_layer != NULL ? hook_before_layer : NULL,
+		.layer_done = ops->layer_done != NULL ? hook_layer_done : NULL,
+		.panel_cap = p->cfg.cap,
+		.panel_dst = ops->panel_dst != NULL ? hook_panel_dst : NULL,
+		.panel_done = ops->panel_done != NULL ? hook_panel_done : NULL,
+	};
+	st = ops->init(s);
+	if (st != ST_OK)
+		return st;
+	comm_observe(c, &(struct comm_observer){observe_done, s});
+	return ST_OK;
+}
+
+void grad_sync_free(struct grad_sync *s)
+{
+	if (s->ops == NULL)
+		return;
+	comm_observe(s->c, NULL);
+	s->ops->free(s);
+	s->ops = NULL;
+}
+
+/* The bracket of every wait: the watchdog watches `what`, the time counts as waiting, the
+ * trace shows it. */
+struct wait_mark {
+	double t0;
+	long span;
+};
+
+static struct wait_mark wait_begin(struct grad_sync *s, const char *what)
+{
+	struct wait_mark w = {clock_now(), trace_begin(s->tb, TR_WAIT, -1)};
+
+	world_watch_begin(s->w, what);
+	return w;
+}
+
+static void wait_end(struct grad_sync *s, struct wait_mark w)
+{
+	world_watch_end(s->w);
+	trace_end(s->tb, w.span);
+	s->wait += clock_now() - w.t0;
+}
+
+enum status sync_wait_all(struct grad_sync *s, const char *what)
+{
+	struct wait_mark w = wait_begin(s, what);
+	enum status st = comm_wait_all(s->c, s->d);
+
+	wait_end(s, w);
+	s->gathering = 0;
+	return st;
+}
+
+enum status sync_wait_first(struct grad_sync *s, int k, const char *what)
+{
+	struct wait_mark w = wait_begin(s, what);
+	enum status st = comm_wait_first(s->c, k, s->d);
+
+	wait_end(s, w);
+	return st;
+}
+
+enum status sync_start_last(struct grad_sync *s, enum status (*start)(struct grad_sync *s, int k),
+			    int k, const char *what)
+{
+	struct wait_mark w = wait_begin(s, what);
+	enum status st = start(s, k);
+
+	wait_end(s, w);
+	return st;
+}
+
+void sync_next_coll(struct grad_sync *s, int k)
+{
+	int i = comm_inflight(s->c);
+
+	if (i < COMM_MAX_INFLIGHT)
+		s->coll_bucket[i] = k;
+}

@@ -1,0 +1,131 @@
+/*
+ * sync.h - gradient sync: how one rank's gradients meet the other ranks' during a ddp
+ * step, as a table of strategies (Horovod's one class per strategy, chosen once).
+ *
+ * Entries, each in its own file:
+ * - sync_buckets.c: DDP's buckets, each all-reduced as soon as backward has finished
+ *   its layers (in the wire type with --grad-compress), or streamed as regions where
+ *   the communicator moves during compute (the ring);
+ * - sync_zero1.c: ZeRO-1, each bucket reduce-scattered, the updated parameters
+ *   all-gathered bucket by bucket during the next forward;
+ * - sync_zero2.c: ZeRO-2, the gradients written into two pool buffers part by part
+ *   (row panels for layers larger than the cap), each part reduce-scattered as soon as
+ *   it is written and this rank's share kept; the all-gathers as ZeRO-1's.
+ * grad_sync_init picks the entry the plan and the communicator call for.
+ *
+ * The trainer (trainer_ddp.c, ddp_step.c) calls the strategy at fixed points of a step:
+ * begin (before backward), the model's hooks during forward and backward (struct
+ * model_hooks: before_layer, layer_done, panel_dst, panel_done), finish (after backward:
+ * the gradient complete on this rank), after_step (after the optimizer) and settle
+ * (before anything reads the weights outside forward). Every wait goes through
+ * sync_wait_all or sync_wait_first, which keep the clock, the trace and the watchdog.
+ *
+ * Not here: the plan (plan.h), the collectives themselves (comm/comm.h).
+ */
+#ifndef DDPT_SYNC_H
+#define DDPT_SYNC_H
+
+#include "comm/comm.h"      /* struct comm */
+#include "comm/world.h"     /* struct world */
+#include "core/tracebuf.h"  /* struct trace_buf */
+#include "train/model.h"    /* struct model, struct model_hooks */
+#include "train/plan.h"     /* struct grad_plan */
+
+struct grad_sync;
+struct train_result;
+
+struct grad_sync_ops {
+	const char *name;
+	/* Set up what the strategy keeps (s->own); point the model's gradient views. */
+	enum status (*init)(struct grad_sync *s);
+	/* Before a micro-batch's backward; sync: its gradients are summed over the ranks in
+	 * this step (the step's last micro-batch). */
+	enum status (*begin)(struct grad_sync *s, int sync);
+	/* The model's hooks (NULL: none). */
+	enum status (*before_layer)(struct grad_sync *s, int layer);
+	enum status (*layer_done)(struct grad_sync *s, int layer);
+	float *(*panel_dst)(struct grad_sync *s, int layer, int j);
+	enum status (*panel_done)(struct grad_sync *s, int layer, int j);
+	/* After backward: with sync, the reduced gradient is complete for the optimizer. */
+	enum status (*finish)(struct grad_sync *s, int sync);
+	/* After the optimizer step (NULL: nothing). */
+	enum status (*after_step)(struct grad_sync *s);
+	/* Complete what still changes the weights (NULL: nothing). */
+	enum status (*settle)(struct grad_sync *s);
+	void (*free)(struct grad_sync *s);
+};
+
+extern const struct grad_sync_ops sync_buckets_ops, sync_zero1_ops, sync_zero2_ops;
+
+/* What the strategies share. The trainer sets tb, d and evaluating as it goes. */
+struct grad_sync {
+	const struct grad_sync_ops *ops;
+	const struct grad_plan *p;
+	struct model *m;
+	struct comm *c;
+	struct world *w;
+	struct train_result *res;  /* per-bucket all-reduce figures */
+	struct diag *d;
+	struct trace_buf *tb;      /* this step's trace buffer, or NULL */
+	struct model_hooks hooks;  /* the strategy's hooks, for model_forward and model_backward */
+	int overlap;               /* the collectives start during backward (else after it) */
+	unsigned wire;             /* COMM_WIRE for the buckets with --grad-compress, else 0 */
+	int stream;                /* the buckets stream regions (sync_buckets.c) */
+	int nbuckets;              /* the buckets the report counts: the plan's, or streaming's */
+	const struct bucket *bucket;
+	double wait;               /* host time blocked completing collectives */
+	int evaluating;            /* validation's all-reduces are no bucket's */
+	/* by order since the last wait: the bucket each collective carries, or -1 (an
+	 * all-gather, a panel, the clipping norm), so the observer's figures go to it */
+	int coll_bucket[COMM_MAX_INFLIGHT];
+	int accumulate;            /* this micro-batch adds to the gradients of the last */
+	int syncing;               /* this backward's collectives start as it goes */
+	int gathering;             /* ZeRO: parameter all-gathers may be in flight */
+	void *own;                 /* the strategy's own state */
+};
+
+/* What grad_sync_init chooses from. */
+struct grad_sync_cfg {
+	int overlap;  /* --no-overlap off */
+	int compress; /* --grad-compress */
+};
+
+/* Choose the strategy for p over c and set it up (every rank the same: the plan and the
+ * communicator are). Fails (d set) when out of memory or when ZeRO asks for collectives
+ * the communicator does not have. */
+enum status grad_sync_init(struct grad_sync *s, const struct grad_sync_cfg *cfg, const struct grad_plan *p,
+			   struct model *m, struct comm *c, struct world *w, struct train_result *res,
+			   struct diag *d);
+/* Stop observing the communicator and free the strategy's state; safe twice. */
+void grad_sync_free(struct grad_sync *s);
+
+/* Waits: complete every collective in flight, or the first k since the last complete
+ * wait; `what` names it for the watchdog. Timed into s->wait and traced. */
+enum status sync_wait_all(struct grad_sync *s, const char *what);
+enum status sync_wait_first(struct grad_sync *s, int k, const char *what);
+/* The next collective carries bucket k (-1: none); said before it starts, since a
+ * blocking one tells the observer from inside its start. */
+void sync_next_coll(struct grad_sync *s, int k);
+/* A collective that may complete at once (the last of backward): started with the
+ * watchdog watching `what`, timed as waiting. start(s, k) starts it. */
+enum status sync_start_last(struct grad_sync *s, enum status (*start)(struct grad_sync *s, int k),
+			    int k, const char *what);
+
+/* ZeRO's all-gathers of the updated parameters, the first member of both stages' own
+ * state: layer l's forward waits for the all-gather holding it. */
+struct zero_gathers {
+	int ag_idx[MODEL_MAX_LAYERS]; /* the number of layer l's all-gather (since a wait); 0: none */
+	int ag_waited;                /* all-gathers waited for, up to this number */
+};
+
+/* Shared by the entries: the buckets' hooks (sync_buckets.c) and ZeRO's all-gathers
+ * (sync_zero1.c). */
+enum status buckets_start(struct grad_sync *s, int k, unsigned flags);
+enum status buckets_layer_done(struct grad_sync *s, int layer);
+enum status buckets_begin(struct grad_sync *s, int sync);
+enum status buckets_finish(struct grad_sync *s, int sync);
+enum status zero_gather(struct grad_sync *s);
+enum status zero_before_layer(struct grad_sync *s, int layer);
+enum status zero_settle(struct grad_sync *s);
+
+#endif

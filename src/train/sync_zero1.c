@@ -1,0 +1,79 @@
+/*
+ * sync_zero1.c - ZeRO-1's gradient sync: the buckets' hooks with each bucket
+ * reduce-scattered where DDP all-reduces it (the plan's cuts), so the optimizer
+ * updates this rank's shard; then the updated parameters all-gathered bucket by
+ * bucket. The all-gathers overlap the next step's forward, each layer waiting only
+ * for the one holding it (zero_before_layer): on one node the all-gather is a whole
+ * extra pass over the parameters, which waited for before the step ended made
+ * --zero=1's step the slowest of the three. Anything else that reads the weights
+ * (validation, checkpoints, the end) settles them first. ZeRO-2 (sync_zero2.c) shares
+ * the all-gathers.
+ */
+#include <stdlib.h>
+
+#include "train/sync.h"
+
+/* Every rank's updated shard to every rank, bucket by bucket (the frozen layers, in no
+ * bucket, never change), in forward order: the first layers' buckets (listed last) first. */
+enum status zero_gather(struct grad_sync *s)
+{
+	struct zero_gathers *g = s->own;
+	const struct grad_plan *p = s->p;
+
+	for (int k = p->ngrad - 1; k >= 0; k--) {
+		const struct bucket *b = &p->bucket[k];
+		enum status st;
+
+		sync_next_coll(s, -1);
+		st = comm_all_gather_start(s->c, s->m->params + b->off, b->len, grad_plan_cuts(p, k), s->d);
+		if (st != ST_OK)
+			return st;
+		for (int l = b->lo; l <= b->hi; l++)
+			g->ag_idx[l] = comm_inflight(s->c);
+	}
+	s->gathering = 1;
+	g->ag_waited = 0;
+	return ST_OK;
+}
+
+/* Forward's hook: layer l waits for the all-gather holding it. */
+enum status zero_before_layer(struct grad_sync *s, int l)
+{
+	struct zero_gathers *g = s->own;
+	enum status st;
+
+	if (!s->gathering || g->ag_idx[l] <= g->ag_waited)
+		return ST_OK;
+	st = sync_wait_first(s, g->ag_idx[l], "the parameter all-gather");
+	g->ag_waited = g->ag_idx[l];
+	return st;
+}
+
+enum status zero_settle(struct grad_sync *s)
+{
+	return s->gathering ? sync_wait_all(s, "the parameter all-gather") : ST_OK;
+}
+
+static enum status zero1_init(struct grad_sync *s)
+{
+	s->own = calloc(1, sizeof(struct zero_gathers));
+	return s->own != NULL ? ST_OK : diag_set(s->d, ST_RUNTIME, "trainer: out of host memory");
+}
+
+static void zero1_free(struct grad_sync *s)
+{
+	free(s->own);
+	s->own = NULL;
+}
+
+const struct grad_sync_ops sync_zero1_ops = {
+	.name = "zero1",
+	.init = zero1_init,
+	.begin = buckets_begin,
+	.before_layer = zero_before_layer,
+	.layer_done = buckets_layer_done,
+	.finish = buckets_finish,
+	.after_step = zero_gather,
+	.settle = zero_settle,
+	.free = zero1_free,
+};

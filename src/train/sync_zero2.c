@@ -1,0 +1,198 @@
+/*
+ * sync_zero2.c - ZeRO-2's gradient sync: backward writes each part's gradient into one
+ * of two pool buffers, the part is reduce-scattered as soon as backward has finished it,
+ * and this rank's share of the result is copied (later micro-batches of a --grad-accum
+ * step: added) into the gradient shard before backward reuses the buffer for the part
+ * after next. The parts are the plan's (plan.h): the buckets, except that a layer larger
+ * than the bucket cap comes in row panels of at most the cap (the model's panel hooks
+ * ask where each goes and hand it over), so that a buffer is about the cap, not the
+ * largest layer. Every micro-batch is reduce-scattered (as DeepSpeed's ZeRO-2), so with
+ * --grad-accum the micro-batches' sums are added after the reduction rather than before:
+ * equal to DDP's within float rounding, not bit for bit. The updated parameters are
+ * all-gathered as ZeRO-1's (sync_zero1.c).
+ *
+ * The gradient block (model_regrad): the slots, the norm, pool buffer 0 (even parts),
+ * pool buffer 1 (odd parts), then the shard, laid out as the shard's optimizer state.
+ */
+#include <stdlib.h>
+
+#include "train/sync.h"
+
+struct zero2 {
+	struct zero_gathers g; /* first: the all-gathers' state (sync_zero1.c) */
+	float *pool;           /* the two buffers, one after the other */
+	float *shard;          /* this rank's reduced gradient */
+	int *rs_idx;           /* (nparts) part k's reduce-scatter's number (since a wait), 0: folded */
+	int fold_add;          /* this micro-batch's parts are added to the shard (not copied) */
+};
+
+/* The pool buffer part k's gradient is written to: buffer k % 2. */
+static float *pool_buf(const struct grad_sync *s, int k)
+{
+	const struct zero2 *z = s->own;
+
+	return z->pool + (k % 2 ? s->p->poolb[0] : 0);
+}
+
+/* Part k's reduce-scatter complete, this rank's share of it into the shard; its buffer is
+ * free. */
+static enum status fold_part(struct grad_sync *s, int k)
+{
+	struct zero2 *z = s->own;
+	const struct backend_ops *ops = s->m->be->ops;
+	const size_t *cu = grad_plan_part_cuts(s->p, k);
+	const size_t a = cu[s->w->rank], n = cu[s->w->rank + 1] - a;
+	float *dst = z->shard + (s->p->pt0[k] + a - s->p->tlo);
+	enum status st;
+
+	if (z->rs_idx[k] == 0)
+		return ST_OK;
+	st = sync_wait_first(s, z->rs_idx[k], "the gradient reduce-scatter");
+	z->rs_idx[k] = 0;
+	if (st != ST_OK || n == 0)
+		return st;
+	if (z->fold_add)
+		ops->add(s->m->be->ctx, dst, pool_buf(s, k) + a, n);
+	else
+		ops->copy(s->m->be->ctx, dst, pool_buf(s, k) + a, n);
+	return ST_OK;
+}
+
+/* Start part k's reduce-scatter from its pool buffer, in the wire type when compressed. */
+static enum status start_part(struct grad_sync *s, int k, unsigned flags)
+{
+	struct zero2 *z = s->own;
+	enum status st;
+
+	sync_next_coll(s, -1);
+	st = comm_reduce_scatter_start(s->c, pool_buf(s, k), s->p->part[k].len, grad_plan_part_cuts(s->p, k),
+				       flags | s->wire, s->d);
+	if (st == ST_OK)
+		z->rs_idx[k] = comm_inflight(s->c);
+	return st;
+}
+
+static enum status start_last_part(struct grad_sync *s, int k)
+{
+	return start_part(s, k, COMM_LAST);
+}
+
+/* Part k is in its buffer. Its reduce-scatter starts (the last one watched and timed: the
+ * step waits for it), and the part before it is folded, so that its buffer can take part
+ * k + 1. A large layer has many panels: when the collectives in flight near
+ * COMM_MAX_INFLIGHT, the part before is folded first and every collective in flight
+ * completed (nothing but the slots' all-reduce is), which starts the count again. */
+static enum status part_done(struct grad_sync *s, int k)
+{
+	enum status st = ST_OK;
+
+	if (comm_inflight(s->c) + 1 >= COMM_MAX_INFLIGHT) {
+		if (k >= 1)
+			st = fold_part(s, k - 1);
+		if (st == ST_OK)
+			st = sync_wait_all(s, "the gradient reduce-scatter");
+		if (st != ST_OK)
+			return st;
+	}
+	if (k == s->p->nparts - 1)
+		st = sync_start_last(s, start_last_part, k, "the gradient reduce-scatter");
+	else
+		st = start_part(s, k, 0);
+	if (st == ST_OK && k >= 1)
+		st = fold_part(s, k - 1);
+	return st;
+}
+
+static float *zero2_panel_dst(struct grad_sync *s, int l, int j)
+{
+	return pool_buf(s, s->p->pfirst[l] + j);
+}
+
+static enum status zero2_panel_done(struct grad_sync *s, int l, int j)
+{
+	return part_done(s, s->p->pfirst[l] + j);
+}
+
+/* A part of whole layers ends at this layer, or its panels went already. */
+static enum status zero2_layer_done(struct grad_sync *s, int layer)
+{
+	if (s->p->pcloses[layer] >= 0)
+		return part_done(s, s->p->pcloses[layer]);
+	comm_progress(s->c);
+	return ST_OK;
+}
+
+/* Every micro-batch reduce-scatters, each into fresh buffers: backward sets, the fold adds. */
+static enum status zero2_begin(struct grad_sync *s, int sync)
+{
+	struct zero2 *z = s->own;
+	enum status st = buckets_begin(s, sync);
+
+	s->syncing = s->overlap;
+	z->fold_add = s->accumulate;
+	s->accumulate = 0;
+	return st;
+}
+
+static enum status zero2_finish(struct grad_sync *s, int sync)
+{
+	enum status st = ST_OK;
+
+	for (int k = 0; k < s->p->nparts && st == ST_OK; k++)
+		st = fold_part(s, k);
+	s->syncing = 0;
+	if (st != ST_OK)
+		return st;
+	/* nothing is left in flight (forward waited for the all-gathers): counts start again */
+	if (!sync)
+		return sync_wait_all(s, "the gradient reduce-scatter");
+	return sync_wait_all(s, "the gradient all-reduce");
+}
+
+/* Backward writes the layers of part k into pool buffer k % 2; the panels go where
+ * zero2_panel_dst says. */
+static enum status zero2_init(struct grad_sync *s)
+{
+	const struct grad_plan *p = s->p;
+	struct model *m = s->m;
+	struct zero2 *z = calloc(1, sizeof *z);
+
+	if (z != NULL)
+		z->rs_idx = calloc(p->nparts > 0 ? (size_t)p->nparts : 1, sizeof *z->rs_idx);
+	if (z == NULL || z->rs_idx == NULL) {
+		free(z);
+		return diag_set(s->d, ST_RUNTIME, "trainer: out of host memory");
+	}
+	z->pool = m->gmem + MODEL_SLOTS + 1;
+	z->shard = z->pool + p->poolb[0] + p->poolb[1];
+	s->own = z;
+	for (int k = 0; k < p->nparts; k++)
+		for (int l = p->part[k].lo; l <= p->part[k].hi && !p->part[k].panel; l++)
+			if (!m->frozen[l])
+				m->gw[l] = pool_buf(s, k) + (m->w_off[l] - p->part[k].off);
+	return ST_OK;
+}
+
+static void zero2_free(struct grad_sync *s)
+{
+	struct zero2 *z = s->own;
+
+	if (z != NULL)
+		free(z->rs_idx);
+	free(z);
+	s->own = NULL;
+}
+
+const struct grad_sync_ops sync_zero2_ops = {
+	.name = "zero2",
+	.init = zero2_init,
+	.begin = zero2_begin,
+	.before_layer = zero_before_layer,
+	.layer_done = zero2_layer_done,
+	.panel_dst = zero2_panel_dst,
+	.panel_done = zero2_panel_done,
+	.finish = zero2_finish,
+	.after_step = zero_gather,
+	.settle = zero_settle,
+	.free = zero2_free,
+};
