@@ -35,11 +35,32 @@ struct ddp {
 	const float *graph_x[2];    /* the host batch buffer each captured step reads */
 };
 
+/* Set up t (its tc, w, m, opt, c, ctl, r, res, d, ydim filled in) for plan p: the pinned
+ * read-back buffers, the gradient sync, graphs or not; on every rank or on none (a rank
+ * that cannot start must not leave the others waiting in step 1's all-reduce). */
+enum status ddp_setup(struct ddp *t, const struct grad_plan *p);
+/* The run header's notes on the plan. */
+void ddp_describe(const struct ddp *t, long steps_per_epoch);
+/* train_loop's callbacks (arg: the struct ddp): evaluate the validation set; complete what
+ * still changes the weights. */
+enum status ddp_eval(void *arg, long step, long epoch);
+enum status ddp_settle(void *arg);
+/* The end: the weights settled, the device idle, the graphs released; then the result of
+ * `step` steps in `seconds` over `consumed` samples of this rank; then free (safe twice). */
+enum status ddp_teardown(struct ddp *t, enum status st);
+void ddp_result(const struct ddp *t, long step, double seconds, double consumed);
+void ddp_free(struct ddp *t);
+
 /* One micro-batch: load, forward, backward; on the step's last (sync) also the optimizer.
  * accumulate: the gradients add to the last micro-batch's; scale: the loss seed's. */
 enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulate, int sync, float scale);
 /* A whole step as a device graph where the backend and communicator allow it; *done = 0
  * when the step must run eagerly (ddp_micro). ran: steps taken since this run started. */
 enum status ddp_graph_step(struct ddp *t, const struct batch *b, float scale, long ran, int *done);
+/* after-step, once per optimizer step: the step's one read of the slots, then the loop's
+ * work (trainer_after_step) and the observers' (stragglers, Prometheus). consumed:
+ * samples so far, all ranks. */
+enum status ddp_after(struct ddp *t, const struct train_loop *loop, long *step, const struct batch *b,
+		      double consumed);
 
 #endif

@@ -7,6 +7,7 @@
  * the mean loss over ranks costs no collective of its own (with ZeRO or
  * --grad-compress: one small float32 all-reduce, plan.h).
  */
+#include "core/clock.h"
 #include "train/ddp.h"
 
 /* load: the micro-batch onto the device. */
@@ -142,5 +143,60 @@ enum status ddp_graph_step(struct ddp *t, const struct batch *b, float scale, lo
 	}
 	st = ops->graph_launch(bctx, slot, t->d);
 	*done = st == ST_OK;
+	return st;
+}
+
+/* The straggler check's warnings, as report notes. */
+static void say_note(void *r, const char *line)
+{
+	report_note(r, "%s", line);
+}
+
+/* After trainer_after_step: the straggler samples (and check), and --prometheus when due
+ * (whose failure is a warning: rank 0 alone writes it, and must not leave the others in
+ * the next step's all-reduce). */
+static enum status ddp_observe_step(struct ddp *t, struct step_clock *clk, long step, float loss,
+				    double consumed)
+{
+	const struct train_ctl *ctl = t->ctl;
+	const double wait = t->sync.wait;
+	double now = clock_now(), step_s = now - clk->t_step, waited = wait - clk->wait_step;
+	enum status st = ST_OK;
+
+	clk->t_step = now;
+	clk->wait_step = wait;
+	if (ctl->straggler != NULL)
+		st = straggler_step(ctl->straggler, t->w, step, step_s, step_s - waited, say_note, t->r, t->d);
+	if (st == ST_OK && ctl->prom != NULL && prometheus_due(ctl->prom, now)) {
+		double el = now - clk->t0;
+
+		t->res->wait_s = wait;
+		trainer_prometheus(ctl, t->r, t->res, step, t->total, loss, el > 0 ? consumed / el : 0.0,
+				   el > 0 ? wait / el : 0.0, -1, t->w->size);
+	}
+	return st;
+}
+
+/* after-step: the step's one host synchronisation (its loss, for the finiteness check, and
+ * whether any rank was asked to stop; a device or communicator error stops the run here,
+ * before anything, a checkpoint, is taken from this step), then the loop's work. */
+enum status ddp_after(struct ddp *t, const struct train_loop *loop, long *step,
+			     const struct batch *b, double consumed)
+{
+	const struct backend_ops *ops = t->m->be->ops;
+	enum status st;
+
+	world_watch_begin(t->w, "the gradient all-reduce");
+	st = ops->to_host(t->m->be->ctx, t->slots, t->m->slots, MODEL_SLOTS, t->d);
+	world_watch_end(t->w);
+	if (st != ST_OK)
+		return st;
+	trace_resolve(t->sync.tb);
+	st = trainer_after_step(loop, step,
+				&(struct step_end){b, t->slots[MODEL_SLOT_LOSS], t->slots[MODEL_SLOT_ACC], t->lr,
+						   consumed, t->slots[MODEL_SLOT_STOP] != 0.0f},
+				t->d);
+	if (st == ST_OK)
+		st = ddp_observe_step(t, loop->clk, *step, t->slots[MODEL_SLOT_LOSS], consumed);
 	return st;
 }

@@ -242,99 +242,88 @@ static void count_copy(struct dp_replica *from, struct dp_replica *to, size_t n)
 	to->st->bytes_in += (double)n * sizeof(float);
 }
 
-/* One micro-batch b of optimizer step `step` (1-based); scale = 1 / micro-batches in it. */
-static enum status dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *b, float scale,
-			   int first_in_group, long step, struct diag *d)
+/* Scatter the inputs (and the targets to replica 0, where the loss is computed). */
+static void dp_scatter_inputs(struct dp *dp, const struct batch *b)
 {
-	const float *hx = b->x, *hy = b->y;
-	const int n = b->n;
 	struct dp_replica *r0 = &dp->rep[0];
-	struct model *m0 = r0->m;
-	const struct backend_ops *ops = m0->be->ops;
-	void *c0 = m0->be->ctx;
-	const int in = m0->widths[0], out = m0->widths[m0->nlayers], L = m0->nlayers;
-	const size_t pbytes = m0->nparams * sizeof(float);
+	const int in = r0->m->widths[0];
+	const size_t pbytes = r0->m->nparams * sizeof(float);
 	struct phase t;
-	enum status st;
-	long span;
 
-	/* Each replica's thread records into its own buffer; this thread is replica 0's. */
-	for (int i = 0; i < dp->g; i++)
-		dp->rep[i].tb = dp->rep[i].m->trace = trace_buf_for(dp->trace, i, step);
-	plan_chunks(dp, n);
-	/* Scatter the inputs (and the targets to replica 0, where the loss is computed). */
 	for (int i = 0; i < dp->g; i++) {
 		struct dp_replica *r = &dp->rep[i];
 
 		if (r->n == 0)
 			continue;
 		t = phase_begin(dp, r);
-		r->m->be->ops->to_device(r->m->be->ctx, r->m->act[0], hx + r->row0 * in,
-					 (size_t)r->n * in);
+		r->m->be->ops->to_device(r->m->be->ctx, r->m->act[0], b->x + r->row0 * in, (size_t)r->n * in);
 		phase_end(dp, r, DP_SCATTER, t);
 		r->st->bytes_in += (double)r->n * in * sizeof(float);
 		if (i > 0)
 			r0->st->bytes_out += (double)pbytes; /* replica 0's weights, replicated */
 	}
 	t = phase_begin(dp, r0);
-	ops->to_device(c0, dp->targets, hy, (size_t)n * (size_t)dp->ydim);
+	r0->m->be->ops->to_device(r0->m->be->ctx, dp->targets, b->y, (size_t)b->n * (size_t)dp->ydim);
 	phase_end(dp, r0, DP_SCATTER, t);
-	r0->st->bytes_in += (double)n * dp->ydim * sizeof(float);
+	r0->st->bytes_in += (double)b->n * dp->ydim * sizeof(float);
+}
 
-	for (int i = 0; i < dp->g; i++)
-		if (dp->rep[i].n > 0 || i == 0)
-			loader_copied(l, b, dp->rep[i].m->be);
-	span = trace_begin(r0->tb, TR_LOAD, -1);
-	st = loader_prefetch(l, d); /* the next batch, while the devices work on this one */
-	trace_end(r0->tb, span);
-	if (st != ST_OK)
-		return st;
-	dispatch(dp, JOB_FORWARD);
-	st = dp_status(dp, d);
-	if (st != ST_OK)
-		return st;
+/* Gather the outputs onto replica 0, and the loss over the whole batch there. */
+static void dp_gather_loss(struct dp *dp, int n, float scale, int first_in_group)
+{
+	struct dp_replica *r0 = &dp->rep[0];
+	struct model *m0 = r0->m;
+	const int out = m0->widths[m0->nlayers];
+	struct phase t = phase_begin(dp, r0);
 
-	/* Gather the outputs onto replica 0. */
-	t = phase_begin(dp, r0);
 	for (int i = 0; i < dp->g; i++) {
 		struct dp_replica *r = &dp->rep[i];
 
 		if (r->n == 0)
 			continue;
-		ops->copy_peer(c0, dp->outputs + r->row0 * out, r->m->be->ctx, r->m->act[L],
-			       (size_t)r->n * out);
+		m0->be->ops->copy_peer(m0->be->ctx, dp->outputs + r->row0 * out, r->m->be->ctx,
+				       r->m->act[m0->nlayers], (size_t)r->n * out);
 		if (i > 0)
 			count_copy(r, r0, (size_t)r->n * out);
 	}
 	phase_end(dp, r0, DP_GATHER, t);
-
-	/* The loss over the whole batch, on replica 0. */
 	t = phase_begin(dp, r0);
-	loss_apply(&dp->tc->loss, m0->be, dp->dout, m0->grads + m0->nparams + MODEL_SLOT_LOSS,
-		   dp->outputs, dp->targets, n, out, scale, !first_in_group);
+	loss_apply(&dp->tc->loss, m0->be, dp->dout, m0->grads + m0->nparams + MODEL_SLOT_LOSS, dp->outputs,
+		   dp->targets, n, out, scale, !first_in_group);
 	phase_end(dp, r0, DP_LOSS, t);
+}
 
-	/* Scatter the output gradient back with the same chunks. */
+/* Scatter the output gradient back with the same chunks. */
+static void dp_scatter_grad(struct dp *dp)
+{
+	struct dp_replica *r0 = &dp->rep[0];
+	const int out = r0->m->widths[r0->m->nlayers];
+
 	for (int i = 0; i < dp->g; i++) {
 		struct dp_replica *r = &dp->rep[i];
+		struct phase t;
 
 		if (r->n == 0)
 			continue;
 		t = phase_begin(dp, r);
-		r->m->be->ops->copy_peer(r->m->be->ctx, r->m->dbuf[0], c0, dp->dout + r->row0 * out,
+		r->m->be->ops->copy_peer(r->m->be->ctx, r->m->dbuf[0], r0->m->be->ctx, dp->dout + r->row0 * out,
 					 (size_t)r->n * out);
 		phase_end(dp, r, DP_SCATTER, t);
 		if (i > 0)
 			count_copy(r0, r, (size_t)r->n * out);
 	}
-	r0->accumulate = !first_in_group;
-	dispatch(dp, JOB_BACKWARD);
-	st = dp_status(dp, d);
-	if (st != ST_OK)
-		return st;
+}
 
-	/* Sum the replicas' gradients onto replica 0 (serially, as reduce_add does). */
-	t = phase_begin(dp, r0);
+/* Sum the replicas' gradients onto replica 0 (serially, as reduce_add does). */
+static void dp_reduce(struct dp *dp)
+{
+	struct dp_replica *r0 = &dp->rep[0];
+	struct model *m0 = r0->m;
+	const struct backend_ops *ops = m0->be->ops;
+	void *c0 = m0->be->ctx;
+	const size_t pbytes = m0->nparams * sizeof(float);
+	struct phase t = phase_begin(dp, r0);
+
 	for (int i = 1; i < dp->g; i++) {
 		struct dp_replica *r = &dp->rep[i];
 
@@ -350,6 +339,42 @@ static enum status dp_micro_batch(struct dp *dp, struct loader *l, const struct 
 		r0->st->bytes_in += (double)pbytes;
 	}
 	phase_end(dp, r0, DP_REDUCE, t);
+}
+
+/* One micro-batch b of optimizer step `step` (1-based); scale = 1 / micro-batches in it:
+ * DataParallel's scatter, replicate, forward, gather, loss, backward and reduce. */
+static enum status dp_micro_batch(struct dp *dp, struct loader *l, const struct batch *b, float scale,
+				  int first_in_group, long step, struct diag *d)
+{
+	struct dp_replica *r0 = &dp->rep[0];
+	enum status st;
+	long span;
+
+	/* Each replica's thread records into its own buffer; this thread is replica 0's. */
+	for (int i = 0; i < dp->g; i++)
+		dp->rep[i].tb = dp->rep[i].m->trace = trace_buf_for(dp->trace, i, step);
+	plan_chunks(dp, b->n);
+	dp_scatter_inputs(dp, b);
+	for (int i = 0; i < dp->g; i++)
+		if (dp->rep[i].n > 0 || i == 0)
+			loader_copied(l, b, dp->rep[i].m->be);
+	span = trace_begin(r0->tb, TR_LOAD, -1);
+	st = loader_prefetch(l, d); /* the next batch, while the devices work on this one */
+	trace_end(r0->tb, span);
+	if (st != ST_OK)
+		return st;
+	dispatch(dp, JOB_FORWARD);
+	st = dp_status(dp, d);
+	if (st != ST_OK)
+		return st;
+	dp_gather_loss(dp, b->n, scale, first_in_group);
+	dp_scatter_grad(dp);
+	r0->accumulate = !first_in_group;
+	dispatch(dp, JOB_BACKWARD);
+	st = dp_status(dp, d);
+	if (st != ST_OK)
+		return st;
+	dp_reduce(dp);
 	return dp_status(dp, d);
 }
 
@@ -481,19 +506,47 @@ static void dp_memory(struct dp *dp, struct train_result *res)
 	}
 }
 
+/* The optimizer step on replica 0 after a step's last micro-batch, then its loss read and
+ * the work after a step (progress, evaluation, checkpoints, Prometheus). */
+static enum status dp_step(struct dp *dp, struct optimizer *opt, const struct train_loop *loop, long *step,
+			   const struct batch *b, double consumed)
+{
+	struct model *m0 = dp->rep[0].m;
+	const struct train_ctl *ctl = dp->ctl;
+	float loss[2] = {0.0f, 0.0f};
+	struct phase t = phase_begin(dp, &dp->rep[0]);
+	double lr;
+	enum status st;
+
+	(void)trainer_optimizer_step(dp->tc, opt, *step, loop->total, NULL, &lr, dp->d); /* unsharded: no communication, cannot fail */
+	phase_end(dp, &dp->rep[0], DP_STEP, t);
+	/* Every replica's device must be sound before this step counts (a checkpoint); this
+	 * also reads the step's phase times. */
+	st = dp_sync_all(dp, dp->d);
+	if (st == ST_OK)
+		st = m0->be->ops->to_host(m0->be->ctx, loss, m0->grads + m0->nparams + MODEL_SLOT_LOSS, 2, dp->d);
+	if (st != ST_OK)
+		return st;
+	st = trainer_after_step(loop, step, &(struct step_end){b, loss[0], loss[1], lr, consumed, signals_pending() != 0},
+				dp->d);
+	if (st == ST_OK && ctl->prom != NULL && prometheus_due(ctl->prom, clock_now())) {
+		double el = clock_now() - loop->clk->t0;
+
+		trainer_prometheus(ctl, dp->r, loop->res, *step, loop->total, loss[0], el > 0 ? consumed / el : 0.0,
+				   0.0, -1, dp->g);
+	}
+	return st;
+}
+
 enum status trainer_dp(const struct train_config *tc, int replicas, struct model *m0,
 		       struct optimizer *opt, const struct backend_config *cfg,
 		       const struct dataset *ds, const struct train_ctl *ctl, struct report *r,
 		       struct train_result *res, struct diag *d)
 {
-	const struct backend_ops *ops = m0->be->ops;
-	void *c0 = m0->be->ctx;
 	const long global = tc->batch_size * replicas; /* samples per micro-batch */
 	struct loader L;
 	struct batch b;
 	struct dp dp;
-	float loss[2] = {0.0f, 0.0f};
-	double lr;
 	long steps_per_epoch, total, step = ctl->start_step;
 	struct step_clock clk = {0};
 	struct train_loop loop;
@@ -534,7 +587,6 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 	clk.t0 = clk.t_last = clock_now();
 	while (step < total && loader_next(&L, &b)) {
 		long gi, group = trainer_group(b.mb, L.nmicro, tc->grad_accum, &gi);
-		struct phase t;
 
 		res->epochs = b.epoch + 1;
 		st = dp_micro_batch(&dp, &L, &b, 1.0f / (float)group, gi == 0, step + 1, d);
@@ -543,25 +595,7 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 		consumed += b.n;
 		if (gi != group - 1)
 			continue;
-		t = phase_begin(&dp, &dp.rep[0]);
-		(void)trainer_optimizer_step(tc, opt, step, total, NULL, &lr, d); /* unsharded: no communication, cannot fail */
-		phase_end(&dp, &dp.rep[0], DP_STEP, t);
-		/* Every replica's device must be sound before this step counts (a checkpoint);
-		 * this also reads the step's phase times. */
-		st = dp_sync_all(&dp, d);
-		if (st == ST_OK)
-			st = ops->to_host(c0, loss, m0->grads + m0->nparams + MODEL_SLOT_LOSS, 2, d);
-		if (st != ST_OK)
-			break;
-		st = trainer_after_step(&loop, &step,
-					&(struct step_end){&b, loss[0], loss[1], lr, consumed, signals_pending() != 0},
-					d);
-		if (st == ST_OK && ctl->prom != NULL && prometheus_due(ctl->prom, clock_now())) {
-			double el = clock_now() - clk.t0;
-
-			trainer_prometheus(ctl, r, res, step, total, loss[0], el > 0 ? consumed / el : 0.0, 0.0,
-					   -1, replicas);
-		}
+		st = dp_step(&dp, opt, &loop, &step, &b, consumed);
 		if (st != ST_OK)
 			break;
 	}

@@ -1,0 +1,155 @@
+/*
+ * ddp.c - one ddp rank's training state: its set-up (the pinned read-back buffers, the
+ * gradient sync, graphs or not), what the run header says of the plan, the callbacks
+ * the after-step work calls (evaluation, settling the weights), the result and the
+ * teardown. The loop is trainer_ddp.c; the step, ddp_step.c.
+ */
+#include <string.h>
+
+#include "train/ddp.h"
+#include "train/zero.h" /* zero_cut */
+
+/* trainer_after_step's eval: every rank its share of the validation set, then the sums. */
+enum status ddp_eval(void *arg, long step, long epoch)
+{
+	struct ddp *t = arg;
+	double loss = 0.0, acc = 0.0;
+	long span = trace_begin(t->sync.tb, TR_VALIDATION, -1);
+	enum status st;
+
+	t->sync.evaluating = 1;
+	st = trainer_evaluate(t->tc, t->m, t->ctl->val, t->w->rank, t->w->size, t->c, t->w, &loss, &acc,
+			      t->d);
+	t->sync.evaluating = 0;
+	trace_end(t->sync.tb, span);
+	if (st != ST_OK)
+		return st;
+	report_eval(t->r, step, epoch + 1, loss, acc, t->ctl->val->n);
+	return t->ctl->evaluated ? t->ctl->evaluated(t->ctl->arg, step, epoch, loss, t->d) : ST_OK;
+}
+
+/* train_loop's settle: what still changes the weights completes. */
+enum status ddp_settle(void *arg)
+{
+	struct ddp *t = arg;
+
+	return t->sync.ops->settle != NULL ? t->sync.ops->settle(&t->sync) : ST_OK;
+}
+
+/* What the run header says of the plan. */
+void ddp_describe(const struct ddp *t, long steps_per_epoch)
+{
+	const struct grad_plan *p = t->sync.p;
+	const struct train_config *tc = t->tc;
+	const struct model *m = t->m;
+
+	report_note(t->r, "buckets: %d (cap %.3g MiB%s), %ld steps per epoch, %ld steps in all",
+		    t->sync.nbuckets, tc->bucket_mb,
+		    t->sync.stream ? "; streamed: regions of 1 bucket's size start as backward finishes them" : "",
+		    steps_per_epoch, t->total);
+	if (tc->zero)
+		report_note(t->r, "zero: stage %d: each rank keeps the optimizer state%s of its shard (%zu of %zu trained parameters on rank 0); buckets reduce-scattered, parameters all-gathered during the next forward",
+			    tc->zero, tc->zero == 2 ? " and the reduced gradient" : "",
+			    zero_cut(m->ntrainable, 1, t->w->size), m->ntrainable);
+	if (p->npaneled > 0)
+		report_note(t->r, "zero: %d layer%s larger than the bucket cap computed and reduce-scattered in row panels of at most the cap: %d reduce-scatters per micro-batch, two buffers of %.3g MiB",
+			    p->npaneled, p->npaneled > 1 ? "s" : "", p->nparts,
+			    (double)(p->poolb[0] + p->poolb[1]) * sizeof(float) / 1048576.0);
+	if (tc->compress)
+		report_note(t->r, "gradients all-reduced in %s (--grad-compress); loss, stop flag, clipping norm, validation and parameters in fp32",
+			    comm_wire_names[t->c->wire]);
+	if (p->reduced < m->nparams + MODEL_SLOTS)
+		report_note(t->r, "frozen layers: %zu of %zu parameters trained and all-reduced",
+			    p->reduced - MODEL_SLOTS, m->nparams);
+}
+
+/* Free what ddp_setup made (each part may be NULL); safe twice. */
+void ddp_free(struct ddp *t)
+{
+	const struct backend_ops *ops = t->m->be->ops;
+
+	grad_sync_free(&t->sync);
+	ops->host_free(t->m->be->ctx, t->stop_host);
+	ops->host_free(t->m->be->ctx, t->slots);
+	t->stop_host = t->slots = NULL;
+}
+
+/* The pinned read-back buffers and the gradient sync, on every rank or on none: a rank
+ * that cannot start must not leave the others waiting in step 1's all-reduce until
+ * --timeout. */
+enum status ddp_setup(struct ddp *t, const struct grad_plan *p)
+{
+	const struct backend_ops *ops = t->m->be->ops;
+	const struct train_config *tc = t->tc;
+	enum status st = ST_OK;
+
+	/* The step's read comes after its collectives on the device: into pageable memory it
+	 * would block inside the driver until they end, where a dead peer is never noticed;
+	 * into pinned memory the backend's wait watches the communicator. */
+	t->stop_host = ops->host_alloc(t->m->be->ctx, 1);
+	t->slots = ops->host_alloc(t->m->be->ctx, MODEL_SLOTS);
+	if (t->stop_host == NULL || t->slots == NULL)
+		st = diag_set(t->d, ST_RUNTIME, "trainer: out of host memory");
+	if (st == ST_OK)
+		st = grad_sync_init(&t->sync, &(struct grad_sync_cfg){tc->overlap, tc->compress}, p, t->m, t->c,
+				    t->w, t->res, t->d);
+	if (!world_all(t->w, st == ST_OK)) {
+		ddp_free(t);
+		return st != ST_OK ? st : diag_set(t->d, ST_PEER, "another rank could not start training");
+	}
+	t->stop_host[0] = 0.0f;
+	for (int k = 0; k < t->sync.nbuckets; k++) {
+		t->res->buckets[k].bytes = (double)t->sync.bucket[k].len * sizeof(float);
+		t->res->buckets[k].lo = t->sync.bucket[k].lo;
+		t->res->buckets[k].hi = t->sync.bucket[k].hi;
+	}
+	t->res->nbuckets = t->sync.nbuckets;
+	/* Steps can be device graphs with a backend that records them and a communicator whose
+	 * collectives can be recorded (NCCL), for whole, single-micro-batch steps. */
+	t->graphs = ops->graph_begin != NULL && ops->graph_reset != NULL && t->c->ops->capturable &&
+		    tc->grad_accum == 1 && tc->graphs && trainer_step_is_fixed(tc, t->opt) && !tc->zero;
+	t->graph_off = !t->graphs;
+	return ST_OK;
+}
+
+/* What the result says of this rank at the end. */
+void ddp_result(const struct ddp *t, long step, double seconds, double consumed)
+{
+	struct train_result *res = t->res;
+	const struct model *m = t->m;
+
+	res->steps = step;
+	res->seconds = seconds;
+	res->wait_s = t->sync.wait;
+	res->samples = consumed * t->w->size;
+	res->nreplicas = 1;
+	res->rep[0].wait_s = t->sync.wait;
+	res->rep[0].compute_s = res->seconds - t->sync.wait;
+	res->rep[0].bytes_in = res->rep[0].bytes_out = (double)step * (double)t->sync.p->reduced * sizeof(float);
+	res->rep[0].state_bytes = m->bytes;
+	res->rep[0].param_bytes = m->nparams * sizeof(float);
+	res->rep[0].grad_bytes = m->gfloats * sizeof(float);
+	for (int k = 1; k < m->narenas; k++)
+		res->rep[0].optim_bytes += m->arena[k].len * sizeof(float);
+}
+
+/* The end of the run: the last all-gathers, the last step's spans, the device idle, the
+ * graphs before the communicator (NCCL's destroy waits for every graph that holds one of
+ * its collectives). */
+enum status ddp_teardown(struct ddp *t, enum status st)
+{
+	const struct backend_ops *ops = t->m->be->ops;
+
+	if (st == ST_OK) /* the weights are read now: the last all-gathers complete */
+		st = ddp_settle(t);
+	comm_observe(t->c, NULL);
+	if (t->ctl->trace != NULL && t->ctl->trace->path != NULL)
+		trace_resolve(&t->ctl->trace->buf[0]); /* the last step's checkpoint, on a device clock */
+	t->m->trace = NULL;
+	if (st == ST_OK)
+		st = ops->sync(t->m->be->ctx, t->d);
+	if (t->graphs)
+		ops->graph_reset(t->m->be->ctx);
+	return st;
+}
+
