@@ -1,7 +1,9 @@
 /*
- * comm.h - the gradient communication interface: asynchronous in-place sum
- * all-reduces of float slices, progressed between layers and completed
- * before the optimizer step, plus the broadcast of the initial weights.
+ * comm.h - the communication interface: asynchronous in-place collectives on float
+ * slices (sum all-reduce, sum reduce-scatter, all-gather), progressed between layers
+ * and completed in the order started (all, or the first k), plus the broadcast of the
+ * initial weights. Callers go through the comm_* doors below, which check each call's
+ * arguments once, never through the ops table directly.
  *
  * The comm/ wing (floor 2, above backend/): the MPI world (start-up, agreement,
  * watchdog), this communicator interface, the MPI communicator with its host

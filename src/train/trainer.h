@@ -8,8 +8,9 @@
  *
  * ddp: this rank trains on its DistributedSampler shard; each micro-batch's
  * gradients are summed into the model's gradient buffer and, on the last
- * micro-batch of an optimizer step, every bucket's all-reduce starts as soon
- * as backward has finished its layers, overlapping the rest of backward.
+ * micro-batch of an optimizer step, the gradient-sync strategy (sync.h) starts
+ * each bucket's collective as soon as backward has finished its layers,
+ * overlapping the rest of backward.
  *
  * dp: PyTorch's DataParallel in one process: every micro-batch is scattered
  * in torch.chunk pieces over worker threads, replica 0's weights are copied
@@ -160,8 +161,9 @@ struct train_loop {
 	/* Evaluate the validation set (this rank's or replica's part), or NULL. */
 	enum status (*eval)(void *eval_arg, long step, long epoch);
 	void *eval_arg;
-	/* Complete what is still changing the weights (ZeRO-2's all-gathers) before anything
-	 * reads them outside the next forward: evaluation, a checkpoint; or NULL. */
+	/* Complete what is still changing the weights (ZeRO's all-gathers of the updated
+	 * parameters, both stages) before anything reads them outside the next forward:
+	 * evaluation, a checkpoint; or NULL. */
 	enum status (*settle)(void *eval_arg);
 };
 
