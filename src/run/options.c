@@ -16,9 +16,14 @@
  * tests/unit/test_options checks that each default --help shows is the one in effect,
  * and tests/manpage.sh that man/ddptrain.1 lists the same flags with the same defaults.
  *
+ * A number on the command line is written without white space, for every numeric flag:
+ * strtol and strtod skip it in front and stop at it behind, so " 1" is refused as "1 "
+ * always was, in the same words.
+ *
  * Long flags may be abbreviated to a unique prefix (getopt_long's rule, kept
  * and documented); a prefix of several flags is refused, naming them.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -216,7 +221,8 @@ static const char *path_of(const struct options *o, const struct opt_def *od)
 	return *(const char *const *)cfield_of(o, od);
 }
 
-/* A whole decimal integer in [lo, hi] into the row's int, long or uint64_t. */
+/* A whole decimal integer in [lo, hi] into the row's int, long or uint64_t; no white
+ * space (see the top). */
 static enum status parse_integer(struct options *o, const struct opt_def *od, const char *s,
 				 struct diag *d)
 {
@@ -225,7 +231,7 @@ static enum status parse_integer(struct options *o, const struct opt_def *od, co
 
 	errno = 0;
 	v = strtol(s, &end, 10);
-	if (*s == '\0' || *end != '\0')
+	if (*s == '\0' || isspace((unsigned char)*s) || *end != '\0')
 		return diag_set(d, ST_USAGE, "--%s: '%s' is not an integer", od->name, s);
 	if (errno == ERANGE || v < od->lo || v > od->hi)
 		return diag_set(d, ST_USAGE, "--%s: %s is out of range [%ld, %ld]", od->name, s, od->lo, od->hi);
@@ -238,7 +244,8 @@ static enum status parse_integer(struct options *o, const struct opt_def *od, co
 	return ST_OK;
 }
 
-/* A finite number in [flo, fhi] (or (flo, fhi] when open) into the row's double. */
+/* A finite number in [flo, fhi] (or (flo, fhi] when open) into the row's double; no white
+ * space. */
 static enum status parse_real(struct options *o, const struct opt_def *od, const char *s,
 			      struct diag *d)
 {
@@ -247,7 +254,7 @@ static enum status parse_real(struct options *o, const struct opt_def *od, const
 
 	errno = 0;
 	v = strtod(s, &end);
-	if (*s == '\0' || *end != '\0' || !isfinite(v))
+	if (*s == '\0' || isspace((unsigned char)*s) || *end != '\0' || !isfinite(v))
 		return diag_set(d, ST_USAGE, "--%s: '%s' is not a finite number", od->name, s);
 	if (v < od->flo || (od->open && v == od->flo) || v > od->fhi)
 		return diag_set(d, ST_USAGE, "--%s: %s is out of range %s%g, %g]", od->name, s,
@@ -294,7 +301,7 @@ static enum status apply(struct options *o, const struct opt_def *od, const char
 	return od->parse ? od->parse(o, od, arg, d) : parse_plain(o, od, arg, d);
 }
 
-/* "10,10,5" -> widths; at least two widths (one layer), each in [1, 2^20]. */
+/* "10,10,5" -> widths; at least two widths (one layer), each in [1, 2^20], no white space. */
 static enum status parse_layers(struct options *o, const struct opt_def *od, const char *s,
 				struct diag *d)
 {
@@ -307,7 +314,7 @@ static enum status parse_layers(struct options *o, const struct opt_def *od, con
 
 		errno = 0;
 		w = strtol(p, &end, 10);
-		if (end == p || (*end != ',' && *end != '\0'))
+		if (end == p || isspace((unsigned char)*p) || (*end != ',' && *end != '\0'))
 			return diag_set(d, ST_USAGE, "--layers: '%s' is not a comma-separated list of widths", s);
 		if (errno == ERANGE || w < 1 || w > (1L << 20))
 			return diag_set(d, ST_USAGE, "--layers: width %.*s is out of range [1, 1048576]",
@@ -326,7 +333,7 @@ static enum status parse_layers(struct options *o, const struct opt_def *od, con
 	return ST_OK;
 }
 
-/* "0.9,0.999": two numbers in [0, 1). */
+/* "0.9,0.999": two numbers in [0, 1), no white space. */
 static enum status parse_betas(struct options *o, const struct opt_def *od, const char *s,
 			       struct diag *d)
 {
@@ -335,7 +342,7 @@ static enum status parse_betas(struct options *o, const struct opt_def *od, cons
 
 	errno = 0;
 	b1 = strtod(s, &end);
-	if (end == s || *end != ',')
+	if (end == s || isspace((unsigned char)*s) || *end != ',' || isspace((unsigned char)end[1]))
 		return diag_set(d, ST_USAGE, "--betas: '%s' is not two numbers B1,B2", s);
 	b2 = strtod(end + 1, &end2);
 	if (end2 == end + 1 || *end2 != '\0' || errno == ERANGE)
@@ -347,7 +354,8 @@ static enum status parse_betas(struct options *o, const struct opt_def *od, cons
 	return ST_OK;
 }
 
-/* "1,3" -> frozen[0], frozen[2]: 1-based layer numbers, as in net1, within --layers. */
+/* "1,3" -> frozen[0], frozen[2]: 1-based layer numbers, as in net1, within --layers; no
+ * white space. */
 static enum status parse_freeze(struct options *o, struct diag *d)
 {
 	const char *s = o->freeze_arg, *p = s;
@@ -360,7 +368,8 @@ static enum status parse_freeze(struct options *o, struct diag *d)
 
 		errno = 0;
 		l = strtol(p, &end, 10);
-		if (end == p || (*end != ',' && *end != '\0') || (*end == ',' && end[1] == '\0'))
+		if (end == p || isspace((unsigned char)*p) || (*end != ',' && *end != '\0') ||
+		    (*end == ',' && end[1] == '\0'))
 			return diag_set(d, ST_USAGE, "--freeze: '%s' is not a comma-separated list of layer numbers", s);
 		if (errno == ERANGE || l < 1 || l > o->nlayers)
 			return diag_set(d, ST_USAGE, "--freeze: layer %.*s is not one of the %d layers of --layers (net1 to net%d)",
@@ -385,16 +394,22 @@ static enum status parse_replicas(struct options *o, const struct opt_def *od, c
 	return parse_plain(o, od, s, d);
 }
 
-/* --trace-steps: "all" or trace_parse_steps' A:B. */
+/* --trace-steps: "all" or trace_parse_steps' A:B, whose numbers take no white space. */
 static enum status parse_trace_steps(struct options *o, const struct opt_def *od, const char *s,
 				     struct diag *d)
 {
+	enum status st;
+
 	if (strcmp(s, "all") == 0) {
 		o->trace_lo = 1;
 		o->trace_hi = 0;
 		return ST_OK;
 	}
-	return trace_parse_steps(s, &o->trace_lo, &o->trace_hi, d);
+	st = trace_parse_steps(s, &o->trace_lo, &o->trace_hi, d);
+	for (const char *p = s; st == ST_OK && *p != '\0'; p++)
+		if (isspace((unsigned char)*p)) /* strtol took " 3:5" */
+			return diag_set(d, ST_USAGE, "--trace-steps: '%s': the steps are whole numbers, without spaces", s);
+	return st;
 }
 
 /* --straggler-warn: a number, as the generic parse takes it, that is 0 or above 1. */
