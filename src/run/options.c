@@ -1,15 +1,29 @@
 /*
  * options.c - the option table, getopt_long parsing, value checks and --help.
  *
- * Every flag appears exactly once, in opt_table: its spelling, argument,
- * default and help text. getopt_long's table, the defaults in effect and the
- * --help text are all generated from it; tests/unit/test_options checks that each
- * default --help shows is the one in effect, and tests/manpage.sh that
- * man/ddptrain.1 lists the same flags with the same defaults.
+ * Every flag appears exactly once, in opt_table: its spelling, argument, default, help
+ * text, and what its value is: a row's type (switch, integer, number, choice of names,
+ * text or file), its field in struct options (offsetof, checked against the type when
+ * compiled) and its bounds. getopt_long's table, the defaults in effect, the --help text
+ * and the "--flag=value" settings text (run header, checkpoints, the cross-rank check)
+ * are all generated from it: one generic parse (parse_plain) and one generic format
+ * (format_value) serve every row. Only the structured flags bring hooks of their own:
+ * --layers, --betas, --freeze (its format), --trace-steps, --replicas ("auto"), and
+ * --straggler-warn (its "0 or above 1" on top of the generic parse).
+ *
+ * Adding a plain numeric flag is one row here, plus its field in struct options and its
+ * entry in man/ddptrain.1.in (doc/ARCHITECTURE.md, "a plain numeric flag").
+ * tests/unit/test_options checks that each default --help shows is the one in effect,
+ * and tests/manpage.sh that man/ddptrain.1 lists the same flags with the same defaults.
+ *
+ * A number on the command line is written without white space, for every numeric flag:
+ * strtol and strtod skip it in front and stop at it behind, so " 1" is refused as "1 "
+ * always was, in the same words.
  *
  * Long flags may be abbreviated to a unique prefix (getopt_long's rule, kept
  * and documented); a prefix of several flags is refused, naming them.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -31,168 +45,265 @@ const char *const options_comm_names[] = {"auto", "mpi", "nccl", NULL};
 /* In enum comm_wire's order: none is float32. */
 const char *const options_compress_names[] = {"none", "fp16", "bf16", NULL};
 
-enum opt_key {
-	K_HELP = 'h',
-	K_VERSION = 'V',
-	K_LAYERS = 256,
-	K_BATCH, K_EPOCHS, K_MAX_STEPS, K_LR, K_MOMENTUM, K_WD, K_ACCUM,
-	K_SEED, K_SAMPLES, K_INPUTS, K_TARGETS, K_SHUFFLE, K_NO_SHUFFLE,
-	K_DROP_LAST, K_INIT, K_SAVE, K_MODE, K_DEVICE, K_BACKEND, K_BUCKET,
-	K_NO_OVERLAP, K_LOG_EVERY, K_QUIET, K_METRICS, K_REPLICAS, K_TF32,
-	K_CHECKPOINT, K_CKPT_EVERY, K_KEEP, K_RESUME, K_TIMEOUT,
-	K_LOSS, K_OPTIM, K_BETAS, K_EPS, K_NESTEROV, K_SCHED, K_WARMUP, K_CLIP, K_FREEZE,
-	K_VAL_INPUTS, K_VAL_TARGETS, K_VAL_SAMPLES, K_EVAL_EVERY, K_SAVE_BEST,
-	K_TRACE, K_TRACE_STEPS, K_STRAGGLER_WARN, K_PROMETHEUS, K_PROM_EVERY, K_LOG_SECONDS,
-	K_ZERO, K_COMPRESS,
+/* What a row's value is, and so how the generic parse and format treat its field. */
+enum opt_type {
+	OPT_HOOKS,  /* only the row's own parse and format hooks (no field) */
+	OPT_SWITCH, /* int: set to the row's `on` value when given; no argument */
+	OPT_INT,    /* int, a whole number in [lo, hi] */
+	OPT_LONG,   /* long, a whole number in [lo, hi] */
+	OPT_U64,    /* uint64_t, a whole number in [lo, hi] */
+	OPT_REAL,   /* double, a finite number in [flo, fhi], or (flo, fhi] when open */
+	OPT_CHOICE, /* an enum: the index of one of names */
+	OPT_TEXT,   /* const char *: the argument as given (argv storage) */
 };
+
+struct opt_def;
+/* A structured flag's own parse of arg into o, and its value in o as the text that
+ * would set it again. */
+typedef enum status opt_parse_fn(struct options *o, const struct opt_def *od, const char *arg,
+				 struct diag *d);
+typedef void opt_format_fn(const struct options *o, const struct opt_def *od, char *buf,
+			   size_t len);
 
 struct opt_def {
 	const char *name;    /* long flag without dashes */
-	int key;
 	const char *arg;     /* metavariable, or NULL for a switch */
 	const char *def;     /* default as printed by --help and the man page, or NULL */
 	const char *help;
 	int scope;           /* OPT_SCOPE_*: in the resume and/or configuration text */
-	enum opt_path path;  /* a file: what it holds (OPT_PATH_NONE: not a file) */
-	size_t field;        /* a file: offsetof its const char * in struct options */
+	enum opt_type type;
+	size_t field;        /* offsetof the value in struct options (not OPT_HOOKS) */
+	long lo, hi;         /* OPT_INT, OPT_LONG, OPT_U64: the bounds */
+	double flo, fhi;     /* OPT_REAL: the bounds */
+	int open;            /* OPT_REAL: flo itself is refused */
+	int on;              /* OPT_SWITCH: the value giving the flag sets */
+	const char *const *names; /* OPT_CHOICE: NULL-terminated, in the enum's order */
+	enum opt_path path;  /* OPT_TEXT: a file, and what it holds (OPT_PATH_NONE: not a file) */
+	opt_parse_fn *parse; /* instead of the generic parse, or NULL */
+	opt_format_fn *format; /* instead of the generic format, or NULL */
+	char short_name;     /* -h, -V; 0 for none */
 };
+
+static opt_parse_fn parse_layers, parse_betas, parse_replicas, parse_trace_steps,
+	parse_straggler_warn;
+static opt_format_fn format_layers, format_betas, format_frozen, format_replicas,
+	format_trace_steps;
 
 #define R OPT_SCOPE_RESUME
 #define C OPT_SCOPE_RUN
 /* In the resume text only with a schedule, whose shape depends on the run's length. */
 #define S OPT_SCOPE_SCHEDULE
-/* A file flag: what the file holds, and where struct options keeps its name. */
-#define FILE_(kind, member) kind, offsetof(struct options, member)
-#define NOFILE OPT_PATH_NONE, 0
+/* Not a setting of its own (--no-shuffle is --shuffle's value; --help, --version): not
+ * even in the full record. A bit past the OPT_SCOPE_* masks callers pass. */
+#define OPT_NOT_A_SETTING 0x100
+#define X OPT_NOT_A_SETTING
+/* The member's offset; a member of another type than the row says does not compile. */
+#define FIELD(m, T) _Generic(((struct options *)0)->m, T: offsetof(struct options, m))
+#define ENUM_FIELD(m) (offsetof(struct options, m) + \
+		       0 * sizeof(char[sizeof(((struct options *)0)->m) == sizeof(int) ? 1 : -1]))
+#define SWITCH(m, v) .type = OPT_SWITCH, .field = FIELD(m, int), .on = (v)
+#define INT(m, l, h) .type = OPT_INT, .field = FIELD(m, int), .lo = (l), .hi = (h)
+#define LONG(m, l, h) .type = OPT_LONG, .field = FIELD(m, long), .lo = (l), .hi = (h)
+#define U64(m, l, h) .type = OPT_U64, .field = FIELD(m, uint64_t), .lo = (l), .hi = (h)
+#define REAL(m, l, h) .type = OPT_REAL, .field = FIELD(m, double), .flo = (l), .fhi = (h)
+#define REAL_ABOVE(m, l, h) REAL(m, l, h), .open = 1
+#define CHOICE(m, n) .type = OPT_CHOICE, .field = ENUM_FIELD(m), .names = (n)
+#define TEXT(m) .type = OPT_TEXT, .field = FIELD(m, const char *)
+#define FILE_(m, kind) TEXT(m), .path = (kind)
+#define HOOKS(p, f) .parse = (p), .format = (f)
 
 static const struct opt_def opt_table[] = {
-	{"layers", K_LAYERS, "W0,W1,...", "10,10,5", "MLP widths: Linear layers with ReLU between them", R, NOFILE},
-	{"batch-size", K_BATCH, "N", "20", "samples per replica per step", R, NOFILE},
-	{"epochs", K_EPOCHS, "N", "50", "passes over the data set", C | S, NOFILE},
-	{"max-steps", K_MAX_STEPS, "N", "0", "stop after N optimizer steps (0 = no limit)", C | S, NOFILE},
-	{"loss", K_LOSS, "mse|cross-entropy", "mse", "mean squared error, or softmax cross-entropy on the last layer's logits against integer class labels", R, NOFILE},
-	{"optimizer", K_OPTIM, "sgd|adamw", "sgd", "torch.optim.SGD or torch.optim.AdamW", R, NOFILE},
-	{"lr", K_LR, "F", "0.001", "peak learning rate", R, NOFILE},
-	{"momentum", K_MOMENTUM, "F", "0", "SGD momentum (dampening 0)", R, NOFILE},
-	{"nesterov", K_NESTEROV, NULL, NULL, "SGD with Nesterov momentum (needs --momentum; default: off)", R, NOFILE},
-	{"weight-decay", K_WD, "F", "0", "SGD: L2 penalty added to the gradient; AdamW: decoupled decay", R, NOFILE},
-	{"betas", K_BETAS, "B1,B2", "0.9,0.999", "AdamW's moment decay rates", R, NOFILE},
-	{"eps", K_EPS, "F", "1e-08", "AdamW's denominator term", R, NOFILE},
-	{"lr-schedule", K_SCHED, "constant|linear|cosine", "constant", "lr multiplier after the warmup: 1, a line to 0, or half a cosine to 0 at the last step", R, NOFILE},
-	{"warmup-steps", K_WARMUP, "K", "0", "lr rises linearly from 0 over the first K optimizer steps", R, NOFILE},
-	{"clip-grad-norm", K_CLIP, "MAX", "0", "scale the gradient to a 2-norm of at most MAX before each step (0 = off)", R, NOFILE},
-	{"freeze", K_FREEZE, "L1,L2,...", NULL, "layers (1-based) not trained: no update, no optimizer state, not all-reduced", R, NOFILE},
-	{"grad-accum", K_ACCUM, "K", "1", "micro-batches per optimizer step (all-reduce every K)", R, NOFILE},
-	{"seed", K_SEED, "N", "0", "seed for weight init, synthetic data and shuffling", R, NOFILE},
-	{"samples", K_SAMPLES, "N", "4000", "size of the synthetic data set", 0, NOFILE},
-	{"inputs", K_INPUTS, "X.npy", NULL, "train on these inputs (2-D float32 or float64)", 0, FILE_(OPT_PATH_IN, inputs)},
-	{"targets", K_TARGETS, "Y.npy", NULL, "targets for --inputs, one row per input row (cross-entropy: integer labels, shape (N,))", 0, FILE_(OPT_PATH_IN, targets)},
-	{"val-inputs", K_VAL_INPUTS, "X.npy", NULL, "validation inputs, evaluated every epoch, every --eval-every steps and at the end", 0, FILE_(OPT_PATH_IN, val_inputs)},
-	{"val-targets", K_VAL_TARGETS, "Y.npy", NULL, "targets for --val-inputs", 0, FILE_(OPT_PATH_IN, val_targets)},
-	{"val-samples", K_VAL_SAMPLES, "N", "0", "size of the synthetic validation set (0 = none)", C, NOFILE},
-	{"eval-every", K_EVAL_EVERY, "N", "0", "also evaluate every N optimizer steps (0 = at epoch ends only)", C, NOFILE},
-	{"save-best", K_SAVE_BEST, "FILE", NULL, "write the weights with the best validation loss as safetensors", C, FILE_(OPT_PATH_BEST, save_best)},
-	{"shuffle", K_SHUFFLE, NULL, "on", "reshuffle the data every epoch (DistributedSampler)", R, NOFILE},
-	{"no-shuffle", K_NO_SHUFFLE, NULL, NULL, "keep the data in file order", 0, NOFILE},
-	{"drop-last", K_DROP_LAST, NULL, "off", "drop the tail that does not divide evenly over the ranks", R, NOFILE},
-	{"init", K_INIT, "FILE", NULL, "start from these safetensors weights instead of random init", C, FILE_(OPT_PATH_IN, init)},
-	{"save", K_SAVE, "FILE", NULL, "write the final weights as safetensors (rank 0, atomically)", C, FILE_(OPT_PATH_SAVE, save)},
-	{"checkpoint", K_CHECKPOINT, "FILE", NULL, "write a checkpoint here (at the end, every --checkpoint-every steps, on a stop signal)", C, FILE_(OPT_PATH_CHECKPOINT, checkpoint)},
-	{"checkpoint-every", K_CKPT_EVERY, "N", "0", "optimizer steps between checkpoints (0 = only at the end and on a stop)", C, NOFILE},
-	{"keep-checkpoints", K_KEEP, "K", "0", "also keep the last K checkpoints as FILE.step-NNNNNNNN (0 = none)", C, NOFILE},
-	{"resume", K_RESUME, "FILE", NULL, "continue from this checkpoint: weights, momentum, step and data position", C, FILE_(OPT_PATH_IN, resume)},
-	{"timeout", K_TIMEOUT, "SECONDS", "600", "give up when a collective waits this long for another rank (0 = never)", 0, NOFILE},
-	{"mode", K_MODE, "ddp|dp", "ddp", "ddp: one process per replica; dp: threads in one process", R, NOFILE},
-	{"replicas", K_REPLICAS, "G", "auto", "--mode=dp worker threads, one replica each (auto: one per GPU, else 2)", C, NOFILE},
-	{"device", K_DEVICE, "auto|cpu|cuda", "auto", "where the model runs (auto: a GPU if one is visible, else the CPU)", C, NOFILE},
-	{"backend", K_BACKEND, "auto|mpi|nccl", "auto", "how gradients are all-reduced (auto: nccl on GPUs, mpi on the CPU or on a GPU ranks share)", C, NOFILE},
-	{"tf32", K_TF32, NULL, "off", "let cuBLAS use TF32 tensor cores (faster; results no longer match float32)", C, NOFILE},
-	{"bucket-mb", K_BUCKET, "F", "25", "gradient bucket cap in MiB", C, NOFILE},
-	{"zero", K_ZERO, "0|1|2", "0", "ZeRO: shard the optimizer state over the ranks (1), and the gradients too (2)", C, NOFILE},
-	{"grad-compress", K_COMPRESS, "none|fp16|bf16", "none", "all-reduce the gradients in 16 bits (PyTorch's fp16/bf16 compress hooks)", C, NOFILE},
-	{"no-overlap", K_NO_OVERLAP, NULL, NULL, "all-reduce only after the whole backward", C, NOFILE},
-	{"log-every", K_LOG_EVERY, "N", "250", "optimizer steps between progress lines (0 = none)", C, NOFILE},
-	{"log-seconds", K_LOG_SECONDS, "SECONDS", "30", "also a progress line after SECONDS without one (0 = by steps only); on a terminal the line is redrawn at least every 0.5 s", C, NOFILE},
-	{"quiet", K_QUIET, NULL, NULL, "print errors only", C, NOFILE},
-	{"metrics", K_METRICS, "FILE", NULL, "write JSON Lines metrics (one object per logged step)", C, FILE_(OPT_PATH_LOG, metrics)},
-	{"trace", K_TRACE, "FILE", NULL, "write a Chrome trace-event timeline of every rank (Perfetto, chrome://tracing)", C, FILE_(OPT_PATH_LOG, trace)},
-	{"trace-steps", K_TRACE_STEPS, "A:B", "all", "trace only optimizer steps A to B", C, NOFILE},
-	{"straggler-warn", K_STRAGGLER_WARN, "F", "0", "warn when a rank computes F times slower than the median (0 = off)", C, NOFILE},
-	{"prometheus", K_PROMETHEUS, "FILE", NULL, "keep a Prometheus textfile of the run's progress up to date", 0, FILE_(OPT_PATH_LOG, prometheus)},
-	{"prometheus-every", K_PROM_EVERY, "SECONDS", "10", "seconds between rewrites of the --prometheus file", C, NOFILE},
-	{"help", K_HELP, NULL, NULL, "show this help and exit", 0, NOFILE},
-	{"version", K_VERSION, NULL, NULL, "show the version and exit", 0, NOFILE},
+	{"layers", "W0,W1,...", "10,10,5", "MLP widths: Linear layers with ReLU between them", R, HOOKS(parse_layers, format_layers)},
+	{"batch-size", "N", "20", "samples per replica per step", R, LONG(batch_size, 1, 1L << 24)},
+	{"epochs", "N", "50", "passes over the data set", C | S, LONG(epochs, 1, 1L << 30)},
+	{"max-steps", "N", "0", "stop after N optimizer steps (0 = no limit)", C | S, LONG(max_steps, 0, LONG_MAX)},
+	{"loss", "mse|cross-entropy", "mse", "mean squared error, or softmax cross-entropy on the last layer's logits against integer class labels", R, CHOICE(loss, loss_names)},
+	{"optimizer", "sgd|adamw", "sgd", "torch.optim.SGD or torch.optim.AdamW", R, CHOICE(optimizer, optimizer_names)},
+	/* 0 as in PyTorch: the pipeline runs, the weights stay (AdamW's decay is lr x F). */
+	{"lr", "F", "0.001", "peak learning rate", R, REAL(lr, 0, 1e6)},
+	{"momentum", "F", "0", "SGD momentum (dampening 0)", R, REAL(momentum, 0, 1)},
+	{"nesterov", NULL, NULL, "SGD with Nesterov momentum (needs --momentum; default: off)", R, SWITCH(nesterov, 1)},
+	{"weight-decay", "F", "0", "SGD: L2 penalty added to the gradient; AdamW: decoupled decay", R, REAL(weight_decay, 0, 1e6)},
+	{"betas", "B1,B2", "0.9,0.999", "AdamW's moment decay rates", R, HOOKS(parse_betas, format_betas)},
+	{"eps", "F", "1e-08", "AdamW's denominator term", R, REAL_ABOVE(eps, 0, 1)},
+	{"lr-schedule", "constant|linear|cosine", "constant", "lr multiplier after the warmup: 1, a line to 0, or half a cosine to 0 at the last step", R, CHOICE(schedule, schedule_names)},
+	{"warmup-steps", "K", "0", "lr rises linearly from 0 over the first K optimizer steps", R, LONG(warmup_steps, 0, LONG_MAX)},
+	{"clip-grad-norm", "MAX", "0", "scale the gradient to a 2-norm of at most MAX before each step (0 = off)", R, REAL(clip_grad_norm, 0, 1e30)},
+	/* Kept as given: the layers it names are checked against --layers, given or not. */
+	{"freeze", "L1,L2,...", NULL, "layers (1-based) not trained: no update, no optimizer state, not all-reduced", R, TEXT(freeze_arg), .format = format_frozen},
+	{"grad-accum", "K", "1", "micro-batches per optimizer step (all-reduce every K)", R, LONG(grad_accum, 1, 1L << 20)},
+	{"seed", "N", "0", "seed for weight init, synthetic data and shuffling", R, U64(seed, 0, LONG_MAX)},
+	{"samples", "N", "4000", "size of the synthetic data set", 0, LONG(samples, 1, 1L << 31)},
+	{"inputs", "X.npy", NULL, "train on these inputs (2-D float32 or float64)", 0, FILE_(inputs, OPT_PATH_IN)},
+	{"targets", "Y.npy", NULL, "targets for --inputs, one row per input row (cross-entropy: integer labels, shape (N,))", 0, FILE_(targets, OPT_PATH_IN)},
+	{"val-inputs", "X.npy", NULL, "validation inputs, evaluated every epoch, every --eval-every steps and at the end", 0, FILE_(val_inputs, OPT_PATH_IN)},
+	{"val-targets", "Y.npy", NULL, "targets for --val-inputs", 0, FILE_(val_targets, OPT_PATH_IN)},
+	{"val-samples", "N", "0", "size of the synthetic validation set (0 = none)", C, LONG(val_samples, 0, 1L << 31)},
+	{"eval-every", "N", "0", "also evaluate every N optimizer steps (0 = at epoch ends only)", C, LONG(eval_every, 0, LONG_MAX)},
+	{"save-best", "FILE", NULL, "write the weights with the best validation loss as safetensors", C, FILE_(save_best, OPT_PATH_BEST)},
+	{"shuffle", NULL, "on", "reshuffle the data every epoch (DistributedSampler)", R, SWITCH(shuffle, 1)},
+	{"no-shuffle", NULL, NULL, "keep the data in file order", X, SWITCH(shuffle, 0)},
+	{"drop-last", NULL, "off", "drop the tail that does not divide evenly over the ranks", R, SWITCH(drop_last, 1)},
+	{"init", "FILE", NULL, "start from these safetensors weights instead of random init", C, FILE_(init, OPT_PATH_IN)},
+	{"save", "FILE", NULL, "write the final weights as safetensors (rank 0, atomically)", C, FILE_(save, OPT_PATH_SAVE)},
+	{"checkpoint", "FILE", NULL, "write a checkpoint here (at the end, every --checkpoint-every steps, on a stop signal)", C, FILE_(checkpoint, OPT_PATH_CHECKPOINT)},
+	{"checkpoint-every", "N", "0", "optimizer steps between checkpoints (0 = only at the end and on a stop)", C, LONG(checkpoint_every, 0, LONG_MAX)},
+	{"keep-checkpoints", "K", "0", "also keep the last K checkpoints as FILE.step-NNNNNNNN (0 = none)", C, LONG(keep_checkpoints, 0, 1000000)},
+	{"resume", "FILE", NULL, "continue from this checkpoint: weights, momentum, step and data position", C, FILE_(resume, OPT_PATH_IN)},
+	{"timeout", "SECONDS", "600", "give up when a collective waits this long for another rank (0 = never)", 0, REAL(timeout, 0, 1e9)},
+	{"mode", "ddp|dp", "ddp", "ddp: one process per replica; dp: threads in one process", R, CHOICE(mode, options_mode_names)},
+	{"replicas", "G", "auto", "--mode=dp worker threads, one replica each (auto: one per GPU, else 2)", C, INT(replicas, 1, OPT_MAX_REPLICAS), HOOKS(parse_replicas, format_replicas)},
+	{"device", "auto|cpu|cuda", "auto", "where the model runs (auto: a GPU if one is visible, else the CPU)", C, CHOICE(device, options_device_names)},
+	{"backend", "auto|mpi|nccl", "auto", "how gradients are all-reduced (auto: nccl on GPUs, mpi on the CPU or on a GPU ranks share)", C, CHOICE(comm, options_comm_names)},
+	{"tf32", NULL, "off", "let cuBLAS use TF32 tensor cores (faster; results no longer match float32)", C, SWITCH(tf32, 1)},
+	{"bucket-mb", "F", "25", "gradient bucket cap in MiB", C, REAL_ABOVE(bucket_mb, 0, 1 << 20)},
+	{"zero", "0|1|2", "0", "ZeRO: shard the optimizer state over the ranks (1), and the gradients too (2)", C, INT(zero, 0, 2)},
+	{"grad-compress", "none|fp16|bf16", "none", "all-reduce the gradients in 16 bits (PyTorch's fp16/bf16 compress hooks)", C, CHOICE(grad_compress, options_compress_names)},
+	{"no-overlap", NULL, NULL, "all-reduce only after the whole backward", C, SWITCH(overlap, 0)},
+	{"log-every", "N", "250", "optimizer steps between progress lines (0 = none)", C, LONG(log_every, 0, LONG_MAX)},
+	{"log-seconds", "SECONDS", "30", "also a progress line after SECONDS without one (0 = by steps only); on a terminal the line is redrawn at least every 0.5 s", C, REAL(log_seconds, 0, 1e9)},
+	{"quiet", NULL, NULL, "print errors only", C, SWITCH(quiet, 1)},
+	{"metrics", "FILE", NULL, "write JSON Lines metrics (one object per logged step)", C, FILE_(metrics, OPT_PATH_LOG)},
+	{"trace", "FILE", NULL, "write a Chrome trace-event timeline of every rank (Perfetto, chrome://tracing)", C, FILE_(trace, OPT_PATH_LOG)},
+	{"trace-steps", "A:B", "all", "trace only optimizer steps A to B", C, HOOKS(parse_trace_steps, format_trace_steps)},
+	{"straggler-warn", "F", "0", "warn when a rank computes F times slower than the median (0 = off)", C, REAL(straggler_warn, 0, 1e6), .parse = parse_straggler_warn},
+	{"prometheus", "FILE", NULL, "keep a Prometheus textfile of the run's progress up to date", 0, FILE_(prometheus, OPT_PATH_LOG)},
+	{"prometheus-every", "SECONDS", "10", "seconds between rewrites of the --prometheus file", C, REAL_ABOVE(prometheus_every, 0, 1e6)},
+	{"help", NULL, NULL, "show this help and exit", X, SWITCH(help, 1), .short_name = 'h'},
+	{"version", NULL, NULL, "show the version and exit", X, SWITCH(version, 1), .short_name = 'V'},
 };
 #undef R
 #undef C
 #undef S
+#undef X
+#undef FIELD
+#undef ENUM_FIELD
+#undef SWITCH
+#undef INT
+#undef LONG
+#undef U64
+#undef REAL
+#undef REAL_ABOVE
+#undef CHOICE
+#undef TEXT
 #undef FILE_
-#undef NOFILE
+#undef HOOKS
 #define N_OPTS (sizeof opt_table / sizeof opt_table[0])
+/* getopt_long's value for a row without a short name: past every char. */
+#define OPT_VAL_BASE 256
 
-static const struct opt_def *find_def(int key)
+/* The row getopt_long's value val stands for, or NULL. */
+static const struct opt_def *def_of_val(int val)
 {
+	if (val >= OPT_VAL_BASE && (size_t)(val - OPT_VAL_BASE) < N_OPTS)
+		return &opt_table[val - OPT_VAL_BASE];
 	for (size_t i = 0; i < N_OPTS; i++)
-		if (opt_table[i].key == key)
+		if (val != 0 && opt_table[i].short_name == val)
 			return &opt_table[i];
 	return NULL;
+}
+
+/* The row's value in o. */
+static void *field_of(struct options *o, const struct opt_def *od)
+{
+	return (char *)o + od->field;
+}
+
+/* The row's value in o, read only. */
+static const void *cfield_of(const struct options *o, const struct opt_def *od)
+{
+	return (const char *)o + od->field;
 }
 
 /* The file a file flag names in o, or NULL. */
 static const char *path_of(const struct options *o, const struct opt_def *od)
 {
-	return *(const char *const *)(const void *)((const char *)o + od->field);
+	return *(const char *const *)cfield_of(o, od);
 }
 
-/* Parse a whole decimal integer in [lo, hi]. */
-static enum status parse_long(const char *flag, const char *s, long lo, long hi, long *out,
-			      struct diag *d)
+/* A whole decimal integer in [lo, hi] into the row's int, long or uint64_t; no white
+ * space (see the top). */
+static enum status parse_integer(struct options *o, const struct opt_def *od, const char *s,
+				 struct diag *d)
 {
 	char *end;
 	long v;
 
 	errno = 0;
 	v = strtol(s, &end, 10);
-	if (*s == '\0' || *end != '\0')
-		return diag_set(d, ST_USAGE, "--%s: '%s' is not an integer", flag, s);
-	if (errno == ERANGE || v < lo || v > hi)
-		return diag_set(d, ST_USAGE, "--%s: %s is out of range [%ld, %ld]", flag, s, lo, hi);
-	*out = v;
+	if (*s == '\0' || isspace((unsigned char)*s) || *end != '\0')
+		return diag_set(d, ST_USAGE, "--%s: '%s' is not an integer", od->name, s);
+	if (errno == ERANGE || v < od->lo || v > od->hi)
+		return diag_set(d, ST_USAGE, "--%s: %s is out of range [%ld, %ld]", od->name, s, od->lo, od->hi);
+	if (od->type == OPT_INT)
+		*(int *)field_of(o, od) = (int)v;
+	else if (od->type == OPT_U64)
+		*(uint64_t *)field_of(o, od) = (uint64_t)v;
+	else
+		*(long *)field_of(o, od) = v;
 	return ST_OK;
 }
 
-/* Parse a finite number in [lo, hi] (or (lo, hi] when lo_open). */
-static enum status parse_double(const char *flag, const char *s, double lo, int lo_open,
-				double hi, double *out, struct diag *d)
+/* A finite number in [flo, fhi] (or (flo, fhi] when open) into the row's double; no white
+ * space. */
+static enum status parse_real(struct options *o, const struct opt_def *od, const char *s,
+			      struct diag *d)
 {
 	char *end;
 	double v;
 
 	errno = 0;
 	v = strtod(s, &end);
-	if (*s == '\0' || *end != '\0' || !isfinite(v))
-		return diag_set(d, ST_USAGE, "--%s: '%s' is not a finite number", flag, s);
-	if (v < lo || (lo_open && v == lo) || v > hi)
-		return diag_set(d, ST_USAGE, "--%s: %s is out of range %s%g, %g]", flag, s,
-				lo_open ? "(" : "[", lo, hi);
-	*out = v == 0 ? 0.0 : v; /* -0 is 0: one spelling in the settings the ranks compare */
+	if (*s == '\0' || isspace((unsigned char)*s) || *end != '\0' || !isfinite(v))
+		return diag_set(d, ST_USAGE, "--%s: '%s' is not a finite number", od->name, s);
+	if (v < od->flo || (od->open && v == od->flo) || v > od->fhi)
+		return diag_set(d, ST_USAGE, "--%s: %s is out of range %s%g, %g]", od->name, s,
+				od->open ? "(" : "[", od->flo, od->fhi);
+	/* -0 is 0: one spelling in the settings the ranks compare */
+	*(double *)field_of(o, od) = v == 0 ? 0.0 : v;
 	return ST_OK;
 }
 
-static enum status parse_choice(const struct opt_def *def, const char *s,
-				const char *const *names, int *out, struct diag *d)
+static enum status parse_choice(struct options *o, const struct opt_def *od, const char *s,
+				struct diag *d)
 {
-	for (int i = 0; names[i] != NULL; i++) {
-		if (strcmp(s, names[i]) == 0) {
-			*out = i;
+	for (int i = 0; od->names[i] != NULL; i++) {
+		if (strcmp(s, od->names[i]) == 0) {
+			*(int *)field_of(o, od) = i;
 			return ST_OK;
 		}
 	}
-	return diag_set(d, ST_USAGE, "--%s: '%s' is not one of %s", def->name, s, def->arg);
+	return diag_set(d, ST_USAGE, "--%s: '%s' is not one of %s", od->name, s, od->arg);
 }
 
-/* "10,10,5" -> widths; at least two widths (one layer), each in [1, 2^20]. */
-static enum status parse_layers(struct options *o, const char *s, struct diag *d)
+/* The generic parse: the row's type says what arg is and where it goes (arg is NULL for
+ * a switch). */
+static enum status parse_plain(struct options *o, const struct opt_def *od, const char *arg,
+			       struct diag *d)
+{
+	switch (od->type) {
+	case OPT_SWITCH: *(int *)field_of(o, od) = od->on; return ST_OK;
+	case OPT_INT:
+	case OPT_LONG:
+	case OPT_U64: return parse_integer(o, od, arg, d);
+	case OPT_REAL: return parse_real(o, od, arg, d);
+	case OPT_CHOICE: return parse_choice(o, od, arg, d);
+	case OPT_TEXT: *(const char **)field_of(o, od) = arg; return ST_OK;
+	case OPT_HOOKS: break;
+	}
+	return diag_set(d, ST_USAGE, "internal: --%s has no parse", od->name);
+}
+
+/* Set the row's value from arg: its own hook, or the generic parse. */
+static enum status apply(struct options *o, const struct opt_def *od, const char *arg,
+			 struct diag *d)
+{
+	return od->parse ? od->parse(o, od, arg, d) : parse_plain(o, od, arg, d);
+}
+
+/* "10,10,5" -> widths; at least two widths (one layer), each in [1, 2^20], no white space. */
+static enum status parse_layers(struct options *o, const struct opt_def *od, const char *s,
+				struct diag *d)
 {
 	int n = 0;
 	const char *p = s;
@@ -203,7 +314,7 @@ static enum status parse_layers(struct options *o, const char *s, struct diag *d
 
 		errno = 0;
 		w = strtol(p, &end, 10);
-		if (end == p || (*end != ',' && *end != '\0'))
+		if (end == p || isspace((unsigned char)*p) || (*end != ',' && *end != '\0'))
 			return diag_set(d, ST_USAGE, "--layers: '%s' is not a comma-separated list of widths", s);
 		if (errno == ERANGE || w < 1 || w > (1L << 20))
 			return diag_set(d, ST_USAGE, "--layers: width %.*s is out of range [1, 1048576]",
@@ -222,15 +333,16 @@ static enum status parse_layers(struct options *o, const char *s, struct diag *d
 	return ST_OK;
 }
 
-/* "0.9,0.999": two numbers in [0, 1). */
-static enum status parse_betas(struct options *o, const char *s, struct diag *d)
+/* "0.9,0.999": two numbers in [0, 1), no white space. */
+static enum status parse_betas(struct options *o, const struct opt_def *od, const char *s,
+			       struct diag *d)
 {
 	char *end, *end2;
 	double b1, b2;
 
 	errno = 0;
 	b1 = strtod(s, &end);
-	if (end == s || *end != ',')
+	if (end == s || isspace((unsigned char)*s) || *end != ',' || isspace((unsigned char)end[1]))
 		return diag_set(d, ST_USAGE, "--betas: '%s' is not two numbers B1,B2", s);
 	b2 = strtod(end + 1, &end2);
 	if (end2 == end + 1 || *end2 != '\0' || errno == ERANGE)
@@ -242,7 +354,8 @@ static enum status parse_betas(struct options *o, const char *s, struct diag *d)
 	return ST_OK;
 }
 
-/* "1,3" -> frozen[0], frozen[2]: 1-based layer numbers, as in net1, within --layers. */
+/* "1,3" -> frozen[0], frozen[2]: 1-based layer numbers, as in net1, within --layers; no
+ * white space. */
 static enum status parse_freeze(struct options *o, struct diag *d)
 {
 	const char *s = o->freeze_arg, *p = s;
@@ -255,7 +368,8 @@ static enum status parse_freeze(struct options *o, struct diag *d)
 
 		errno = 0;
 		l = strtol(p, &end, 10);
-		if (end == p || (*end != ',' && *end != '\0') || (*end == ',' && end[1] == '\0'))
+		if (end == p || isspace((unsigned char)*p) || (*end != ',' && *end != '\0') ||
+		    (*end == ',' && end[1] == '\0'))
 			return diag_set(d, ST_USAGE, "--freeze: '%s' is not a comma-separated list of layer numbers", s);
 		if (errno == ERANGE || l < 1 || l > o->nlayers)
 			return diag_set(d, ST_USAGE, "--freeze: layer %.*s is not one of the %d layers of --layers (net1 to net%d)",
@@ -269,118 +383,44 @@ static enum status parse_freeze(struct options *o, struct diag *d)
 	return ST_OK;
 }
 
-static enum status apply(struct options *o, int key, const char *arg, struct diag *d)
+/* --replicas: "auto" (0: one per GPU, else 2) or a count, as the generic parse takes it. */
+static enum status parse_replicas(struct options *o, const struct opt_def *od, const char *s,
+				  struct diag *d)
 {
-	const struct opt_def *def = find_def(key);
-	const char *f = def->name;
-	long l;
-	int c;
-	enum status st = ST_OK;
-
-	switch (key) {
-	case K_LAYERS: return parse_layers(o, arg, d);
-	case K_BATCH: return parse_long(f, arg, 1, 1L << 24, &o->batch_size, d);
-	case K_EPOCHS: return parse_long(f, arg, 1, 1L << 30, &o->epochs, d);
-	case K_MAX_STEPS: return parse_long(f, arg, 0, LONG_MAX, &o->max_steps, d);
-	/* 0 as in PyTorch: the pipeline runs, the weights stay (AdamW's decay is lr x F). */
-	case K_LR: return parse_double(f, arg, 0, 0, 1e6, &o->lr, d);
-	case K_MOMENTUM: return parse_double(f, arg, 0, 0, 1, &o->momentum, d);
-	case K_WD: return parse_double(f, arg, 0, 0, 1e6, &o->weight_decay, d);
-	case K_ACCUM: return parse_long(f, arg, 1, 1L << 20, &o->grad_accum, d);
-	case K_SEED:
-		st = parse_long(f, arg, 0, LONG_MAX, &l, d);
-		o->seed = (uint64_t)l;
-		return st;
-	case K_SAMPLES: return parse_long(f, arg, 1, 1L << 31, &o->samples, d);
-	case K_INPUTS: o->inputs = arg; return ST_OK;
-	case K_TARGETS: o->targets = arg; return ST_OK;
-	case K_SHUFFLE: o->shuffle = 1; return ST_OK;
-	case K_NO_SHUFFLE: o->shuffle = 0; return ST_OK;
-	case K_DROP_LAST: o->drop_last = 1; return ST_OK;
-	case K_INIT: o->init = arg; return ST_OK;
-	case K_SAVE: o->save = arg; return ST_OK;
-	case K_MODE:
-		st = parse_choice(def, arg, options_mode_names, &c, d);
-		o->mode = (enum run_mode)c;
-		return st;
-	case K_DEVICE:
-		st = parse_choice(def, arg, options_device_names, &c, d);
-		o->device = (enum device_kind)c;
-		return st;
-	case K_BACKEND:
-		st = parse_choice(def, arg, options_comm_names, &c, d);
-		o->comm = (enum comm_kind)c;
-		return st;
-	case K_BUCKET: return parse_double(f, arg, 0, 1, 1 << 20, &o->bucket_mb, d);
-	case K_NO_OVERLAP: o->overlap = 0; return ST_OK;
-	case K_LOG_EVERY: return parse_long(f, arg, 0, LONG_MAX, &o->log_every, d);
-	case K_LOG_SECONDS: return parse_double(f, arg, 0, 0, 1e9, &o->log_seconds, d);
-	case K_REPLICAS:
-		if (strcmp(arg, "auto") == 0) {
-			o->replicas = 0;
-			return ST_OK;
-		}
-		st = parse_long(f, arg, 1, OPT_MAX_REPLICAS, &l, d);
-		o->replicas = (int)l;
-		return st;
-	case K_TF32: o->tf32 = 1; return ST_OK;
-	case K_CHECKPOINT: o->checkpoint = arg; return ST_OK;
-	case K_CKPT_EVERY: return parse_long(f, arg, 0, LONG_MAX, &o->checkpoint_every, d);
-	case K_KEEP: return parse_long(f, arg, 0, 1000000, &o->keep_checkpoints, d);
-	case K_RESUME: o->resume = arg; return ST_OK;
-	case K_TIMEOUT: return parse_double(f, arg, 0, 0, 1e9, &o->timeout, d);
-	case K_LOSS:
-		st = parse_choice(def, arg, loss_names, &c, d);
-		o->loss = (enum loss_kind)c;
-		return st;
-	case K_OPTIM:
-		st = parse_choice(def, arg, optimizer_names, &c, d);
-		o->optimizer = (enum optimizer_kind)c;
-		return st;
-	case K_BETAS: return parse_betas(o, arg, d);
-	case K_EPS: return parse_double(f, arg, 0, 1, 1, &o->eps, d);
-	case K_NESTEROV: o->nesterov = 1; return ST_OK;
-	case K_SCHED:
-		st = parse_choice(def, arg, schedule_names, &c, d);
-		o->schedule = (enum lr_schedule)c;
-		return st;
-	case K_WARMUP: return parse_long(f, arg, 0, LONG_MAX, &o->warmup_steps, d);
-	case K_CLIP: return parse_double(f, arg, 0, 0, 1e30, &o->clip_grad_norm, d);
-	case K_FREEZE: o->freeze_arg = arg; return ST_OK;
-	case K_VAL_INPUTS: o->val_inputs = arg; return ST_OK;
-	case K_VAL_TARGETS: o->val_targets = arg; return ST_OK;
-	case K_VAL_SAMPLES: return parse_long(f, arg, 0, 1L << 31, &o->val_samples, d);
-	case K_EVAL_EVERY: return parse_long(f, arg, 0, LONG_MAX, &o->eval_every, d);
-	case K_SAVE_BEST: o->save_best = arg; return ST_OK;
-	case K_QUIET: o->quiet = 1; return ST_OK;
-	case K_METRICS: o->metrics = arg; return ST_OK;
-	case K_TRACE: o->trace = arg; return ST_OK;
-	case K_TRACE_STEPS:
-		if (strcmp(arg, "all") == 0) {
-			o->trace_lo = 1;
-			o->trace_hi = 0;
-			return ST_OK;
-		}
-		return trace_parse_steps(arg, &o->trace_lo, &o->trace_hi, d);
-	case K_STRAGGLER_WARN:
-		st = parse_double(f, arg, 0, 0, 1e6, &o->straggler_warn, d);
-		if (st == ST_OK && o->straggler_warn != 0 && o->straggler_warn <= 1)
-			return diag_set(d, ST_USAGE, "--straggler-warn: %s must be above 1 (a ratio to the median rank), or 0 for off", arg);
-		return st;
-	case K_PROMETHEUS: o->prometheus = arg; return ST_OK;
-	case K_PROM_EVERY: return parse_double(f, arg, 0, 1, 1e6, &o->prometheus_every, d);
-	case K_ZERO:
-		st = parse_long(f, arg, 0, 2, &l, d);
-		o->zero = (int)l;
-		return st;
-	case K_COMPRESS:
-		st = parse_choice(def, arg, options_compress_names, &c, d);
-		o->grad_compress = (enum comm_wire)c;
-		return st;
-	case K_HELP: o->help = 1; return ST_OK;
-	case K_VERSION: o->version = 1; return ST_OK;
+	if (strcmp(s, "auto") == 0) {
+		o->replicas = 0;
+		return ST_OK;
 	}
-	return diag_set(d, ST_USAGE, "internal: unhandled option key %d", key);
+	return parse_plain(o, od, s, d);
+}
+
+/* --trace-steps: "all" or trace_parse_steps' A:B, whose numbers take no white space. */
+static enum status parse_trace_steps(struct options *o, const struct opt_def *od, const char *s,
+				     struct diag *d)
+{
+	enum status st;
+
+	if (strcmp(s, "all") == 0) {
+		o->trace_lo = 1;
+		o->trace_hi = 0;
+		return ST_OK;
+	}
+	st = trace_parse_steps(s, &o->trace_lo, &o->trace_hi, d);
+	for (const char *p = s; st == ST_OK && *p != '\0'; p++)
+		if (isspace((unsigned char)*p)) /* strtol took " 3:5" */
+			return diag_set(d, ST_USAGE, "--trace-steps: '%s': the steps are whole numbers, without spaces", s);
+	return st;
+}
+
+/* --straggler-warn: a number, as the generic parse takes it, that is 0 or above 1. */
+static enum status parse_straggler_warn(struct options *o, const struct opt_def *od,
+					const char *s, struct diag *d)
+{
+	enum status st = parse_plain(o, od, s, d);
+
+	if (st == ST_OK && o->straggler_warn != 0 && o->straggler_warn <= 1)
+		return diag_set(d, ST_USAGE, "--straggler-warn: %s must be above 1 (a ratio to the median rank), or 0 for off", s);
+	return st;
 }
 
 /* The defaults are the table's: each value default is parsed as if given on the command
@@ -399,9 +439,9 @@ static void set_defaults(struct options *o)
 		if (od->def == NULL)
 			continue;
 		if (od->arg != NULL)
-			(void)apply(o, od->key, od->def, &d);
+			(void)apply(o, od, od->def, &d);
 		else if (strcmp(od->def, "on") == 0)
-			(void)apply(o, od->key, NULL, &d);
+			(void)apply(o, od, NULL, &d);
 	}
 }
 
@@ -464,7 +504,7 @@ static enum status check_combinations(struct options *o, struct diag *d)
  * that abbreviates several long options, or an unknown long option. */
 static enum status refuse(const char *bad, struct diag *d)
 {
-	const struct opt_def *od = find_def(optopt);
+	const struct opt_def *od = def_of_val(optopt);
 	char cand[512];
 	size_t len, used = 0;
 	int n = 0;
@@ -490,16 +530,26 @@ static enum status refuse(const char *bad, struct diag *d)
 enum status options_parse(struct options *o, int argc, char **argv, struct diag *d)
 {
 	struct option lopts[N_OPTS + 1];
+	char shorts[2 * N_OPTS + 2] = ":"; /* ":hV": a missing value is ':', not '?' */
+	size_t ns = 1;
 	enum status st;
 	int c, idx;
 
 	set_defaults(o);
 	for (size_t i = 0; i < N_OPTS; i++) {
-		lopts[i].name = opt_table[i].name;
-		lopts[i].has_arg = opt_table[i].arg ? required_argument : no_argument;
+		const struct opt_def *od = &opt_table[i];
+
+		lopts[i].name = od->name;
+		lopts[i].has_arg = od->arg ? required_argument : no_argument;
 		lopts[i].flag = NULL;
-		lopts[i].val = opt_table[i].key;
+		lopts[i].val = od->short_name ? od->short_name : OPT_VAL_BASE + (int)i;
+		if (od->short_name) {
+			shorts[ns++] = od->short_name;
+			if (od->arg)
+				shorts[ns++] = ':';
+		}
 	}
+	shorts[ns] = '\0';
 	memset(&lopts[N_OPTS], 0, sizeof lopts[N_OPTS]);
 
 	optind = 0; /* full re-initialisation, so tests may parse twice */
@@ -508,14 +558,14 @@ enum status options_parse(struct options *o, int argc, char **argv, struct diag 
 		int prev = optind ? optind : 1;
 
 		idx = -1;
-		c = getopt_long(argc, argv, ":hV", lopts, &idx);
+		c = getopt_long(argc, argv, shorts, lopts, &idx);
 		if (c == -1)
 			break;
 		if (c == '?')
 			return refuse(argv[prev], d);
 		if (c == ':')
 			return diag_set(d, ST_USAGE, "%s needs a value (see ddptrain --help)", argv[prev]);
-		st = apply(o, c, optarg, d);
+		st = apply(o, def_of_val(c), optarg, d);
 		if (st != ST_OK)
 			return st;
 	}
@@ -561,8 +611,16 @@ void options_format_widths(const struct options *o, char *buf, size_t len)
 		used += (size_t)snprintf(buf + used, len - used, "%s%d", i ? "," : "", o->widths[i]);
 }
 
-/* The frozen layers as --freeze takes them ("1,3"); "" for none. */
-static void format_frozen(const struct options *o, char *buf, size_t len)
+/* --layers: the widths, as options_format_widths writes them. */
+static void format_layers(const struct options *o, const struct opt_def *od, char *buf,
+			  size_t len)
+{
+	options_format_widths(o, buf, len);
+}
+
+/* --freeze: the frozen layers as it takes them ("1,3"); "" for none. */
+static void format_frozen(const struct options *o, const struct opt_def *od, char *buf,
+			  size_t len)
 {
 	size_t used = 0;
 
@@ -572,63 +630,53 @@ static void format_frozen(const struct options *o, char *buf, size_t len)
 			used += (size_t)snprintf(buf + used, len - used, "%s%d", used ? "," : "", l + 1);
 }
 
-/* The value of option `key` in o as the text that would set it again ("0.001", "1"). */
-static void format_value(const struct options *o, int key, char *buf, size_t len)
+static void format_betas(const struct options *o, const struct opt_def *od, char *buf,
+			 size_t len)
 {
-	switch (key) {
-	case K_LAYERS: options_format_widths(o, buf, len); return;
-	case K_BATCH: snprintf(buf, len, "%ld", o->batch_size); return;
-	case K_EPOCHS: snprintf(buf, len, "%ld", o->epochs); return;
-	case K_MAX_STEPS: snprintf(buf, len, "%ld", o->max_steps); return;
-	case K_LR: snprintf(buf, len, "%.9g", o->lr); return;
-	case K_MOMENTUM: snprintf(buf, len, "%.9g", o->momentum); return;
-	case K_WD: snprintf(buf, len, "%.9g", o->weight_decay); return;
-	case K_ACCUM: snprintf(buf, len, "%ld", o->grad_accum); return;
-	case K_SEED: snprintf(buf, len, "%llu", (unsigned long long)o->seed); return;
-	case K_SHUFFLE: snprintf(buf, len, "%d", o->shuffle); return;
-	case K_DROP_LAST: snprintf(buf, len, "%d", o->drop_last); return;
-	case K_MODE: snprintf(buf, len, "%s", options_mode_names[o->mode]); return;
-	case K_DEVICE: snprintf(buf, len, "%s", options_device_names[o->device]); return;
-	case K_BACKEND: snprintf(buf, len, "%s", options_comm_names[o->comm]); return;
-	case K_BUCKET: snprintf(buf, len, "%.9g", o->bucket_mb); return;
-	case K_NO_OVERLAP: snprintf(buf, len, "%d", !o->overlap); return;
-	case K_REPLICAS:
-		if (o->replicas == 0)
-			snprintf(buf, len, "auto");
-		else
-			snprintf(buf, len, "%d", o->replicas);
+	snprintf(buf, len, "%.9g,%.9g", o->beta1, o->beta2);
+}
+
+static void format_replicas(const struct options *o, const struct opt_def *od, char *buf,
+			    size_t len)
+{
+	if (o->replicas == 0)
+		snprintf(buf, len, "auto");
+	else
+		snprintf(buf, len, "%d", o->replicas);
+}
+
+/* trace_parse_steps' spelling: hi 0 is an open end. */
+static void format_trace_steps(const struct options *o, const struct opt_def *od, char *buf,
+			       size_t len)
+{
+	if (o->trace_hi == 0 && o->trace_lo == 1)
+		snprintf(buf, len, "all");
+	else if (o->trace_hi == 0)
+		snprintf(buf, len, "%ld:", o->trace_lo);
+	else
+		snprintf(buf, len, "%ld:%ld", o->trace_lo, o->trace_hi);
+}
+
+/* The row's value in o as the text that would set it again ("0.001", "1"): its own hook,
+ * or the generic format by type (a switch: 1 when giving it would change nothing). */
+static void format_value(const struct options *o, const struct opt_def *od, char *buf,
+			 size_t len)
+{
+	const void *p = cfield_of(o, od);
+
+	if (od->format != NULL) {
+		od->format(o, od, buf, len);
 		return;
-	case K_TF32: snprintf(buf, len, "%d", o->tf32); return;
-	case K_CKPT_EVERY: snprintf(buf, len, "%ld", o->checkpoint_every); return;
-	case K_LOSS: snprintf(buf, len, "%s", loss_names[o->loss]); return;
-	case K_OPTIM: snprintf(buf, len, "%s", optimizer_names[o->optimizer]); return;
-	case K_NESTEROV: snprintf(buf, len, "%d", o->nesterov); return;
-	case K_BETAS: snprintf(buf, len, "%.9g,%.9g", o->beta1, o->beta2); return;
-	case K_EPS: snprintf(buf, len, "%.9g", o->eps); return;
-	case K_SCHED: snprintf(buf, len, "%s", schedule_names[o->schedule]); return;
-	case K_WARMUP: snprintf(buf, len, "%ld", o->warmup_steps); return;
-	case K_CLIP: snprintf(buf, len, "%.9g", o->clip_grad_norm); return;
-	case K_FREEZE: format_frozen(o, buf, len); return;
-	case K_VAL_SAMPLES: snprintf(buf, len, "%ld", o->val_samples); return;
-	case K_EVAL_EVERY: snprintf(buf, len, "%ld", o->eval_every); return;
-	case K_SAMPLES: snprintf(buf, len, "%ld", o->samples); return;
-	case K_KEEP: snprintf(buf, len, "%ld", o->keep_checkpoints); return;
-	case K_TIMEOUT: snprintf(buf, len, "%.9g", o->timeout); return;
-	case K_LOG_EVERY: snprintf(buf, len, "%ld", o->log_every); return;
-	case K_LOG_SECONDS: snprintf(buf, len, "%.9g", o->log_seconds); return;
-	case K_QUIET: snprintf(buf, len, "%d", o->quiet); return;
-	case K_TRACE_STEPS: /* trace_parse_steps' spelling: hi 0 is an open end */
-		if (o->trace_hi == 0 && o->trace_lo == 1)
-			snprintf(buf, len, "all");
-		else if (o->trace_hi == 0)
-			snprintf(buf, len, "%ld:", o->trace_lo);
-		else
-			snprintf(buf, len, "%ld:%ld", o->trace_lo, o->trace_hi);
-		return;
-	case K_STRAGGLER_WARN: snprintf(buf, len, "%.9g", o->straggler_warn); return;
-	case K_PROM_EVERY: snprintf(buf, len, "%.9g", o->prometheus_every); return;
-	case K_ZERO: snprintf(buf, len, "%d", o->zero); return;
-	case K_COMPRESS: snprintf(buf, len, "%s", options_compress_names[o->grad_compress]); return;
+	}
+	switch (od->type) {
+	case OPT_SWITCH: snprintf(buf, len, "%d", *(const int *)p == od->on); return;
+	case OPT_INT: snprintf(buf, len, "%d", *(const int *)p); return;
+	case OPT_LONG: snprintf(buf, len, "%ld", *(const long *)p); return;
+	case OPT_U64: snprintf(buf, len, "%llu", (unsigned long long)*(const uint64_t *)p); return;
+	case OPT_REAL: snprintf(buf, len, "%.9g", *(const double *)p); return;
+	case OPT_CHOICE: snprintf(buf, len, "%s", od->names[*(const int *)p]); return;
+	case OPT_TEXT: snprintf(buf, len, "%s", path_of(o, od) ? path_of(o, od) : ""); return;
+	case OPT_HOOKS: break;
 	}
 	snprintf(buf, len, "?");
 }
@@ -638,33 +686,30 @@ void options_format_settings(const struct options *o, int scope, char *buf, size
 	size_t used = strlen(buf);
 
 	for (size_t i = 0; i < N_OPTS && used < len; i++) {
+		const struct opt_def *od = &opt_table[i];
 		char value[4200]; /* a path */
-		int key = opt_table[i].key, in = opt_table[i].scope & scope;
+		int in = od->scope & scope;
 
 		/* A schedule's multipliers depend on the run's length: with one, a resumed run
 		 * must have the same --epochs and --max-steps. */
-		if ((opt_table[i].scope & OPT_SCOPE_SCHEDULE) && (scope & OPT_SCOPE_RESUME) &&
+		if ((od->scope & OPT_SCOPE_SCHEDULE) && (scope & OPT_SCOPE_RESUME) &&
 		    (o->schedule != SCHED_CONSTANT || o->warmup_steps > 0))
 			in = 1;
 		/* Only rank 0 writes: every rank must name the same outputs, or another rank's
 		 * --save would silently come to nothing. */
-		if ((scope & OPT_SCOPE_RUN) && opt_table[i].path != OPT_PATH_NONE &&
-		    opt_table[i].path != OPT_PATH_IN)
+		if ((scope & OPT_SCOPE_RUN) && od->path != OPT_PATH_NONE && od->path != OPT_PATH_IN)
 			in = 1;
 		/* OPT_SCOPE_ALL: every setting (--no-shuffle is --shuffle's value) */
-		if ((scope & OPT_SCOPE_ALL) && key != K_HELP && key != K_VERSION && key != K_NO_SHUFFLE)
+		if ((scope & OPT_SCOPE_ALL) && !(od->scope & OPT_NOT_A_SETTING))
 			in = 1;
 		if (!in)
 			continue;
-		if (opt_table[i].path != OPT_PATH_NONE)
-			snprintf(value, sizeof value, "%s", path_of(o, &opt_table[i]) ? path_of(o, &opt_table[i]) : "");
-		else
-			format_value(o, key, value, sizeof value);
+		format_value(o, od, value, sizeof value);
 		/* Nothing frozen: no --freeze, as on the command line, except in the full
 		 * record, which names every setting. */
-		if (opt_table[i].key == K_FREEZE && value[0] == '\0' && !(scope & OPT_SCOPE_ALL))
+		if (od->format == format_frozen && value[0] == '\0' && !(scope & OPT_SCOPE_ALL))
 			continue;
-		used += (size_t)snprintf(buf + used, len - used, "--%s=%s\n", opt_table[i].name, value);
+		used += (size_t)snprintf(buf + used, len - used, "--%s=%s\n", od->name, value);
 	}
 }
 

@@ -398,6 +398,87 @@ static void test_options_refuse_contradictory_trainer_settings(void **state)
 	assert_true(o.frozen[0] && !o.frozen[1]);
 }
 
+/* One rule for every numeric flag (issue 30): a number is written without white space,
+ * before as after. The flags come from the table: each line of the full settings record
+ * whose value is a number that parses back (switches, shown 0/1, take no value). The
+ * refusal names the flag and says it as "1 " always was said. */
+static void test_options_every_numeric_flag_refuses_white_space_around_its_number(void **state)
+{
+	struct options o;
+	struct diag d;
+	char text[8192] = "", *line, *save = NULL;
+	int checked = 0, saw_zero = 0, saw_log_seconds = 0;
+
+	assert_int_equal(parse(&o, &d, NULL), ST_OK);
+	options_format_settings(&o, OPT_SCOPE_ALL, text, sizeof text);
+	for (line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save)) {
+		static const char *const forms[] = {"%s= %s", "%s=\t%s", "%s=%s "};
+		char *eq = strchr(line, '='), *end, flag[64], arg[160], said[3][256];
+
+		if (eq == NULL || eq[1] == '\0')
+			continue;
+		(void)strtod(eq + 1, &end);
+		if (*end != '\0' || parse(&o, &d, line, NULL) != ST_OK)
+			continue; /* a choice, a list, a file, or a switch */
+		snprintf(flag, sizeof flag, "%.*s", (int)(eq - line), line);
+		for (int f = 0; f < 3; f++) {
+			char value[80], *tail;
+
+			snprintf(arg, sizeof arg, forms[f], flag, eq + 1);
+			assert_int_equal(parse(&o, &d, arg, NULL), ST_USAGE);
+			/* diag_set shows a tab as \t: the tail is what must agree */
+			snprintf(value, sizeof value, "%s: '%s' is not ", flag, arg + strlen(flag) + 1);
+			if (f != 1)
+				assert_memory_equal(d.msg, value, strlen(value));
+			assert_non_null(tail = strstr(d.msg, "' is not "));
+			assert_memory_equal(d.msg, flag, strlen(flag));
+			tail += strlen("' is not ");
+			assert_true(strcmp(tail, "an integer") == 0 || strcmp(tail, "a finite number") == 0);
+			snprintf(said[f], sizeof said[f], "%s", tail);
+		}
+		assert_string_equal(said[0], said[2]); /* " 1" in the words of "1 " */
+		assert_string_equal(said[1], said[2]);
+		saw_zero |= strcmp(flag, "--zero") == 0;
+		saw_log_seconds |= strcmp(flag, "--log-seconds") == 0;
+		checked++;
+	}
+	assert_true(checked >= 20);
+	assert_true(saw_zero && saw_log_seconds);
+	/* The issue's cases, and the plain spellings still taken. */
+	assert_int_equal(parse(&o, &d, "--zero= 1", NULL), ST_USAGE);
+	assert_string_equal(d.msg, "--zero: ' 1' is not an integer");
+	assert_int_equal(parse(&o, &d, "--log-seconds= 5", NULL), ST_USAGE);
+	assert_string_equal(d.msg, "--log-seconds: ' 5' is not a finite number");
+	assert_int_equal(parse(&o, &d, "--zero=1", "--log-seconds=5", NULL), ST_OK);
+	assert_int_equal(o.zero, 1);
+	assert_true(o.log_seconds == 5.0);
+}
+
+/* The structured flags hold numbers too: the same rule inside their lists. */
+static void test_options_structured_flags_refuse_white_space_around_their_numbers(void **state)
+{
+	static const char *const refused[][2] = {
+		{"--layers= 10,10,5", "--layers"}, {"--layers=10, 10,5", "--layers"},
+		{"--betas= 0.9,0.999", "--betas"}, {"--betas=0.9, 0.999", "--betas"},
+		{"--freeze= 1", "--freeze"},       {"--freeze=1, 2", "--freeze"},
+		{"--trace-steps= 3:5", "--trace-steps"}, {"--trace-steps=3: 5", "--trace-steps"},
+		{"--replicas= 2", "--replicas"},
+	};
+	struct options o;
+	struct diag d;
+
+	for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+		assert_int_equal(parse(&o, &d, "--mode=dp", "--layers=4,4,4,4", refused[i][0], NULL), ST_USAGE);
+		assert_memory_equal(d.msg, refused[i][1], strlen(refused[i][1]));
+	}
+	assert_int_equal(parse(&o, &d, "--mode=dp", "--layers=4,4,4,4", "--betas=0.8,0.9", "--freeze=1,2",
+			       "--trace-steps=3:5", "--replicas=2", NULL), ST_OK);
+	assert_true(o.frozen[0] && o.frozen[1] && !o.frozen[2]);
+	assert_int_equal(o.trace_lo, 3);
+	assert_int_equal(o.trace_hi, 5);
+	assert_int_equal(o.replicas, 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -420,6 +501,8 @@ int main(void)
 		cmocka_unit_test(test_options_help_shows_the_defaults_in_effect),
 		cmocka_unit_test(test_options_settings_text_comes_from_the_table_and_parses_back),
 		cmocka_unit_test(test_options_file_flags_come_from_the_table),
+		cmocka_unit_test(test_options_every_numeric_flag_refuses_white_space_around_its_number),
+		cmocka_unit_test(test_options_structured_flags_refuse_white_space_around_their_numbers),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
