@@ -40,6 +40,31 @@ DDPTRAIN_CUDA_GRAPHS=0 clean_run 1 $C --device=cuda --save=eager1.st
 close eager1.st cpu1.st "eager (DDPTRAIN_CUDA_GRAPHS=0) vs CPU"
 echo "ddp with graphs at 1, 2, 4 ranks = CPU within 1e-6, clean teardown"
 
+# 1b. No host wait inside a step (issue 29): an ordinary step's slots are read at the end
+#     of the next step, and the loader asks whether its copies ran before it waits, so a
+#     long run waits (DDPT_FAKE_STATS's host_waits: every synchronisation, blocking copy
+#     and event wait) no more than a short one: the set-up, the last step and the end, each
+#     counted. Evaluation and checkpoint steps read at once: each costs its waits.
+waits() { # STEPS ARGS...: host waits of rank 0 in a run of STEPS steps, eager and with graphs
+	local n=$1 g w=
+	shift
+	for g in 0 1; do
+		rm -f stats.*
+		DDPTRAIN_CUDA_GRAPHS=$g clean_run 2 --samples=4000 --batch-size=20 --max-steps=$n --log-every=0 --quiet "$@"
+		w="$w $(awk '$1 == "host_waits" { print $2 }' stats.0)"
+	done
+	echo $w
+}
+short=$(waits 20 --device=cuda)
+long=$(waits 60 --device=cuda)
+[ "$short" = "$long" ] || fail "host waits grow with the steps: 20 steps (eager, graphs): $short; 60 steps: $long"
+ckpt=$(waits 60 --device=cuda --checkpoint=hw.st --checkpoint-every=10)
+for i in 1 2; do
+	[ "$(echo $ckpt | cut -d' ' -f$i)" -ge $(($(echo $long | cut -d' ' -f$i) + 6)) ] ||
+		fail "6 checkpoint steps did not read at once: $ckpt host waits against $long without"
+done
+echo "no host wait in an ordinary step: $long host waits in 20 and in 60 steps (eager, graphs); with 6 checkpoints $ckpt"
+
 # 2. --grad-accum=3: a pinned batch buffer is refilled only after its copy ran (defect 5).
 run_mpi 2 $C --grad-accum=3 --device=cpu --save=acc-cpu.st || fail "cpu grad-accum"
 clean_run 2 $C --grad-accum=3 --device=cuda --save=acc.st

@@ -66,6 +66,10 @@ struct backend_ops {
 	 * host_alloc: a copy into pageable memory blocks inside the CUDA driver until the
 	 * collective ends, where a dead peer is neither polled for nor timed out. */
 	enum status (*to_host)(void *ctx, float *dst, const float *src, size_t n, struct diag *d);
+	/* Queue a copy to dst, host memory from host_alloc, without waiting: dst holds the data
+	 * once the device has passed a host_mark recorded after it (host_poll or host_wait
+	 * says so); without host_mark, when this returns. */
+	void (*to_host_async)(void *ctx, float *dst, const float *src, size_t n);
 	/* dst = src, both device memory of this backend. */
 	void (*copy)(void *ctx, float *dst, const float *src, size_t n);
 	/* dst (this instance's memory) = src (the memory of instance src_ctx, maybe another
@@ -135,6 +139,10 @@ struct backend_ops {
 	 * the last mark of that slot (0..BACKEND_MARKS-1), with the first error, if any. */
 	void (*host_mark)(void *ctx, int slot);
 	enum status (*host_wait)(void *ctx, int slot, struct diag *d);
+	/* With host_mark: never blocks. *done = 1 if the device has passed the last mark of
+	 * that slot (cudaEventQuery), else 0; returns the first error, if any (then *done = 1:
+	 * nothing more will come). */
+	enum status (*host_poll)(void *ctx, int slot, int *done, struct diag *d);
 	/* Optional (NULL where the host clock times device work, as on the CPU): timer_mark(id)
 	 * marks the point after the work queued so far (id 0..BACKEND_TIMERS-1, reusable after
 	 * a sync); timer_ms(a, b) is the device time from mark a to mark b, in milliseconds,
@@ -154,7 +162,7 @@ struct backend_ops {
 };
 
 #define BACKEND_GRAPHS 4
-#define BACKEND_MARKS 2
+#define BACKEND_MARKS 4 /* 0, 1: the loader's batch buffers; 2, 3: ddp's step reads */
 #define BACKEND_TIMERS 64
 
 struct backend {

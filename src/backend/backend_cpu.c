@@ -81,6 +81,11 @@ static void cpu_copy(void *ctx, float *dst, const float *src, size_t n)
 		memcpy(dst, src, n * sizeof(float));
 }
 
+static void cpu_to_host_async(void *ctx, float *dst, const float *src, size_t n)
+{
+	memcpy(dst, src, n * sizeof *dst);
+}
+
 static enum status cpu_to_host(void *ctx, float *dst, const float *src, size_t n, struct diag *d)
 {
 	cpu_copy(ctx, dst, src, n);
@@ -327,6 +332,7 @@ const struct backend_ops backend_cpu_ops = {
 	.host_free = cpu_free,
 	.to_device = cpu_copy,
 	.to_host = cpu_to_host,
+	.to_host_async = cpu_to_host_async,
 	.copy = cpu_copy,
 	.copy_peer = cpu_copy_peer,
 	.add = cpu_add,

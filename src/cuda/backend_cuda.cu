@@ -350,6 +350,8 @@ extern "C" enum status cuda_init(void **out, const struct backend_config *cfg, s
 	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming)) &&
 	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->host_ev[0], cudaEventDisableTiming)) &&
 	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->host_ev[1], cudaEventDisableTiming)) &&
+	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->host_ev[2], cudaEventDisableTiming)) &&
+	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->host_ev[3], cudaEventDisableTiming)) &&
 	    !CUDA_NOTE(c, cudaMalloc(&c->blas_workspace, ws)) &&
 	    !CUDA_NOTE(c, cudaMalloc((void **)&c->partials, 2 * CUDA_PARTIALS * sizeof(float)))) {
 		bs = cublasCreate(&c->blas);
@@ -470,6 +472,14 @@ extern "C" enum status cuda_to_host(void *ctx, float *dst, const float *src, siz
 	use(c);
 	CUDA_NOTE(c, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
 	return wait_for(c, NULL, "cudaMemcpyAsync(device to host)", d);
+}
+
+extern "C" void cuda_to_host_async(void *ctx, float *dst, const float *src, size_t n)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	CUDA_NOTE(c, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, c->stream));
 }
 
 extern "C" void cuda_copy(void *ctx, float *dst, const float *src, size_t n)
@@ -761,6 +771,16 @@ extern "C" enum status cuda_host_wait(void *ctx, int slot, struct diag *d)
 
 	use(c);
 	return wait_for(c, c->host_ev[slot], "cudaEventQuery(host buffer copied)", d);
+}
+
+extern "C" enum status cuda_host_poll(void *ctx, int slot, int *done, struct diag *d)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+	struct waited wd = {c, c->host_ev[slot], "cudaEventQuery(step read)"};
+
+	use(c);
+	*done = c->err.st != ST_OK || waited_query(&wd, d) != 0;
+	return report(c, d);
 }
 
 extern "C" void cuda_timer_mark(void *ctx, int id)

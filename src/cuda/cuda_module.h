@@ -30,6 +30,7 @@ float *cuda_host_alloc(void *ctx, size_t n);
 void cuda_host_free(void *ctx, float *p);
 void cuda_to_device(void *ctx, float *dst, const float *src, size_t n);
 enum status cuda_to_host(void *ctx, float *dst, const float *src, size_t n, struct diag *d);
+void cuda_to_host_async(void *ctx, float *dst, const float *src, size_t n);
 void cuda_copy(void *ctx, float *dst, const float *src, size_t n);
 void cuda_copy_peer(void *ctx, float *dst, void *src_ctx, const float *src, size_t n);
 void cuda_add(void *ctx, float *dst, const float *src, size_t n);
@@ -59,6 +60,7 @@ enum status cuda_graph_launch(void *ctx, int slot, struct diag *d);
 void cuda_graph_reset(void *ctx);
 void cuda_host_mark(void *ctx, int slot);
 enum status cuda_host_wait(void *ctx, int slot, struct diag *d);
+enum status cuda_host_poll(void *ctx, int slot, int *done, struct diag *d);
 void cuda_timer_mark(void *ctx, int id);
 double cuda_timer_ms(void *ctx, int a, int b);
 /* --trace's device clock: timing events on the compute stream, NVTX ranges. */

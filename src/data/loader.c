@@ -47,14 +47,19 @@ out:
 	return st;
 }
 
-/* Wait until the copies queued from buffer i have run. */
+/* Wait until the copies queued from buffer i have run: a query first (by now the device
+ * has usually run them, and a host wait would cost the step), a wait only if not. */
 static enum status wait_users(struct loader *l, int i, struct diag *d)
 {
 	enum status st = ST_OK;
 
 	for (int k = 0; k < l->nusers[i]; k++) {
 		struct backend *be = l->users[i][k];
-		enum status s = be->ops->host_wait(be->ctx, i, d);
+		int done = 0;
+		enum status s = be->ops->host_poll != NULL ? be->ops->host_poll(be->ctx, i, &done, d) : ST_OK;
+
+		if (s == ST_OK && !done)
+			s = be->ops->host_wait(be->ctx, i, d);
 
 		st = st != ST_OK ? st : s;
 	}

@@ -14,6 +14,8 @@
 #include "train/sync.h"
 #include "train/trainer.h"
 
+#define DDP_MARK 2 /* host_mark slots 2, 3: the step reads (0, 1 are the loader's) */
+
 struct ddp {
 	const struct train_config *tc;
 	struct world *w;
@@ -28,8 +30,19 @@ struct ddp {
 	long step, total;           /* the step being taken (0-based), and the run's last */
 	double lr;                  /* the lr of the last optimizer step */
 	int ydim;                   /* target columns: the output width, or 1 (class labels) */
-	float *stop_host;           /* (1) pinned: 1 if this rank was asked to stop */
-	float *slots;               /* (MODEL_SLOTS) pinned: the step's read of the slots */
+	float *stop_host;           /* (2) pinned, by step parity: 1 if this rank was asked to stop */
+	float *slots;               /* (2, MODEL_SLOTS) pinned, by step parity: the steps' slots */
+	/* The step-late read (a device backend: host_mark): an ordinary step's slots are read
+	 * at the end of the next step, once that one is queued, so the host never waits for
+	 * the step it is queuing. */
+	int pending;                /* the step in `late` is queued, its slots not yet read */
+	struct ddp_late {
+		struct batch b;         /* its last micro-batch */
+		double consumed, lr;
+		struct trace_buf *tb;
+		int ring;               /* its parity: slots[ring], mark DDP_MARK + ring */
+	} late;
+	int stop_seen;              /* a read step asked to stop: the next one stops, read at once */
 	int graphs;                 /* steps may be device graphs */
 	int graph_off;              /* no (more) graphs: unsupported, or a capture failed */
 	const float *graph_x[2];    /* the host batch buffer each captured step reads */
@@ -57,10 +70,15 @@ enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulate, int 
 /* A whole step as a device graph where the backend and communicator allow it; *done = 0
  * when the step must run eagerly (ddp_micro). ran: steps taken since this run started. */
 enum status ddp_graph_step(struct ddp *t, const struct batch *b, float scale, long ran, int *done);
-/* after-step, once per optimizer step: the step's one read of the slots, then the loop's
- * work (trainer_after_step) and the observers' (stragglers, Prometheus). consumed:
+/* after-step, once per optimizer step: the step's slots start for the host; the step
+ * before it, if its read was left for now, is read and its work done (trainer_after_step,
+ * then stragglers and Prometheus); this step's read is left for the next step's end unless
+ * its work reads the weights as they are now (evaluation, a checkpoint, the last step), it
+ * is traced, a stop was asked for, or the backend has no marks (the CPU). consumed:
  * samples so far, all ranks. */
 enum status ddp_after(struct ddp *t, const struct train_loop *loop, long *step, const struct batch *b,
 		      double consumed);
+/* At the loop's end: the step whose read was left, if any, read and its work done. */
+enum status ddp_after_last(struct ddp *t, const struct train_loop *loop, long *step);
 
 #endif

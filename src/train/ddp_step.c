@@ -46,7 +46,7 @@ static enum status step_backward(struct ddp *t, const struct batch *b, int accum
 	enum status st;
 
 	if (sync) /* before backward starts the collective that carries it */
-		m->be->ops->to_device(m->be->ctx, m->slots + MODEL_SLOT_STOP, t->stop_host, 1);
+		m->be->ops->to_device(m->be->ctx, m->slots + MODEL_SLOT_STOP, t->stop_host + t->step % 2, 1);
 	s->accumulate = accumulate;
 	st = s->ops->begin(s, sync);
 	if (st == ST_OK)
@@ -115,7 +115,7 @@ enum status ddp_graph_step(struct ddp *t, const struct batch *b, float scale, lo
 {
 	const struct backend_ops *ops = t->m->be->ops;
 	void *bctx = t->m->be->ctx;
-	struct diag why = {0};
+	struct diag why = {0}, after = {0};
 	int slot = b->x == t->graph_x[0] ? 0 : b->x == t->graph_x[1] ? 1 : -1, ok;
 	enum status st;
 
@@ -137,7 +137,13 @@ enum status ddp_graph_step(struct ddp *t, const struct batch *b, float scale, lo
 			t->graph_off = 1;
 			report_note(t->r, "CUDA graphs off from step %ld: a capture failed%s%s", t->w->step,
 				    ok ? " on another rank" : ": ", ok ? "" : why.msg);
-			return ST_OK;
+			/* A capture also fails on an error of the device or the communicator (NCCL's
+			 * asynchronous error, seen first here now that a step's read comes a step
+			 * later): that one ends the run, before an aborted communicator is used. */
+			st = ops->sync(bctx, &after);
+			if (st != ST_OK) /* the first error: what the capture failed on, if it was here */
+				diag_set(t->d, st, "%s", ok ? after.msg : why.msg);
+			return st;
 		}
 		t->graph_x[slot] = b->x;
 	}
@@ -177,26 +183,71 @@ static enum status ddp_observe_step(struct ddp *t, struct step_clock *clk, long 
 	return st;
 }
 
-/* after-step: the step's one host synchronisation (its loss, for the finiteness check, and
- * whether any rank was asked to stop; a device or communicator error stops the run here,
- * before anything, a checkpoint, is taken from this step), then the loop's work. */
-enum status ddp_after(struct ddp *t, const struct train_loop *loop, long *step,
-			     const struct batch *b, double consumed)
+/* Read step p's slots (a query first: by now the device has usually passed them; a host
+ * wait, watched, only if not), then its work. now: nothing is queued after it; else the
+ * next step is, and a stop it asks for waits for that one (read at once). */
+static enum status ddp_read(struct ddp *t, const struct train_loop *loop, long *step,
+			    const struct ddp_late *p, int now)
 {
 	const struct backend_ops *ops = t->m->be->ops;
-	enum status st;
+	const float *slots = t->slots + p->ring * MODEL_SLOTS;
+	enum status st = ST_OK;
+	int done = 1, stop;
 
-	world_watch_begin(t->w, "the gradient all-reduce");
-	st = ops->to_host(t->m->be->ctx, t->slots, t->m->slots, MODEL_SLOTS, t->d);
-	world_watch_end(t->w);
+	if (ops->host_mark != NULL && ops->host_poll != NULL)
+		st = ops->host_poll(t->m->be->ctx, DDP_MARK + p->ring, &done, t->d);
+	if (st == ST_OK && ops->host_mark != NULL && !done) {
+		world_watch_begin(t->w, "the gradient all-reduce");
+		st = ops->host_wait(t->m->be->ctx, DDP_MARK + p->ring, t->d);
+		world_watch_end(t->w);
+	}
 	if (st != ST_OK)
 		return st;
-	trace_resolve(t->sync.tb);
+	trace_resolve(p->tb);
+	stop = slots[MODEL_SLOT_STOP] != 0.0f;
+	if (stop && !now) {
+		t->stop_seen = 1;
+		stop = 0;
+	}
 	st = trainer_after_step(loop, step,
-				&(struct step_end){b, t->slots[MODEL_SLOT_LOSS], t->slots[MODEL_SLOT_ACC], t->lr,
-						   consumed, t->slots[MODEL_SLOT_STOP] != 0.0f},
+				&(struct step_end){&p->b, slots[MODEL_SLOT_LOSS], slots[MODEL_SLOT_ACC], p->lr,
+						   p->consumed, stop || t->stop_seen},
 				t->d);
 	if (st == ST_OK)
-		st = ddp_observe_step(t, loop->clk, *step, t->slots[MODEL_SLOT_LOSS], consumed);
+		st = ddp_observe_step(t, loop->clk, *step, slots[MODEL_SLOT_LOSS], p->consumed);
 	return st;
+}
+
+enum status ddp_after(struct ddp *t, const struct train_loop *loop, long *step, const struct batch *b,
+		      double consumed)
+{
+	const struct backend_ops *ops = t->m->be->ops;
+	const struct ddp_late cur = {*b, consumed, t->lr, t->sync.tb, (int)(t->step % 2)};
+	enum status st = ST_OK;
+
+	/* behind the step's collectives, on the device's stream */
+	ops->to_host_async(t->m->be->ctx, t->slots + cur.ring * MODEL_SLOTS, t->m->slots, MODEL_SLOTS);
+	if (ops->host_mark != NULL)
+		ops->host_mark(t->m->be->ctx, DDP_MARK + cur.ring);
+	if (t->pending) {
+		t->pending = 0;
+		st = ddp_read(t, loop, step, &t->late, 0);
+	}
+	if (st != ST_OK)
+		return st;
+	if (ops->host_mark != NULL && !t->stop_seen && cur.tb == NULL &&
+	    !trainer_step_reads_weights(loop, *step + 1, b)) {
+		t->late = cur;
+		t->pending = 1;
+		return ST_OK;
+	}
+	return ddp_read(t, loop, step, &cur, 1);
+}
+
+enum status ddp_after_last(struct ddp *t, const struct train_loop *loop, long *step)
+{
+	if (!t->pending)
+		return ST_OK;
+	t->pending = 0;
+	return ddp_read(t, loop, step, &t->late, 1);
 }

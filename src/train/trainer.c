@@ -9,6 +9,28 @@
 #include "core/signals.h" /* signals_stop_saved */
 #include "train/trainer.h"
 
+/* Is evaluation due after step `step` (counted from 1), whose last micro-batch was b? */
+static int eval_due(const struct train_loop *lp, long step, const struct batch *b)
+{
+	const struct train_config *tc = lp->tc;
+
+	return lp->eval != NULL && lp->ctl->val != NULL &&
+	       ((tc->eval_every > 0 && step % tc->eval_every == 0) || b->mb + 1 >= lp->nmicro || step == lp->total);
+}
+
+/* Is a checkpoint due after step `step` (counted from 1)? */
+static int checkpoint_due(const struct train_loop *lp, long step, int stop)
+{
+	const struct train_ctl *ctl = lp->ctl;
+
+	return ctl->checkpoint != NULL && ((ctl->every > 0 && step % ctl->every == 0) || step == lp->total || stop);
+}
+
+int trainer_step_reads_weights(const struct train_loop *lp, long step, const struct batch *b)
+{
+	return step == lp->total || eval_due(lp, step, b) || checkpoint_due(lp, step, 0);
+}
+
 enum status trainer_after_step(const struct train_loop *lp, long *step, const struct step_end *e,
 			       struct diag *d)
 {
@@ -52,8 +74,7 @@ enum status trainer_after_step(const struct train_loop *lp, long *step, const st
 			clk->loss_count = 0;
 		}
 	}
-	if (lp->eval != NULL && ctl->val != NULL &&
-	    ((tc->eval_every > 0 && *step % tc->eval_every == 0) || next >= nmicro || *step == total)) {
+	if (eval_due(lp, *step, b)) {
 		st = lp->settle != NULL ? lp->settle(lp->eval_arg) : ST_OK;
 		if (st == ST_OK)
 			st = lp->eval(lp->eval_arg, *step, b->epoch);
@@ -64,8 +85,7 @@ enum status trainer_after_step(const struct train_loop *lp, long *step, const st
 		epoch++;
 		next = 0;
 	}
-	if (ctl->checkpoint != NULL &&
-	    ((ctl->every > 0 && *step % ctl->every == 0) || *step == total || e->stop)) {
+	if (checkpoint_due(lp, *step, e->stop)) {
 		struct trace_buf *tb = trace_buf_for(ctl->trace, 0, *step);
 		long span;
 

@@ -176,6 +176,10 @@ struct step_end {
 	int stop;              /* a stop was asked for */
 };
 
+/* Whether the work after step `step` (counted from 1), whose last micro-batch was b,
+ * reads the weights as that step left them (evaluation or a checkpoint is due, or it is
+ * the last): its loss must be read before the next step is queued. */
+int trainer_step_reads_weights(const struct train_loop *lp, long step, const struct batch *b);
 /* After an optimizer step: refuse a non-finite loss, count the step (*step), keep first
  * and final losses, print progress when due, evaluate the validation set when due (every
  * eval_every steps, at the end of an epoch and of training), write the checkpoint that

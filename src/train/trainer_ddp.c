@@ -46,18 +46,21 @@ enum status trainer_ddp(const struct train_config *tc, const struct grad_plan *p
 	report_training_starts(r); /* nothing refuses the run now: the metrics stream opens */
 	ddp_describe(&t, trainer_steps_per_epoch(L.nmicro, tc->grad_accum));
 	clk.t0 = clk.t_last = clk.t_step = clock_now();
-	while (step < t.total && loader_next(&L, &b)) {
+	/* step counts the steps whose work is done; one more may be queued with its read left
+	 * for later (t.pending) */
+	while (step + t.pending < t.total && loader_next(&L, &b)) {
+		const long k = step + t.pending; /* the step being queued, from 0 */
 		long gi, group = trainer_group(b.mb, L.nmicro, tc->grad_accum, &gi);
 		int sync = gi == group - 1, done = 0;
 		float scale = 1.0f / ((float)w->size * (float)group);
 
 		res->epochs = b.epoch + 1;
-		w->step = step + 1;
-		t.step = step;
-		t.stop_host[0] = signals_pending() ? 1.0f : 0.0f;
-		t.sync.tb = m->trace = trace_buf_for(ctl->trace, 0, step + 1);
+		w->step = k + 1;
+		t.step = k;
+		t.stop_host[k % 2] = signals_pending() ? 1.0f : 0.0f;
+		t.sync.tb = m->trace = trace_buf_for(ctl->trace, 0, k + 1);
 		if (t.graphs && b.n == tc->batch_size && t.sync.tb == NULL) /* traced steps run eagerly */
-			st = ddp_graph_step(&t, &b, scale, step - ctl->start_step, &done);
+			st = ddp_graph_step(&t, &b, scale, k - ctl->start_step, &done);
 		if (st == ST_OK && !done)
 			st = ddp_micro(&t, &b, gi > 0, sync, scale);
 		if (st == ST_OK) {
@@ -72,6 +75,8 @@ enum status trainer_ddp(const struct train_config *tc, const struct grad_plan *p
 		if (st != ST_OK)
 			break;
 	}
+	if (st == ST_OK)
+		st = ddp_after_last(&t, &loop, &step);
 	st = ddp_teardown(&t, st);
 	ddp_result(&t, step, clock_now() - clk.t0, consumed);
 	ddp_free(&t);

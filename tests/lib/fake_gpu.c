@@ -69,7 +69,8 @@
  *   DDPT_FAKE_LAUNCH_FAIL=N[@D]   the N-th kernel launch issued outside a capture (on
  *                                 device D) fails (too many resources requested): the
  *                                 instance's error, reported by its next wait
- *   DDPT_FAKE_STATS=DIR           at exit, write DIR/stats.RANK: captures, replays, ...
+ *   DDPT_FAKE_STATS=DIR           at exit, write DIR/stats.RANK: captures, replays, ..., host_waits
+ *                                 (every synchronisation, blocking copy and event wait)
  */
 #include <cblas.h>
 #include <math.h>
@@ -94,7 +95,7 @@
 #define MAX_DEAD 16      /* destroyed communicators kept to recognise a later use */
 
 enum fk_kind {
-	K_TO_DEVICE, K_COPY, K_MEMSET,
+	K_TO_DEVICE, K_TO_HOST, K_COPY, K_MEMSET,
 	K_ADD, K_LIN_FWD, K_LIN_BWD, K_LIN_ROWS, K_RELU_FWD, K_RELU_BWD, K_MSE, K_AXPBZ, K_XENT, K_ADAMW,
 	K_SUMSQ, K_CLIP, /* K_ADD..K_CLIP: kernel launches */
 	K_ALLREDUCE, K_RSCATTER, K_AGATHER, K_BCAST, /* K_ALLREDUCE..K_BCAST: collectives */
@@ -201,6 +202,7 @@ static struct {
 	long copies, copies_on[64];
 	long captures, replays, eager_allreduces, graph_allreduces, failed_captures;
 	long host_allocs, allocs, launches;
+	long host_waits;                     /* synchronisations, blocking copies, event waits */
 	int capturing;                       /* instances capturing now */
 	struct { const float *p; size_t n; } pinned[256]; /* host_alloc's blocks */
 	int npinned;
@@ -244,9 +246,9 @@ static void write_stats(void)
 	f = fopen(path, "w");
 	if (f == NULL)
 		return;
-	fprintf(f, "captures %ld\nfailed_captures %ld\nreplays %ld\neager_allreduces %ld\ngraph_allreduces %ld\ncopies %ld\nhost_allocs %ld\nallocs %ld\nlaunches %ld\n",
+	fprintf(f, "captures %ld\nfailed_captures %ld\nreplays %ld\neager_allreduces %ld\ngraph_allreduces %ld\ncopies %ld\nhost_allocs %ld\nallocs %ld\nlaunches %ld\nhost_waits %ld\n",
 		G.captures, G.failed_captures, G.replays, G.eager_allreduces, G.graph_allreduces,
-		G.copies, G.host_allocs, G.allocs, G.launches);
+		G.copies, G.host_allocs, G.allocs, G.launches, G.host_waits);
 	fclose(f);
 }
 
@@ -508,6 +510,7 @@ static void run_op(struct fk_queue *q, struct fk_op *o)
 		if (!copy_fault(c, o))
 			memcpy(o->dst, o->s1, o->n * sizeof(float));
 		break;
+	case K_TO_HOST:
 	case K_COPY:
 		memmove(o->dst, o->s1, o->n * sizeof(float));
 		break;
@@ -791,6 +794,9 @@ static enum status host_wait_for(struct fk_ctx *c, struct fk_pos pos, const char
 {
 	enter(c, what);
 	pthread_mutex_lock(&run_mu);
+	pthread_mutex_lock(&G.mu);
+	G.host_waits++;
+	pthread_mutex_unlock(&G.mu);
 	if (c->capturing)
 		rule("%s on device %d inside a stream capture: a host synchronisation invalidates the capture",
 		     what, c->device);
@@ -978,6 +984,24 @@ static void fk_to_device(void *ctx, float *dst, const float *src, size_t n)
 	memcpy(o.staged, src, n * sizeof(float));
 	o.s1 = o.staged;
 	issue(c, &o, "cudaMemcpyAsync(pageable host to device)");
+}
+
+/* cudaMemcpyAsync device to host: into pinned memory only (into pageable memory it is a
+ * blocking copy). Until the copy runs dst holds NaN, so a read before the host knows the
+ * copy has run (host_poll or host_wait on a mark after it) gives NaN, not the data. */
+static void fk_to_host_async(void *ctx, float *dst, const float *src, size_t n)
+{
+	struct fk_ctx *c = ctx;
+
+	if (!is_pinned(dst)) {
+		enter(c, "cudaMemcpyAsync(device to host)");
+		rule("cudaMemcpyAsync device to host into pageable memory %p on device %d: the copy is not asynchronous (host_alloc the destination)",
+		     (void *)dst, c->device);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		dst[i] = NAN;
+	issue(c, &(struct fk_op){.k = K_TO_HOST, .dst = dst, .s1 = src, .n = n}, "cudaMemcpyAsync(device to host)");
 }
 
 /* A collective queued on c's stream and not yet run. */
@@ -1287,6 +1311,27 @@ static enum status fk_host_wait(void *ctx, int slot, struct diag *d)
 	return host_wait_for(c, c->mark[slot], "cudaEventSynchronize", d);
 }
 
+/* cudaEventQuery on the slot's event, which never blocks: the fake's device runs only when
+ * the host asks, so a query runs what comes before the mark (a device that has kept up
+ * with the host) and says done; it is not a host wait. */
+static enum status fk_host_poll(void *ctx, int slot, int *done, struct diag *d)
+{
+	struct fk_ctx *c = ctx;
+
+	enter(c, "cudaEventQuery");
+	pthread_mutex_lock(&run_mu);
+	if (c->mark_captured[slot])
+		rule("a query on device %d of an event recorded inside a stream capture: a captured event stands for no work that runs",
+		     c->device);
+	else if (c->capturing)
+		rule("cudaEventQuery on device %d inside a stream capture", c->device);
+	else if (c->mark[slot].q != NULL)
+		run_until(c->mark[slot].q, c->mark[slot].seq);
+	pthread_mutex_unlock(&run_mu);
+	*done = 1;
+	return wait_status(c, d);
+}
+
 static void fk_timer_mark(void *ctx, int id)
 {
 	struct fk_ctx *c = ctx;
@@ -1317,6 +1362,7 @@ static const struct backend_ops fake_backend = {
 	.host_free = fk_host_free,
 	.to_device = fk_to_device,
 	.to_host = fk_to_host,
+	.to_host_async = fk_to_host_async,
 	.copy = fk_copy,
 	.copy_peer = fk_copy_peer,
 	.add = fk_add,
@@ -1339,6 +1385,7 @@ static const struct backend_ops fake_backend = {
 	.graph_reset = fk_graph_reset,
 	.host_mark = fk_host_mark,
 	.host_wait = fk_host_wait,
+	.host_poll = fk_host_poll,
 	.timer_mark = fk_timer_mark,
 	.timer_ms = fk_timer_ms,
 };
