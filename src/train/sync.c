@@ -39,9 +39,23 @@ static enum status hook_panel_done(void *arg, int l, int j)
 static void observe_done(void *arg, int index, size_t n, double t0, double t1)
 {
 	struct grad_sync *s = arg;
+	struct trace_buf *tb = s->tb;
 	struct bucket_stats *b;
 
-	trace_record(s->tb, TR_ALLREDUCE, index, TRACE_ASYNC, t0, t1, (double)n * sizeof(float));
+	/* NCCL's observer reads its device events one step late: a span that began before
+	 * this step is the step before's */
+	if (t0 < s->step_t0) {
+		tb = s->prev_tb;
+		if (tb != NULL) {
+			const int32_t now = tb->step;
+
+			tb->step = s->prev_step;
+			trace_record(tb, TR_ALLREDUCE, index, TRACE_ASYNC, t0, t1, (double)n * sizeof(float));
+			tb->step = now;
+		}
+	} else {
+		trace_record(tb, TR_ALLREDUCE, index, TRACE_ASYNC, t0, t1, (double)n * sizeof(float));
+	}
 	if (s->stream || s->p->npaneled > 0 || s->evaluating || index < 0 || index >= COMM_MAX_INFLIGHT ||
 	    s->coll_bucket[index] < 0 || s->coll_bucket[index] >= s->nbuckets)
 		return;
@@ -81,6 +95,15 @@ enum status grad_sync_init(struct grad_sync *s, const struct grad_sync_cfg *cfg,
 		return st;
 	comm_observe(c, &(struct comm_observer){observe_done, s});
 	return ST_OK;
+}
+
+void grad_sync_step(struct grad_sync *s, struct trace_buf *tb)
+{
+	s->prev_tb = s->tb;
+	s->prev_step = s->step;
+	s->tb = tb;
+	s->step = tb != NULL ? tb->step : 0;
+	s->step_t0 = clock_now();
 }
 
 void grad_sync_free(struct grad_sync *s)

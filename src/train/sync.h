@@ -66,7 +66,10 @@ struct grad_sync {
 	struct world *w;
 	struct train_result *res;  /* per-bucket all-reduce figures */
 	struct diag *d;
-	struct trace_buf *tb;      /* this step's trace buffer, or NULL */
+	struct trace_buf *tb;      /* this step's trace buffer, or NULL (grad_sync_step) */
+	struct trace_buf *prev_tb; /* the step before's, or NULL, and its step number: */
+	int32_t prev_step, step;   /* a communicator may report a step's spans in the next */
+	double step_t0;            /* when this step began (clock_now) */
 	struct model_hooks hooks;  /* the strategy's hooks, for model_forward and model_backward */
 	int overlap;               /* the collectives start during backward (else after it) */
 	unsigned wire;             /* COMM_WIRE for the buckets with --grad-compress, else 0 */
@@ -96,6 +99,8 @@ struct grad_sync_cfg {
 enum status grad_sync_init(struct grad_sync *s, const struct grad_sync_cfg *cfg, const struct grad_plan *p,
 			   struct model *m, struct comm *c, struct world *w, struct train_result *res,
 			   struct diag *d);
+/* A step begins, traced into tb (NULL: not traced). */
+void grad_sync_step(struct grad_sync *s, struct trace_buf *tb);
 /* Stop observing the communicator and free the strategy's state; safe twice. */
 void grad_sync_free(struct grad_sync *s);
 

@@ -58,7 +58,8 @@ enum status trainer_ddp(const struct train_config *tc, const struct grad_plan *p
 		w->step = k + 1;
 		t.step = k;
 		t.stop_host[k % 2] = signals_pending() ? 1.0f : 0.0f;
-		t.sync.tb = m->trace = trace_buf_for(ctl->trace, 0, k + 1);
+		m->trace = trace_buf_for(ctl->trace, 0, k + 1);
+		grad_sync_step(&t.sync, m->trace);
 		if (t.graphs && b.n == tc->batch_size && t.sync.tb == NULL) /* traced steps run eagerly */
 			st = ddp_graph_step(&t, &b, scale, k - ctl->start_step, &done);
 		if (st == ST_OK && !done)
