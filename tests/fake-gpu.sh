@@ -65,6 +65,27 @@ for i in 1 2; do
 done
 echo "no host wait in an ordinary step: $long host waits in 20 and in 60 steps (eager, graphs); with 6 checkpoints $ckpt"
 
+# 1c. Speed accounting (issue 29): the per-rank table and --metrics give the TFLOP/s of the
+#     products and a GPU's peak device memory; 64 -> 256 -> 64 on 64 rows does
+#     2 x 64 x (64 x 256 + 256 x 64) FLOP forward, as many for the weight gradients and
+#     2 x 64 x 256 x 64 for layer 2's input gradient: 10,485,760 a step. The CPU has no
+#     device column.
+SA="--layers=64,256,64 --batch-size=64 --max-steps=3"
+run_mpi 1 $SA --device=cuda --metrics=sa.jsonl >sa.out || fail "speed accounting run"
+/usr/bin/python3 - sa.jsonl <<'PYEOF' || fail "speed accounting: --metrics"
+import json, sys
+s = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][0]
+r = s["per_replica"][0]
+assert r["flops_per_step"] == 10485760, r
+assert r["tflops"] > 0 and s["tflops_per_rank"] > 0, (r, s["tflops_per_rank"])
+assert r["device_peak_bytes"] > 0, r
+PYEOF
+awk '/^# +rank +compute / { for (i = 2; i <= NF; i++) { if ($i == "TFLOP/s") t = i; if ($i == "dev_MiB") m = i }; next }
+	t && /^# +0 / { ok = $t > 0 && $m > 0; t = 0 } END { exit !ok }' sa.out || fail "speed accounting: the per-rank table: $(grep -A2 '^# ddp per rank:' sa.out)"
+run_mpi 1 $SA --device=cpu >sa.out || fail "speed accounting on the CPU"
+grep -A2 '^# ddp per rank:' sa.out | tail -1 | grep -Eq ' [0-9.]+ +-$' || fail "CPU: no '-' for device memory: $(grep -A2 '^# ddp per rank:' sa.out)"
+echo "speed accounting: TFLOP/s and peak device MiB in the table and --metrics (10,485,760 FLOP a step of 64,256,64 on 64 rows)"
+
 # 2. --grad-accum=3: a pinned batch buffer is refilled only after its copy ran (defect 5).
 run_mpi 2 $C --grad-accum=3 --device=cpu --save=acc-cpu.st || fail "cpu grad-accum"
 clean_run 2 $C --grad-accum=3 --device=cuda --save=acc.st

@@ -412,21 +412,33 @@ const char *const dp_phase_names[DP_NPHASES] = {
 	"scatter", "replicate", "forward", "gather", "loss", "backward", "reduce", "step",
 };
 
-static void report_dp_replicas(struct report *r, const struct replica_stats *rep, int n, long steps)
+/* A GPU's peak device MiB as the tables' last column, or "-" on the CPU. */
+static void print_dev_mib(struct report *r, const struct replica_stats *x)
+{
+	if (x->dev_peak_bytes > 0)
+		fprintf(r->out, "%9.3f\n", (double)x->dev_peak_bytes / 1048576.0);
+	else
+		fprintf(r->out, "%9s\n", "-");
+}
+
+static void report_dp_replicas(struct report *r, const struct replica_stats *rep, int n, long steps,
+			       double seconds)
 {
 	double per = steps > 0 ? 1.0 / (double)steps : 0.0;
 
-	fprintf(r->out, "# dp per replica: ms per step in each phase, KiB moved per step, state MiB\n");
+	fprintf(r->out, "# dp per replica: ms per step in each phase, KiB moved per step, state MiB, TFLOP/s of its products over the run, peak device MiB\n");
 	fprintf(r->out, "#%7s", "replica");
 	for (int p = 0; p < DP_NPHASES; p++)
 		fprintf(r->out, " %9s", dp_phase_names[p]);
-	fprintf(r->out, " %10s %10s %9s\n", "in_KiB", "out_KiB", "state_MiB");
+	fprintf(r->out, " %10s %10s %9s %9s %9s\n", "in_KiB", "out_KiB", "state_MiB", "TFLOP/s", "dev_MiB");
 	for (int i = 0; i < n; i++) {
 		fprintf(r->out, "#%7d", i);
 		for (int p = 0; p < DP_NPHASES; p++)
 			fprintf(r->out, " %9.4f", 1e3 * rep[i].seconds[p] * per);
-		fprintf(r->out, " %10.1f %10.1f %9.3f\n", rep[i].bytes_in * per / 1024.0,
-			rep[i].bytes_out * per / 1024.0, (double)rep[i].state_bytes / 1048576.0);
+		fprintf(r->out, " %10.1f %10.1f %9.3f %9.4f ", rep[i].bytes_in * per / 1024.0,
+			rep[i].bytes_out * per / 1024.0, (double)rep[i].state_bytes / 1048576.0,
+			seconds > 0 ? rep[i].flops / seconds / 1e12 : 0.0);
+		print_dev_mib(r, &rep[i]);
 	}
 }
 
@@ -435,16 +447,18 @@ static void report_ddp_ranks(struct report *r, const struct replica_stats *rep, 
 {
 	double per = steps > 0 ? 1.0 / (double)steps : 0.0;
 
-	fprintf(r->out, "# ddp per rank: ms per step, KiB all-reduced per step, state MiB, peak RSS MiB, all-reduce share of the step\n");
-	fprintf(r->out, "#%7s %9s %9s %9s %10s %9s %9s %7s\n", "rank", "compute", "ar_wait", "step",
-		"ar_KiB", "state_MiB", "rss_MiB", "ar_%");
+	fprintf(r->out, "# ddp per rank: ms per step, KiB all-reduced per step, state MiB, peak RSS MiB, all-reduce share of the step, TFLOP/s of its products, peak device MiB\n");
+	fprintf(r->out, "#%7s %9s %9s %9s %10s %9s %9s %7s %9s %9s\n", "rank", "compute", "ar_wait", "step",
+		"ar_KiB", "state_MiB", "rss_MiB", "ar_%", "TFLOP/s", "dev_MiB");
 	for (int i = 0; i < n; i++) {
 		double step = rep[i].compute_s + rep[i].wait_s;
 
-		fprintf(r->out, "#%7d %9.4f %9.4f %9.4f %10.1f %9.3f %9.1f %7.1f\n", i,
+		fprintf(r->out, "#%7d %9.4f %9.4f %9.4f %10.1f %9.3f %9.1f %7.1f %9.4f ", i,
 			1e3 * rep[i].compute_s * per, 1e3 * rep[i].wait_s * per, 1e3 * step * per,
 			rep[i].bytes_out * per / 1024.0, (double)rep[i].state_bytes / 1048576.0,
-			rss_mib[i], step > 0 ? 100.0 * rep[i].wait_s / step : 0.0);
+			rss_mib[i], step > 0 ? 100.0 * rep[i].wait_s / step : 0.0,
+			step > 0 ? rep[i].flops / step / 1e12 : 0.0);
+		print_dev_mib(r, &rep[i]);
 	}
 	fprintf(r->out, "# memory per rank, MiB: parameters, gradients, optimizer state (each rank's own: a shard with --zero)\n");
 	fprintf(r->out, "#%7s %10s %10s %10s\n", "rank", "params", "grads", "optim");
@@ -505,6 +519,16 @@ double report_peak_rss_mib(void)
 	return (double)ru.ru_maxrss / 1024.0; /* KiB on Linux */
 }
 
+/* The mean over ranks (replicas) of the products' TFLOP/s over the run. */
+static double summary_tflops(const struct report_summary *s)
+{
+	double f = 0.0;
+
+	for (int i = 0; i < s->replicas; i++)
+		f += s->rep[i].flops;
+	return s->seconds > 0 && s->replicas > 0 ? f / s->replicas / s->seconds / 1e12 : 0.0;
+}
+
 /* The per-replica (dp) or per-rank (ddp) figures, as a JSON array. */
 static json_t *metrics_per_replica(const struct report_summary *s)
 {
@@ -516,6 +540,12 @@ static json_t *metrics_per_replica(const struct report_summary *s)
 		json_t *o = json_pack("{s:i, s:f, s:f, s:I}", "index", i, "bytes_in_per_step",
 				      x->bytes_in * per, "bytes_out_per_step", x->bytes_out * per,
 				      "state_bytes", (json_int_t)x->state_bytes);
+		const double busy = strcmp(s->mode, "dp") == 0 ? s->seconds : x->compute_s + x->wait_s;
+
+		json_object_set_new(o, "flops_per_step", json_real(x->flops * per));
+		json_object_set_new(o, "tflops", json_real(busy > 0 ? x->flops / busy / 1e12 : 0.0));
+		if (x->dev_peak_bytes > 0)
+			json_object_set_new(o, "device_peak_bytes", json_integer((json_int_t)x->dev_peak_bytes));
 
 		if (strcmp(s->mode, "ddp") == 0) {
 			json_object_set_new(o, "param_bytes", json_integer((json_int_t)x->param_bytes));
@@ -595,7 +625,7 @@ enum status report_finish(struct report *r, const struct report_summary *s, int 
 	}
 	if (success && !r->quiet) {
 		if (strcmp(s->mode, "dp") == 0)
-			report_dp_replicas(r, s->rep, s->replicas, s->steps);
+			report_dp_replicas(r, s->rep, s->replicas, s->steps, s->seconds);
 		else
 			report_ddp_ranks(r, s->rep, s->rss_mib, s->replicas, s->steps);
 		if (s->nbuckets > 0 && s->replicas > 1)
@@ -609,9 +639,10 @@ enum status report_finish(struct report *r, const struct report_summary *s, int 
 			fprintf(r->out, "# all-reduce wait: %.1f%% of the step on rank 0 (per rank: ar_%% above)\n",
 				100.0 * s->comm_wait_share);
 
-		fprintf(r->out, "# summary: mode=%s replicas=%d steps=%ld seconds=%.6f samples_per_s=%.1f ms_per_step=%.6f state_mib=%.3f\n",
+		fprintf(r->out, "# summary: mode=%s replicas=%d steps=%ld seconds=%.6f samples_per_s=%.1f ms_per_step=%.6f state_mib=%.3f tflops_per_rank=%.4f\n",
 			s->mode, s->replicas, s->steps, s->seconds, s->samples_per_s,
-			s->steps > 0 ? 1e3 * s->seconds / (double)s->steps : 0.0, s->state_mib);
+			s->steps > 0 ? 1e3 * s->seconds / (double)s->steps : 0.0, s->state_mib,
+			summary_tflops(s));
 	}
 	if (fflush(r->out) != 0 || ferror(r->out))
 		out_check(r);
@@ -628,6 +659,8 @@ enum status report_finish(struct report *r, const struct report_summary *s, int 
 					 "comm_wait_share", s->comm_wait_share, "per_replica",
 					 metrics_per_replica(s));
 
+		if (sumj != NULL)
+			json_object_set_new(sumj, "tflops_per_rank", json_real(summary_tflops(s)));
 		metrics_observers(sumj, s);
 		if (sumj != NULL)
 			json_object_set_new(sumj, "build", build_json());

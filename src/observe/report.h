@@ -54,6 +54,9 @@ struct replica_stats {
 	/* ddp: three parts of state_bytes: the parameters, the gradients (ZeRO-2: the shard,
 	 * the bucket buffers and the slots) and the optimizer state (ZeRO: the shard's) */
 	size_t param_bytes, grad_bytes, optim_bytes;
+	double flops;               /* the matrix products' floating-point operations, all steps */
+	size_t dev_peak_bytes;      /* a GPU's peak device memory allocated by the backend (as
+				     * torch.cuda.max_memory_allocated); 0 on the CPU */
 };
 
 /* One gradient bucket's all-reduces over the run, as this rank saw them: from launch to

@@ -129,6 +129,8 @@ void ddp_result(const struct ddp *t, long step, double seconds, double consumed)
 	res->rep[0].state_bytes = m->bytes;
 	res->rep[0].param_bytes = m->nparams * sizeof(float);
 	res->rep[0].grad_bytes = m->gfloats * sizeof(float);
+	res->rep[0].flops = t->flops;
+	res->rep[0].dev_peak_bytes = m->be->ops->mem_used(m->be->ctx); /* a GPU's peak; 0 on the CPU */
 	for (int k = 1; k < m->narenas; k++)
 		res->rep[0].optim_bytes += m->arena[k].len * sizeof(float);
 }

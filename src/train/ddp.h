@@ -29,6 +29,7 @@ struct ddp {
 	struct grad_sync sync;      /* the gradient-sync strategy (sync.h) */
 	long step, total;           /* the step being taken (0-based), and the run's last */
 	double lr;                  /* the lr of the last optimizer step */
+	double flops;               /* the products' floating-point operations so far (model_flops) */
 	int ydim;                   /* target columns: the output width, or 1 (class labels) */
 	float *stop_host;           /* (2) pinned, by step parity: 1 if this rank was asked to stop */
 	float *slots;               /* (2, MODEL_SLOTS) pinned, by step parity: the steps' slots */

@@ -258,6 +258,23 @@ void model_state_to_device(struct model *m, int first, int last, const float *ho
 	}
 }
 
+double model_flops(const struct model *m, int n)
+{
+	double f = 0.0;
+	int lowest = 0;
+
+	while (lowest < m->nlayers - 1 && m->frozen[lowest])
+		lowest++;
+	for (int l = 0; l < m->nlayers; l++) {
+		const double mac = 2.0 * n * m->widths[l] * m->widths[l + 1];
+
+		f += mac;                                   /* forward */
+		f += l >= lowest && !m->frozen[l] ? mac : 0.0; /* the weight gradient */
+		f += l > lowest ? mac : 0.0;                /* the input gradient */
+	}
+	return f;
+}
+
 enum status model_forward(struct model *m, int n, const struct model_hooks *h)
 {
 	const struct backend_ops *ops = m->be->ops;

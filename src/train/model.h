@@ -161,6 +161,11 @@ struct model_hooks {
 	float *(*panel_dst)(void *arg, int layer, int j);
 	enum status (*panel_done)(void *arg, int layer, int j);
 };
+/* The floating-point operations of the matrix products of one forward and backward of n
+ * rows (2 per multiply-add: forward, the weight gradients of the trainable layers, the
+ * input gradients of the layers above the first trainable one), as the TFLOP/s figures
+ * count them; the element-wise work is left out. */
+double model_flops(const struct model *m, int n);
 /* Forward n rows of act[0]; the output is act[nlayers]. h may be NULL. */
 enum status model_forward(struct model *m, int n, const struct model_hooks *h);
 /* Backward from dbuf[0] (n, widths[nlayers]) = dL/dout. Layers run last to first, down to

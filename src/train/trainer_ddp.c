@@ -71,6 +71,7 @@ enum status trainer_ddp(const struct train_config *tc, const struct grad_plan *p
 		if (st != ST_OK)
 			break;
 		consumed += b.n;
+		t.flops += model_flops(m, b.n); /* eager or replayed */
 		if (sync)
 			st = ddp_after(&t, &loop, &step, &b, consumed * w->size);
 		if (st != ST_OK)

@@ -370,6 +370,8 @@ static enum status dp_micro_batch(struct dp *dp, struct loader *l, const struct 
 	dp_gather_loss(dp, b->n, scale, first_in_group);
 	dp_scatter_grad(dp);
 	r0->accumulate = !first_in_group;
+	for (int i = 0; i < dp->g; i++) /* each replica's share of the products */
+		dp->rep[i].st->flops += model_flops(dp->rep[i].m, dp->rep[i].n);
 	dispatch(dp, JOB_BACKWARD);
 	st = dp_status(dp, d);
 	if (st != ST_OK)
@@ -499,10 +501,11 @@ static void dp_memory(struct dp *dp, struct train_result *res)
 {
 	for (int i = 0; i < dp->g; i++) {
 		struct backend *be = dp->rep[i].m->be;
-		size_t used = be->ops->mem_used(be->ctx);
+		size_t used = be->ops->mem_used(be->ctx); /* a GPU's peak; 0 on the CPU */
 
 		if (used > 0)
 			res->rep[i].state_bytes = used;
+		res->rep[i].dev_peak_bytes = used;
 	}
 }
 
