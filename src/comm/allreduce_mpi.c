@@ -114,17 +114,12 @@ static void widen_later(struct mpi_alg *m, struct mpi_coll *c, uint16_t *h, floa
 	c->wide_n = n;
 }
 
-/* The next collective's record, or NULL (d set) when too many are in flight. */
-static struct mpi_coll *coll_next(struct mpi_alg *m, struct diag *d)
+/* The next collective's record (the doors, comm.c, keep what is in flight under
+ * COMM_MAX_INFLIGHT: each is one of the communicator's, or one the ring handed over). */
+static struct mpi_coll *coll_next(struct mpi_alg *m)
 {
-	struct mpi_coll *c;
+	struct mpi_coll *c = &m->coll[m->ncoll];
 
-	if (m->ncoll == COMM_MAX_INFLIGHT || m->nreq == COMM_MAX_INFLIGHT) {
-		diag_set(d, ST_RUNTIME, "internal: more than %d collectives in flight",
-			 COMM_MAX_INFLIGHT);
-		return NULL;
-	}
-	c = &m->coll[m->ncoll];
 	memset(c, 0, sizeof *c);
 	c->req = -1;
 	c->counts = m->arrays + (size_t)m->ncoll * 2 * (size_t)m->size;
@@ -144,29 +139,22 @@ static void coll_started(struct mpi_alg *m, struct mpi_coll *c, int done)
 	m->ncoll++;
 }
 
-/* MPI's int counts and displacements from cuts; an error if a part is too large. */
-static enum status coll_arrays(struct mpi_alg *m, struct mpi_coll *c, const size_t *cuts,
-			       size_t n, struct diag *d)
+/* MPI's int counts and displacements from cuts (the doors checked them, and the
+ * communicator's max_floats keeps them within int). */
+static void coll_arrays(struct mpi_alg *m, struct mpi_coll *c, const size_t *cuts)
 {
-	if (cuts[0] != 0 || cuts[m->size] != n || n > (size_t)1 << 30)
-		return diag_set(d, ST_RUNTIME, "internal: bad parts for a collective of %zu floats", n);
 	for (int q = 0; q < m->size; q++) {
-		if (cuts[q + 1] < cuts[q])
-			return diag_set(d, ST_RUNTIME, "internal: parts out of order");
 		c->counts[q] = (int)(cuts[q + 1] - cuts[q]);
 		c->displs[q] = (int)cuts[q];
 	}
-	return ST_OK;
 }
 
 static enum status mpi_alg_start(void *ctx, float *buf, size_t n, unsigned flags, struct diag *d)
 {
 	struct mpi_alg *m = ctx;
-	struct mpi_coll *c = coll_next(m, d);
+	struct mpi_coll *c = coll_next(m);
 	int rc;
 
-	if (c == NULL)
-		return ST_RUNTIME;
 	if (wire16(m, flags)) {
 		uint16_t *h = allreduce_narrow(m->mirror, buf, n, d);
 
@@ -207,15 +195,10 @@ static enum status mpi_alg_reduce_scatter(void *ctx, float *buf, size_t n, const
 					  unsigned flags, struct diag *d)
 {
 	struct mpi_alg *m = ctx;
-	struct mpi_coll *c = coll_next(m, d);
-	enum status st;
+	struct mpi_coll *c = coll_next(m);
 	int rc;
 
-	if (c == NULL)
-		return ST_RUNTIME;
-	st = coll_arrays(m, c, cuts, n, d);
-	if (st != ST_OK)
-		return st;
+	coll_arrays(m, c, cuts);
 	if (wire16(m, flags)) { /* this rank's part arrives at the start of the mirror's range */
 		uint16_t *h = allreduce_narrow(m->mirror, buf, n, d);
 
@@ -260,15 +243,10 @@ static enum status mpi_alg_all_gather(void *ctx, float *buf, size_t n, const siz
 				      struct diag *d)
 {
 	struct mpi_alg *m = ctx;
-	struct mpi_coll *c = coll_next(m, d);
-	enum status st;
+	struct mpi_coll *c = coll_next(m);
 	int rc;
 
-	if (c == NULL)
-		return ST_RUNTIME;
-	st = coll_arrays(m, c, cuts, n, d);
-	if (st != ST_OK)
-		return st;
+	coll_arrays(m, c, cuts);
 	c->order = allreduce_obs_start(m->obs, n);
 	rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c->counts, c->displs,
 			     MPI_FLOAT, m->comm, &m->req[m->nreq]);

@@ -29,7 +29,8 @@ struct shm_alg {
 	enum comm_wire wire;        /* COMM_WIRE collectives' type */
 	void *mpi;                  /* allreduce_mpi's instance: the all-gathers */
 	/* the collectives since the last wait, in order: the window's (complete once
-	 * shm.complete >= seq) or MPI's (its mpi-th) */
+	 * shm.complete >= seq) or MPI's (its mpi-th); the doors (comm.c) keep them under
+	 * COMM_MAX_INFLIGHT */
 	struct { int on_mpi, mpi; uint64_t seq; } rec[COMM_MAX_INFLIGHT];
 	int n, nmpi, nwaited;
 };
@@ -140,16 +141,6 @@ static enum status hier_alg_init(void **ctx, struct allreduce_setup *s, struct d
 	return window_ready(a, ctx, s);
 }
 
-/* The next record, or NULL (d set) when too many are in flight. */
-static int rec_room(struct shm_alg *a, struct diag *d)
-{
-	if (a->n == COMM_MAX_INFLIGHT) {
-		diag_set(d, ST_RUNTIME, "internal: more than %d collectives in flight", COMM_MAX_INFLIGHT);
-		return 0;
-	}
-	return 1;
-}
-
 /* Start a window collective: all-reduce, or reduce-scatter with cuts. */
 static enum status window_start(struct shm_alg *a, float *buf, size_t n, enum ring_kind kind,
 				const size_t *cuts, unsigned flags, struct diag *d)
@@ -157,8 +148,6 @@ static enum status window_start(struct shm_alg *a, float *buf, size_t n, enum ri
 	enum comm_wire t = (flags & COMM_WIRE) ? a->wire : COMM_WIRE_F32;
 	enum status st;
 
-	if (!rec_room(a, d))
-		return ST_RUNTIME;
 	a->order[a->shm.started % SHM_QUEUE] = allreduce_obs_start(a->obs, n);
 	st = shm_start_coll(&a->shm, buf, n, kind, cuts, t, d);
 	if (st != ST_OK)
@@ -176,14 +165,7 @@ static enum status shm_alg_start(void *ctx, float *buf, size_t n, unsigned flags
 static enum status shm_alg_reduce_scatter(void *ctx, float *buf, size_t n, const size_t *cuts,
 					  unsigned flags, struct diag *d)
 {
-	struct shm_alg *a = ctx;
-
-	if (cuts[0] != 0 || cuts[a->w->size] != n)
-		return diag_set(d, ST_RUNTIME, "internal: bad parts for a collective of %zu floats", n);
-	for (int i = 0; i < a->w->size; i++)
-		if (cuts[i + 1] < cuts[i])
-			return diag_set(d, ST_RUNTIME, "internal: parts out of order");
-	return window_start(a, buf, n, RING_REDUCE_SCATTER, cuts, flags, d);
+	return window_start(ctx, buf, n, RING_REDUCE_SCATTER, cuts, flags, d);
 }
 
 static enum status shm_alg_all_gather(void *ctx, float *buf, size_t n, const size_t *cuts,
@@ -192,8 +174,6 @@ static enum status shm_alg_all_gather(void *ctx, float *buf, size_t n, const siz
 	struct shm_alg *a = ctx;
 	enum status st;
 
-	if (!rec_room(a, d))
-		return ST_RUNTIME;
 	st = allreduce_mpi.all_gather(a->mpi, buf, n, cuts, d);
 	if (st != ST_OK)
 		return st;

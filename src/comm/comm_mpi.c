@@ -41,7 +41,8 @@ struct comm_mpi {
 	size_t nfloats;
 	enum comm_wire wire;  /* COMM_WIRE collectives' type */
 	/* staged since the last wait: where each result goes back when its collective (by
-	 * its order since that wait) completes */
+	 * its order since that wait) completes; at most one per collective, and the doors
+	 * (comm.c) keep those under COMM_MAX_INFLIGHT */
 	struct { float *dev, *host; size_t n; int coll; } staged[COMM_MAX_INFLIGHT];
 	float *other;        /* device memory: (nother) pinned, for buffers outside base */
 	size_t nother;       /* the gradients' size, or struct comm.outside if larger */
@@ -78,17 +79,12 @@ static enum status mpi_target(struct comm_mpi *c, float *buf, size_t n, size_t f
 	enum status st;
 
 	*target = buf;
-	if (n > (size_t)1 << 30)
-		return diag_set(d, ST_RUNTIME, "internal: a collective of %zu floats is too large", n);
 	if (c->path == PATH_HOST)
 		return ST_OK;
 	/* an all-reduce in float32 (16 bits are rounded on the host: staged) */
 	if (c->path == PATH_DEVICE && (flags & COMM_LAST) && from == 0 && to == n &&
 	    !((flags & COMM_WIRE) && c->wire != COMM_WIRE_F32))
 		return c->be->ops->sync(c->be->ctx, d);
-	if (c->nstaged == COMM_MAX_INFLIGHT)
-		return diag_set(d, ST_RUNTIME, "internal: more than %d collectives in flight",
-				COMM_MAX_INFLIGHT);
 	if (buf >= c->base && buf + n <= c->base + c->nfloats) {
 		*target = c->stage + (buf - c->base);
 	} else { /* elsewhere (a float32 all-gather of the parameters) */
@@ -276,6 +272,7 @@ static void mpi_describe(void *ctx, char *buf, size_t len)
 static const struct comm_ops comm_mpi_ops = {
 	.name = "mpi",
 	.capturable = 0,
+	.max_floats = (size_t)1 << 30, /* MPI's counts are int */
 	.allreduce_start = mpi_allreduce_start,
 	.reduce_scatter_start = mpi_reduce_scatter_start,
 	.all_gather_start = mpi_all_gather_start,
