@@ -5,7 +5,7 @@
  *
  * The comm/ wing (floor 2, above backend/): the MPI world (start-up, agreement,
  * watchdog), this communicator interface, the MPI communicator with its host
- * all-reduce algorithms (comm/allreduce.h) and the opening of either. Only comm/
+ * collective algorithms (comm/hostcoll.h) and the opening of either. Only comm/
  * names an MPI algorithm; it knows no model and no options.
  *
  * Implementations: MPI (comm_mpi.h, in ddptrain) and NCCL (in the CUDA

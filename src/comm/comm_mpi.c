@@ -2,7 +2,7 @@
  * comm_mpi.c - gradient all-reduce over MPI: where the gradients travel (host
  * memory, device memory given to a CUDA-aware MPI, or staged through pinned
  * host memory) and the broadcast of the weights. The all-reduce itself is
- * the algorithm allreduce_choose picks (allreduce.h): in host memory on 2+
+ * the algorithm hostcoll_choose picks (hostcoll.h): in host memory on 2+
  * ranks the ring, the shared-memory window or the hierarchical one; otherwise
  * MPI_Iallreduce in place, progressed with MPI_Testall.
  *
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/allreduce.h" /* allreduce_choose, struct allreduce_ops */
+#include "comm/hostcoll.h" /* hostcoll_choose, struct hostcoll_ops */
 #include "comm/comm_mpi.h"
 #if __has_include(<mpi-ext.h>)
 #include <mpi-ext.h> /* MPIX_Query_cuda_support, where Open MPI provides it */
@@ -48,8 +48,8 @@ struct comm_mpi {
 	size_t nother;       /* the gradients' size, or struct comm.outside if larger */
 	size_t other_used;   /* floats of it taken since the last wait_all */
 	int nstaged, ncoll, nback; /* staged entries; collectives started; entries copied back */
-	struct allreduce alg;     /* host memory: the one chosen; device memory: MPI's own */
-	struct allreduce_obs obs; /* what alg tells: comm_ops.observe's observer */
+	struct hostcoll alg;      /* host memory: the one chosen; device memory: MPI's own */
+	struct hostcoll_obs obs;  /* what alg tells: comm_ops.observe's observer */
 };
 
 static const struct comm_ops comm_mpi_ops;
@@ -126,7 +126,7 @@ static enum status mpi_allreduce_start(void *ctx, float *buf, size_t n, unsigned
 
 	if (st != ST_OK)
 		return st;
-	return mpi_started(c, c->alg.ops->start(c->alg.ctx, target, n, flags, d));
+	return mpi_started(c, c->alg.ops->allreduce_start(c->alg.ctx, target, n, flags, d));
 }
 
 static enum status mpi_reduce_scatter_start(void *ctx, float *buf, size_t n, const size_t *cuts,
@@ -136,13 +136,13 @@ static enum status mpi_reduce_scatter_start(void *ctx, float *buf, size_t n, con
 	float *target;
 	enum status st;
 
-	if (c->alg.ops->reduce_scatter == NULL)
+	if (c->alg.ops->reduce_scatter_start == NULL)
 		return diag_set(d, ST_RUNTIME, "internal: the %s has no reduce-scatter",
 				c->alg.ops->name);
 	st = mpi_target(c, buf, n, 0, n, flags & ~COMM_LAST, &target, d);
 	if (st != ST_OK)
 		return st;
-	return mpi_started(c, c->alg.ops->reduce_scatter(c->alg.ctx, target, n, cuts, flags, d));
+	return mpi_started(c, c->alg.ops->reduce_scatter_start(c->alg.ctx, target, n, cuts, flags, d));
 }
 
 static enum status mpi_all_gather_start(void *ctx, float *buf, size_t n, const size_t *cuts,
@@ -153,12 +153,12 @@ static enum status mpi_all_gather_start(void *ctx, float *buf, size_t n, const s
 	float *target;
 	enum status st;
 
-	if (c->alg.ops->all_gather == NULL)
+	if (c->alg.ops->all_gather_start == NULL)
 		return diag_set(d, ST_RUNTIME, "internal: the %s has no all-gather", c->alg.ops->name);
 	st = mpi_target(c, buf, n, cuts[r], cuts[r + 1], 0, &target, d);
 	if (st != ST_OK)
 		return st;
-	return mpi_started(c, c->alg.ops->all_gather(c->alg.ctx, target, n, cuts, d));
+	return mpi_started(c, c->alg.ops->all_gather_start(c->alg.ctx, target, n, cuts, d));
 }
 
 static void mpi_progress(void *ctx)
@@ -193,7 +193,7 @@ static enum status mpi_wait_first(void *ctx, int k, struct diag *d)
 static enum status mpi_wait_all(void *ctx, struct diag *d)
 {
 	struct comm_mpi *c = ctx;
-	enum status st = c->alg.ops->wait(c->alg.ctx, d);
+	enum status st = c->alg.ops->wait_all(c->alg.ctx, d);
 
 	if (st == ST_OK)
 		mpi_copy_back(c, c->ncoll);
@@ -243,7 +243,7 @@ static void mpi_fini(void *ctx)
 		c->be->ops->host_free(c->be->ctx, c->stage);
 	if (c->other != NULL)
 		c->be->ops->host_free(c->be->ctx, c->other);
-	allreduce_free(&c->alg);
+	hostcoll_free(&c->alg);
 	free(c);
 }
 
@@ -315,7 +315,7 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, f
 		}
 	}
 	/* Device memory: the algorithm sees the pinned mirror, where staged collectives run. */
-	st = allreduce_choose(&m->alg, c, w, m->path == PATH_HOST, m->path == PATH_HOST ? base : m->stage,
+	st = hostcoll_choose(&m->alg, c, w, m->path == PATH_HOST, m->path == PATH_HOST ? base : m->stage,
 			      nfloats, later_bytes, &m->obs, d);
 	if (st != ST_OK) {
 		mpi_fini(m);
