@@ -38,6 +38,21 @@ static enum status cuts_check(const struct comm *c, size_t n, const size_t *cuts
 	return ST_OK;
 }
 
+/* A reduce-scatter or an all-gather (kind) may start: as start_check says, the
+ * communicator has one (has), and its cuts are good. */
+static enum status parts_check(const struct comm *c, int has, const char *kind, size_t n,
+			       const size_t *cuts, unsigned flags, struct diag *d)
+{
+	enum status st = start_check(c, n, flags, d);
+
+	if (st != ST_OK)
+		return st;
+	if (!has)
+		return diag_set(d, ST_RUNTIME, "internal: the %s communicator has no %s",
+				c->ops->name, kind);
+	return cuts_check(c, n, cuts, d);
+}
+
 /* Count a collective that started. */
 static enum status started(struct comm *c, enum status st)
 {
@@ -58,13 +73,9 @@ enum status comm_allreduce_start(struct comm *c, float *buf, size_t n, unsigned 
 enum status comm_reduce_scatter_start(struct comm *c, float *buf, size_t n, const size_t *cuts,
 				      unsigned flags, struct diag *d)
 {
-	enum status st = start_check(c, n, flags, d);
+	enum status st = parts_check(c, c->ops->reduce_scatter_start != NULL, "reduce-scatter", n,
+				     cuts, flags, d);
 
-	if (st == ST_OK && c->ops->reduce_scatter_start == NULL)
-		st = diag_set(d, ST_RUNTIME, "internal: the %s communicator has no reduce-scatter",
-			      c->ops->name);
-	if (st == ST_OK)
-		st = cuts_check(c, n, cuts, d);
 	if (st != ST_OK)
 		return st;
 	return started(c, c->ops->reduce_scatter_start(c->ctx, buf, n, cuts, flags, d));
@@ -73,13 +84,9 @@ enum status comm_reduce_scatter_start(struct comm *c, float *buf, size_t n, cons
 enum status comm_all_gather_start(struct comm *c, float *buf, size_t n, const size_t *cuts,
 				  struct diag *d)
 {
-	enum status st = start_check(c, n, 0, d);
+	enum status st = parts_check(c, c->ops->all_gather_start != NULL, "all-gather", n, cuts, 0,
+				     d);
 
-	if (st == ST_OK && c->ops->all_gather_start == NULL)
-		st = diag_set(d, ST_RUNTIME, "internal: the %s communicator has no all-gather",
-			      c->ops->name);
-	if (st == ST_OK)
-		st = cuts_check(c, n, cuts, d);
 	if (st != ST_OK)
 		return st;
 	return started(c, c->ops->all_gather_start(c->ctx, buf, n, cuts, d));
