@@ -141,7 +141,7 @@ static int stream_query(void *arg, struct diag *d)
 
 	if (q == cudaSuccess || q == cudaErrorNotReady)
 		return q == cudaSuccess;
-	cuda_result(q, "cudaStreamQuery(communication stream)", d); /* not ready is no failure */
+	cuda_result(q, "cudaStreamQuery(communication stream)", d); /* looked at first: named here */
 	return -1;
 }
 
