@@ -18,7 +18,7 @@ wings=(
 	"train/|model, loss, optimizer, schedule, the ddp and dp training loops"
 	"observe/|report, trace, stragglers, Prometheus"
 	"cuda/|the CUDA module (dlopen'd): cuBLAS and kernels, NCCL"
-	"comm/|MPI world, communicators, the host all-reduce algorithms"
+	"comm/|MPI world, communicators, the host collective algorithms"
 	"data/|data sets, DistributedSampler, the loader"
 	"backend/|the compute interface, the CPU backend, the GPU probe and module loader"
 	"core/|status, clock, signals, rng, digests, files, the atomic writer, trace buffers"

@@ -92,9 +92,9 @@ expect_clean 2 sharded-graph
 expect_rule 2 wait-first-short "cuda-stub: rule: cudaMemcpyAsync(device to host) on stream [0-9]* (device [0-9]*) and ncclBroadcast on stream [0-9]* touch the same memory"
 expect_rule 2 nccl-inplace-offset "cuda-stub: rule: ncclReduceScatter on rank 1: .* not NCCL's in-place placement (in place is recvbuff == sendbuff + rank \* recvcount, an offset of 12 bytes; here 20)"
 # A collective call that fails (each rank's same call): the module returns NCCL's error,
-# naming the call, for the equal parts' own collectives and the grouped uneven ones.
-for f in "ncclReduceScatter:ncclReduceScatter failed" "ncclReduce:ncclReduce (reduce-scatter of uneven parts) failed" \
-	"ncclAllGather:ncclAllGather failed" "ncclBroadcast:2:ncclBroadcast (all-gather of uneven parts) failed"; do
+# with the call as written, for the equal parts' own collectives and the grouped uneven ones.
+for f in "ncclReduceScatter:ncclReduceScatter(.*) failed" "ncclReduce:ncclReduce(.*) failed" \
+	"ncclAllGather:ncclAllGather(.*) failed" "ncclBroadcast:2:ncclBroadcast(.*) failed"; do
 	DDPT_STUB_FAIL=${f%:*} expect_rule 2 collectives "gpurules: collectives: ${f##*:}: unhandled cuda error"
 done
 echo "collectives: reduce-scatter, all-gather (equal, uneven, empty parts) and wait_first at 1, 2, 4 ranks, fp16 and bf16 wire: exact; captured and replayed clean; a short wait_first, a wrong in-place offset and 4 failing calls are named"
@@ -116,10 +116,10 @@ fails cudaMalloc:4 "model: out of cuda memory" $K
 fails cudaMemsetAsync:3 "model: out of cuda memory" $K
 fails cudaStreamCreate:1 "GPU 0: cudaStreamCreateWithFlags(" $K
 fails cudaHostAlloc:1 "loader: out of host memory" $K
-fails ncclCommInitRank "ncclCommInitRank failed: unhandled system error" $K
+fails ncclCommInitRank "ncclCommInitRank(&c->comm, size, u, rank) failed: unhandled system error" $K
 fails cublasSgemm:2 "GPU 0: cublasSgemm(forward) failed: execution failed" $K
 fails launch:3 "too many resources requested for launch" $K
-fails ncclAllReduce:1 "ncclAllReduce failed: unhandled cuda error" $K
+fails ncclAllReduce:1 "ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, c->stream) failed: unhandled cuda error" $K
 fails ncclAsyncError:1 "NCCL all-reduce failed: unhandled system error" $K
 # A copy that fails (the device is lost: a sticky error; the 20th copy, counting the
 # checkpoints' reads, is in step 4): exit 1, and no checkpoint of that step. (The

@@ -1,33 +1,95 @@
-/* comm.c - releasing whichever communicator was set up. */
+/*
+ * comm.c - the doors to the collectives: each call's arguments are checked
+ * here, once, and then handed to the communicator (struct comm_ops), which
+ * with its algorithms relies on them; the count of what is in flight; the
+ * release of whichever communicator was set up.
+ */
 #include "comm/comm.h"
 
 const char *const comm_wire_names[] = {"fp32", "fp16", "bf16", NULL};
 
+/* A collective of n floats with these flags may start: room in flight, a length the
+ * communicator takes, known flags and wire type. */
+static enum status start_check(const struct comm *c, size_t n, unsigned flags, struct diag *d)
+{
+	if (c->inflight >= COMM_MAX_INFLIGHT)
+		return diag_set(d, ST_RUNTIME, "internal: more than %d collectives in flight",
+				COMM_MAX_INFLIGHT);
+	if (c->ops->max_floats != 0 && n > c->ops->max_floats)
+		return diag_set(d, ST_RUNTIME, "internal: a collective of %zu floats is too large", n);
+	if (flags & ~(COMM_LAST | COMM_WIRE))
+		return diag_set(d, ST_RUNTIME, "internal: unknown collective flags %#x", flags);
+	if ((flags & COMM_WIRE) && (c->wire < COMM_WIRE_F32 || c->wire > COMM_WIRE_BF16))
+		return diag_set(d, ST_RUNTIME, "internal: unknown wire type %d", (int)c->wire);
+	return ST_OK;
+}
+
+/* cuts as comm_ops.reduce_scatter_start says: size + 1 entries, 0 to n, never decreasing. */
+static enum status cuts_check(const struct comm *c, size_t n, const size_t *cuts, struct diag *d)
+{
+	if (cuts == NULL)
+		return diag_set(d, ST_RUNTIME, "internal: a collective of %zu floats without cuts", n);
+	if (cuts[0] != 0 || cuts[c->size] != n)
+		return diag_set(d, ST_RUNTIME, "internal: cuts run from %zu to %zu, not 0 to %zu",
+				cuts[0], cuts[c->size], n);
+	for (int q = 0; q < c->size; q++)
+		if (cuts[q + 1] < cuts[q])
+			return diag_set(d, ST_RUNTIME, "internal: cuts decrease at part %d", q);
+	return ST_OK;
+}
+
+/* A reduce-scatter or an all-gather (kind) may start: as start_check says, the
+ * communicator has one (has), and its cuts are good. */
+static enum status parts_check(const struct comm *c, int has, const char *kind, size_t n,
+			       const size_t *cuts, unsigned flags, struct diag *d)
+{
+	enum status st = start_check(c, n, flags, d);
+
+	if (st != ST_OK)
+		return st;
+	if (!has)
+		return diag_set(d, ST_RUNTIME, "internal: the %s communicator has no %s",
+				c->ops->name, kind);
+	return cuts_check(c, n, cuts, d);
+}
+
+/* Count a collective that started. */
+static enum status started(struct comm *c, enum status st)
+{
+	c->inflight += st == ST_OK;
+	return st;
+}
+
 enum status comm_allreduce_start(struct comm *c, float *buf, size_t n, unsigned flags,
 				 struct diag *d)
 {
-	enum status st = c->ops->allreduce_start(c->ctx, buf, n, flags, d);
+	enum status st = start_check(c, n, flags, d);
 
-	c->inflight += st == ST_OK;
-	return st;
+	if (st != ST_OK)
+		return st;
+	return started(c, c->ops->allreduce_start(c->ctx, buf, n, flags, d));
 }
 
 enum status comm_reduce_scatter_start(struct comm *c, float *buf, size_t n, const size_t *cuts,
 				      unsigned flags, struct diag *d)
 {
-	enum status st = c->ops->reduce_scatter_start(c->ctx, buf, n, cuts, flags, d);
+	enum status st = parts_check(c, c->ops->reduce_scatter_start != NULL, "reduce-scatter", n,
+				     cuts, flags, d);
 
-	c->inflight += st == ST_OK;
-	return st;
+	if (st != ST_OK)
+		return st;
+	return started(c, c->ops->reduce_scatter_start(c->ctx, buf, n, cuts, flags, d));
 }
 
 enum status comm_all_gather_start(struct comm *c, float *buf, size_t n, const size_t *cuts,
 				  struct diag *d)
 {
-	enum status st = c->ops->all_gather_start(c->ctx, buf, n, cuts, d);
+	enum status st = parts_check(c, c->ops->all_gather_start != NULL, "all-gather", n, cuts, 0,
+				     d);
 
-	c->inflight += st == ST_OK;
-	return st;
+	if (st != ST_OK)
+		return st;
+	return started(c, c->ops->all_gather_start(c->ctx, buf, n, cuts, d));
 }
 
 void comm_progress(struct comm *c)
@@ -37,6 +99,12 @@ void comm_progress(struct comm *c)
 
 enum status comm_wait_first(struct comm *c, int k, struct diag *d)
 {
+	if (c->ops->wait_first == NULL)
+		return diag_set(d, ST_RUNTIME, "internal: the %s communicator cannot wait for some collectives",
+				c->ops->name);
+	if (k < 0 || k > c->inflight)
+		return diag_set(d, ST_RUNTIME, "internal: wait_first(%d) with %d collectives started",
+				k, c->inflight);
 	return c->ops->wait_first(c->ctx, k, d);
 }
 
@@ -70,10 +138,16 @@ int comm_inflight(const struct comm *c)
 	return c->inflight;
 }
 
+void comm_describe(const struct comm *c, char *buf, size_t len)
+{
+	c->ops->describe(c->ctx, buf, len);
+}
+
 void comm_free(struct comm *c)
 {
 	if (c->ops != NULL)
 		c->ops->fini(c->ctx);
 	c->ops = NULL;
 	c->ctx = NULL;
+	c->inflight = 0;
 }

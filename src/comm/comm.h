@@ -7,7 +7,7 @@
  *
  * The comm/ wing (floor 2, above backend/): the MPI world (start-up, agreement,
  * watchdog), this communicator interface, the MPI communicator with its host
- * all-reduce algorithms (comm/allreduce.h) and the opening of either. Only comm/
+ * collective algorithms (comm/hostcoll.h) and the opening of either. Only comm/
  * names an MPI algorithm; it knows no model and no options.
  *
  * Implementations: MPI (comm_mpi.h, in ddptrain) and NCCL (in the CUDA
@@ -53,6 +53,9 @@ struct comm_observer {
 struct comm_ops {
 	const char *name;
 	int capturable; /* its collectives can be recorded into a device graph (NCCL) */
+	/* the longest collective it takes, in floats (MPI's counts are int), or 0: any; the
+	 * broadcast is not bound by it */
+	size_t max_floats;
 	/* Start summing buf[0..n) over all ranks, in place. flags: COMM_LAST (nothing is left
 	 * to overlap with: backward is done, so the communicator may complete it at once by
 	 * whatever path is fastest), COMM_WIRE (in the wire type; else float32). */
@@ -111,12 +114,18 @@ struct comm {
 	/* why the all-reduce chosen by default could not be had and what stands in (the same
 	 * on every rank), or "" */
 	char notice[640];
+	int size;     /* the ranks it spans (comm_open): cuts have size + 1 entries */
 	int inflight; /* collectives started since comm_wait_all last returned (comm.c) */
 };
 
 /* The doors to the collectives: every caller goes through these, never through
- * c->ops directly. Each checks its arguments once (the in-flight count, the cuts)
- * and then calls the communicator's entry. Semantics as struct comm_ops says. */
+ * c->ops directly. Each checks its arguments once, here and nowhere else: at most
+ * COMM_MAX_INFLIGHT collectives in flight, n within ops->max_floats, only the flags
+ * COMM_LAST and COMM_WIRE, cuts as struct comm_ops says (size + 1 entries from 0 to n,
+ * never decreasing), wait_first's k within what is in flight. A refused call is an
+ * "internal:" error (the caller's bug, the same on every rank) and never reaches the
+ * communicator, so the communicators and their algorithms may rely on all of that.
+ * Semantics as struct comm_ops says. */
 enum status comm_allreduce_start(struct comm *c, float *buf, size_t n, unsigned flags,
 				 struct diag *d);
 enum status comm_reduce_scatter_start(struct comm *c, float *buf, size_t n, const size_t *cuts,
@@ -133,6 +142,8 @@ void comm_observe(struct comm *c, const struct comm_observer *obs);
 int comm_can_shard(const struct comm *c);
 /* Collectives started since comm_wait_all last returned. */
 int comm_inflight(const struct comm *c);
+/* The per-rank table's text for the communicator (comm_ops.describe). */
+void comm_describe(const struct comm *c, char *buf, size_t len);
 
 /* Safe to call twice. */
 void comm_free(struct comm *c);

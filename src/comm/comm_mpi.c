@@ -2,7 +2,7 @@
  * comm_mpi.c - gradient all-reduce over MPI: where the gradients travel (host
  * memory, device memory given to a CUDA-aware MPI, or staged through pinned
  * host memory) and the broadcast of the weights. The all-reduce itself is
- * the algorithm allreduce_choose picks (allreduce.h): in host memory on 2+
+ * the algorithm hostcoll_choose picks (hostcoll.h): in host memory on 2+
  * ranks the ring, the shared-memory window or the hierarchical one; otherwise
  * MPI_Iallreduce in place, progressed with MPI_Testall.
  *
@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/allreduce.h" /* allreduce_choose, struct allreduce_ops */
+#include "comm/hostcoll.h" /* hostcoll_choose, struct hostcoll_ops */
 #include "comm/comm_mpi.h"
 #if __has_include(<mpi-ext.h>)
 #include <mpi-ext.h> /* MPIX_Query_cuda_support, where Open MPI provides it */
@@ -41,14 +41,15 @@ struct comm_mpi {
 	size_t nfloats;
 	enum comm_wire wire;  /* COMM_WIRE collectives' type */
 	/* staged since the last wait: where each result goes back when its collective (by
-	 * its order since that wait) completes */
+	 * its order since that wait) completes; at most one per collective, and the doors
+	 * (comm.c) keep those under COMM_MAX_INFLIGHT */
 	struct { float *dev, *host; size_t n; int coll; } staged[COMM_MAX_INFLIGHT];
 	float *other;        /* device memory: (nother) pinned, for buffers outside base */
 	size_t nother;       /* the gradients' size, or struct comm.outside if larger */
 	size_t other_used;   /* floats of it taken since the last wait_all */
 	int nstaged, ncoll, nback; /* staged entries; collectives started; entries copied back */
-	struct allreduce alg;     /* host memory: the one chosen; device memory: MPI's own */
-	struct allreduce_obs obs; /* what alg tells: comm_ops.observe's observer */
+	struct hostcoll alg;      /* host memory: the one chosen; device memory: MPI's own */
+	struct hostcoll_obs obs;  /* what alg tells: comm_ops.observe's observer */
 };
 
 static const struct comm_ops comm_mpi_ops;
@@ -78,17 +79,12 @@ static enum status mpi_target(struct comm_mpi *c, float *buf, size_t n, size_t f
 	enum status st;
 
 	*target = buf;
-	if (n > (size_t)1 << 30)
-		return diag_set(d, ST_RUNTIME, "internal: a collective of %zu floats is too large", n);
 	if (c->path == PATH_HOST)
 		return ST_OK;
 	/* an all-reduce in float32 (16 bits are rounded on the host: staged) */
 	if (c->path == PATH_DEVICE && (flags & COMM_LAST) && from == 0 && to == n &&
 	    !((flags & COMM_WIRE) && c->wire != COMM_WIRE_F32))
 		return c->be->ops->sync(c->be->ctx, d);
-	if (c->nstaged == COMM_MAX_INFLIGHT)
-		return diag_set(d, ST_RUNTIME, "internal: more than %d collectives in flight",
-				COMM_MAX_INFLIGHT);
 	if (buf >= c->base && buf + n <= c->base + c->nfloats) {
 		*target = c->stage + (buf - c->base);
 	} else { /* elsewhere (a float32 all-gather of the parameters) */
@@ -130,7 +126,7 @@ static enum status mpi_allreduce_start(void *ctx, float *buf, size_t n, unsigned
 
 	if (st != ST_OK)
 		return st;
-	return mpi_started(c, c->alg.ops->start(c->alg.ctx, target, n, flags, d));
+	return mpi_started(c, c->alg.ops->allreduce_start(c->alg.ctx, target, n, flags, d));
 }
 
 static enum status mpi_reduce_scatter_start(void *ctx, float *buf, size_t n, const size_t *cuts,
@@ -140,13 +136,13 @@ static enum status mpi_reduce_scatter_start(void *ctx, float *buf, size_t n, con
 	float *target;
 	enum status st;
 
-	if (c->alg.ops->reduce_scatter == NULL)
+	if (c->alg.ops->reduce_scatter_start == NULL)
 		return diag_set(d, ST_RUNTIME, "internal: the %s has no reduce-scatter",
 				c->alg.ops->name);
 	st = mpi_target(c, buf, n, 0, n, flags & ~COMM_LAST, &target, d);
 	if (st != ST_OK)
 		return st;
-	return mpi_started(c, c->alg.ops->reduce_scatter(c->alg.ctx, target, n, cuts, flags, d));
+	return mpi_started(c, c->alg.ops->reduce_scatter_start(c->alg.ctx, target, n, cuts, flags, d));
 }
 
 static enum status mpi_all_gather_start(void *ctx, float *buf, size_t n, const size_t *cuts,
@@ -157,12 +153,12 @@ static enum status mpi_all_gather_start(void *ctx, float *buf, size_t n, const s
 	float *target;
 	enum status st;
 
-	if (c->alg.ops->all_gather == NULL)
+	if (c->alg.ops->all_gather_start == NULL)
 		return diag_set(d, ST_RUNTIME, "internal: the %s has no all-gather", c->alg.ops->name);
 	st = mpi_target(c, buf, n, cuts[r], cuts[r + 1], 0, &target, d);
 	if (st != ST_OK)
 		return st;
-	return mpi_started(c, c->alg.ops->all_gather(c->alg.ctx, target, n, cuts, d));
+	return mpi_started(c, c->alg.ops->all_gather_start(c->alg.ctx, target, n, cuts, d));
 }
 
 static void mpi_progress(void *ctx)
@@ -197,7 +193,7 @@ static enum status mpi_wait_first(void *ctx, int k, struct diag *d)
 static enum status mpi_wait_all(void *ctx, struct diag *d)
 {
 	struct comm_mpi *c = ctx;
-	enum status st = c->alg.ops->wait(c->alg.ctx, d);
+	enum status st = c->alg.ops->wait_all(c->alg.ctx, d);
 
 	if (st == ST_OK)
 		mpi_copy_back(c, c->ncoll);
@@ -247,7 +243,7 @@ static void mpi_fini(void *ctx)
 		c->be->ops->host_free(c->be->ctx, c->stage);
 	if (c->other != NULL)
 		c->be->ops->host_free(c->be->ctx, c->other);
-	allreduce_free(&c->alg);
+	hostcoll_free(&c->alg);
 	free(c);
 }
 
@@ -276,6 +272,7 @@ static void mpi_describe(void *ctx, char *buf, size_t len)
 static const struct comm_ops comm_mpi_ops = {
 	.name = "mpi",
 	.capturable = 0,
+	.max_floats = (size_t)1 << 30, /* MPI's counts are int */
 	.allreduce_start = mpi_allreduce_start,
 	.reduce_scatter_start = mpi_reduce_scatter_start,
 	.all_gather_start = mpi_all_gather_start,
@@ -318,7 +315,7 @@ enum status comm_mpi_init(struct comm *c, struct world *w, struct backend *be, f
 		}
 	}
 	/* Device memory: the algorithm sees the pinned mirror, where staged collectives run. */
-	st = allreduce_choose(&m->alg, c, w, m->path == PATH_HOST, m->path == PATH_HOST ? base : m->stage,
+	st = hostcoll_choose(&m->alg, c, w, m->path == PATH_HOST, m->path == PATH_HOST ? base : m->stage,
 			      nfloats, later_bytes, &m->obs, d);
 	if (st != ST_OK) {
 		mpi_fini(m);

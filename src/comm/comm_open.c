@@ -27,6 +27,8 @@ enum status comm_open(struct comm *c, enum comm_kind kind, struct world *w, stru
 	unsigned char id[GPU_NCCL_ID_BYTES] = {0};
 	enum status st = ST_OK;
 
+	c->size = w->size; /* the doors check cuts against it (comm.c) */
+	c->inflight = 0;
 	if (kind != COMM_NCCL)
 		return comm_mpi_init(c, w, be, grads, n, later_bytes, d);
 	if (w->rank == 0)

@@ -203,6 +203,8 @@ enum status ring_start_coll(struct ring *r, const struct ring_coll *c, struct di
 {
 	size_t n = c->n;
 
+	/* Not the doors' in-flight limit (comm.c): the queue empties only when the ring is
+	 * idle, and shm.c's hierarchical all-reduce queues here too, so it counts its own. */
 	if (r->nq == RING_BUCKETS)
 		return diag_set(d, ST_RUNTIME, "internal: more than %d ring all-reduces queued",
 				RING_BUCKETS);

@@ -110,16 +110,28 @@ static void observe_step(struct nccl_ctx *c)
 	cudaEventRecord(c->ref, c->stream);
 }
 
-static enum status nccl_fail(struct diag *d, ncclResult_t r, const char *call)
+/* A CUDA call's result as a status; a failure is d's one line: the call, CUDA's message. */
+static enum status cuda_result(cudaError_t rc, const char *call, struct diag *d)
 {
+	if (rc == cudaSuccess)
+		return ST_OK;
+	return diag_set(d, ST_RUNTIME, "%s failed: %s", call, cudaGetErrorString(rc));
+}
+
+/* An NCCL call's result as a status (ncclInProgress is no failure: the work is queued);
+ * a failure is d's one line: the call, NCCL's message and its last error's text. */
+static enum status nccl_result(ncclResult_t r, const char *call, struct diag *d)
+{
+	if (r == ncclSuccess || r == ncclInProgress)
+		return ST_OK;
 	return diag_set(d, ST_RUNTIME, "%s failed: %s (%s)", call, ncclGetErrorString(r),
 			ncclGetLastError(NULL));
 }
 
-static enum status cuda_fail(struct diag *d, cudaError_t rc, const char *call)
-{
-	return diag_set(d, ST_RUNTIME, "%s failed: %s", call, cudaGetErrorString(rc));
-}
+/* Check a CUDA or NCCL call, named in the message as written: ST_OK, or d set. (The
+ * first (call) only picks the helper by its result's type; it is not evaluated.) */
+#define CHECK(call, d) \
+	_Generic((call), cudaError_t: cuda_result, ncclResult_t: nccl_result)((call), #call, (d))
 
 /* hostwait's query: whether the communication stream is idle. */
 static int stream_query(void *arg, struct diag *d)
@@ -129,7 +141,7 @@ static int stream_query(void *arg, struct diag *d)
 
 	if (q == cudaSuccess || q == cudaErrorNotReady)
 		return q == cudaSuccess;
-	cuda_fail(d, q, "cudaStreamQuery(communication stream)");
+	cuda_result(q, "cudaStreamQuery(communication stream)", d); /* looked at first: named here */
 	return -1;
 }
 
@@ -146,7 +158,7 @@ static enum status nccl_poll(void *arg, struct diag *d)
 	    (async == ncclSuccess || async == ncclInProgress))
 		return ST_OK;
 	nccl_abort(c);
-	return nccl_fail(d, async, "NCCL all-reduce (ncclCommGetAsyncError)");
+	return nccl_result(async, "NCCL all-reduce (ncclCommGetAsyncError)", d);
 }
 
 /* Wait for the communication stream, watching NCCL's asynchronous errors and the clock;
@@ -162,28 +174,25 @@ static enum status wait_stream(struct nccl_ctx *c, const char *what, struct diag
 }
 
 /* The communication stream waits for the work queued on the compute stream so far. */
-static cudaError_t after_compute(struct nccl_ctx *c, cudaEvent_t ev)
+static enum status after_compute(struct nccl_ctx *c, cudaEvent_t ev, struct diag *d)
 {
-	cudaError_t rc = cudaEventRecord(ev, c->cu->stream);
+	enum status st = CHECK(cudaEventRecord(ev, c->cu->stream), d);
 
-	return rc == cudaSuccess ? cudaStreamWaitEvent(c->stream, ev, 0) : rc;
+	return st == ST_OK ? CHECK(cudaStreamWaitEvent(c->stream, ev, 0), d) : st;
 }
 
 /* Before collective c->n: the communication stream waits for the compute stream (the
  * bucket is ready), and an observed one opens its span. Sets *observed. */
 static enum status coll_begin(struct nccl_ctx *c, const char *kind, int *observed, struct diag *d)
 {
-	cudaError_t rc;
+	enum status st;
 
-	*observed = 0;
-	if (c->n == COMM_MAX_INFLIGHT)
-		return diag_set(d, ST_RUNTIME, "internal: more than %d collectives in flight",
-				COMM_MAX_INFLIGHT);
-	rc = cudaSetDevice(c->cu->device); /* the wire's kernels launch on this device */
-	if (rc == cudaSuccess)
-		rc = after_compute(c, c->ready[c->n]);
-	if (rc != cudaSuccess)
-		return cuda_fail(d, rc, "cudaStreamWaitEvent(bucket ready)");
+	*observed = 0; /* c->n < COMM_MAX_INFLIGHT: the doors (comm.c) see to that */
+	st = CHECK(cudaSetDevice(c->cu->device), d); /* the wire's kernels launch on this device */
+	if (st == ST_OK)
+		st = after_compute(c, c->ready[c->n], d);
+	if (st != ST_OK)
+		return st;
 	if (c->obs.done != NULL) {
 		enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
 
@@ -207,8 +216,6 @@ static enum status coll_begin(struct nccl_ctx *c, const char *kind, int *observe
 static enum status coll_end(struct nccl_ctx *c, size_t n, int observed, enum status st,
 			    struct diag *d)
 {
-	cudaError_t rc;
-
 	if (observed) {
 		cudaEventRecord(c->t1[c->n], c->stream);
 		nvtxRangePop();
@@ -217,16 +224,10 @@ static enum status coll_end(struct nccl_ctx *c, size_t n, int observed, enum sta
 	}
 	if (st != ST_OK)
 		return st;
-	rc = cudaEventRecord(c->fin[c->n], c->stream);
-	if (rc != cudaSuccess)
-		return cuda_fail(d, rc, "cudaEventRecord(collective done)");
-	c->n++;
-	return ST_OK;
-}
-
-static enum status nccl_check(ncclResult_t r, const char *call, struct diag *d)
-{
-	return r == ncclSuccess || r == ncclInProgress ? ST_OK : nccl_fail(d, r, call);
+	st = CHECK(cudaEventRecord(c->fin[c->n], c->stream), d);
+	if (st == ST_OK)
+		c->n++;
+	return st;
 }
 
 /* The 16-bit mirror of collective c->n, at least n values: allocated on first use and
@@ -236,7 +237,7 @@ static enum status wire_mirror(struct nccl_ctx *c, size_t n, uint16_t **out, str
 {
 	enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
 	int i = c->n;
-	cudaError_t rc;
+	enum status st;
 
 	*out = c->mirror[i];
 	if (c->mirror_n[i] >= n)
@@ -251,10 +252,10 @@ static enum status wire_mirror(struct nccl_ctx *c, size_t n, uint16_t **out, str
 		c->mirror[i] = NULL;
 		c->mirror_n[i] = 0;
 	}
-	rc = cudaMalloc((void **)&c->mirror[i], n * sizeof(uint16_t));
-	if (rc != cudaSuccess) {
+	st = CHECK(cudaMalloc((void **)&c->mirror[i], n * sizeof(uint16_t)), d);
+	if (st != ST_OK) {
 		c->mirror[i] = NULL;
-		return cuda_fail(d, rc, "cudaMalloc(16-bit wire buffer)");
+		return st;
 	}
 	c->mirror_n[i] = n;
 	c->cu->allocated += n * sizeof(uint16_t);
@@ -268,7 +269,6 @@ static enum status wire_in(struct nccl_ctx *c, unsigned flags, const float *buf,
 			   uint16_t **wbuf, ncclDataType_t *type, struct diag *d)
 {
 	enum status st;
-	cudaError_t rc;
 
 	*wbuf = NULL;
 	*type = ncclFloat;
@@ -278,20 +278,16 @@ static enum status wire_in(struct nccl_ctx *c, unsigned flags, const float *buf,
 	if (st != ST_OK)
 		return st;
 	*type = c->wire == COMM_WIRE_F16 ? ncclFloat16 : ncclBfloat16;
-	rc = wire_narrow(*wbuf, buf, n, c->wire, c->stream);
-	return rc == cudaSuccess ? ST_OK : cuda_fail(d, rc, "launch of k_wire_narrow (16-bit wire)");
+	return CHECK(wire_narrow(*wbuf, buf, n, c->wire, c->stream), d);
 }
 
 /* The mirror's [lo, hi) widened back into buf on the communication stream. */
 static enum status wire_out(struct nccl_ctx *c, const uint16_t *wbuf, float *buf, size_t lo,
 			    size_t hi, struct diag *d)
 {
-	cudaError_t rc;
-
 	if (wbuf == NULL)
 		return ST_OK;
-	rc = wire_widen(buf + lo, wbuf + lo, hi - lo, c->wire, c->stream);
-	return rc == cudaSuccess ? ST_OK : cuda_fail(d, rc, "launch of k_wire_widen (16-bit wire)");
+	return CHECK(wire_widen(buf + lo, wbuf + lo, hi - lo, c->wire, c->stream), d);
 }
 
 static enum status nccl_allreduce_start(void *ctx, float *buf, size_t n, unsigned flags,
@@ -308,35 +304,34 @@ static enum status nccl_allreduce_start(void *ctx, float *buf, size_t n, unsigne
 	st = wire_in(c, flags, buf, n, &w, &type, d);
 	/* Gradients are pre-scaled by 1/world in the loss seed, so a sum is the mean. */
 	if (st == ST_OK && w != NULL)
-		st = nccl_check(ncclAllReduce(w, w, n, type, ncclSum, c->comm, c->stream),
-				"ncclAllReduce", d);
+		st = CHECK(ncclAllReduce(w, w, n, type, ncclSum, c->comm, c->stream), d);
 	else if (st == ST_OK)
-		st = nccl_check(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, c->stream),
-				"ncclAllReduce", d);
+		st = CHECK(ncclAllReduce(buf, buf, n, ncclFloat, ncclSum, c->comm, c->stream), d);
 	if (st == ST_OK)
 		st = wire_out(c, w, buf, 0, n, d);
 	return coll_end(c, n, observed, st, d);
 }
 
-/* The part length every rank has, or 0 with *equal 0 when they differ; refuses cuts
- * that break comm_ops' rules (the caller's error: the same on every rank). */
-static enum status cuts_check(const struct nccl_ctx *c, size_t n, const size_t *cuts,
-			      size_t *part, int *equal, struct diag *d)
+/* The part length every rank has, or 0 when they differ (cuts as comm_ops says: the
+ * doors, comm.c, checked them). */
+static size_t equal_part(const struct nccl_ctx *c, const size_t *cuts)
 {
 	size_t len = cuts[1] - cuts[0];
 
-	*equal = 1;
-	if (cuts[0] != 0 || cuts[c->size] != n)
-		return diag_set(d, ST_RUNTIME, "internal: cuts run from %zu to %zu, not 0 to %zu",
-				cuts[0], cuts[c->size], n);
-	for (int q = 0; q < c->size; q++) {
-		if (cuts[q + 1] < cuts[q])
-			return diag_set(d, ST_RUNTIME, "internal: cuts decrease at part %d", q);
+	for (int q = 0; q < c->size; q++)
 		if (cuts[q + 1] - cuts[q] != len)
-			*equal = 0;
-	}
-	*part = *equal ? len : 0;
-	return ST_OK;
+			return 0;
+	return len;
+}
+
+/* Close a group opened by ncclGroupStart whatever happened inside it (an open group would
+ * swallow the next calls); st: how the calls inside went, the first failure kept. */
+static enum status group_end(enum status st, struct diag *d)
+{
+	if (st == ST_OK)
+		return CHECK(ncclGroupEnd(), d);
+	(void)ncclGroupEnd();
+	return st;
 }
 
 /* Bytes of one value of NCCL type t (of the two this file uses). */
@@ -356,36 +351,28 @@ static enum status nccl_reduce_scatter_start(void *ctx, float *buf, size_t n, co
 	ncclDataType_t type;
 	uint16_t *w;
 	char *base;
-	size_t part, es;
-	int observed, equal;
-	enum status st = cuts_check(c, n, cuts, &part, &equal, d);
+	size_t part = equal_part(c, cuts), es;
+	int observed;
+	enum status st = coll_begin(c, "reduce-scatter", &observed, d);
 
-	if (st != ST_OK)
-		return st;
-	st = coll_begin(c, "reduce-scatter", &observed, d);
 	if (st != ST_OK)
 		return st;
 	st = wire_in(c, flags, buf, n, &w, &type, d);
 	base = w != NULL ? (char *)w : (char *)buf;
 	es = type_bytes(type);
-	if (st == ST_OK && equal) {
-		st = nccl_check(ncclReduceScatter(base, base + (size_t)c->rank * part * es, part, type,
-						  ncclSum, c->comm, c->stream),
-				"ncclReduceScatter", d);
+	if (st == ST_OK && part > 0) {
+		st = CHECK(ncclReduceScatter(base, base + (size_t)c->rank * part * es, part, type,
+					     ncclSum, c->comm, c->stream), d);
 	} else if (st == ST_OK) {
-		ncclResult_t r = ncclGroupStart();
-
-		for (int q = 0; q < c->size && (r == ncclSuccess || r == ncclInProgress); q++) {
+		st = CHECK(ncclGroupStart(), d);
+		for (int q = 0; q < c->size && st == ST_OK; q++) {
 			char *p = base + cuts[q] * es;
 
 			if (cuts[q + 1] > cuts[q])
-				r = ncclReduce(p, p, cuts[q + 1] - cuts[q], type, ncclSum, q, c->comm,
-					       c->stream);
+				st = CHECK(ncclReduce(p, p, cuts[q + 1] - cuts[q], type, ncclSum, q,
+						      c->comm, c->stream), d);
 		}
-		st = nccl_check(r, "ncclReduce (reduce-scatter of uneven parts)", d);
-		r = ncclGroupEnd(); /* always: an open group would swallow the next calls */
-		if (st == ST_OK)
-			st = nccl_check(r, "ncclGroupEnd (reduce-scatter of uneven parts)", d);
+		st = group_end(st, d);
 	}
 	if (st == ST_OK)
 		st = wire_out(c, w, buf, cuts[c->rank], cuts[c->rank + 1], d);
@@ -399,30 +386,22 @@ static enum status nccl_all_gather_start(void *ctx, float *buf, size_t n, const 
 					 struct diag *d)
 {
 	struct nccl_ctx *c = ctx;
-	size_t part;
-	int observed, equal;
-	enum status st = cuts_check(c, n, cuts, &part, &equal, d);
+	size_t part = equal_part(c, cuts);
+	int observed;
+	enum status st = coll_begin(c, "all-gather", &observed, d);
 
 	if (st != ST_OK)
 		return st;
-	st = coll_begin(c, "all-gather", &observed, d);
-	if (st != ST_OK)
-		return st;
-	if (equal) {
-		st = nccl_check(ncclAllGather(buf + (size_t)c->rank * part, buf, part, ncclFloat,
-					      c->comm, c->stream),
-				"ncclAllGather", d);
+	if (part > 0) {
+		st = CHECK(ncclAllGather(buf + (size_t)c->rank * part, buf, part, ncclFloat, c->comm,
+					 c->stream), d);
 	} else {
-		ncclResult_t r = ncclGroupStart();
-
-		for (int q = 0; q < c->size && (r == ncclSuccess || r == ncclInProgress); q++)
+		st = CHECK(ncclGroupStart(), d);
+		for (int q = 0; q < c->size && st == ST_OK; q++)
 			if (cuts[q + 1] > cuts[q])
-				r = ncclBroadcast(buf + cuts[q], buf + cuts[q], cuts[q + 1] - cuts[q],
-						  ncclFloat, q, c->comm, c->stream);
-		st = nccl_check(r, "ncclBroadcast (all-gather of uneven parts)", d);
-		r = ncclGroupEnd();
-		if (st == ST_OK)
-			st = nccl_check(r, "ncclGroupEnd (all-gather of uneven parts)", d);
+				st = CHECK(ncclBroadcast(buf + cuts[q], buf + cuts[q], cuts[q + 1] - cuts[q],
+							 ncclFloat, q, c->comm, c->stream), d);
+		st = group_end(st, d);
 	}
 	return coll_end(c, n, observed, st, d);
 }
@@ -439,7 +418,7 @@ static enum status async_check(struct nccl_ctx *c, struct diag *d)
 	if (ncclCommGetAsyncError(c->comm, &async) == ncclSuccess && async != ncclSuccess &&
 	    async != ncclInProgress) {
 		nccl_abort(c);
-		return nccl_fail(d, async, "NCCL all-reduce");
+		return nccl_result(async, "NCCL all-reduce", d);
 	}
 	return ST_OK;
 }
@@ -449,49 +428,38 @@ static enum status async_check(struct nccl_ctx *c, struct diag *d)
 static enum status nccl_wait_first(void *ctx, int k, struct diag *d)
 {
 	struct nccl_ctx *c = ctx;
-	cudaError_t rc;
+	enum status st;
 
-	if (k <= 0)
+	if (k == 0) /* 0 <= k <= c->n: the doors (comm.c) see to that */
 		return ST_OK;
-	if (k > c->n)
-		return diag_set(d, ST_RUNTIME, "internal: wait_first(%d) with %d collectives started",
-				k, c->n);
-	rc = cudaStreamWaitEvent(c->cu->stream, c->fin[k - 1], 0);
-	if (rc != cudaSuccess)
-		return cuda_fail(d, rc, "cudaStreamWaitEvent(first collectives done)");
-	return async_check(c, d);
+	st = CHECK(cudaStreamWaitEvent(c->cu->stream, c->fin[k - 1], 0), d);
+	return st == ST_OK ? async_check(c, d) : st;
 }
 
 static enum status nccl_wait_all(void *ctx, struct diag *d)
 {
 	struct nccl_ctx *c = ctx;
-	cudaError_t rc;
+	enum status st;
 
 	c->n = 0;
-	rc = cudaEventRecord(c->done, c->stream);
-	if (rc == cudaSuccess)
-		rc = cudaStreamWaitEvent(c->cu->stream, c->done, 0);
-	if (rc != cudaSuccess)
-		return cuda_fail(d, rc, "cudaStreamWaitEvent(all-reduces done)");
-	return async_check(c, d);
+	st = CHECK(cudaEventRecord(c->done, c->stream), d);
+	if (st == ST_OK)
+		st = CHECK(cudaStreamWaitEvent(c->cu->stream, c->done, 0), d);
+	return st == ST_OK ? async_check(c, d) : st;
 }
 
 static enum status nccl_bcast(void *ctx, float *buf, size_t n, int root, struct diag *d)
 {
 	struct nccl_ctx *c = ctx;
-	ncclResult_t r;
-	cudaError_t rc;
+	enum status st;
 
 	/* After what the compute stream did to buf: the zeroing of the weights (alloc's
 	 * cudaMemsetAsync) on every rank, rank 0's copy of its initial weights. No all-reduce
 	 * is in flight outside a step, so the first bucket's event is free. */
-	rc = after_compute(c, c->ready[0]);
-	if (rc != cudaSuccess)
-		return cuda_fail(d, rc, "cudaStreamWaitEvent(weights ready)");
-	r = ncclBroadcast(buf, buf, n, ncclFloat, root, c->comm, c->stream);
-	if (r != ncclSuccess && r != ncclInProgress)
-		return nccl_fail(d, r, "ncclBroadcast");
-	return wait_stream(c, "ncclBroadcast(weights)", d);
+	st = after_compute(c, c->ready[0], d);
+	if (st == ST_OK)
+		st = CHECK(ncclBroadcast(buf, buf, n, ncclFloat, root, c->comm, c->stream), d);
+	return st == ST_OK ? wait_stream(c, "ncclBroadcast(weights)", d) : st;
 }
 
 /* comm_ops.observe: timing events are made on first use. */
@@ -593,10 +561,10 @@ static const struct comm_ops comm_nccl_ops = {
 enum status nccl_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], struct diag *d)
 {
 	ncclUniqueId u;
-	ncclResult_t r = ncclGetUniqueId(&u);
+	enum status st = CHECK(ncclGetUniqueId(&u), d);
 
-	if (r != ncclSuccess)
-		return nccl_fail(d, r, "ncclGetUniqueId");
+	if (st != ST_OK)
+		return st;
 	memcpy(id, &u, sizeof u < GPU_NCCL_ID_BYTES ? sizeof u : GPU_NCCL_ID_BYTES);
 	return ST_OK;
 }
@@ -608,8 +576,6 @@ enum status nccl_comm_init(struct comm *out, struct backend *be,
 {
 	struct nccl_ctx *c = calloc(1, sizeof *c);
 	ncclUniqueId u;
-	ncclResult_t r;
-	cudaError_t rc = cudaSuccess;
 	enum status st = ST_OK;
 
 	out->ops = NULL;
@@ -621,18 +587,16 @@ enum status nccl_comm_init(struct comm *out, struct backend *be,
 		c->rank = rank;
 		c->size = size;
 		c->wire = out->wire;
-		rc = cudaSetDevice(((struct cuda_ctx *)be->ctx)->device);
-		if (rc == cudaSuccess)
-			rc = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
-		for (int i = 0; i < COMM_MAX_INFLIGHT && rc == cudaSuccess; i++) {
-			rc = cudaEventCreateWithFlags(&c->ready[i], cudaEventDisableTiming);
-			if (rc == cudaSuccess)
-				rc = cudaEventCreateWithFlags(&c->fin[i], cudaEventDisableTiming);
+		st = CHECK(cudaSetDevice(((struct cuda_ctx *)be->ctx)->device), d);
+		if (st == ST_OK)
+			st = CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), d);
+		for (int i = 0; i < COMM_MAX_INFLIGHT && st == ST_OK; i++) {
+			st = CHECK(cudaEventCreateWithFlags(&c->ready[i], cudaEventDisableTiming), d);
+			if (st == ST_OK)
+				st = CHECK(cudaEventCreateWithFlags(&c->fin[i], cudaEventDisableTiming), d);
 		}
-		if (rc == cudaSuccess)
-			rc = cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming);
-		if (rc != cudaSuccess)
-			st = cuda_fail(d, rc, "nccl: stream and event set-up");
+		if (st == ST_OK)
+			st = CHECK(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming), d);
 	}
 	/* Every rank reaches this point, failed or not: the init below blocks until all
 	 * ranks are in it, so a rank that cannot get there must stop the others first. */
@@ -645,11 +609,11 @@ enum status nccl_comm_init(struct comm *out, struct backend *be,
 		return st;
 	}
 	memcpy(&u, id, sizeof u);
-	r = ncclCommInitRank(&c->comm, size, u, rank);
-	if (r != ncclSuccess) {
+	st = CHECK(ncclCommInitRank(&c->comm, size, u, rank), d);
+	if (st != ST_OK) {
 		c->comm = NULL;
 		nccl_fini(c);
-		return nccl_fail(d, r, "ncclCommInitRank");
+		return st;
 	}
 	c->cu = be->ctx;
 	c->cu->poll = nccl_poll;

@@ -23,7 +23,7 @@ static void print_ranks(const struct overview *s)
 			 s->pl->gpu_name);
 	else
 		snprintf(device, sizeof device, "cpu");
-	s->c->ops->describe(s->c->ctx, path, sizeof path);
+	comm_describe(s->c, path, sizeof path);
 	report_ranks(s->r, s->w, device, path);
 }
 

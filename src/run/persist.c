@@ -83,9 +83,9 @@ static enum status gather_state(struct persist *p, float *host)
 	for (int k = 1; k < m->narenas && st == ST_OK; k++) {
 		ops->copy(m->be->ctx, scratch + m->arena[k].first, m->arena[k].data, m->arena[k].len);
 		world_watch_begin(p->w, "the optimizer state all-gather");
-		st = p->c->ops->all_gather_start(p->c->ctx, scratch, m->ntrainable, cuts, p->d);
+		st = comm_all_gather_start(p->c, scratch, m->ntrainable, cuts, p->d);
 		if (st == ST_OK)
-			st = p->c->ops->wait_all(p->c->ctx, p->d);
+			st = comm_wait_all(p->c, p->d);
 		world_watch_end(p->w);
 		if (st == ST_OK && p->w->rank == 0)
 			st = ops->to_host(m->be->ctx, host + model_state_floats(m, 0, k), scratch,
@@ -108,7 +108,7 @@ static enum status scatter_state(struct persist *p, const float *host)
 	for (int k = 1; k < m->narenas && st == ST_OK; k++) {
 		if (p->w->rank == 0)
 			ops->to_device(m->be->ctx, scratch, host + model_state_floats(m, 0, k), m->ntrainable);
-		st = p->c->ops->bcast(p->c->ctx, scratch, m->ntrainable, 0, p->d);
+		st = comm_bcast(p->c, scratch, m->ntrainable, 0, p->d);
 		if (st == ST_OK)
 			ops->copy(m->be->ctx, m->arena[k].data, scratch + m->arena[k].first, m->arena[k].len);
 	}
@@ -252,7 +252,7 @@ enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct opti
 	if (st == ST_OK && sharded(p)) /* the optimizer's state: each rank its shard */
 		st = agree(p, scatter_state(p, p->ckpt_host));
 	for (int k = 1; k < m->narenas && st == ST_OK && !sharded(p); k++) /* the optimizer's state */
-		st = agree(p, p->c->ops->bcast(p->c->ctx, m->arena[k].data, m->arena[k].len, 0, p->d));
+		st = agree(p, comm_bcast(p->c, m->arena[k].data, m->arena[k].len, 0, p->d));
 	if (st == ST_OK && pos.have_best) {
 		p->have_best = 1;
 		p->best_loss = pos.best_loss;

@@ -176,7 +176,7 @@ enum status session_setup(struct session *s)
 		return st;
 	/* Every replica starts from rank 0's weights. */
 	world_watch_begin(&s->w, "the weight broadcast");
-	st = s->c.ops->bcast(s->c.ctx, s->m.params, s->m.nparams, 0, &s->d);
+	st = comm_bcast(&s->c, s->m.params, s->m.nparams, 0, &s->d);
 	world_watch_end(&s->w);
 	st = session_agree(s, st);
 	if (st == ST_OK)

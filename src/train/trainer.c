@@ -182,9 +182,9 @@ enum status trainer_optimizer_step(const struct train_config *tc, struct optimiz
 			ops->sumsq(bc, m->norm, optimizer_grad(opt, r), pc[r].len, r > 0);
 		/* ZeRO: each rank has its shard's; the global norm is their sum */
 		if (opt->sharded && c != NULL) {
-			st = c->ops->allreduce_start(c->ctx, m->norm, 1, COMM_LAST, d);
+			st = comm_allreduce_start(c, m->norm, 1, COMM_LAST, d);
 			if (st == ST_OK)
-				st = c->ops->wait_all(c->ctx, d);
+				st = comm_wait_all(c, d);
 			if (st != ST_OK)
 				return st;
 		}
@@ -237,9 +237,9 @@ enum status trainer_evaluate(const struct train_config *tc, struct model *m, con
 		if (st != ST_OK)
 			ops->to_device(bc, slots, failed, 3);
 		world_watch_begin(w, "the validation all-reduce");
-		cst = c->ops->allreduce_start(c->ctx, slots, 3, 1, &cd);
+		cst = comm_allreduce_start(c, slots, 3, COMM_LAST, &cd);
 		if (cst == ST_OK)
-			cst = c->ops->wait_all(c->ctx, &cd);
+			cst = comm_wait_all(c, &cd);
 		world_watch_end(w);
 		if (st == ST_OK && cst != ST_OK) {
 			st = cst;

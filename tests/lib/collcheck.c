@@ -289,15 +289,15 @@ static enum status start(struct comm *cm, struct coll *c, float *grads, float *g
 						    x(rank, 100000 + c->off + e, s) : -12345.0f;
 		if (on_device)
 			be.ops->to_device(be.ctx, gath + c->off, hgath + c->off, c->n);
-		return cm->ops->all_gather_start(cm->ctx, gath + c->off, c->n, c->cuts, d);
+		return comm_all_gather_start(cm, gath + c->off, c->n, c->cuts, d);
 	}
 	for (size_t e = 0; e < c->n; e++)
 		hgrads[c->off + e] = x(rank, c->off + e, s);
 	if (on_device)
 		be.ops->to_device(be.ctx, grads + c->off, hgrads + c->off, c->n);
 	if (c->kind == 0)
-		return cm->ops->allreduce_start(cm->ctx, grads + c->off, c->n, c->flags, d);
-	return cm->ops->reduce_scatter_start(cm->ctx, grads + c->off, c->n, c->cuts, c->flags, d);
+		return comm_allreduce_start(cm, grads + c->off, c->n, c->flags, d);
+	return comm_reduce_scatter_start(cm, grads + c->off, c->n, c->cuts, c->flags, d);
 }
 
 static size_t env_kb(const char *var, size_t def)
@@ -363,6 +363,7 @@ int main(int argc, char **argv)
 		gath = hgath;
 	}
 	cm.wire = wire;
+	cm.size = w.size; /* as comm_open sets it: the doors check cuts against it */
 	if (st == ST_OK)
 		st = comm_mpi_init(&cm, &w, &be, base, G, 0, &d);
 	if (st != ST_OK) {
@@ -372,7 +373,7 @@ int main(int argc, char **argv)
 	grads = cm.grads != NULL ? cm.grads : base;
 	if (!on_device)
 		hgrads = grads; /* the window, for shm */
-	cm.ops->describe(cm.ctx, desc, sizeof desc);
+	comm_describe(&cm, desc, sizeof desc);
 	alg = strstr(desc, "ring") != NULL && strstr(desc, "hierarchical") == NULL ? ALG_RING :
 	      strstr(desc, "shared-memory") != NULL ? ALG_SHM : ALG_MPI;
 	if (strstr(desc, "hierarchical") != NULL) { /* who is where */
@@ -423,13 +424,13 @@ int main(int argc, char **argv)
 			st = start(&cm, &c[k], grads, gath, s, &d);
 		/* The first k complete while the later ones may still be in flight. */
 		for (int f = 0, done = 0; f < 3 && st == ST_OK; f++) {
-			st = cm.ops->wait_first(cm.ctx, firsts[f], &d);
+			st = comm_wait_first(&cm, firsts[f], &d);
 			for (; done < firsts[f] && st == ST_OK; done++)
 				check(&c[done], grads, gath, s);
-			cm.ops->progress(cm.ctx);
+			comm_progress(&cm);
 		}
 		if (st == ST_OK)
-			st = cm.ops->wait_all(cm.ctx, &d);
+			st = comm_wait_all(&cm, &d);
 		if (st == ST_OK)
 			check(&c[nc - 1], grads, gath, s);
 	}

@@ -76,9 +76,9 @@ static int step(struct rig *r, int without_wait, struct diag *d)
 	r->ops->to_device(r->bc, r->x, r->hx, (size_t)N * IN);
 	r->ops->linear_forward(r->bc, r->y, r->x, r->w, r->b, N, IN, OUT, 1);
 	r->ops->linear_backward(r->bc, NULL, r->dw, r->dw + OUT * IN, r->y, r->x, r->w, N, IN, OUT, 0);
-	if (check(r, r->c.ops->allreduce_start(r->c.ctx, r->dw, OUT * IN + OUT, 1, d), d))
+	if (check(r, comm_allreduce_start(&r->c, r->dw, OUT * IN + OUT, COMM_LAST, d), d))
 		return 1;
-	return !without_wait && check(r, r->c.ops->wait_all(r->c.ctx, d), d);
+	return !without_wait && check(r, comm_wait_all(&r->c, d), d);
 }
 
 /* A captured step in graph slot 0 (after an eager one: cuBLAS and NCCL set up lazily). */
@@ -112,6 +112,7 @@ static int setup(struct rig *r, struct diag *d)
 	/* the wire type is the caller's, set before the communicator opens */
 	r->c.wire = strcmp(r->name, "wire-fp16") == 0 || strcmp(r->name, "sharded-graph") == 0 ? COMM_WIRE_F16 :
 		    strcmp(r->name, "wire-bf16") == 0 ? COMM_WIRE_BF16 : COMM_WIRE_F32;
+	r->c.size = r->size; /* as comm_open sets it: the doors check cuts against it */
 	if (check(r, r->mod.mod->nccl_comm_init(&r->c, &r->be, id, r->rank, r->size, 60, ready, NULL, d), d))
 		return 1;
 	r->hx = r->ops->host_alloc(r->bc, (size_t)N * IN);
@@ -139,7 +140,7 @@ static int setup(struct rig *r, struct diag *d)
 		if (finish(r, d))
 			return 1;
 	}
-	return check(r, r->c.ops->bcast(r->c.ctx, r->w, (size_t)OUT * IN, 0, d), d) ||
+	return check(r, comm_bcast(&r->c, r->w, (size_t)OUT * IN, 0, d), d) ||
 	       step(r, 0, d) || finish(r, d) ? 1 : 0;
 }
 
@@ -284,8 +285,8 @@ static int rs_ag(struct rig *r, struct diag *d)
 
 		snprintf(what, sizeof what, "reduce-scatter, %s", names[k]);
 		if (fill(r, r->a, n, x32, d) ||
-		    check(r, r->c.ops->reduce_scatter_start(r->c.ctx, r->a, n, cuts, COMM_LAST, d), d) ||
-		    check(r, r->c.ops->wait_all(r->c.ctx, d), d) || readback(r, r->a, n, d) ||
+		    check(r, comm_reduce_scatter_start(&r->c, r->a, n, cuts, COMM_LAST, d), d) ||
+		    check(r, comm_wait_all(&r->c, d), d) || readback(r, r->a, n, d) ||
 		    expect(r, what, lo, hi, want_sum32))
 			return 1;
 		/* all-gather: the owner's part set, the others' garbage */
@@ -293,8 +294,8 @@ static int rs_ag(struct rig *r, struct diag *d)
 			r->h[i] = i >= lo && i < hi ? gather_src(r->rank, i) : -7.0f;
 		r->ops->to_device(r->bc, r->a, r->h, n);
 		snprintf(what, sizeof what, "all-gather, %s", names[k]);
-		if (finish(r, d) || check(r, r->c.ops->all_gather_start(r->c.ctx, r->a, n, cuts, d), d) ||
-		    check(r, r->c.ops->wait_all(r->c.ctx, d), d) || readback(r, r->a, n, d) ||
+		if (finish(r, d) || check(r, comm_all_gather_start(&r->c, r->a, n, cuts, d), d) ||
+		    check(r, comm_wait_all(&r->c, d), d) || readback(r, r->a, n, d) ||
 		    expect(r, what, 0, n, want_own32))
 			return 1;
 	}
@@ -314,15 +315,15 @@ static int wait_first(struct rig *r, int early, struct diag *d)
 		r->h[i] = i >= lo && i < hi ? gather_src(r->rank, i) : -7.0f;
 	r->ops->to_device(r->bc, r->bb, r->h, n);
 	if (finish(r, d) || fill(r, r->a, n, x32, d) ||
-	    check(r, r->c.ops->reduce_scatter_start(r->c.ctx, r->a, n, cuts, 0, d), d) ||
-	    check(r, r->c.ops->all_gather_start(r->c.ctx, r->bb, n, cuts, d), d) ||
-	    check(r, r->c.ops->wait_first(r->c.ctx, 1, d), d))
+	    check(r, comm_reduce_scatter_start(&r->c, r->a, n, cuts, 0, d), d) ||
+	    check(r, comm_all_gather_start(&r->c, r->bb, n, cuts, d), d) ||
+	    check(r, comm_wait_first(&r->c, 1, d), d))
 		return 1;
 	if (early && (readback(r, r->bb, n, d) ||
 		      expect(r, "all-gather read after wait_first(1), before wait_all", 0, n, want_own32)))
 		return 1;
 	if (readback(r, r->a, n, d) || expect(r, "reduce-scatter after wait_first(1)", lo, hi, want_sum32) ||
-	    check(r, r->c.ops->wait_all(r->c.ctx, d), d) || readback(r, r->bb, n, d))
+	    check(r, comm_wait_all(&r->c, d), d) || readback(r, r->bb, n, d))
 		return 1;
 	return expect(r, "all-gather after wait_all", 0, n, want_own32);
 }
@@ -346,8 +347,8 @@ static int wire(struct rig *r, struct diag *d)
 		return 1;
 	}
 	if (fill(r, r->a, n, x16, d) ||
-	    check(r, r->c.ops->allreduce_start(r->c.ctx, r->a, n, COMM_WIRE | COMM_LAST, d), d) ||
-	    check(r, r->c.ops->wait_all(r->c.ctx, d), d) || readback(r, r->a, n, d) ||
+	    check(r, comm_allreduce_start(&r->c, r->a, n, COMM_WIRE | COMM_LAST, d), d) ||
+	    check(r, comm_wait_all(&r->c, d), d) || readback(r, r->a, n, d) ||
 	    expect(r, "16-bit all-reduce", 0, n, want_wire))
 		return 1;
 	for (int k = CUT_EQUAL; k <= CUT_UNEVEN; k++) {
@@ -355,18 +356,18 @@ static int wire(struct rig *r, struct diag *d)
 
 		/* uneven: read after wait_first(1), which must cover the widening too */
 		if (fill(r, r->a, m, x16, d) ||
-		    check(r, r->c.ops->reduce_scatter_start(r->c.ctx, r->a, m, cuts, COMM_WIRE, d), d) ||
-		    check(r, k == CUT_EQUAL ? r->c.ops->wait_all(r->c.ctx, d) :
-			     r->c.ops->wait_first(r->c.ctx, 1, d), d) ||
+		    check(r, comm_reduce_scatter_start(&r->c, r->a, m, cuts, COMM_WIRE, d), d) ||
+		    check(r, k == CUT_EQUAL ? comm_wait_all(&r->c, d) :
+			     comm_wait_first(&r->c, 1, d), d) ||
 		    readback(r, r->a, m, d) ||
-		    (k != CUT_EQUAL && check(r, r->c.ops->wait_all(r->c.ctx, d), d)) ||
+		    (k != CUT_EQUAL && check(r, comm_wait_all(&r->c, d), d)) ||
 		    expect(r, k == CUT_EQUAL ? "16-bit reduce-scatter, equal parts" :
 			   "16-bit reduce-scatter, uneven parts", cuts[r->rank], cuts[r->rank + 1], want_wire))
 			return 1;
 	}
 	return fill(r, r->a, n, x16, d) ||
-	       check(r, r->c.ops->allreduce_start(r->c.ctx, r->a, n, COMM_LAST, d), d) ||
-	       check(r, r->c.ops->wait_all(r->c.ctx, d), d) || readback(r, r->a, n, d) ||
+	       check(r, comm_allreduce_start(&r->c, r->a, n, COMM_LAST, d), d) ||
+	       check(r, comm_wait_all(&r->c, d), d) || readback(r, r->a, n, d) ||
 	       expect(r, "float32 all-reduce beside the 16-bit wire", 0, n, want_f32_of16);
 }
 
@@ -420,10 +421,10 @@ static int raw_inplace(struct rig *r, struct diag *d)
  * (wait_first) then for both (wait_all). */
 static int sharded_step(struct rig *r, const size_t *cuts, size_t n, struct diag *d)
 {
-	return check(r, r->c.ops->reduce_scatter_start(r->c.ctx, r->a, n, cuts, COMM_WIRE, d), d) ||
-	       check(r, r->c.ops->all_gather_start(r->c.ctx, r->bb, n, cuts, d), d) ||
-	       check(r, r->c.ops->wait_first(r->c.ctx, 1, d), d) ||
-	       check(r, r->c.ops->wait_all(r->c.ctx, d), d);
+	return check(r, comm_reduce_scatter_start(&r->c, r->a, n, cuts, COMM_WIRE, d), d) ||
+	       check(r, comm_all_gather_start(&r->c, r->bb, n, cuts, d), d) ||
+	       check(r, comm_wait_first(&r->c, 1, d), d) ||
+	       check(r, comm_wait_all(&r->c, d), d);
 }
 
 /* Inputs of sharded_step: a = x16, bb = this rank's part of the gathered values. */
@@ -543,8 +544,8 @@ static int scenario(struct rig *r, struct diag *d)
 	}
 	/* NCCL */
 	if (strcmp(s, "count-mismatch") == 0) {
-		if (check(r, r->c.ops->allreduce_start(r->c.ctx, r->dw, (size_t)OUT * IN + (size_t)r->rank, 1, d), d) ||
-		    check(r, r->c.ops->wait_all(r->c.ctx, d), d))
+		if (check(r, comm_allreduce_start(&r->c, r->dw, (size_t)OUT * IN + (size_t)r->rank, COMM_LAST, d), d) ||
+		    check(r, comm_wait_all(&r->c, d), d))
 			return 1;
 		return finish(r, d);
 	}
@@ -553,7 +554,7 @@ static int scenario(struct rig *r, struct diag *d)
 			if ((k == 0) == (r->rank == 0)) {
 				if (step(r, 0, d) || finish(r, d))
 					return 1;
-			} else if (check(r, r->c.ops->bcast(r->c.ctx, r->w, (size_t)OUT * IN, 0, d), d)) {
+			} else if (check(r, comm_bcast(&r->c, r->w, (size_t)OUT * IN, 0, d), d)) {
 				return 1;
 			}
 		}

@@ -1,13 +1,13 @@
 /*
- * allreduce_shm.c - the all-reduces through the shared-memory window (shm.h):
- * on one node (allreduce_shm), and across nodes with the same number of ranks
- * on each (allreduce_hier: the window in each node, the ring of ring.h among
+ * hostcoll_shm.c - the all-reduces through the shared-memory window (shm.h):
+ * on one node (hostcoll_shm), and across nodes with the same number of ranks
+ * on each (hostcoll_hier: the window in each node, the ring of ring.h among
  * the ranks of the same node-local rank). The two differ only in set-up; the
  * gradients live in the window, so both move them there.
  *
  * Reduce-scatters and 16-bit collectives go through the window too (shm.h);
  * the all-gather, whose buffer (the parameters) is not in the window, is MPI's
- * own (MPI_Iallgatherv, allreduce_mpi), which Open MPI moves through its own
+ * own (MPI_Iallgatherv, hostcoll_mpi), which Open MPI moves through its own
  * shared memory on a node. Collectives of both kinds complete in the order
  * started.
  */
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/allreduce.h"
+#include "comm/hostcoll.h"
 #include "comm/ring.h"
 #include "comm/shm.h"
 
@@ -23,13 +23,14 @@ struct shm_alg {
 	struct shm shm;
 	struct ring ring;           /* hier: among this node-local rank's peers (shm.up) */
 	struct world *w;            /* for watching MPI_Win_free */
-	struct allreduce_obs *obs;
+	struct hostcoll_obs *obs;
 	int order[SHM_QUEUE];       /* all-reduce k (from the start) at k % SHM_QUEUE: its order */
 	uint64_t told;              /* all-reduces told to the observer so far */
 	enum comm_wire wire;        /* COMM_WIRE collectives' type */
-	void *mpi;                  /* allreduce_mpi's instance: the all-gathers */
+	void *mpi;                  /* hostcoll_mpi's instance: the all-gathers */
 	/* the collectives since the last wait, in order: the window's (complete once
-	 * shm.complete >= seq) or MPI's (its mpi-th) */
+	 * shm.complete >= seq) or MPI's (its mpi-th); the doors (comm.c) keep them under
+	 * COMM_MAX_INFLIGHT */
 	struct { int on_mpi, mpi; uint64_t seq; } rec[COMM_MAX_INFLIGHT];
 	int n, nmpi, nwaited;
 };
@@ -40,7 +41,7 @@ struct shm_alg {
  * creates or maps the backing file and leaves the others inside the call (until
  * --timeout). Where the call fails all the same, a rank whose own window was mapped then
  * leaves it, since freeing it is a collective the failed rank would not join. */
-static enum status window_open(struct shm_alg **out, struct allreduce_setup *s, struct diag *d)
+static enum status window_open(struct shm_alg **out, struct hostcoll_setup *s, struct diag *d)
 {
 	struct diag why = {0};
 	struct shm_alg *a = NULL;
@@ -78,12 +79,12 @@ static void window_close(struct shm_alg *a)
 {
 	ring_free(&a->ring);
 	shm_free(&a->shm);
-	allreduce_mpi.fini(a->mpi);
+	hostcoll_mpi.fini(a->mpi);
 	free(a);
 }
 
 /* Move the gradients into the window: the caller's buffer from now on. */
-static enum status window_ready(struct shm_alg *a, void **ctx, struct allreduce_setup *s)
+static enum status window_ready(struct shm_alg *a, void **ctx, struct hostcoll_setup *s)
 {
 	memcpy(a->shm.mine, s->base, s->nfloats * sizeof *s->base);
 	s->grads = a->shm.mine;
@@ -91,7 +92,7 @@ static enum status window_ready(struct shm_alg *a, void **ctx, struct allreduce_
 	return ST_OK;
 }
 
-static enum status shm_alg_init(void **ctx, struct allreduce_setup *s, struct diag *d)
+static enum status shm_alg_init(void **ctx, struct hostcoll_setup *s, struct diag *d)
 {
 	struct shm_alg *a;
 	enum status st = window_open(&a, s, d);
@@ -101,7 +102,7 @@ static enum status shm_alg_init(void **ctx, struct allreduce_setup *s, struct di
 		return st;
 	st = shm_peers(&a->shm, MPI_COMM_NULL, s->w->rank, d);
 	if (st == ST_OK)
-		st = allreduce_mpi.init(&a->mpi, s, d);
+		st = hostcoll_mpi.init(&a->mpi, s, d);
 	/* With the window set up everywhere, all free it together (a collective) or none. */
 	if (!world_all(s->w, st == ST_OK)) {
 		window_close(a);
@@ -110,7 +111,7 @@ static enum status shm_alg_init(void **ctx, struct allreduce_setup *s, struct di
 	return window_ready(a, ctx, s);
 }
 
-static enum status hier_alg_init(void **ctx, struct allreduce_setup *s, struct diag *d)
+static enum status hier_alg_init(void **ctx, struct hostcoll_setup *s, struct diag *d)
 {
 	struct shm_alg *a;
 	MPI_Comm peers = MPI_COMM_NULL;
@@ -128,7 +129,7 @@ static enum status hier_alg_init(void **ctx, struct allreduce_setup *s, struct d
 	if (st == ST_OK)
 		st = ring_init(&a->ring, peers, (size_t)s->cfg->chunk_kb * 256, s->cfg->window, d);
 	if (st == ST_OK)
-		st = allreduce_mpi.init(&a->mpi, s, d);
+		st = hostcoll_mpi.init(&a->mpi, s, d);
 	if (peers != MPI_COMM_NULL && (rc = MPI_Comm_free(&peers)) != MPI_SUCCESS) /* the ring has its own */
 		st = st != ST_OK ? st : world_mpi_error(d, rc, "MPI_Comm_free(node peers)");
 	/* With the window set up everywhere, all free it together (a collective) or none. */
@@ -140,16 +141,6 @@ static enum status hier_alg_init(void **ctx, struct allreduce_setup *s, struct d
 	return window_ready(a, ctx, s);
 }
 
-/* The next record, or NULL (d set) when too many are in flight. */
-static int rec_room(struct shm_alg *a, struct diag *d)
-{
-	if (a->n == COMM_MAX_INFLIGHT) {
-		diag_set(d, ST_RUNTIME, "internal: more than %d collectives in flight", COMM_MAX_INFLIGHT);
-		return 0;
-	}
-	return 1;
-}
-
 /* Start a window collective: all-reduce, or reduce-scatter with cuts. */
 static enum status window_start(struct shm_alg *a, float *buf, size_t n, enum ring_kind kind,
 				const size_t *cuts, unsigned flags, struct diag *d)
@@ -157,9 +148,7 @@ static enum status window_start(struct shm_alg *a, float *buf, size_t n, enum ri
 	enum comm_wire t = (flags & COMM_WIRE) ? a->wire : COMM_WIRE_F32;
 	enum status st;
 
-	if (!rec_room(a, d))
-		return ST_RUNTIME;
-	a->order[a->shm.started % SHM_QUEUE] = allreduce_obs_start(a->obs, n);
+	a->order[a->shm.started % SHM_QUEUE] = hostcoll_obs_start(a->obs, n);
 	st = shm_start_coll(&a->shm, buf, n, kind, cuts, t, d);
 	if (st != ST_OK)
 		return st;
@@ -168,33 +157,24 @@ static enum status window_start(struct shm_alg *a, float *buf, size_t n, enum ri
 	return ST_OK;
 }
 
-static enum status shm_alg_start(void *ctx, float *buf, size_t n, unsigned flags, struct diag *d)
+static enum status shm_alg_allreduce_start(void *ctx, float *buf, size_t n, unsigned flags, struct diag *d)
 {
 	return window_start(ctx, buf, n, RING_ALLREDUCE, NULL, flags, d);
 }
 
-static enum status shm_alg_reduce_scatter(void *ctx, float *buf, size_t n, const size_t *cuts,
+static enum status shm_alg_reduce_scatter_start(void *ctx, float *buf, size_t n, const size_t *cuts,
 					  unsigned flags, struct diag *d)
 {
-	struct shm_alg *a = ctx;
-
-	if (cuts[0] != 0 || cuts[a->w->size] != n)
-		return diag_set(d, ST_RUNTIME, "internal: bad parts for a collective of %zu floats", n);
-	for (int i = 0; i < a->w->size; i++)
-		if (cuts[i + 1] < cuts[i])
-			return diag_set(d, ST_RUNTIME, "internal: parts out of order");
-	return window_start(a, buf, n, RING_REDUCE_SCATTER, cuts, flags, d);
+	return window_start(ctx, buf, n, RING_REDUCE_SCATTER, cuts, flags, d);
 }
 
-static enum status shm_alg_all_gather(void *ctx, float *buf, size_t n, const size_t *cuts,
+static enum status shm_alg_all_gather_start(void *ctx, float *buf, size_t n, const size_t *cuts,
 				      struct diag *d)
 {
 	struct shm_alg *a = ctx;
 	enum status st;
 
-	if (!rec_room(a, d))
-		return ST_RUNTIME;
-	st = allreduce_mpi.all_gather(a->mpi, buf, n, cuts, d);
+	st = hostcoll_mpi.all_gather_start(a->mpi, buf, n, cuts, d);
 	if (st != ST_OK)
 		return st;
 	a->rec[a->n].on_mpi = 1;
@@ -206,7 +186,7 @@ static enum status shm_alg_all_gather(void *ctx, float *buf, size_t n, const siz
 static void shm_alg_tell(struct shm_alg *a, uint64_t complete)
 {
 	for (; a->told < complete; a->told++)
-		allreduce_obs_done(a->obs, a->order[a->told % SHM_QUEUE]);
+		hostcoll_obs_done(a->obs, a->order[a->told % SHM_QUEUE]);
 }
 
 static void shm_alg_progress(void *ctx)
@@ -215,7 +195,7 @@ static void shm_alg_progress(void *ctx)
 
 	shm_alg_tell(a, shm_progress(&a->shm));
 	if (a->nmpi > 0)
-		allreduce_mpi.progress(a->mpi);
+		hostcoll_mpi.progress(a->mpi);
 }
 
 static enum status shm_alg_wait_first(void *ctx, int k, struct diag *d)
@@ -227,7 +207,7 @@ static enum status shm_alg_wait_first(void *ctx, int k, struct diag *d)
 		k = a->n;
 	for (; a->nwaited < k && st == ST_OK; a->nwaited++) {
 		if (a->rec[a->nwaited].on_mpi) {
-			st = allreduce_mpi.wait_first(a->mpi, a->rec[a->nwaited].mpi + 1, d);
+			st = hostcoll_mpi.wait_first(a->mpi, a->rec[a->nwaited].mpi + 1, d);
 		} else {
 			st = shm_wait_upto(&a->shm, a->rec[a->nwaited].seq, d);
 			shm_alg_tell(a, a->shm.complete);
@@ -236,13 +216,13 @@ static enum status shm_alg_wait_first(void *ctx, int k, struct diag *d)
 	return st;
 }
 
-static enum status shm_alg_wait(void *ctx, struct diag *d)
+static enum status shm_alg_wait_all(void *ctx, struct diag *d)
 {
 	struct shm_alg *a = ctx;
 	enum status st = shm_wait(&a->shm, d), mst;
 
 	shm_alg_tell(a, st == ST_OK ? a->shm.started : a->shm.complete);
-	mst = allreduce_mpi.wait(a->mpi, d);
+	mst = hostcoll_mpi.wait_all(a->mpi, d);
 	a->n = a->nmpi = a->nwaited = 0;
 	return st != ST_OK ? st : mst;
 }
@@ -268,30 +248,30 @@ static void hier_alg_describe(void *ctx, char *buf, size_t len)
 	snprintf(buf, len, "hierarchical all-reduce (shared memory, ring across nodes)");
 }
 
-const struct allreduce_ops allreduce_shm = {
+const struct hostcoll_ops hostcoll_shm = {
 	.name = "shm",
 	.stream = 0,
 	.init = shm_alg_init,
-	.start = shm_alg_start,
-	.reduce_scatter = shm_alg_reduce_scatter,
-	.all_gather = shm_alg_all_gather,
+	.allreduce_start = shm_alg_allreduce_start,
+	.reduce_scatter_start = shm_alg_reduce_scatter_start,
+	.all_gather_start = shm_alg_all_gather_start,
 	.progress = shm_alg_progress,
 	.wait_first = shm_alg_wait_first,
-	.wait = shm_alg_wait,
+	.wait_all = shm_alg_wait_all,
 	.fini = shm_alg_fini,
 	.describe = shm_alg_describe,
 };
 
-const struct allreduce_ops allreduce_hier = {
+const struct hostcoll_ops hostcoll_hier = {
 	.name = NULL, /* DDPTRAIN_ALLREDUCE=shm across nodes */
 	.stream = 0,
 	.init = hier_alg_init,
-	.start = shm_alg_start,
-	.reduce_scatter = shm_alg_reduce_scatter,
-	.all_gather = shm_alg_all_gather,
+	.allreduce_start = shm_alg_allreduce_start,
+	.reduce_scatter_start = shm_alg_reduce_scatter_start,
+	.all_gather_start = shm_alg_all_gather_start,
 	.progress = shm_alg_progress,
 	.wait_first = shm_alg_wait_first,
-	.wait = shm_alg_wait,
+	.wait_all = shm_alg_wait_all,
 	.fini = shm_alg_fini,
 	.describe = hier_alg_describe,
 };

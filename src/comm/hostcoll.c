@@ -1,5 +1,5 @@
 /*
- * allreduce.c - the table of host all-reduce algorithms, the one place that
+ * hostcoll.c - the table of host collective algorithms, the one place that
  * chooses among them, and the observer they all tell.
  */
 #include <stddef.h> /* offsetof */
@@ -9,39 +9,39 @@
 
 #include "core/clock.h"     /* clock_now: the observer's times */
 #include "core/half.h"      /* half_narrow, half_widen: the 16-bit mirror */
-#include "comm/allreduce.h"
+#include "comm/hostcoll.h"
 #include "comm/ring.h"      /* RING_WINDOW: the most DDPTRAIN_RING_WINDOW can ask */
 
 /* Every algorithm; the named ones in the order DDPTRAIN_ALLREDUCE's message lists them. */
-static const struct allreduce_ops *const algs[] = {
-	&allreduce_ring,
-	&allreduce_shm,
-	&allreduce_mpi,
-	&allreduce_hier,
+static const struct hostcoll_ops *const algs[] = {
+	&hostcoll_ring,
+	&hostcoll_shm,
+	&hostcoll_mpi,
+	&hostcoll_hier,
 };
 #define NALGS ((int)(sizeof algs / sizeof algs[0]))
 
 /* The numeric settings: variable, field, default and range. */
 static const struct knob {
 	const char *var;
-	size_t field; /* offsetof(struct allreduce_cfg, ...) */
+	size_t field; /* offsetof(struct hostcoll_cfg, ...) */
 	int def, lo, hi;
 } knobs[] = {
-	{"DDPTRAIN_RING_CHUNK_KB", offsetof(struct allreduce_cfg, chunk_kb), 1024, 1, 1 << 20},
-	{"DDPTRAIN_RING_WINDOW", offsetof(struct allreduce_cfg, window), 8, 1, RING_WINDOW},
-	{"DDPTRAIN_RING_MIN_KB", offsetof(struct allreduce_cfg, min_kb), 64, 0, 1 << 22},
-	{"DDPTRAIN_PANEL_MFLOP", offsetof(struct allreduce_cfg, panel_mflop), 0, 0, 1 << 20},
+	{"DDPTRAIN_RING_CHUNK_KB", offsetof(struct hostcoll_cfg, chunk_kb), 1024, 1, 1 << 20},
+	{"DDPTRAIN_RING_WINDOW", offsetof(struct hostcoll_cfg, window), 8, 1, RING_WINDOW},
+	{"DDPTRAIN_RING_MIN_KB", offsetof(struct hostcoll_cfg, min_kb), 64, 0, 1 << 22},
+	{"DDPTRAIN_PANEL_MFLOP", offsetof(struct hostcoll_cfg, panel_mflop), 0, 0, 1 << 20},
 };
 #define NKNOBS ((int)(sizeof knobs / sizeof knobs[0]))
 
 /* What rank 0's environment asks for, broadcast to every rank as bytes. */
 struct asked {
 	int alg;                 /* index in algs[], or -1: auto */
-	struct allreduce_cfg cfg;
+	struct hostcoll_cfg cfg;
 	int bad;                 /* 0: all fine; 1: DDPTRAIN_ALLREDUCE; 2 + i: knobs[i] */
 };
 
-int allreduce_obs_start(struct allreduce_obs *o, size_t n)
+int hostcoll_obs_start(struct hostcoll_obs *o, size_t n)
 {
 	int k = o->started++;
 
@@ -53,18 +53,18 @@ int allreduce_obs_start(struct allreduce_obs *o, size_t n)
 	return k;
 }
 
-void allreduce_obs_done(const struct allreduce_obs *o, int order)
+void hostcoll_obs_done(const struct hostcoll_obs *o, int order)
 {
 	if (o->to.done != NULL && order >= 0 && order < COMM_MAX_INFLIGHT && o->t0[order] >= 0)
 		o->to.done(o->to.arg, order, o->n[order], o->t0[order], clock_now());
 }
 
-int allreduce_obs_watched(const struct allreduce_obs *o)
+int hostcoll_obs_watched(const struct hostcoll_obs *o)
 {
 	return o->to.done != NULL;
 }
 
-uint16_t *allreduce_narrow(struct allreduce_mirror *m, const float *buf, size_t n, struct diag *d)
+uint16_t *hostcoll_narrow(struct hostcoll_mirror *m, const float *buf, size_t n, struct diag *d)
 {
 	uint16_t *h;
 
@@ -81,7 +81,7 @@ uint16_t *allreduce_narrow(struct allreduce_mirror *m, const float *buf, size_t 
 	return h;
 }
 
-void allreduce_widen(const struct allreduce_mirror *m, float *dst, const uint16_t *h, size_t n)
+void hostcoll_widen(const struct hostcoll_mirror *m, float *dst, const uint16_t *h, size_t n)
 {
 	half_widen(dst, h, n, comm_wire_half(m->wire));
 }
@@ -139,8 +139,8 @@ static enum status asked_refuse(const struct asked *e, struct diag *d)
 }
 
 /* Set up ops as a's algorithm and tell c what it needs. */
-static enum status open_alg(struct allreduce *a, const struct allreduce_ops *ops,
-			    struct allreduce_setup *s, struct comm *c, struct diag *d)
+static enum status open_alg(struct hostcoll *a, const struct hostcoll_ops *ops,
+			    struct hostcoll_setup *s, struct comm *c, struct diag *d)
 {
 	enum status st = ops->init(&a->ctx, s, d);
 
@@ -152,35 +152,35 @@ static enum status open_alg(struct allreduce *a, const struct allreduce_ops *ops
 	return ST_OK;
 }
 
-enum status allreduce_choose(struct allreduce *a, struct comm *c, struct world *w, int host,
-			     const float *base, size_t nfloats, size_t later_bytes,
-			     struct allreduce_obs *obs, struct diag *d)
+enum status hostcoll_choose(struct hostcoll *a, struct comm *c, struct world *w, int host,
+			    const float *base, size_t nfloats, size_t later_bytes,
+			    struct hostcoll_obs *obs, struct diag *d)
 {
 	struct asked e = {.alg = -1};
-	struct allreduce_setup s = {w, &e.cfg, obs, base, nfloats, later_bytes, c->wire, &a->mirror,
+	struct hostcoll_setup s = {w, &e.cfg, obs, base, nfloats, later_bytes, c->wire, &a->mirror,
 				    NULL, 0};
-	const struct allreduce_ops *ops;
+	const struct hostcoll_ops *ops;
 	struct diag tried = {0};
 	enum status st;
 	int rc;
 
 	a->ops = NULL;
 	a->ctx = NULL;
-	a->mirror = (struct allreduce_mirror){base, nfloats, c->wire, NULL};
+	a->mirror = (struct hostcoll_mirror){base, nfloats, c->wire, NULL};
 	if (!host || w->size == 1) /* nothing to choose: no setting is read */
-		return open_alg(a, &allreduce_mpi, &s, c, d);
+		return open_alg(a, &hostcoll_mpi, &s, c, d);
 	asked_read(&e);
 	rc = MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, 0, w->comm);
 	ops = e.alg >= 0 ? algs[e.alg] : NULL;
-	if (rc == MPI_SUCCESS && (ops == NULL || ops == &allreduce_shm)) {
+	if (rc == MPI_SUCCESS && (ops == NULL || ops == &hostcoll_shm)) {
 		/* Every rank reaches the same choice: local_size < size on all of them or on none. */
 		int ls[2] = {w->local_size, -w->local_size};
 
 		if (w->local_size == w->size)
-			ops = &allreduce_shm;
+			ops = &hostcoll_shm;
 		else if ((rc = MPI_Allreduce(MPI_IN_PLACE, ls, 2, MPI_INT, MPI_MIN, w->comm)) ==
 			 MPI_SUCCESS)
-			ops = ls[0] == -ls[1] && ls[0] > 1 ? &allreduce_hier : &allreduce_ring;
+			ops = ls[0] == -ls[1] && ls[0] > 1 ? &hostcoll_hier : &hostcoll_ring;
 	}
 	if (rc != MPI_SUCCESS)
 		return world_mpi_error(d, rc, "MPI_Bcast/MPI_Allreduce(all-reduce settings)");
@@ -196,7 +196,7 @@ enum status allreduce_choose(struct allreduce *a, struct comm *c, struct world *
 		 * nodes), and why it could not be had is a note, not an error. */
 		st = open_alg(a, ops, &s, c, &tried);
 		if (st != ST_OK && s.unavailable) {
-			ops = w->local_size == w->size ? &allreduce_mpi : &allreduce_ring;
+			ops = w->local_size == w->size ? &hostcoll_mpi : &hostcoll_ring;
 			st = open_alg(a, ops, &s, c, d);
 			snprintf(c->notice, sizeof c->notice, "all-reduce auto: %s (%s)", ops->name,
 				 tried.msg);
@@ -209,7 +209,7 @@ enum status allreduce_choose(struct allreduce *a, struct comm *c, struct world *
 	return st;
 }
 
-void allreduce_free(struct allreduce *a)
+void hostcoll_free(struct hostcoll *a)
 {
 	if (a->ops != NULL)
 		a->ops->fini(a->ctx);

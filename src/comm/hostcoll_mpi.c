@@ -1,5 +1,5 @@
 /*
- * allreduce_mpi.c - MPI's own collectives: MPI_Iallreduce, MPI_Ireduce_scatter
+ * hostcoll_mpi.c - MPI's own collectives: MPI_Iallreduce, MPI_Ireduce_scatter
  * and MPI_Iallgatherv in place, progressed with MPI_Testall (with MPI_Testsome
  * when observed, so that each gets its own completion time); a collective
  * started with COMM_LAST by its blocking form. Also what the ring hands its
@@ -11,7 +11,7 @@
  * for, before anybody reads it.
  *
  * The 16-bit wire (COMM_WIRE): the floats are rounded into the 16-bit mirror
- * of the gradients (struct allreduce_mirror), reduced there as
+ * of the gradients (struct hostcoll_mirror), reduced there as
  * MPI_UINT16_T with a user-defined commutative sum (one per type: MPI has no
  * bf16, and Open MPI no fp16 sum), and widened back into the floats when the
  * collective is waited for. The wire carries 16 bits per gradient; the order
@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "core/half.h"      /* half_sum: the 16-bit MPI_Op */
-#include "comm/allreduce.h"
+#include "comm/hostcoll.h"
 
 /* One collective started since the last wait. */
 struct mpi_coll {
@@ -40,7 +40,7 @@ struct mpi_coll {
 struct mpi_alg {
 	MPI_Comm comm;
 	int rank, size;
-	struct allreduce_obs *obs;
+	struct hostcoll_obs *obs;
 	MPI_Request req[COMM_MAX_INFLIGHT];
 	int order[COMM_MAX_INFLIGHT];  /* each request's collective, by its order in the step */
 	int nreq;
@@ -51,7 +51,7 @@ struct mpi_alg {
 	const char *err_call;          /* ... and the call: wait reports them */
 	enum comm_wire wire;           /* COMM_WIRE collectives' type */
 	MPI_Op op;                     /* its sum on MPI_UINT16_T, or MPI_OP_NULL */
-	struct allreduce_mirror *mirror; /* where 16-bit collectives run */
+	struct hostcoll_mirror *mirror; /* where 16-bit collectives run */
 };
 
 /* The user-defined sums of the 16-bit wire: inout = round16(inout + in). */
@@ -65,7 +65,7 @@ static void sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type)
 	half_sum(inout, in, (size_t)*len, HALF_BF16);
 }
 
-static enum status mpi_alg_init(void **ctx, struct allreduce_setup *s, struct diag *d)
+static enum status mpi_alg_init(void **ctx, struct hostcoll_setup *s, struct diag *d)
 {
 	struct mpi_alg *m = calloc(1, sizeof *m);
 
@@ -106,7 +106,7 @@ static void widen_later(struct mpi_alg *m, struct mpi_coll *c, uint16_t *h, floa
 			int now)
 {
 	if (now) {
-		allreduce_widen(m->mirror, wide, h, n);
+		hostcoll_widen(m->mirror, wide, h, n);
 		return;
 	}
 	c->h16 = h;
@@ -114,17 +114,12 @@ static void widen_later(struct mpi_alg *m, struct mpi_coll *c, uint16_t *h, floa
 	c->wide_n = n;
 }
 
-/* The next collective's record, or NULL (d set) when too many are in flight. */
-static struct mpi_coll *coll_next(struct mpi_alg *m, struct diag *d)
+/* The next collective's record (the doors, comm.c, keep what is in flight under
+ * COMM_MAX_INFLIGHT: each is one of the communicator's, or one the ring handed over). */
+static struct mpi_coll *coll_next(struct mpi_alg *m)
 {
-	struct mpi_coll *c;
+	struct mpi_coll *c = &m->coll[m->ncoll];
 
-	if (m->ncoll == COMM_MAX_INFLIGHT || m->nreq == COMM_MAX_INFLIGHT) {
-		diag_set(d, ST_RUNTIME, "internal: more than %d collectives in flight",
-			 COMM_MAX_INFLIGHT);
-		return NULL;
-	}
-	c = &m->coll[m->ncoll];
 	memset(c, 0, sizeof *c);
 	c->req = -1;
 	c->counts = m->arrays + (size_t)m->ncoll * 2 * (size_t)m->size;
@@ -136,7 +131,7 @@ static struct mpi_coll *coll_next(struct mpi_alg *m, struct diag *d)
 static void coll_started(struct mpi_alg *m, struct mpi_coll *c, int done)
 {
 	if (done) {
-		allreduce_obs_done(m->obs, c->order);
+		hostcoll_obs_done(m->obs, c->order);
 	} else {
 		c->req = m->nreq;
 		m->order[m->nreq++] = c->order;
@@ -144,35 +139,28 @@ static void coll_started(struct mpi_alg *m, struct mpi_coll *c, int done)
 	m->ncoll++;
 }
 
-/* MPI's int counts and displacements from cuts; an error if a part is too large. */
-static enum status coll_arrays(struct mpi_alg *m, struct mpi_coll *c, const size_t *cuts,
-			       size_t n, struct diag *d)
+/* MPI's int counts and displacements from cuts (the doors checked them, and the
+ * communicator's max_floats keeps them within int). */
+static void coll_arrays(struct mpi_alg *m, struct mpi_coll *c, const size_t *cuts)
 {
-	if (cuts[0] != 0 || cuts[m->size] != n || n > (size_t)1 << 30)
-		return diag_set(d, ST_RUNTIME, "internal: bad parts for a collective of %zu floats", n);
 	for (int q = 0; q < m->size; q++) {
-		if (cuts[q + 1] < cuts[q])
-			return diag_set(d, ST_RUNTIME, "internal: parts out of order");
 		c->counts[q] = (int)(cuts[q + 1] - cuts[q]);
 		c->displs[q] = (int)cuts[q];
 	}
-	return ST_OK;
 }
 
-static enum status mpi_alg_start(void *ctx, float *buf, size_t n, unsigned flags, struct diag *d)
+static enum status mpi_alg_allreduce_start(void *ctx, float *buf, size_t n, unsigned flags, struct diag *d)
 {
 	struct mpi_alg *m = ctx;
-	struct mpi_coll *c = coll_next(m, d);
+	struct mpi_coll *c = coll_next(m);
 	int rc;
 
-	if (c == NULL)
-		return ST_RUNTIME;
 	if (wire16(m, flags)) {
-		uint16_t *h = allreduce_narrow(m->mirror, buf, n, d);
+		uint16_t *h = hostcoll_narrow(m->mirror, buf, n, d);
 
 		if (h == NULL)
 			return ST_RUNTIME;
-		c->order = allreduce_obs_start(m->obs, n);
+		c->order = hostcoll_obs_start(m->obs, n);
 		if (flags & COMM_LAST)
 			rc = MPI_Allreduce(MPI_IN_PLACE, h, (int)n, MPI_UINT16_T, m->op, m->comm);
 		else
@@ -185,7 +173,7 @@ static enum status mpi_alg_start(void *ctx, float *buf, size_t n, unsigned flags
 		coll_started(m, c, flags & COMM_LAST);
 		return ST_OK;
 	}
-	c->order = allreduce_obs_start(m->obs, n);
+	c->order = hostcoll_obs_start(m->obs, n);
 	if (flags & COMM_LAST) {
 		/* Open MPI's blocking all-reduce (coll/tuned) is several times faster than its
 		 * non-blocking one (libnbc) on large buffers, and with backward finished there
@@ -203,25 +191,20 @@ static enum status mpi_alg_start(void *ctx, float *buf, size_t n, unsigned flags
 	return ST_OK;
 }
 
-static enum status mpi_alg_reduce_scatter(void *ctx, float *buf, size_t n, const size_t *cuts,
+static enum status mpi_alg_reduce_scatter_start(void *ctx, float *buf, size_t n, const size_t *cuts,
 					  unsigned flags, struct diag *d)
 {
 	struct mpi_alg *m = ctx;
-	struct mpi_coll *c = coll_next(m, d);
-	enum status st;
+	struct mpi_coll *c = coll_next(m);
 	int rc;
 
-	if (c == NULL)
-		return ST_RUNTIME;
-	st = coll_arrays(m, c, cuts, n, d);
-	if (st != ST_OK)
-		return st;
+	coll_arrays(m, c, cuts);
 	if (wire16(m, flags)) { /* this rank's part arrives at the start of the mirror's range */
-		uint16_t *h = allreduce_narrow(m->mirror, buf, n, d);
+		uint16_t *h = hostcoll_narrow(m->mirror, buf, n, d);
 
 		if (h == NULL)
 			return ST_RUNTIME;
-		c->order = allreduce_obs_start(m->obs, n);
+		c->order = hostcoll_obs_start(m->obs, n);
 		if (flags & COMM_LAST)
 			rc = MPI_Reduce_scatter(MPI_IN_PLACE, h, c->counts, MPI_UINT16_T, m->op, m->comm);
 		else
@@ -235,7 +218,7 @@ static enum status mpi_alg_reduce_scatter(void *ctx, float *buf, size_t n, const
 		coll_started(m, c, flags & COMM_LAST);
 		return ST_OK;
 	}
-	c->order = allreduce_obs_start(m->obs, n);
+	c->order = hostcoll_obs_start(m->obs, n);
 	c->buf = buf;
 	c->move = buf + cuts[m->rank];
 	c->move_n = cuts[m->rank + 1] - cuts[m->rank];
@@ -256,20 +239,15 @@ static enum status mpi_alg_reduce_scatter(void *ctx, float *buf, size_t n, const
 	return ST_OK;
 }
 
-static enum status mpi_alg_all_gather(void *ctx, float *buf, size_t n, const size_t *cuts,
+static enum status mpi_alg_all_gather_start(void *ctx, float *buf, size_t n, const size_t *cuts,
 				      struct diag *d)
 {
 	struct mpi_alg *m = ctx;
-	struct mpi_coll *c = coll_next(m, d);
-	enum status st;
+	struct mpi_coll *c = coll_next(m);
 	int rc;
 
-	if (c == NULL)
-		return ST_RUNTIME;
-	st = coll_arrays(m, c, cuts, n, d);
-	if (st != ST_OK)
-		return st;
-	c->order = allreduce_obs_start(m->obs, n);
+	coll_arrays(m, c, cuts);
+	c->order = hostcoll_obs_start(m->obs, n);
 	rc = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c->counts, c->displs,
 			     MPI_FLOAT, m->comm, &m->req[m->nreq]);
 	if (rc != MPI_SUCCESS)
@@ -294,7 +272,7 @@ static void mpi_alg_progress(void *ctx)
 
 	if (m->nreq == 0 || m->err != MPI_SUCCESS)
 		return;
-	if (!allreduce_obs_watched(m->obs)) {
+	if (!hostcoll_obs_watched(m->obs)) {
 		rc = MPI_Testall(m->nreq, m->req, &done, MPI_STATUSES_IGNORE);
 		if (rc != MPI_SUCCESS)
 			mpi_alg_failed(m, rc, "MPI_Testall(gradient all-reduce)");
@@ -307,21 +285,21 @@ static void mpi_alg_progress(void *ctx)
 		return;
 	}
 	for (int i = 0; done != MPI_UNDEFINED && i < done; i++)
-		allreduce_obs_done(m->obs, m->order[idx[i]]);
+		hostcoll_obs_done(m->obs, m->order[idx[i]]);
 }
 
 /* Complete requests [0, nreq) (a completed one is MPI_REQUEST_NULL), telling the observer
  * of each as it completes. */
 static int wait_requests(struct mpi_alg *m, int nreq)
 {
-	if (!allreduce_obs_watched(m->obs))
+	if (!hostcoll_obs_watched(m->obs))
 		return MPI_Waitall(nreq, m->req, MPI_STATUSES_IGNORE);
 	for (;;) {
 		int i, rc = MPI_Waitany(nreq, m->req, &i, MPI_STATUS_IGNORE);
 
 		if (rc != MPI_SUCCESS || i == MPI_UNDEFINED)
 			return rc;
-		allreduce_obs_done(m->obs, m->order[i]);
+		hostcoll_obs_done(m->obs, m->order[i]);
 	}
 }
 
@@ -356,7 +334,7 @@ static enum status wait_upto(struct mpi_alg *m, int k, const char *call, struct 
 			memmove(c->move, c->buf, c->move_n * sizeof *c->buf);
 		c->move = NULL;
 		if (c->h16 != NULL)
-			allreduce_widen(m->mirror, c->wide, c->h16, c->wide_n);
+			hostcoll_widen(m->mirror, c->wide, c->h16, c->wide_n);
 		c->h16 = NULL;
 	}
 	if (k > m->nwaited)
@@ -369,7 +347,7 @@ static enum status mpi_alg_wait_first(void *ctx, int k, struct diag *d)
 	return wait_upto(ctx, k, "MPI_Waitall(collectives)", d);
 }
 
-static enum status mpi_alg_wait(void *ctx, struct diag *d)
+static enum status mpi_alg_wait_all(void *ctx, struct diag *d)
 {
 	struct mpi_alg *m = ctx;
 	enum status st = wait_upto(m, m->ncoll, "MPI_Waitall(gradient all-reduce)", d);
@@ -395,16 +373,16 @@ static void mpi_alg_describe(void *ctx, char *buf, size_t len)
 	snprintf(buf, len, "MPI all-reduce");
 }
 
-const struct allreduce_ops allreduce_mpi = {
+const struct hostcoll_ops hostcoll_mpi = {
 	.name = "mpi",
 	.stream = 0,
 	.init = mpi_alg_init,
-	.start = mpi_alg_start,
-	.reduce_scatter = mpi_alg_reduce_scatter,
-	.all_gather = mpi_alg_all_gather,
+	.allreduce_start = mpi_alg_allreduce_start,
+	.reduce_scatter_start = mpi_alg_reduce_scatter_start,
+	.all_gather_start = mpi_alg_all_gather_start,
 	.progress = mpi_alg_progress,
 	.wait_first = mpi_alg_wait_first,
-	.wait = mpi_alg_wait,
+	.wait_all = mpi_alg_wait_all,
 	.fini = mpi_alg_fini,
 	.describe = mpi_alg_describe,
 };

@@ -1,20 +1,20 @@
 /*
- * allreduce_ring.c - the pipelined ring over all ranks (ring.h) for buckets
+ * hostcoll_ring.c - the pipelined ring over all ranks (ring.h) for buckets
  * of at least DDPTRAIN_RING_MIN_KB, progressed between layers and between
  * the panels of backward's products (it streams); smaller buckets go to
- * MPI's own algorithm (allreduce_mpi), whose latency is lower. Both kinds of
+ * MPI's own algorithm (hostcoll_mpi), whose latency is lower. Both kinds of
  * collective (all-reduce, reduce-scatter, all-gather) go either way; they are
  * completed in the order started, whichever carries them.
  *
  * The 16-bit wire: a ring bucket is rounded into the 16-bit mirror of the
- * gradients (struct allreduce_mirror) and travels and is summed there
+ * gradients (struct hostcoll_mirror) and travels and is summed there
  * (core/half.h's sum, in the ring's order: part i from rank i+1 to rank i);
  * its result is widened back into the floats when it is waited for.
  */
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "comm/allreduce.h"
+#include "comm/hostcoll.h"
 #include "comm/ring.h"
 
 /* One collective started since the last wait. */
@@ -32,16 +32,16 @@ struct ring_alg {
 	struct ring ring;                /* over all ranks */
 	int rank, size;
 	size_t min;                      /* floats: smaller buckets go to mpi */
-	void *mpi;                       /* allreduce_mpi's instance, for those */
-	struct allreduce_obs *obs;
+	void *mpi;                       /* hostcoll_mpi's instance, for those */
+	struct hostcoll_obs *obs;
 	enum comm_wire wire;             /* COMM_WIRE collectives' type */
-	struct allreduce_mirror *mirror; /* where they run (shared with mpi's) */
+	struct hostcoll_mirror *mirror;  /* where they run (shared with mpi's) */
 	size_t *lo, *hi;                 /* (COMM_MAX_INFLIGHT, size): the parts, by record */
 	struct ring_rec rec[COMM_MAX_INFLIGHT];
 	int n, nmpi, nwaited;            /* started since the wait; of them MPI's; complete */
 };
 
-static enum status ring_alg_init(void **ctx, struct allreduce_setup *s, struct diag *d)
+static enum status ring_alg_init(void **ctx, struct hostcoll_setup *s, struct diag *d)
 {
 	struct ring_alg *r = calloc(1, sizeof *r);
 	size_t parts = (size_t)COMM_MAX_INFLIGHT * (size_t)s->w->size;
@@ -58,13 +58,13 @@ static enum status ring_alg_init(void **ctx, struct allreduce_setup *s, struct d
 		free(r);
 		return diag_set(d, ST_RUNTIME, "comm: out of memory");
 	}
-	st = allreduce_mpi.init(&r->mpi, s, d);
+	st = hostcoll_mpi.init(&r->mpi, s, d);
 	if (st == ST_OK) {
 		st = ring_init(&r->ring, s->w->comm, (size_t)s->cfg->chunk_kb * 256, s->cfg->window, d);
 		if (st != ST_OK)
-			allreduce_mpi.fini(r->mpi);
+			hostcoll_mpi.fini(r->mpi);
 	} else {
-		allreduce_mpi.fini(r->mpi);
+		hostcoll_mpi.fini(r->mpi);
 	}
 	if (st != ST_OK) {
 		free(r->lo);
@@ -82,17 +82,11 @@ static enum status ring_alg_init(void **ctx, struct allreduce_setup *s, struct d
 	return ST_OK;
 }
 
-/* The next record, or NULL (d set) when too many are in flight. */
-static struct ring_rec *rec_next(struct ring_alg *r, struct diag *d)
+/* The next record (the doors, comm.c, keep what is in flight under COMM_MAX_INFLIGHT). */
+static struct ring_rec *rec_next(struct ring_alg *r)
 {
-	struct ring_rec *c;
+	struct ring_rec *c = &r->rec[r->n];
 
-	if (r->n == COMM_MAX_INFLIGHT) {
-		diag_set(d, ST_RUNTIME, "internal: more than %d collectives in flight",
-			 COMM_MAX_INFLIGHT);
-		return NULL;
-	}
-	c = &r->rec[r->n];
 	*c = (struct ring_rec){0};
 	return c;
 }
@@ -117,7 +111,7 @@ static enum status to_ring(struct ring_alg *r, struct ring_rec *c, struct ring_c
 	enum status st;
 
 	if (wire16) {
-		c->h16 = allreduce_narrow(r->mirror, buf, q->n, d);
+		c->h16 = hostcoll_narrow(r->mirror, buf, q->n, d);
 		if (c->h16 == NULL)
 			return ST_RUNTIME;
 		q->buf = c->h16;
@@ -129,7 +123,7 @@ static enum status to_ring(struct ring_alg *r, struct ring_rec *c, struct ring_c
 	st = ring_start_coll(&r->ring, q, d);
 	if (st != ST_OK)
 		return st;
-	c->order = allreduce_obs_start(r->obs, q->n);
+	c->order = hostcoll_obs_start(r->obs, q->n);
 	c->seq = r->ring.started;
 	r->n++;
 	return ST_OK;
@@ -140,16 +134,14 @@ static int is_wire16(const struct ring_alg *r, unsigned flags)
 	return (flags & COMM_WIRE) && r->wire != COMM_WIRE_F32;
 }
 
-static enum status ring_alg_start(void *ctx, float *buf, size_t n, unsigned flags, struct diag *d)
+static enum status ring_alg_allreduce_start(void *ctx, float *buf, size_t n, unsigned flags, struct diag *d)
 {
 	struct ring_alg *r = ctx;
-	struct ring_rec *c = rec_next(r, d);
+	struct ring_rec *c = rec_next(r);
 	struct ring_coll q = {buf, n, RING_ALLREDUCE, COMM_WIRE_F32, NULL, NULL};
 
-	if (c == NULL)
-		return ST_RUNTIME;
 	if (n < r->min)
-		return to_mpi(r, c, allreduce_mpi.start(r->mpi, buf, n, flags, d));
+		return to_mpi(r, c, hostcoll_mpi.allreduce_start(r->mpi, buf, n, flags, d));
 	return to_ring(r, c, &q, is_wire16(r, flags), 0, n, d);
 }
 
@@ -166,51 +158,28 @@ static void parts(struct ring_alg *r, int c, const size_t *cuts, struct ring_col
 	q->hi = hi;
 }
 
-/* cuts as the interface asks (checked before the ring reads them). */
-static enum status check_cuts(const struct ring_alg *r, const size_t *cuts, size_t n, struct diag *d)
-{
-	if (cuts[0] != 0 || cuts[r->size] != n)
-		return diag_set(d, ST_RUNTIME, "internal: bad parts for a collective of %zu floats", n);
-	for (int i = 0; i < r->size; i++)
-		if (cuts[i + 1] < cuts[i])
-			return diag_set(d, ST_RUNTIME, "internal: parts out of order");
-	return ST_OK;
-}
-
-static enum status ring_alg_reduce_scatter(void *ctx, float *buf, size_t n, const size_t *cuts,
+static enum status ring_alg_reduce_scatter_start(void *ctx, float *buf, size_t n, const size_t *cuts,
 					   unsigned flags, struct diag *d)
 {
 	struct ring_alg *r = ctx;
-	struct ring_rec *c = rec_next(r, d);
+	struct ring_rec *c = rec_next(r);
 	struct ring_coll q = {buf, n, RING_REDUCE_SCATTER, COMM_WIRE_F32, NULL, NULL};
-	enum status st;
 
-	if (c == NULL)
-		return ST_RUNTIME;
 	if (n < r->min)
-		return to_mpi(r, c, allreduce_mpi.reduce_scatter(r->mpi, buf, n, cuts, flags, d));
-	st = check_cuts(r, cuts, n, d);
-	if (st != ST_OK)
-		return st;
+		return to_mpi(r, c, hostcoll_mpi.reduce_scatter_start(r->mpi, buf, n, cuts, flags, d));
 	parts(r, r->n, cuts, &q);
 	return to_ring(r, c, &q, is_wire16(r, flags), cuts[r->rank], cuts[r->rank + 1], d);
 }
 
-static enum status ring_alg_all_gather(void *ctx, float *buf, size_t n, const size_t *cuts,
+static enum status ring_alg_all_gather_start(void *ctx, float *buf, size_t n, const size_t *cuts,
 				       struct diag *d)
 {
 	struct ring_alg *r = ctx;
-	struct ring_rec *c = rec_next(r, d);
+	struct ring_rec *c = rec_next(r);
 	struct ring_coll q = {buf, n, RING_ALL_GATHER, COMM_WIRE_F32, NULL, NULL};
-	enum status st;
 
-	if (c == NULL)
-		return ST_RUNTIME;
 	if (n < r->min)
-		return to_mpi(r, c, allreduce_mpi.all_gather(r->mpi, buf, n, cuts, d));
-	st = check_cuts(r, cuts, n, d);
-	if (st != ST_OK)
-		return st;
+		return to_mpi(r, c, hostcoll_mpi.all_gather_start(r->mpi, buf, n, cuts, d));
 	parts(r, r->n, cuts, &q);
 	return to_ring(r, c, &q, 0, 0, 0, d);
 }
@@ -220,7 +189,7 @@ static void ring_alg_progress(void *ctx)
 	struct ring_alg *r = ctx;
 
 	ring_progress(&r->ring);
-	allreduce_mpi.progress(r->mpi);
+	hostcoll_mpi.progress(r->mpi);
 }
 
 /* Record c is complete: its 16-bit result goes back into the floats, the observer is told
@@ -228,10 +197,10 @@ static void ring_alg_progress(void *ctx)
 static void rec_done(struct ring_alg *r, struct ring_rec *c)
 {
 	if (c->h16 != NULL)
-		allreduce_widen(r->mirror, c->wide, c->h16, c->wide_n);
+		hostcoll_widen(r->mirror, c->wide, c->h16, c->wide_n);
 	c->h16 = NULL;
 	if (!c->on_mpi)
-		allreduce_obs_done(r->obs, c->order);
+		hostcoll_obs_done(r->obs, c->order);
 }
 
 static enum status ring_alg_wait_first(void *ctx, int k, struct diag *d)
@@ -244,7 +213,7 @@ static enum status ring_alg_wait_first(void *ctx, int k, struct diag *d)
 	for (; r->nwaited < k && st == ST_OK; r->nwaited++) {
 		struct ring_rec *c = &r->rec[r->nwaited];
 
-		st = c->on_mpi ? allreduce_mpi.wait_first(r->mpi, c->mpi + 1, d) :
+		st = c->on_mpi ? hostcoll_mpi.wait_first(r->mpi, c->mpi + 1, d) :
 				 ring_wait_upto(&r->ring, c->seq, d);
 		if (st == ST_OK)
 			rec_done(r, c);
@@ -252,12 +221,12 @@ static enum status ring_alg_wait_first(void *ctx, int k, struct diag *d)
 	return st;
 }
 
-static enum status ring_alg_wait(void *ctx, struct diag *d)
+static enum status ring_alg_wait_all(void *ctx, struct diag *d)
 {
 	struct ring_alg *r = ctx;
 	enum status st = ring_wait(&r->ring, d), mst;
 
-	mst = allreduce_mpi.wait(r->mpi, d);
+	mst = hostcoll_mpi.wait_all(r->mpi, d);
 	for (; r->nwaited < r->n && st == ST_OK && mst == ST_OK; r->nwaited++)
 		rec_done(r, &r->rec[r->nwaited]);
 	r->n = r->nmpi = r->nwaited = 0;
@@ -269,7 +238,7 @@ static void ring_alg_fini(void *ctx)
 	struct ring_alg *r = ctx;
 
 	ring_free(&r->ring);
-	allreduce_mpi.fini(r->mpi);
+	hostcoll_mpi.fini(r->mpi);
 	free(r->lo);
 	free(r->hi);
 	free(r);
@@ -280,16 +249,16 @@ static void ring_alg_describe(void *ctx, char *buf, size_t len)
 	snprintf(buf, len, "ring all-reduce");
 }
 
-const struct allreduce_ops allreduce_ring = {
+const struct hostcoll_ops hostcoll_ring = {
 	.name = "ring",
 	.stream = 1,
 	.init = ring_alg_init,
-	.start = ring_alg_start,
-	.reduce_scatter = ring_alg_reduce_scatter,
-	.all_gather = ring_alg_all_gather,
+	.allreduce_start = ring_alg_allreduce_start,
+	.reduce_scatter_start = ring_alg_reduce_scatter_start,
+	.all_gather_start = ring_alg_all_gather_start,
 	.progress = ring_alg_progress,
 	.wait_first = ring_alg_wait_first,
-	.wait = ring_alg_wait,
+	.wait_all = ring_alg_wait_all,
 	.fini = ring_alg_fini,
 	.describe = ring_alg_describe,
 };

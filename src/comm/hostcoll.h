@@ -1,24 +1,27 @@
 /*
- * allreduce.h - the host-memory all-reduce algorithms behind the MPI
- * communicator, one table of operations each: MPI's own (allreduce_mpi.c),
- * the pipelined ring over all ranks (allreduce_ring.c, over ring.h), the
- * shared-memory window of one node and the hierarchical one, the window in
- * each node with the ring among node peers (allreduce_shm.c, over shm.h).
+ * hostcoll.h - the host collective algorithms behind the MPI communicator:
+ * all-reduce, reduce-scatter and all-gather on host memory, one table of
+ * operations each, its entries named as struct comm_ops names them: MPI's
+ * own (hostcoll_mpi.c), the pipelined ring over all ranks (hostcoll_ring.c,
+ * over ring.h), the shared-memory window of one node and the hierarchical
+ * one, the window in each node with the ring among node peers
+ * (hostcoll_shm.c, over shm.h). Each takes the arguments comm.c's doors
+ * checked (at most COMM_MAX_INFLIGHT collectives in flight, good cuts).
  *
- * allreduce_choose is the one place that picks an algorithm (rank 0's
+ * hostcoll_choose is the one place that picks an algorithm (rank 0's
  * DDPTRAIN_ALLREDUCE, the layout of the nodes, the fallbacks); comm_mpi.c
- * then only calls through struct allreduce_ops. Every algorithm tells its
- * completions to one observer (struct allreduce_obs), which keeps each
+ * then only calls through struct hostcoll_ops. Every algorithm tells its
+ * completions to one observer (struct hostcoll_obs), which keeps each
  * all-reduce's start time and length by its order in the step.
  *
- * A new algorithm is a file defining its struct allreduce_ops (listed in
- * Makefile.am), its declaration below and its entry in allreduce.c's table.
+ * A new algorithm is a file defining its struct hostcoll_ops (listed in
+ * Makefile.am), its declaration below and its entry in hostcoll.c's table.
  *
- * Not here: device memory (comm_mpi.c stages it for allreduce_mpi) and the
+ * Not here: device memory (comm_mpi.c stages it for hostcoll_mpi) and the
  * broadcast of the weights.
  */
-#ifndef DDPT_ALLREDUCE_H
-#define DDPT_ALLREDUCE_H
+#ifndef DDPT_HOSTCOLL_H
+#define DDPT_HOSTCOLL_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -30,7 +33,7 @@
 /* The one observer of every algorithm: an all-reduce's start time and length, by its
  * order among the step's all-reduces (0: the first started). All-reduces past the
  * COMM_MAX_INFLIGHT-th of a step are not timed (the trainer starts at most that many). */
-struct allreduce_obs {
+struct hostcoll_obs {
 	struct comm_observer to;       /* to.done NULL: nobody is told */
 	int started;                   /* all-reduces started since the step's wait */
 	double t0[COMM_MAX_INFLIGHT];  /* by order: when it was started (clock_now) */
@@ -38,19 +41,19 @@ struct allreduce_obs {
 };
 
 /* Note the start of an all-reduce of n floats; returns its order in the step. */
-int allreduce_obs_start(struct allreduce_obs *o, size_t n);
+int hostcoll_obs_start(struct hostcoll_obs *o, size_t n);
 /* All-reduce `order` of this step is complete on this rank: tell the observer, if there
  * is one and it was there when the all-reduce started. */
-void allreduce_obs_done(const struct allreduce_obs *o, int order);
+void hostcoll_obs_done(const struct hostcoll_obs *o, int order);
 /* 1 if somebody is told (an algorithm may then track completions one by one). */
-int allreduce_obs_watched(const struct allreduce_obs *o);
+int hostcoll_obs_watched(const struct hostcoll_obs *o);
 
 /* The 16-bit mirror of the gradients in which COMM_WIRE collectives travel (MPI's own and
  * the ring's): buf's floats are rounded into h at buf's offset from base, and the result
- * is widened back from there. One per struct allreduce, shared by an algorithm and the
+ * is widened back from there. One per struct hostcoll, shared by an algorithm and the
  * MPI algorithm it hands small buckets to (no two collectives in flight overlap);
  * allocated at first use. */
-struct allreduce_mirror {
+struct hostcoll_mirror {
 	const float *base;   /* the gradients, base[0..n): device memory, its pinned mirror */
 	size_t n;
 	enum comm_wire wire; /* the 16-bit type (never COMM_WIRE_F32 when used) */
@@ -59,12 +62,12 @@ struct allreduce_mirror {
 
 /* buf[0..n) (inside base[0..m->n)) rounded into its place in the mirror, which is returned;
  * NULL (d set) if buf lies outside or memory runs out. */
-uint16_t *allreduce_narrow(struct allreduce_mirror *m, const float *buf, size_t n, struct diag *d);
+uint16_t *hostcoll_narrow(struct hostcoll_mirror *m, const float *buf, size_t n, struct diag *d);
 /* dst[0..n) = h[0..n) widened from the mirror's type. */
-void allreduce_widen(const struct allreduce_mirror *m, float *dst, const uint16_t *h, size_t n);
+void hostcoll_widen(const struct hostcoll_mirror *m, float *dst, const uint16_t *h, size_t n);
 
 /* The settings, from rank 0's environment (so that every rank agrees). */
-struct allreduce_cfg {
+struct hostcoll_cfg {
 	int chunk_kb;     /* DDPTRAIN_RING_CHUNK_KB: floats per ring piece x 4 / 1024 */
 	int window;       /* DDPTRAIN_RING_WINDOW: ring blocks in flight */
 	int min_kb;       /* DDPTRAIN_RING_MIN_KB: smallest bucket for the ring */
@@ -72,15 +75,15 @@ struct allreduce_cfg {
 };
 
 /* What an algorithm's init is given, and what it gives back. */
-struct allreduce_setup {
+struct hostcoll_setup {
 	struct world *w;                 /* over all of w's ranks */
-	const struct allreduce_cfg *cfg;
-	struct allreduce_obs *obs;       /* told of every completion; outlives the algorithm */
+	const struct hostcoll_cfg *cfg;
+	struct hostcoll_obs *obs;        /* told of every completion; outlives the algorithm */
 	const float *base;               /* the gradients, base[0..nfloats) (host memory) */
 	size_t nfloats;
 	size_t later_bytes;              /* what this rank still maps after the set-up */
 	enum comm_wire wire;             /* the type of COMM_WIRE collectives */
-	struct allreduce_mirror *mirror; /* their 16-bit mirror; outlives the algorithm */
+	struct hostcoll_mirror *mirror;  /* their 16-bit mirror; outlives the algorithm */
 	float *grads;                    /* out, non-NULL: the gradients must live here */
 	/* out, on failure: the failure is every rank's and for want of something a rank
 	 * lacked (room for a shared-memory window); nothing is left set up, another may stand
@@ -88,43 +91,44 @@ struct allreduce_setup {
 	int unavailable;
 };
 
-struct allreduce_ops {
+struct hostcoll_ops {
 	const char *name; /* DDPTRAIN_ALLREDUCE's word for it; NULL: never asked for by name */
 	int stream;       /* its all-reduces move while the caller computes: stream gradients */
 	/* Set up (collective over s->w unless said otherwise); *ctx is the instance. */
-	enum status (*init)(void **ctx, struct allreduce_setup *s, struct diag *d);
+	enum status (*init)(void **ctx, struct hostcoll_setup *s, struct diag *d);
 	/* Start summing buf[0..n) over all ranks, in place (see comm_ops.allreduce_start;
 	 * flags COMM_LAST, COMM_WIRE: the algorithm converts to and from setup's wire type). */
-	enum status (*start)(void *ctx, float *buf, size_t n, unsigned flags, struct diag *d);
+	enum status (*allreduce_start)(void *ctx, float *buf, size_t n, unsigned flags,
+				       struct diag *d);
 	/* comm_ops.reduce_scatter_start and all_gather_start, over all of w's ranks. */
-	enum status (*reduce_scatter)(void *ctx, float *buf, size_t n, const size_t *cuts,
-				      unsigned flags, struct diag *d);
-	enum status (*all_gather)(void *ctx, float *buf, size_t n, const size_t *cuts,
-				  struct diag *d);
+	enum status (*reduce_scatter_start)(void *ctx, float *buf, size_t n, const size_t *cuts,
+					    unsigned flags, struct diag *d);
+	enum status (*all_gather_start)(void *ctx, float *buf, size_t n, const size_t *cuts,
+					struct diag *d);
 	/* Let outstanding collectives advance; never blocks. */
 	void (*progress)(void *ctx);
 	/* Complete the first k collectives started since the last wait (comm_ops.wait_first),
 	 * telling the observer of each. */
 	enum status (*wait_first)(void *ctx, int k, struct diag *d);
 	/* Complete every outstanding collective, telling the observer of each. */
-	enum status (*wait)(void *ctx, struct diag *d);
+	enum status (*wait_all)(void *ctx, struct diag *d);
 	/* Release the instance (NULL: nothing to do). */
 	void (*fini)(void *ctx);
 	/* The per-rank table's name for it: "ring all-reduce". */
 	void (*describe)(void *ctx, char *buf, size_t len);
 };
 
-/* The algorithms (each in allreduce_NAME.c). */
-extern const struct allreduce_ops allreduce_mpi;  /* MPI_Iallreduce, MPI_Testall */
-extern const struct allreduce_ops allreduce_ring; /* ring.h over all ranks; small buckets: mpi */
-extern const struct allreduce_ops allreduce_shm;  /* shm.h: one node */
-extern const struct allreduce_ops allreduce_hier; /* shm.h in each node, ring.h among them */
+/* The algorithms (each in hostcoll_NAME.c). */
+extern const struct hostcoll_ops hostcoll_mpi;  /* MPI_Iallreduce, MPI_Testall */
+extern const struct hostcoll_ops hostcoll_ring; /* ring.h over all ranks; small buckets: mpi */
+extern const struct hostcoll_ops hostcoll_shm;  /* shm.h: one node */
+extern const struct hostcoll_ops hostcoll_hier; /* shm.h in each node, ring.h among them */
 
 /* One algorithm, set up. */
-struct allreduce {
-	const struct allreduce_ops *ops;
+struct hostcoll {
+	const struct hostcoll_ops *ops;
 	void *ctx;
-	struct allreduce_mirror mirror;
+	struct hostcoll_mirror mirror;
 };
 
 /* Choose and set up the all-reduce over w's ranks for the gradients base[0..nfloats) (device
@@ -137,10 +141,10 @@ struct allreduce {
  * later_bytes this rank still maps after the set-up), auto falls back (to MPI's on one
  * node, to the ring across nodes) with c->notice saying why; asked for by name, that is
  * an error on every rank. Sets c->grads, c->stream, c->panel_flops and c->notice. */
-enum status allreduce_choose(struct allreduce *a, struct comm *c, struct world *w, int host,
-			     const float *base, size_t nfloats, size_t later_bytes,
-			     struct allreduce_obs *obs, struct diag *d);
+enum status hostcoll_choose(struct hostcoll *a, struct comm *c, struct world *w, int host,
+			    const float *base, size_t nfloats, size_t later_bytes,
+			    struct hostcoll_obs *obs, struct diag *d);
 /* Safe to call twice. */
-void allreduce_free(struct allreduce *a);
+void hostcoll_free(struct hostcoll *a);
 
 #endif
