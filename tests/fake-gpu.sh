@@ -245,7 +245,7 @@ for be in nccl mpi; do
 	done
 done
 ! "$STCOMPARE" --exact zb-cpu.st z-cpu.st >/dev/null || fail "--grad-compress=bf16 changed nothing"
-echo "--zero=1/2 with and without bf16 on nccl and staged mpi = CPU: --zero=1 bit for bit, --zero=2 ${PANELS/exact/bit for bit}"
+echo "--zero=1/2 with and without bf16 on nccl and staged mpi = CPU: --zero=1 bit for bit, --zero=2 $([ "$PANELS" = exact ] && echo bit for bit || echo within "$PANELS")"
 # ... and --zero=2 with layers in more row panels (146 a micro-batch) than collectives may
 #     be in flight, its gradient memory (shard and two buffers) smaller than the parameters
 #     that staged MPI all-gathers: the backend's row panels (linear_grad_rows) on the fake.
