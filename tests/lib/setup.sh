@@ -4,8 +4,10 @@
 # Gives: $DDPTRAIN (the binary under test), $TMPD (a private directory removed
 # on exit), run_mpi NP ARGS... (mpirun with what this machine needs), skip,
 # fail, expect_fail, expect_rule and expect_clean, private_shm (a /dev/shm of the
-# test's own), the Open MPI settings a root CI machine with 2 cores needs, and the
-# paths of the helpers make check builds in tests/lib/.
+# test's own), blas_panels, panel_tol and stcompare_tol (how closely a run in row panels
+# can match one without), the
+# Open MPI settings a root CI machine with 2 cores needs, and the paths of the helpers
+# make check builds in tests/lib/.
 set -eu
 
 : "${DDPTRAIN:=$(cd "$(dirname "$0")/.." && pwd)/src/ddptrain}"
@@ -20,6 +22,7 @@ OPCHECK=$TESTS_BUILDDIR/lib/opcheck
 GPURULES=$TESTS_BUILDDIR/lib/gpurules
 FAULTSHIM=$TESTS_BUILDDIR/lib/faultshim.so
 FAKE_GPU=$TESTS_BUILDDIR/lib/fake-gpu.so
+BLASROWS=$TESTS_BUILDDIR/lib/blasrows
 
 # CI runs as root; Open MPI refuses root without these.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -54,6 +57,50 @@ run_mpi() {
 fail() {
 	echo "FAIL: $*" >&2
 	exit 1
+}
+
+# blas_panels: PANELS is "exact" where this process's BLAS computes a row panel of a
+# product bit for bit as it computes those rows of the whole product ($BLASROWS asks it),
+# else 1e-5, with a line saying why. A run whose backward goes in row panels (--zero=2
+# with layers larger than the bucket cap) then gets each gradient float as the same dot
+# product summed in another order, within tests/lib/blasrows.h's bound (a few units in
+# the last place of the sum of |terms|). Training carries that on: SGD shrinks it by the
+# learning rate, but AdamW divides each gradient by its own RMS, so a gradient near zero
+# keeps its rounding at full size. Measured on OpenBLAS's Haswell kernels over
+# tests/zero.sh's 24-step runs: at most 5.8e-7 of a tensor's largest weight with SGD or
+# AdamW, 4.5e-6 with AdamW and clipping; 1e-5 is ring.sh's bound for sums over the
+# batch in another order.
+blas_panels() {
+	local out rc=0
+	out=$("$BLASROWS") || rc=$?
+	case $rc in
+	0) PANELS=exact ;;
+	1)
+		PANELS=1e-5
+		echo "row panels compared within $PANELS, not bit for bit: $(tail -n 1 <<<"$out")"
+		;;
+	*) fail "blasrows (exit $rc): $(tail -n 1 <<<"$out")" ;;
+	esac
+}
+
+# panel_tol TOL: the tolerance for a comparison with a run that computes row panels, for
+# one that would be TOL without them: TOL where PANELS is exact, else the looser of TOL
+# ("exact" or a number) and PANELS.
+panel_tol() {
+	if [ "$PANELS" = exact ] || { [ "$1" != exact ] && awk -v t="$1" -v p="$PANELS" 'BEGIN { exit !(t >= p) }'; }; then
+		echo "$1"
+	else
+		echo "$PANELS"
+	fi
+}
+
+# stcompare_tol TOL A B: $STCOMPARE --exact A B where TOL is "exact", else $STCOMPARE A B TOL.
+stcompare_tol() {
+	if [ "$1" = exact ]; then
+		"$STCOMPARE" --exact "$2" "$3"
+	else
+		"$STCOMPARE" "$2" "$3" "$1"
+	fi
 }
 
 skip() {
