@@ -38,7 +38,7 @@ STUB=$TESTS_BUILDDIR/lib/cuda-stub.so
 if [ -f "$STUB" ]; then
 	DDPTRAIN_CUDA_MODULE=$STUB run_mpi 1 "${NET[@]}" --max-steps=4 --device=cuda --backend=nccl \
 		--trace="$TMPD/nccl.json" >/dev/null || fail "--trace on the stub CUDA module failed"
-	$CHECK "$TMPD/nccl.json" ddp 1 4 3 1 4 no || fail "nccl trace: the spans' steps"
+	$CHECK "$TMPD/nccl.json" ddp 1 4 3 1 4 any || fail "nccl trace: the spans' steps"
 else
 	echo "trace: no $STUB (built with the CUDA toolkit): NCCL's late spans not checked"
 fi
