@@ -9,12 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h> /* getrlimit: RLIMIT_AS */
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>       /* sysconf, access, unlink */
 
 #include "core/half.h"  /* half_narrow, half_widen, half_sum: the 16-bit wire */
+#include "core/vmspace.h" /* vmspace_used, vmspace_limit: ulimit -v */
 #include "comm/shm.h"
 #include "comm/world.h" /* world_mpi_error */
 
@@ -67,26 +67,12 @@ static void backing_dir(char *dir, size_t len)
 	(void)MPI_T_finalize();
 }
 
-/* This process's address space in use, bytes (0 if /proc does not say). */
-static double vm_bytes(void)
-{
-	unsigned long pages = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-
-	if (f != NULL) {
-		if (fscanf(f, "%lu", &pages) != 1)
-			pages = 0;
-		fclose(f);
-	}
-	return (double)pages * (double)sysconf(_SC_PAGESIZE);
-}
-
 enum status shm_fits(int local_size, size_t n, size_t later_bytes, struct diag *d)
 {
 	double window = (double)parts_bytes(local_size, n) + OSC_SM_EXTRA;
 	char dir[PATH_MAX];
 	struct statvfs vfs;
-	struct rlimit as;
+	double limit = vmspace_limit();
 
 	backing_dir(dir, sizeof dir);
 	/* osc/sm refuses (on the rank that creates the file only) below the file's size + 5%. */
@@ -98,8 +84,8 @@ enum status shm_fits(int local_size, size_t n, size_t later_bytes, struct diag *
 				(double)vfs.f_blocks * (double)vfs.f_frsize / MIB);
 	/* RLIMIT_AS counts the shared mapping; RLIMIT_DATA counts only private writable ones
 	 * (since Linux 4.7; the window even shrinks it, the gradients leave the heap). */
-	if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
-		double used = vm_bytes(), limit = (double)as.rlim_cur;
+	if (limit > 0) {
+		double used = vmspace_used();
 
 		if (used + window + (double)later_bytes > limit)
 			return diag_set(d, ST_RUNTIME,

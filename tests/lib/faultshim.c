@@ -6,6 +6,9 @@
  *   DDPT_SHIM_STALL=first-collective  the first MPI_Allreduce (the ranks' agreement
  *                                     on the options) never returns
  *   DDPT_SHIM_STALL=finalize          MPI_Finalize never returns
+ *   DDPT_SHIM_STALL=first-sgemm       the first cblas_sgemm never returns (as OpenBLAS's
+ *                                     allocator retries forever under a tight ulimit -v):
+ *                                     a rank stuck in computation, in no collective
  *   DDPT_SHIM_STOP=first-collective   a second into its first MPI_Allreduce (waiting, as for
  *                                     a slow rank), the process stops itself (SIGSTOP, as
  *                                     kill -STOP or a suspended job would); SIGCONT continues it
@@ -20,6 +23,7 @@
  *                                     (on the node's rank 0) or while mapping it (the others)
  */
 #define _GNU_SOURCE
+#include <cblas.h>       /* cblas_sgemm */
 #include <dlfcn.h>       /* dlsym, RTLD_NEXT */
 #include <errno.h>       /* ENOMEM */
 #include <mpi.h>         /* PMPI_Allreduce, PMPI_Finalize */
@@ -107,6 +111,22 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 		return MAP_FAILED;
 	}
 	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+}
+
+void cblas_sgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE ta, const enum CBLAS_TRANSPOSE tb,
+		 const blasint m, const blasint n, const blasint k, const float alpha, const float *a,
+		 const blasint lda, const float *b, const blasint ldb, const float beta, float *c,
+		 const blasint ldc)
+{
+	static void (*real)(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE, const enum CBLAS_TRANSPOSE,
+			    const blasint, const blasint, const blasint, const float, const float *,
+			    const blasint, const float *, const blasint, const float, float *, const blasint);
+
+	if (stall_at("first-sgemm"))
+		stall();
+	if (real == NULL)
+		*(void **)&real = dlsym(RTLD_NEXT, "cblas_sgemm");
+	real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 int fsync(int fd)
