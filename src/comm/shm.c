@@ -9,11 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <sys/mman.h>     /* madvise: MADV_POPULATE_WRITE */
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>       /* sysconf, access, unlink */
 
 #include "core/half.h"  /* half_narrow, half_widen, half_sum: the 16-bit wire */
+#include "core/signals.h" /* signals_map_note: a SIGBUS in the window names it */
 #include "core/vmspace.h" /* vmspace_used, vmspace_limit: ulimit -v */
 #include "comm/shm.h"
 #include "comm/world.h" /* world_mpi_error */
@@ -147,6 +150,49 @@ static void remove_leftover(MPI_Comm local, int ranks, size_t n)
 	closedir(dp);
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+/* Take this rank's part of the window (its pages in the backing file) now, and name the
+ * whole window for the SIGBUS handler. 1 on success; 0 with *why saying what failed. A
+ * kernel without MADV_POPULATE_WRITE (before 5.14) takes the pages as they are touched,
+ * as before; the SIGBUS handler then names the window. */
+static int populate(struct shm *s, char *why, size_t len)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), part = part_bytes(s->n);
+	char *lo = (char *)s->seg[0], *hi = (char *)s->seg[0] + part, dir[PATH_MAX];
+	char *start = (char *)((uintptr_t)s->mine / page * page);
+	char *end = (char *)(((uintptr_t)s->mine + part + page - 1) / page * page);
+	struct statvfs vfs;
+	int e;
+
+	backing_dir(dir, sizeof dir);
+	for (int q = 1; q < s->size; q++) {
+		if ((char *)s->seg[q] < lo)
+			lo = (char *)s->seg[q];
+		if ((char *)s->seg[q] + part > hi)
+			hi = (char *)s->seg[q] + part;
+	}
+	signals_map_note(lo, (size_t)(hi - lo), "the shared-memory all-reduce's window",
+			 "a page of it could not be had: /dev/shm (or osc_sm_backing_directory) filled up after the start (df /dev/shm); DDPTRAIN_ALLREDUCE=mpi needs no window");
+	s->mapped = lo;
+	if (madvise(start, (size_t)(end - start), MADV_POPULATE_WRITE) == 0)
+		return 1;
+	e = errno;
+	if (e == EINVAL) /* an older kernel: nothing taken, nothing lost */
+		return 1;
+	if (dir[0] != '\0' && statvfs(dir, &vfs) == 0)
+		snprintf(why, len, "the shared-memory window's %.1f MiB in %s could not be had (%s): it has %.1f MiB free of %.1f MiB",
+			 (double)(end - start) / MIB, dir, e == EFAULT ? "no space left" : strerror(e),
+			 (double)vfs.f_bavail * (double)vfs.f_frsize / MIB,
+			 (double)vfs.f_blocks * (double)vfs.f_frsize / MIB);
+	else
+		snprintf(why, len, "the shared-memory window's %.1f MiB could not be had (%s)",
+			 (double)(end - start) / MIB, e == EFAULT ? "no space left" : strerror(e));
+	return 0;
+}
+
 enum status shm_init(struct shm *s, MPI_Comm local, size_t n, struct diag *d)
 {
 	MPI_Info info;
@@ -193,6 +239,24 @@ enum status shm_init(struct shm *s, MPI_Comm local, size_t n, struct diag *d)
 	}
 	s->mine = s->seg[s->rank];
 	s->yield = s->size > (int)sysconf(_SC_NPROCESSORS_ONLN);
+	/* The window's file is made with ftruncate: its pages are taken when first touched,
+	 * and where /dev/shm has filled since shm_fits looked, that touch is a SIGBUS. Take
+	 * them all now, each rank its own part, so a shortage is an error here, agreed on the
+	 * node (every rank leaves the window, a collective, together). */
+	{
+		char why[PATH_MAX + 256] = "";
+		int ok = populate(s, why, sizeof why), all = 0;
+
+		rc = MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, local);
+		if (rc != MPI_SUCCESS || !all) {
+			shm_free(s);
+			if (rc != MPI_SUCCESS)
+				return world_mpi_error(d, rc, "MPI_Allreduce(shared-memory window's pages)");
+			if (!ok)
+				return diag_set(d, ST_RUNTIME, "%s", why);
+			return diag_set(d, ST_RUNTIME, "the shared-memory window's pages: another rank of this node could not have its part");
+		}
+	}
 	atomic_store(s->ready[s->rank], 0);
 	atomic_store(s->done[s->rank], 0);
 	/* Nobody reads a counter before its owner has set it. */
@@ -496,6 +560,9 @@ enum status shm_wait_upto(struct shm *s, uint64_t count, struct diag *d)
 
 void shm_free(struct shm *s)
 {
+	if (s->mapped != NULL) /* before the unmapping */
+		signals_map_remove(s->mapped);
+	s->mapped = NULL;
 	if (s->win != MPI_WIN_NULL)
 		(void)MPI_Win_free(&s->win); /* teardown: nobody to tell of a failure */
 	s->win = MPI_WIN_NULL;
