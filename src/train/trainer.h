@@ -58,6 +58,8 @@ struct train_config {
 	int zero;                  /* ddp: ZeRO stage: 0 off, 1 optimizer state sharded (the
 				    * optimizer was made with the rank's zero_plan), 2 gradients too */
 	int compress;              /* ddp: gradients travel in the communicator's wire type */
+	int compress_fp16;         /* ... and that is fp16, whose range ends at 65504: a
+				    * non-finite loss is then most likely its overflow */
 };
 
 struct train_result {
