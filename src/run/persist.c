@@ -5,6 +5,7 @@
 
 #include "run/persist.h"
 #include "run/settings.h" /* settings_resume_text */
+#include "train/schedule.h" /* schedule_names */
 #include "train/zero.h"   /* zero_cut */
 
 static enum status agree(struct persist *p, enum status st)
@@ -119,10 +120,11 @@ static enum status scatter_state(struct persist *p, const float *host)
 }
 
 /* train_ctl.checkpoint: rank 0 writes, every rank learns the outcome. */
-static enum status write_checkpoint(void *arg, long step, long epoch, long next_mb, struct diag *d)
+static enum status write_checkpoint(void *arg, long step, long epoch, long next_mb, long schedule_steps,
+				   struct diag *d)
 {
 	struct persist *p = arg;
-	struct ckpt_pos pos = {step, epoch, next_mb, p->replicas, "", p->have_best, p->best_loss};
+	struct ckpt_pos pos = {step, epoch, next_mb, p->replicas, "", p->have_best, p->best_loss, schedule_steps};
 	enum status st = ST_OK;
 	char text[4096];
 
@@ -260,11 +262,27 @@ enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct opti
 			    o->save_best, pos.best_loss);
 	}
 	opt->step = pos.step;
+	/* The schedule keeps the length it was written with, also at another world size
+	 * (whose epochs take another number of steps): its lr goes on from where it was. */
+	p->tc->schedule_steps = pos.schedule_steps;
 	ctl->start_step = pos.step;
 	ctl->start_epoch = pos.epoch;
 	ctl->start_mb = pos.next_mb;
 	if (st != ST_OK)
 		return st;
+	/* Every rank has pos: the same verdict everywhere. Fewer ranks than the checkpoint's
+	 * take more steps per epoch, and would run past the end of the schedule it keeps. */
+	if (pos.schedule_steps > 0 && p->tc->schedule != SCHED_CONSTANT) {
+		const struct loader_config here = trainer_loader_config(p->tc, o->mode == MODE_DP, p->replicas, 0);
+		long total = trainer_total_steps(ctl, loader_epoch_length(p->ds->n, &here), p->tc->grad_accum,
+						 p->tc->epochs, p->tc->max_steps);
+
+		if (total > pos.schedule_steps)
+			return agree(p, diag_set(p->d, ST_USAGE,
+					"--resume: %s: its --lr-schedule=%s is %ld optimizer steps long (written by %d replicas), but with %d replica%s the epochs left take this run to step %ld, past the schedule's end; resume it with %d replicas or more",
+					o->resume, schedule_names[p->tc->schedule], pos.schedule_steps, pos.world,
+					p->replicas, p->replicas == 1 ? "" : "s", total, pos.world));
+	}
 	/* Every rank has pos: the same verdict everywhere, no agreement needed. */
 	if (pos.epoch >= o->epochs || (o->max_steps > 0 && pos.step >= o->max_steps)) {
 		/* Nothing to train, but --save still gets the finished weights: a batch script

@@ -26,7 +26,8 @@
 struct persist {
 	/* borrowed from the session */
 	const struct options *o;
-	const struct train_config *tc; /* the loop's batches: a checkpoint's position is checked against them */
+	struct train_config *tc;   /* the loop's batches: a checkpoint's position is checked against
+				    * them; a resumed one sets its schedule_steps */
 	const struct dataset *ds;  /* the checkpoint's data identity */
 	struct model *m;
 	struct world *w;

@@ -394,7 +394,7 @@ enum status checkpoint_save(const char *path, struct ckpt_rotation *rot, const s
 	struct model_tensor t[MAX_TENSORS];
 	struct st_entry e[MAX_TENSORS];
 	char sha[SHA_HEX] = "", *header;
-	char ver[16], step[32], epoch[32], mb[32], world[16], best[40];
+	char ver[16], step[32], epoch[32], mb[32], world[16], best[40], sched[32];
 	const void *bufs[MAX_TENSORS + 1];
 	size_t lens[MAX_TENSORS + 1], hlen = 0;
 	const char *meta[24];
@@ -423,6 +423,10 @@ enum status checkpoint_save(const char *path, struct ckpt_rotation *rot, const s
 	if (pos->have_best) {
 		snprintf(best, sizeof best, "%.17g", pos->best_loss);
 		META("best_val_loss", best);
+	}
+	if (pos->schedule_steps > 0) {
+		snprintf(sched, sizeof sched, "%ld", pos->schedule_steps);
+		META("schedule_steps", sched);
 	}
 	META("config", config);
 	META("sha256", sha_zeros);
@@ -553,6 +557,15 @@ enum status checkpoint_load(const char *path, const struct model *m, const char 
 			goto out;
 		}
 		pos->have_best = 1;
+	}
+	/* Optional (older checkpoints lack it): the schedule's length, never shorter than the
+	 * steps already taken. */
+	pos->schedule_steps = 0;
+	if (meta_get(md, "schedule_steps") != NULL &&
+	    (!meta_long(md, "schedule_steps", 1, CKPT_MAX_STEP, &pos->schedule_steps) ||
+	     pos->schedule_steps < pos->step)) {
+		st = diag_set(d, ST_RUNTIME, "%s: checkpoint metadata is incomplete, malformed or out of range", what);
+		goto out;
 	}
 	if (checkpoint_config_diff(cfg, want, hl, wl, sizeof hl)) {
 		st = diag_set(d, ST_USAGE, "--resume: %s was written with %s; this run has %s", path, hl, wl);

@@ -78,7 +78,7 @@ enum status trainer_after_step(const struct train_loop *lp, long *step, const st
 		if (st != ST_OK)
 			return st;
 		span = trace_begin(tb, TR_CHECKPOINT, -1);
-		st = ctl->checkpoint(ctl->arg, *step, epoch, next, d);
+		st = ctl->checkpoint(ctl->arg, *step, epoch, next, trainer_schedule_steps(tc, total), d);
 		trace_end(tb, span);
 		if (st != ST_OK)
 			return st;
@@ -144,6 +144,11 @@ long trainer_total_steps(const struct train_ctl *ctl, long nmicro, long grad_acc
 	return total;
 }
 
+long trainer_schedule_steps(const struct train_config *tc, long total)
+{
+	return tc->schedule_steps > 0 ? tc->schedule_steps : total;
+}
+
 int trainer_step_is_fixed(const struct train_config *tc, const struct optimizer *opt)
 {
 	/* AdamW's bias corrections and a scheduled lr are new scalars every step. */
@@ -176,7 +181,8 @@ enum status trainer_optimizer_step(const struct train_config *tc, struct optimiz
 		for (int r = 0; r < opt->npieces; r++)
 			ops->clip(bc, optimizer_grad(opt, r), pc[r].len, m->norm, (float)tc->clip_grad_norm);
 	}
-	*lr = optimizer_step(opt, schedule_multiplier(tc->schedule, step, tc->warmup_steps, total));
+	*lr = optimizer_step(opt, schedule_multiplier(tc->schedule, step, tc->warmup_steps,
+						      trainer_schedule_steps(tc, total)));
 	return st;
 }
 
