@@ -47,27 +47,69 @@ static size_t parts_bytes(int ranks, size_t n)
 	return (size_t)ranks * ((part_bytes(n) + page - 1) / page * page);
 }
 
+/* The value of `key` in an Open MPI MCA parameter file ("key = value" lines, '#'
+ * comments), copied to out; 0 if the file does not set it. */
+static int param_file_value(const char *file, const char *key, char *out, size_t len)
+{
+	char line[PATH_MAX + 128];
+	size_t klen = strlen(key);
+	int found = 0;
+	FILE *f = fopen(file, "r");
+
+	while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+		char *p = line + strspn(line, " \t"), *end;
+
+		if (strncmp(p, key, klen) != 0 || strchr(" \t=", p[klen]) == NULL)
+			continue;
+		p += klen + strspn(p + klen, " \t");
+		if (*p++ != '=')
+			continue;
+		p += strspn(p, " \t");
+		end = p + strcspn(p, "\r\n");
+		while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
+			end--;
+		snprintf(out, len, "%.*s", (int)(end - p), p); /* a later line wins, as in Open MPI */
+		found = 1;
+	}
+	if (f != NULL)
+		fclose(f);
+	return found;
+}
+
 /* The directory Open MPI's osc/sm puts the window's backing file in: its
- * osc_sm_backing_directory (read through MPI_T), else /dev/shm if it may write there,
- * as osc/sm chooses. "" when neither says (another MPI, no /dev/shm). */
+ * osc_sm_backing_directory as Open MPI reads it (the environment, which mpirun --mca also
+ * sets, over the parameter files), else /dev/shm if it may write there, as osc/sm chooses.
+ * "" when neither says (another MPI, no /dev/shm). Not read through MPI_T: its
+ * MPI_T_init_thread registers every MCA component, 0.21 s per call, which was the whole of
+ * the shared-memory all-reduce's extra start-up (issue 30). The check it serves is a
+ * forecast; shm_init's taking of the pages is the authority. */
 static void backing_dir(char *dir, size_t len)
 {
-	int provided, var, count;
-	MPI_T_cvar_handle h;
+	static const char key[] = "osc_sm_backing_directory";
+	const char *env = getenv("OMPI_MCA_osc_sm_backing_directory");
+	const char *files = getenv("OMPI_MCA_mca_base_param_files");
+	char list[2 * PATH_MAX], *save = NULL;
 
 	snprintf(dir, len, "%s", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "");
-	if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS)
+	if (env != NULL && env[0] != '\0') {
+		snprintf(dir, len, "%s", env);
 		return;
-	if (MPI_T_cvar_get_index("osc_sm_backing_directory", &var) == MPI_SUCCESS &&
-	    MPI_T_cvar_handle_alloc(var, NULL, &h, &count) == MPI_SUCCESS) {
-		char *v = count > 0 ? calloc((size_t)count + 1, 1) : NULL;
-
-		if (v != NULL && MPI_T_cvar_read(h, v) == MPI_SUCCESS && v[0] != '\0')
-			snprintf(dir, len, "%s", v);
-		free(v);
-		(void)MPI_T_cvar_handle_free(&h);
 	}
-	(void)MPI_T_finalize();
+	/* Open MPI's default list: the user's file before the system's (the first that sets
+	 * the key wins). */
+	if (files != NULL && files[0] != '\0')
+		snprintf(list, sizeof list, "%s", files);
+	else
+		snprintf(list, sizeof list, "%s/.openmpi/mca-params.conf:/etc/openmpi/openmpi-mca-params.conf",
+			 getenv("HOME") != NULL ? getenv("HOME") : "/nonexistent");
+	for (char *f = strtok_r(list, ":", &save); f != NULL; f = strtok_r(NULL, ":", &save)) {
+		char v[PATH_MAX];
+
+		if (param_file_value(f, key, v, sizeof v) && v[0] != '\0') {
+			snprintf(dir, len, "%s", v);
+			return;
+		}
+	}
 }
 
 enum status shm_fits(int local_size, size_t n, size_t later_bytes, struct diag *d)
