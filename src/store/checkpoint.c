@@ -558,12 +558,11 @@ enum status checkpoint_load(const char *path, const struct model *m, const char 
 		}
 		pos->have_best = 1;
 	}
-	/* Optional (older checkpoints lack it): the schedule's length, never shorter than the
-	 * steps already taken. */
+	/* Optional (older checkpoints lack it): the schedule's length. Against the steps this
+	 * run will take it is checked by the resume (persist_resume). */
 	pos->schedule_steps = 0;
 	if (meta_get(md, "schedule_steps") != NULL &&
-	    (!meta_long(md, "schedule_steps", 1, CKPT_MAX_STEP, &pos->schedule_steps) ||
-	     pos->schedule_steps < pos->step)) {
+	    !meta_long(md, "schedule_steps", 1, CKPT_MAX_STEP, &pos->schedule_steps)) {
 		st = diag_set(d, ST_RUNTIME, "%s: checkpoint metadata is incomplete, malformed or out of range", what);
 		goto out;
 	}
