@@ -14,7 +14,7 @@ static enum status agree(struct persist *p, enum status st)
 }
 
 enum status persist_save_weights(const struct model *m, const char *path, const char *flag, long step,
-				 struct st_pending *stage, struct diag *d)
+				 const struct train_config *tc, struct st_pending *stage, struct diag *d)
 {
 	float *host = malloc(m->nparams * sizeof *host);
 	enum status st;
@@ -23,7 +23,10 @@ enum status persist_save_weights(const struct model *m, const char *path, const 
 		return diag_set(d, ST_RUNTIME, "%s: out of memory", flag);
 	st = model_state_to_host(m, 0, 1, host, d);
 	/* Data and starting weights were checked finite when loaded: this is divergence. */
-	if (st == ST_OK && !model_all_finite(host, m->nparams))
+	if (st == ST_OK && !model_all_finite(host, m->nparams) && trainer_fp16_overflow(tc) != NULL)
+		st = diag_set(d, ST_RUNTIME, "the weights are not finite after step %ld %s (%s: %s was not written)",
+			      step, trainer_fp16_overflow(tc), flag, path);
+	else if (st == ST_OK && !model_all_finite(host, m->nparams))
 		st = diag_set(d, ST_RUNTIME, "training diverged: the weights are not finite after step %ld; lower --lr (%s: %s was not written)",
 			      step, flag, path);
 	else if (st == ST_OK && stage != NULL)
@@ -136,6 +139,11 @@ static enum status write_checkpoint(void *arg, long step, long epoch, long next_
 	if (p->w->rank == 0 && st == ST_OK) {
 		settings_resume_text(p->o, p->ds, text, sizeof text);
 		st = model_state_to_host(p->m, 0, sharded(p) ? 1 : p->m->narenas, p->ckpt_host, d);
+		/* checkpoint_save refuses non-finite weights as divergence; with fp16 on the wire
+		 * they are most likely its overflow */
+		if (st == ST_OK && trainer_fp16_overflow(p->tc) != NULL && !model_all_finite(p->ckpt_host, p->m->nparams))
+			st = diag_set(d, ST_RUNTIME, "the weights are not finite after step %ld %s (--checkpoint: %s not written, the previous checkpoint is kept)",
+				      step, trainer_fp16_overflow(p->tc), p->o->checkpoint);
 		if (st == ST_OK)
 			st = checkpoint_save(p->o->checkpoint, &p->kept, p->m, p->ckpt_host,
 					     &pos, text, d);
@@ -157,7 +165,7 @@ static enum status keep_best(void *arg, long step, long epoch, double loss, stru
 	p->have_best = 1;
 	p->best_loss = loss;
 	if (p->w->rank == 0) {
-		st = persist_save_weights(p->m, p->o->save_best, "--save-best", step, NULL, d);
+		st = persist_save_weights(p->m, p->o->save_best, "--save-best", step, p->tc, NULL, d);
 		if (st == ST_OK)
 			report_note(p->r, "--save-best: %s now holds the weights after step %ld (validation loss %.6f)",
 				    p->o->save_best, step, loss);
@@ -288,7 +296,7 @@ enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct opti
 		/* Nothing to train, but --save still gets the finished weights: a batch script
 		 * that retries a run killed after its last checkpoint must not lose the model. */
 		if (o->save != NULL && p->w->rank == 0)
-			st = persist_save_weights(m, o->save, "--save", pos.step, NULL, p->d);
+			st = persist_save_weights(m, o->save, "--save", pos.step, p->tc, NULL, p->d);
 		world_expect_wait(p->w, "the --save write on rank 0");
 		st = agree(p, st);
 		if (st != ST_OK)
@@ -308,7 +316,7 @@ enum status persist_stage_save(struct persist *p, long steps)
 	enum status st = ST_OK;
 
 	if (p->o->save != NULL && p->w->rank == 0)
-		st = persist_save_weights(p->m, p->o->save, "--save", steps, &p->saved, p->d);
+		st = persist_save_weights(p->m, p->o->save, "--save", steps, p->tc, &p->saved, p->d);
 	world_expect_wait(p->w, "the --save write on rank 0");
 	return agree(p, st);
 }

@@ -22,11 +22,9 @@ enum status trainer_after_step(const struct train_loop *lp, long *step, const st
 	int logged;
 	enum status st;
 
-	/* fp16 on the wire: a gradient beyond 65504 arrives as infinity and the next loss is
-	 * not finite, whatever --lr is (bf16 keeps float32's range). */
-	if (!isfinite(loss) && tc->compress_fp16)
-		return diag_set(d, ST_RUNTIME, "loss is %f at step %ld (epoch %ld) with --grad-compress=fp16: a gradient beyond fp16's range (65504) becomes infinite on the wire; use --grad-compress=bf16 (float32's range) or none, or scale the data or the loss down (lower --lr only if the run diverges without compression too)",
-				(double)loss, *step + 1, b->epoch + 1);
+	if (!isfinite(loss) && trainer_fp16_overflow(tc) != NULL)
+		return diag_set(d, ST_RUNTIME, "loss is %f at step %ld (epoch %ld) %s",
+				(double)loss, *step + 1, b->epoch + 1, trainer_fp16_overflow(tc));
 	if (!isfinite(loss))
 		return diag_set(d, ST_RUNTIME, "loss is %f at step %ld (epoch %ld): training diverged; lower --lr",
 				(double)loss, *step + 1, b->epoch + 1);
@@ -142,6 +140,15 @@ long trainer_total_steps(const struct train_ctl *ctl, long nmicro, long grad_acc
 	if (max_steps > 0 && max_steps < total)
 		total = max_steps;
 	return total;
+}
+
+const char *trainer_fp16_overflow(const struct train_config *tc)
+{
+	/* fp16 on the wire: a gradient beyond 65504 arrives as infinity and the next loss (or
+	 * the weights) are not finite, whatever --lr is; bf16 keeps float32's range. */
+	if (!tc->compress_fp16)
+		return NULL;
+	return "with --grad-compress=fp16: a gradient beyond fp16's range (65504) becomes infinite on the wire; use --grad-compress=bf16 (float32's range) or none, or scale the data or the loss down (lower --lr only if the run diverges without compression too)";
 }
 
 long trainer_schedule_steps(const struct train_config *tc, long total)

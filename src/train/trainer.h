@@ -130,6 +130,10 @@ struct loader_config trainer_loader_config(const struct train_config *tc, int dp
  * and the epochs after it, capped by max_steps (0: no cap). */
 long trainer_total_steps(const struct train_ctl *ctl, long nmicro, long grad_accum, long epochs,
 			 long max_steps);
+/* With --grad-compress=fp16, what a non-finite loss or non-finite weights after a step
+ * most likely mean and what to do (one text for every message that reports them); NULL
+ * otherwise (then: training diverged; lower --lr). */
+const char *trainer_fp16_overflow(const struct train_config *tc);
 /* The lr schedule's length: the one a resumed checkpoint fixed (tc->schedule_steps), else
  * the run's total. */
 long trainer_schedule_steps(const struct train_config *tc, long total);
