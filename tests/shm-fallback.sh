@@ -60,7 +60,7 @@ echo "rank 0 unable to map the window: exit 1 at --timeout, no backing file left
 for alg in auto shm; do
 	rc=0
 	timeout -k 5 120 mpirun --oversubscribe -x DDPTRAIN_ALLREDUCE=$alg -x LD_PRELOAD="$FAULTSHIM" \
-		-x DDPT_SHIM_FILL_SHM=8192 -np 2 "$DDPTRAIN" $args --timeout=10 >"$TMPD/out" 2>"$TMPD/err" || rc=$?
+		-x DDPT_SHIM_FILL_SHM=8192 -np 2 "$DDPTRAIN" $args --max-steps=1 --timeout=10 >"$TMPD/out" 2>"$TMPD/err" || rc=$?
 	rm -f /dev/shm/faultshim-filler.*
 	no_leftover "/dev/shm filled after the check ($alg)"
 	want="the shared-memory window's [0-9.]+ MiB in /dev/shm could not be had \(no space left\): it has [0-9.]+ MiB free of 1024\.0 MiB"
@@ -83,10 +83,10 @@ mkdir "$TMPD/osc"
 mount -t tmpfs -o size=8m tmpfs "$TMPD/osc" || fail "cannot mount a tmpfs on $TMPD/osc"
 echo "osc_sm_backing_directory = $TMPD/osc" >"$TMPD/params.conf"
 want="# all-reduce auto: mpi (the shared-memory window needs 72.6 MiB in $TMPD/osc, which has 8.0 MiB free of 8.0 MiB)"
-out=$(timeout -k 5 120 mpirun --oversubscribe --mca osc_sm_backing_directory "$TMPD/osc" -np 2 "$DDPTRAIN" $args) ||
+out=$(timeout -k 5 120 mpirun --oversubscribe --mca osc_sm_backing_directory "$TMPD/osc" -np 2 "$DDPTRAIN" $args --max-steps=1) ||
 	fail "--mca osc_sm_backing_directory: exit $?"
 grep -qxF "$want" <<<"$out" || fail "--mca osc_sm_backing_directory: $(grep 'all-reduce auto' <<<"$out")"
-out=$(OMPI_MCA_mca_base_param_files="$TMPD/params.conf" timeout -k 5 120 mpirun --oversubscribe -np 2 "$DDPTRAIN" $args) ||
+out=$(OMPI_MCA_mca_base_param_files="$TMPD/params.conf" timeout -k 5 120 mpirun --oversubscribe -np 2 "$DDPTRAIN" $args --max-steps=1) ||
 	fail "osc_sm_backing_directory in a parameter file: exit $?"
 grep -qxF "$want" <<<"$out" || fail "osc_sm_backing_directory in a parameter file: $(grep 'all-reduce auto' <<<"$out")"
 umount "$TMPD/osc"
