@@ -212,6 +212,24 @@ echo "pbs dry run, resuming: $out"
 checks=$((checks + 1))
 "${pbs_env[@]}" DRY_RUN=1 PBS_NODEFILE= "$PBS" >/dev/null 2>&1 && fail "pbs script ran without a node file"
 "${pbs_env[@]}" DRY_RUN=1 WALLTIME=1:xx "$PBS" >/dev/null 2>&1 && fail "pbs script took WALLTIME=1:xx"
+# WALLTIME is PBS's [[HH:]MM:]SS[.mmm], minutes and seconds below 60 after a first field,
+# at most 8760 hours; anything else exit 2 naming the value (issue 30; before: 2^63 and
+# 1:0:0:0:0:0:0:0:0:0:0:0 gave "SIGUSR1 after 0 s", 10^20 wrapped to 7766279631452241799 s,
+# 1:2:3:4 and 10:99:99 were taken).
+for w in 9223372036854775808 99999999999999999999 1:0:0:0:0:0:0:0:0:0:0:0 1:2:3:4 10:99:99 \
+	10:00:99 8761:00:00 1.2345 : 1::2 ' 10' '$(id)'; do
+	rc=0
+	"${pbs_env[@]}" DRY_RUN=1 WALLTIME="$w" "$PBS" >/dev/null 2>"$TMPD/err" || rc=$?
+	[ $rc -eq 2 ] && [ "$(wc -l <"$TMPD/err")" -eq 1 ] && grep -qF "ddptrain.pbs: WALLTIME='$w'" "$TMPD/err" ||
+		fail "WALLTIME='$w': exit $rc, want 2 and one line naming it: $(cat "$TMPD/err")"
+done
+for w in 3600:3480 90:00:5280 100:00:00:359880 8760:00:00:31535880 04:00:00.5:14280 00:02:01:1; do
+	"${pbs_env[@]}" DRY_RUN=1 WALLTIME="${w%:*}" "$PBS" >/dev/null 2>"$TMPD/err" || fail "WALLTIME=${w%:*} refused: $(cat "$TMPD/err")"
+	grep -q "would send SIGUSR1 after ${w##*:} s (walltime ${w%:*} less 120 s)" "$TMPD/err" ||
+		fail "WALLTIME=${w%:*}: want ${w##*:} s: $(cat "$TMPD/err")"
+done
+echo "pbs: 12 malformed or out-of-range walltimes refused (exit 2), 6 forms of PBS's accepted"
+checks=$((checks + 2))
 
 # Its own timer stops ddptrain STOP_BEFORE s before the walltime; exit 3 reruns the job.
 : >"$FAKE_LOG"

@@ -49,12 +49,14 @@ wide.dp2 samples/s dp
 toy.np2.trace us/step trace off
 wide.np2.trace samples/s trace off
 job.wall s MPI floor
+job.wall.mpi s MPI floor
+job.wall.shm s MPI floor
 job.rss MiB MPI floor
 EOF
 # Issue 22's rows, where this ddptrain has --zero; else the line saying they were not run
-nrows=18
+nrows=20
 if "$DDPTRAIN" --help 2>&1 | grep -q -- --zero; then
-	nrows=31
+	nrows=33
 	check_rows <<'EOF'
 big.opt.np2.z1 MiB ddp
 big.state.np2.z1 MiB ddp

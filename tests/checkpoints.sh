@@ -119,4 +119,18 @@ RCDIR=$TMPD timeout -k 5 60 mpirun --oversubscribe \
 	>out 2>err || fail "mpirun failed ($?)"
 [ "$(cat rc.0 rc.1)" = "$(printf '2\n2')" ] && grep -q "configuration differs between ranks: inputs=f4 (100, 10)" err ||
 	fail "MPMD ranks with different --inputs: $(cat rc.* err)"
-echo "checkpoints: 12 edited headers refused (6 of them positions), 2 consistent ones resumed, rotation kept the right files (through a link too), other data refused"
+# Forged optimizer state, re-signed (issue 30): NaN or Inf in exp_avg (before: "the
+# checkpoint holds non-finite weights", no tensor named, and it is no weight) and a negative
+# exp_avg_sq, which AdamW never writes (before: accepted; step 5's loss was -nan, "lower
+# --lr"). Each names the tensor and the element; the unedited checkpoint resumes.
+A="--samples=200 --optimizer=adamw --layers=4,3,2 --quiet"
+run_mpi 1 $A --max-steps=3 --checkpoint=ad.st || fail "making an AdamW checkpoint"
+forge ad.st f1.st 'set exp_avg_sq.net1.weight[5]=-0.5'
+expect_fail 1 "--resume: f1.st: tensor 'exp_avg_sq.net1.weight' element (1, 1) (counting from 0) is -0.5, negative, where exp_avg_sq is AdamW's running mean of squared gradients: training never writes that (the file was altered or corrupted)" \
+	2 $A --max-steps=5 --resume=f1.st
+forge ad.st f2.st 'set exp_avg.net2.bias[1]=nan'
+expect_fail 1 "--resume: f2.st: tensor 'exp_avg.net2.bias' element (1) (counting from 0) is nan, not a finite number" 1 $A --max-steps=5 --resume=f2.st
+forge ad.st f3.st 'set exp_avg_sq.net2.weight[0]=inf'
+expect_fail 1 "--resume: f3.st: tensor 'exp_avg_sq.net2.weight' element (0, 0) (counting from 0) is inf, not a finite number" 1 $A --max-steps=5 --resume=f3.st
+run_mpi 1 $A --max-steps=5 --resume=ad.st || fail "the unedited AdamW checkpoint does not resume"
+echo "checkpoints: 12 edited headers refused (6 of them positions), 3 forged optimizer states refused, 2 consistent ones resumed, rotation kept the right files (through a link too), other data refused"

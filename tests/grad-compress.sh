@@ -118,4 +118,24 @@ run_mpi 2 $common --grad-compress=bf16 --save=b16.st || fail "the bf16 run"
 "$STCOMPARE" --exact b16.st f32.st >/dev/null && fail "--grad-compress=bf16 gave float32's weights bit for bit"
 out=$("$STCOMPARE" b16.st f32.st 0.05) || fail "bf16 against float32: $out"
 echo "bf16 against float32 after 2 epochs: $out"
+
+# Gradients beyond fp16's range (65504): data scaled by 1e4 at a harmless --lr. fp16 says
+# its wire overflowed and names the remedies; bf16 and float32 train (issue 30; before:
+# "loss is -nan at step 2 (epoch 2): training diverged; lower --lr").
+"$MKNPY" bx.npy 40 10 f4 1 1 x10000
+"$MKNPY" by.npy 40 5 f4 2 1 x10000
+big="--inputs=bx.npy --targets=by.npy --lr=1e-12 --max-steps=4 --quiet"
+expect_fail 1 "at step 2 (epoch 2) with --grad-compress=fp16: a gradient beyond fp16's range (65504) becomes infinite on the wire; use --grad-compress=bf16 (float32's range) or none" \
+	2 $big --grad-compress=fp16
+# The weights after step 1 are already infinite: --save and a checkpoint say the same.
+fp16="with --grad-compress=fp16: a gradient beyond fp16's range (65504) becomes infinite on the wire"
+expect_fail 1 "the weights are not finite after step 1 $fp16" 2 ${big/--max-steps=4/--max-steps=1} \
+	--grad-compress=fp16 --save=o.st
+expect_fail 1 "the weights are not finite after step 1 $fp16" 2 $big --grad-compress=fp16 --checkpoint=o.st \
+	--checkpoint-every=1
+[ ! -e o.st ] || fail "non-finite weights were written"
+for wire in bf16 none; do
+	run_mpi 2 $big --grad-compress=$wire || fail "--grad-compress=$wire with gradients beyond 65504"
+done
+echo "gradients beyond 65504: fp16 names its overflow (the loss, --save, a checkpoint), bf16 and none train"
 echo "grad-compress: ok"

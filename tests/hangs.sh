@@ -60,6 +60,13 @@ hang_ends "step 2: MPI_Finalize did not complete within --timeout=5 s" \
 	-np 1 "$E" "$DDPTRAIN" --timeout=5 --max-steps=2 --quiet : \
 	-np 1 "$E" $P DDPT_SHIM_STALL=finalize "$DDPTRAIN" --timeout=5 --max-steps=2 --quiet
 echo "start-up, first agreement and MPI_Finalize stalls: each job ended after --timeout"
+# A rank stuck in computation, in no collective (its first product never returns, as
+# OpenBLAS's allocator spins under a tight ulimit -v): it ends itself at --timeout, naming
+# its step (issue 30; before: rank 0 gave up in the all-reduce, rank 1 spun on, unnamed).
+hang_ends "rank 1: step 1: the step did not end within --timeout=3 s: this rank has been computing (or writing) for 3 s without reaching a collective" \
+	-np 1 "$E" "$DDPTRAIN" --timeout=3 --max-steps=5 --quiet : \
+	-np 1 "$E" $P DDPT_SHIM_STALL=first-sgemm "$DDPTRAIN" --timeout=3 --max-steps=5 --quiet
+echo "a rank stuck in its first product: ended at --timeout, step named"
 
 # 4. A graceful stop while rank 0 writes a slow checkpoint (each fsync takes 3 s): the
 #    others wait for it (before: the second rank gave up after 2 s, exit 1, a temporary left).

@@ -91,7 +91,7 @@ st_cases=(
 	st-metadata-not-object.safetensors "__metadata__ is not an object"
 	st-metadata-number.safetensors "__metadata__ value 'lr' is not a string"
 	st-metadata-nan.safetensors "safetensors header is not valid JSON: invalid token near 'NaN'"
-	st-nan-weights.safetensors "weights contain a non-finite value"
+	st-nan-weights.safetensors "tensor 'net1.bias' element (9) (counting from 0) is nan, not a finite number: ddptrain starts only from finite weights"
 )
 
 # Every corpus file is listed above, and every listed file exists.

@@ -2,8 +2,8 @@
 # What a hostile or unlucky environment gets: FIFOs as input files, output flags
 # on some ranks only, a launcher that starts lone processes, an input truncated
 # while training, a standard output that cannot be written, --save through a
-# symbolic link, stale temporary files; and the --metrics stream survives
-# stops and resumes.
+# symbolic link, stale temporary files, an address-space limit (ulimit -v) too
+# small for what training maps; and the --metrics stream survives stops and resumes.
 . "$(dirname "$0")/lib/setup.sh"
 cd "$TMPD"
 
@@ -66,6 +66,23 @@ rc=0; wait $bg || rc=$?
 grep -q "ddptrain: --inputs: bx.npy: the file became shorter while training read it" bus.err ||
 	fail "truncated input message: $(cat bus.err)"
 echo "input truncated during training: exit 1 naming it"
+
+# Issue 30 item 3. An address-space limit (ulimit -v) that cannot hold OpenBLAS's 128 MiB
+#    work buffer: refused before training on every rank, exit 1, naming the limit and what
+#    would do (before: both ranks spun forever in OpenBLAS's blas_memory_alloc, past
+#    --timeout=10). The limit it names is enough: the same job trains under it.
+(
+	ulimit -v 300000
+	expect_fail 1 "the address-space limit (ulimit -v 300000, 293.0 MiB) cannot hold OpenBLAS's 128 MiB work buffer: " 2 \
+		--max-steps=5 --timeout=10
+)
+enough=$(sed -n 's/.*raise ulimit -v to at least \([0-9]*\)$/\1/p' "$TMPD/stderr")
+[ -n "$enough" ] || fail "no limit named: $(cat "$TMPD/stderr")"
+(
+	ulimit -v "$enough"
+	run_mpi 2 --max-steps=5 --timeout=10 --quiet
+) || fail "the job does not train under the limit the refusal named (ulimit -v $enough)"
+echo "ulimit -v 300000: exit 1 before training, naming the limit; ulimit -v $enough (named) trains"
 
 # 17, 11. Standard output on a full device: the write error is reported, exit 1, and
 #     no --save is written (before: exit 0, output lost).

@@ -50,6 +50,23 @@ rc=0; run_mpi 2 ${A/--optimizer=adamw/--optimizer=sgd} --resume=ck.st.step-00000
 rc=0; run_mpi 2 $A --max-steps=20 --resume=ck.st.step-00000005 2>err || rc=$?
 [ $rc -eq 2 ] && grep -q "written with --max-steps=0; this run has --max-steps=20" err ||
 	fail "schedule length change ($rc): $(cat err)"
+# A world-size change at an epoch boundary keeps the schedule's length as the checkpoint
+# wrote it (20 steps at 1 rank; the epoch left takes 5 at 2 ranks): steps 11 to 15 at 2
+# ranks take the lr of steps 11 to 15 at 1 rank (issue 30; before: the length was
+# recomputed as 15 and the lr jumped at the resume: 0.00323 at step 11, not 0.00587).
+W="--layers=4,8,2 --samples=40 --batch-size=4 --epochs=2 --lr=0.01 --optimizer=adamw --lr-schedule=cosine
+   --warmup-steps=2 --drop-last --quiet --log-every=1"
+run_mpi 1 $W --checkpoint=wk.st --checkpoint-every=10 --keep-checkpoints=3 --metrics=w1.jsonl || fail "1 rank, cosine"
+run_mpi 2 $W --resume=wk.st.step-00000010 --metrics=w2.jsonl || fail "resumed at 2 ranks"
+lrs() { grep '"type":"step"' "$1" | sed 's/.*"step":\([0-9]*\).*"lr":\([^,}]*\).*/\1 \2/'; }
+want=$(lrs w1.jsonl | sed -n '11,15p')
+[ -n "$want" ] && [ "$(lrs w2.jsonl)" = "$want" ] ||
+	fail "the lr after a resume at 2 ranks: $(lrs w2.jsonl | tr '\n' ' '), want $(tr '\n' ' ' <<<"$want")"
+# The other way, fewer ranks would take the run past the schedule's end: refused (exit 2).
+run_mpi 2 $W --checkpoint=wj.st --checkpoint-every=5 --keep-checkpoints=3 || fail "2 ranks, cosine"
+expect_fail 2 "--resume: wj.st.step-00000005: its --lr-schedule=cosine is 10 optimizer steps long (written by 2 replicas), but with 1 replica the epochs left take this run to step 15, past the schedule's end; resume it with 2 replicas or more" \
+	1 $W --resume=wj.st.step-00000005
+echo "resume at 2 ranks of a 1-rank cosine run: the lr of steps 11-15 continues the 20-step schedule; at 1 rank of a 2-rank one: refused"
 
 # 3. Validation: an eval record after every epoch (20 steps each) and every 7 steps, the
 #    frozen layer untouched, --save-best written.

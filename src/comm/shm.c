@@ -9,12 +9,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h> /* getrlimit: RLIMIT_AS */
+#include <errno.h>
+#include <sys/mman.h>     /* madvise: MADV_POPULATE_WRITE */
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>       /* sysconf, access, unlink */
 
 #include "core/half.h"  /* half_narrow, half_widen, half_sum: the 16-bit wire */
+#include "core/signals.h" /* signals_map_note: a SIGBUS in the window names it */
+#include "core/vmspace.h" /* vmspace_used, vmspace_limit: ulimit -v */
 #include "comm/shm.h"
 #include "comm/world.h" /* world_mpi_error */
 
@@ -44,41 +47,69 @@ static size_t parts_bytes(int ranks, size_t n)
 	return (size_t)ranks * ((part_bytes(n) + page - 1) / page * page);
 }
 
-/* The directory Open MPI's osc/sm puts the window's backing file in: its
- * osc_sm_backing_directory (read through MPI_T), else /dev/shm if it may write there,
- * as osc/sm chooses. "" when neither says (another MPI, no /dev/shm). */
-static void backing_dir(char *dir, size_t len)
+/* The value of `key` in an Open MPI MCA parameter file ("key = value" lines, '#'
+ * comments), copied to out; 0 if the file does not set it. */
+static int param_file_value(const char *file, const char *key, char *out, size_t len)
 {
-	int provided, var, count;
-	MPI_T_cvar_handle h;
+	char line[PATH_MAX + 128];
+	size_t klen = strlen(key);
+	int found = 0;
+	FILE *f = fopen(file, "r");
 
-	snprintf(dir, len, "%s", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "");
-	if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS)
-		return;
-	if (MPI_T_cvar_get_index("osc_sm_backing_directory", &var) == MPI_SUCCESS &&
-	    MPI_T_cvar_handle_alloc(var, NULL, &h, &count) == MPI_SUCCESS) {
-		char *v = count > 0 ? calloc((size_t)count + 1, 1) : NULL;
+	while (f != NULL && fgets(line, sizeof line, f) != NULL) {
+		char *p = line + strspn(line, " \t"), *end;
 
-		if (v != NULL && MPI_T_cvar_read(h, v) == MPI_SUCCESS && v[0] != '\0')
-			snprintf(dir, len, "%s", v);
-		free(v);
-		(void)MPI_T_cvar_handle_free(&h);
+		if (strncmp(p, key, klen) != 0 || strchr(" \t=", p[klen]) == NULL)
+			continue;
+		p += klen + strspn(p + klen, " \t");
+		if (*p++ != '=')
+			continue;
+		p += strspn(p, " \t");
+		end = p + strcspn(p, "\r\n");
+		while (end > p && (end[-1] == ' ' || end[-1] == '\t'))
+			end--;
+		snprintf(out, len, "%.*s", (int)(end - p), p); /* a later line wins, as in Open MPI */
+		found = 1;
 	}
-	(void)MPI_T_finalize();
+	if (f != NULL)
+		fclose(f);
+	return found;
 }
 
-/* This process's address space in use, bytes (0 if /proc does not say). */
-static double vm_bytes(void)
+/* The directory Open MPI's osc/sm puts the window's backing file in: its
+ * osc_sm_backing_directory as Open MPI reads it (the environment, which mpirun --mca also
+ * sets, over the parameter files), else /dev/shm if it may write there, as osc/sm chooses.
+ * "" when neither says (another MPI, no /dev/shm). Not read through MPI_T: its
+ * MPI_T_init_thread registers every MCA component, 0.21 s per call, which was the whole of
+ * the shared-memory all-reduce's extra start-up (issue 30). The check it serves is a
+ * forecast; shm_init's taking of the pages is the authority. */
+static void backing_dir(char *dir, size_t len)
 {
-	unsigned long pages = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
+	static const char key[] = "osc_sm_backing_directory";
+	const char *env = getenv("OMPI_MCA_osc_sm_backing_directory");
+	const char *files = getenv("OMPI_MCA_mca_base_param_files");
+	char list[2 * PATH_MAX], *save = NULL;
 
-	if (f != NULL) {
-		if (fscanf(f, "%lu", &pages) != 1)
-			pages = 0;
-		fclose(f);
+	snprintf(dir, len, "%s", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "");
+	if (env != NULL && env[0] != '\0') {
+		snprintf(dir, len, "%s", env);
+		return;
 	}
-	return (double)pages * (double)sysconf(_SC_PAGESIZE);
+	/* Open MPI's default list: the user's file before the system's (the first that sets
+	 * the key wins). */
+	if (files != NULL && files[0] != '\0')
+		snprintf(list, sizeof list, "%s", files);
+	else
+		snprintf(list, sizeof list, "%s/.openmpi/mca-params.conf:/etc/openmpi/openmpi-mca-params.conf",
+			 getenv("HOME") != NULL ? getenv("HOME") : "/nonexistent");
+	for (char *f = strtok_r(list, ":", &save); f != NULL; f = strtok_r(NULL, ":", &save)) {
+		char v[PATH_MAX];
+
+		if (param_file_value(f, key, v, sizeof v) && v[0] != '\0') {
+			snprintf(dir, len, "%s", v);
+			return;
+		}
+	}
 }
 
 enum status shm_fits(int local_size, size_t n, size_t later_bytes, struct diag *d)
@@ -86,7 +117,7 @@ enum status shm_fits(int local_size, size_t n, size_t later_bytes, struct diag *
 	double window = (double)parts_bytes(local_size, n) + OSC_SM_EXTRA;
 	char dir[PATH_MAX];
 	struct statvfs vfs;
-	struct rlimit as;
+	double limit = vmspace_limit();
 
 	backing_dir(dir, sizeof dir);
 	/* osc/sm refuses (on the rank that creates the file only) below the file's size + 5%. */
@@ -98,8 +129,8 @@ enum status shm_fits(int local_size, size_t n, size_t later_bytes, struct diag *
 				(double)vfs.f_blocks * (double)vfs.f_frsize / MIB);
 	/* RLIMIT_AS counts the shared mapping; RLIMIT_DATA counts only private writable ones
 	 * (since Linux 4.7; the window even shrinks it, the gradients leave the heap). */
-	if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
-		double used = vm_bytes(), limit = (double)as.rlim_cur;
+	if (limit > 0) {
+		double used = vmspace_used();
 
 		if (used + window + (double)later_bytes > limit)
 			return diag_set(d, ST_RUNTIME,
@@ -161,6 +192,49 @@ static void remove_leftover(MPI_Comm local, int ranks, size_t n)
 	closedir(dp);
 }
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14 */
+#endif
+
+/* Take this rank's part of the window (its pages in the backing file) now, and name the
+ * whole window for the SIGBUS handler. 1 on success; 0 with *why saying what failed. A
+ * kernel without MADV_POPULATE_WRITE (before 5.14) takes the pages as they are touched,
+ * as before; the SIGBUS handler then names the window. */
+static int populate(struct shm *s, char *why, size_t len)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), part = part_bytes(s->n);
+	char *lo = (char *)s->seg[0], *hi = (char *)s->seg[0] + part, dir[PATH_MAX];
+	char *start = (char *)((uintptr_t)s->mine / page * page);
+	char *end = (char *)(((uintptr_t)s->mine + part + page - 1) / page * page);
+	struct statvfs vfs;
+	int e;
+
+	backing_dir(dir, sizeof dir);
+	for (int q = 1; q < s->size; q++) {
+		if ((char *)s->seg[q] < lo)
+			lo = (char *)s->seg[q];
+		if ((char *)s->seg[q] + part > hi)
+			hi = (char *)s->seg[q] + part;
+	}
+	signals_map_note(lo, (size_t)(hi - lo), "the shared-memory all-reduce's window",
+			 "a page of it could not be had: /dev/shm (or osc_sm_backing_directory) filled up after the start (df /dev/shm); DDPTRAIN_ALLREDUCE=mpi needs no window");
+	s->mapped = lo;
+	if (madvise(start, (size_t)(end - start), MADV_POPULATE_WRITE) == 0)
+		return 1;
+	e = errno;
+	if (e == EINVAL) /* an older kernel: nothing taken, nothing lost */
+		return 1;
+	if (dir[0] != '\0' && statvfs(dir, &vfs) == 0)
+		snprintf(why, len, "the shared-memory window's %.1f MiB in %s could not be had (%s): it has %.1f MiB free of %.1f MiB",
+			 (double)(end - start) / MIB, dir, e == EFAULT ? "no space left" : strerror(e),
+			 (double)vfs.f_bavail * (double)vfs.f_frsize / MIB,
+			 (double)vfs.f_blocks * (double)vfs.f_frsize / MIB);
+	else
+		snprintf(why, len, "the shared-memory window's %.1f MiB could not be had (%s)",
+			 (double)(end - start) / MIB, e == EFAULT ? "no space left" : strerror(e));
+	return 0;
+}
+
 enum status shm_init(struct shm *s, MPI_Comm local, size_t n, struct diag *d)
 {
 	MPI_Info info;
@@ -207,6 +281,24 @@ enum status shm_init(struct shm *s, MPI_Comm local, size_t n, struct diag *d)
 	}
 	s->mine = s->seg[s->rank];
 	s->yield = s->size > (int)sysconf(_SC_NPROCESSORS_ONLN);
+	/* The window's file is made with ftruncate: its pages are taken when first touched,
+	 * and where /dev/shm has filled since shm_fits looked, that touch is a SIGBUS. Take
+	 * them all now, each rank its own part, so a shortage is an error here, agreed on the
+	 * node (every rank leaves the window, a collective, together). */
+	{
+		char why[PATH_MAX + 256] = "";
+		int ok = populate(s, why, sizeof why), all = 0;
+
+		rc = MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, local);
+		if (rc != MPI_SUCCESS || !all) {
+			shm_free(s);
+			if (rc != MPI_SUCCESS)
+				return world_mpi_error(d, rc, "MPI_Allreduce(shared-memory window's pages)");
+			if (!ok)
+				return diag_set(d, ST_RUNTIME, "%s", why);
+			return diag_set(d, ST_RUNTIME, "the shared-memory window's pages: another rank of this node could not have its part");
+		}
+	}
 	atomic_store(s->ready[s->rank], 0);
 	atomic_store(s->done[s->rank], 0);
 	/* Nobody reads a counter before its owner has set it. */
@@ -510,6 +602,9 @@ enum status shm_wait_upto(struct shm *s, uint64_t count, struct diag *d)
 
 void shm_free(struct shm *s)
 {
+	if (s->mapped != NULL) /* before the unmapping */
+		signals_map_remove(s->mapped);
+	s->mapped = NULL;
 	if (s->win != MPI_WIN_NULL)
 		(void)MPI_Win_free(&s->win); /* teardown: nobody to tell of a failure */
 	s->win = MPI_WIN_NULL;

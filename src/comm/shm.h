@@ -59,6 +59,7 @@ struct shm {
 	size_t n;                    /* floats in each rank's buffer */
 	float *mine;                 /* this rank's buffer: where the gradients must live */
 	float *seg[SHM_RANKS];       /* every rank's buffer, mapped here */
+	void *mapped;                /* the window's lowest address, named to the SIGBUS handler */
 	/* rank q's counters, at the end of its buffer, each on its own cache line */
 	_Atomic uint64_t *ready[SHM_RANKS]; /* all-reduces q has published */
 	_Atomic uint64_t *done[SHM_RANKS];  /* all-reduces whose slice q has added */

@@ -28,6 +28,11 @@
  * longest wait seen so far), unless the wait was declared one for a rank that is busy
  * writing (world_expect_wait), which only --timeout ends.
  *
+ * While training runs (world_watch_training), the time between two marks is watched as
+ * well: every step marks its host synchronisation, so a rank that marks nothing for
+ * --timeout is stuck outside any collective (a product that never returns, a write that
+ * never ends) and would otherwise leave the others waiting and itself spinning.
+ *
  * Time this process itself did not run (SIGSTOP and SIGCONT, a suspended job, a
  * machine too busy to schedule it) is no other rank's fault: the thread sees it as a
  * late look, and it does not count toward the wait. */
@@ -42,6 +47,8 @@ struct world_watch {
 	const char *_Atomic busy; /* the marked collective waits for this (or NULL) */
 	const char *_Atomic failed; /* this rank's own failure, on its way to the others */
 	atomic_int patient;   /* no grace for a pending stop: MPI start-up, or busy set */
+	atomic_int training;  /* the time between marks is watched too */
+	_Atomic long *now_step; /* the world's step, read when a rank is stuck between marks */
 	atomic_int rank;      /* -1 until MPI says */
 	int quit;
 };
@@ -58,7 +65,8 @@ static void give_up(struct world_watch *x, const char *why, double waited, doubl
 	char own[128] = "";
 
 	int rank = atomic_load(&x->rank);
-	long step = atomic_load(&x->step);
+	int between = !(atomic_load(&x->gen) & 1); /* stuck between two marks */
+	long step = between ? atomic_load(x->now_step) : atomic_load(&x->step);
 	const char *busy = atomic_load(&x->busy);
 
 	if (rank >= 0)
@@ -70,7 +78,10 @@ static void give_up(struct world_watch *x, const char *why, double waited, doubl
 	if (paused > 0)
 		snprintf(own, sizeof own, " (and this rank itself was stopped or not scheduled for %.0f s more)",
 			 paused);
-	if (why == NULL && atomic_load(&x->failed) != NULL)
+	if (why == NULL && between)
+		fprintf(stderr, "the step did not end within --timeout=%g s%s: this rank has been computing (or writing) for %.0f s without reaching a collective, and the others wait for it; giving up\n",
+			x->timeout, own, waited);
+	else if (why == NULL && atomic_load(&x->failed) != NULL)
 		/* This rank failed first: its reason, not only the wait, is the news. */
 		fprintf(stderr, "%s (then %s did not complete within --timeout=%g s: the other ranks are stuck, probably waiting for this one; giving up)\n",
 			atomic_load(&x->failed), atomic_load(&x->what), x->timeout);
@@ -115,12 +126,17 @@ static void *watchdog_main(void *arg)
 			paused += now - looked - WATCH_TICK;
 		}
 		looked = now;
-		if (!(gen & 1) || gen != seen) { /* idle, or a new collective since the last look */
+		if (gen != seen) { /* a mark since the last look */
 			if ((seen & 1) && now - since > longest)
 				longest = now - since; /* the one seen in progress has ended */
 			seen = gen;
 			since = now;
 			paused = 0.0;
+			continue;
+		}
+		if (!(gen & 1)) { /* between collectives: watched only while training */
+			if (x->timeout > 0 && atomic_load(&x->training) && now - since >= x->timeout)
+				give_up(x, NULL, now - since, paused);
 			continue;
 		}
 		if (x->timeout > 0 && now - since >= x->timeout)
@@ -156,6 +172,8 @@ enum status world_watchdog_start(struct world *w, double timeout_s, struct diag 
 	atomic_init(&x->what, "");
 	atomic_init(&x->busy, NULL);
 	atomic_init(&x->patient, 0);
+	atomic_init(&x->training, 0);
+	x->now_step = &w->step;
 	pthread_mutex_init(&x->mu, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -184,6 +202,16 @@ void world_watch_begin(struct world *w, const char *what)
 	atomic_store_explicit(&x->what, what, memory_order_relaxed);
 	atomic_store_explicit(&x->step, w->step, memory_order_relaxed);
 	atomic_fetch_add_explicit(&x->gen, 1, memory_order_release); /* now odd */
+}
+
+void world_watch_training(struct world *w, int on)
+{
+	struct world_watch *x = w->watch;
+
+	if (x == NULL)
+		return;
+	atomic_fetch_add(&x->gen, 2); /* a mark of its own: the wait starts now */
+	atomic_store(&x->training, on);
 }
 
 void world_watch_end(struct world *w)

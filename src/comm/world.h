@@ -21,7 +21,7 @@ struct world {
 	MPI_Comm comm;              /* MPI_COMM_WORLD */
 	MPI_Comm local;             /* this node's ranks */
 	int inited;                 /* we called MPI_Init_thread, so we finalize */
-	long step;                  /* the optimizer step in progress (for the watchdog) */
+	_Atomic long step;          /* the optimizer step in progress (the watchdog reads it) */
 	char host[64];              /* this process's host name (gethostname; "?" if none) */
 	struct world_watch *watch;  /* the watchdog's state (world.c), or NULL */
 };
@@ -59,6 +59,11 @@ enum status world_bcast(struct world *w, void *buf, size_t len, int root, struct
  * start-up too; called again, it sets the timeout. It stops in world_free, after
  * MPI_Finalize. */
 enum status world_watchdog_start(struct world *w, double timeout_s, struct diag *d);
+/* Training starts (on: 1) or ends (0): while it runs, a rank that neither begins nor ends
+ * a marked collective for --timeout (stuck in a product, as OpenBLAS's allocator spins
+ * under a tight ulimit -v, or in a write) is ended too, naming its step. Every step marks
+ * at least one collective (the step's host synchronisation). */
+void world_watch_training(struct world *w, int on);
 /* Mark the start and end of a blocking collective (what: e.g. "gradient all-reduce"). */
 void world_watch_begin(struct world *w, const char *what);
 /* This rank has failed with msg (which must live until it is replaced, or forgotten with

@@ -196,14 +196,95 @@ static enum status lock_refused(int fd, const char *name, const char *flag, cons
 			flag, path, diag_quote(q, sizeof q, host), pid);
 }
 
+/* Is the file open at fd one a lock of ours could be: a regular file with no other name
+ * (a hard link would carry the lock's text into another file) that is empty (made, not
+ * yet signed) or holds one line "host pid" (lock_sign)? Anything else is a user's file
+ * that happens to be named like a lock, and is never written or removed. On a no, *why
+ * says what it is. */
+static int lock_file_ok(int fd, const char **why)
+{
+	char text[300], host[256], tail;
+	struct stat sb;
+	ssize_t n;
+	long pid;
+
+	if (fstat(fd, &sb) != 0) {
+		*why = "cannot be examined";
+		return 0;
+	}
+	if (S_ISDIR(sb.st_mode))
+		*why = "is a directory";
+	else if (!S_ISREG(sb.st_mode))
+		*why = "is not a regular file";
+	else if (sb.st_nlink != 1)
+		*why = "is a hard link to another file";
+	else if (sb.st_size == 0)
+		return 1;
+	else if (sb.st_size >= (off_t)sizeof text)
+		*why = "is not a ddptrain lock file (it holds other data)";
+	else if ((n = pread(fd, text, sizeof text - 1, 0)) != sb.st_size)
+		*why = "cannot be read";
+	else if ((text[n] = '\0', sscanf(text, "%255s %ld%c", host, &pid, &tail) != 3) ||
+		 tail != '\n' || strchr(text, '\n') != text + n - 1 || pid <= 0)
+		*why = "is not a ddptrain lock file (it holds other data)";
+	else
+		return 1;
+	return 0;
+}
+
+/* The lock file `name` exists but cannot be one of ours: ST_USAGE naming it and why.
+ * Nothing is written to it or removed: it may be a user's file. */
+static enum status lock_unusable(struct diag *d, const char *flag, const char *path, const char *name,
+				 const char *why)
+{
+	return diag_set(d, ST_USAGE, "%s: %s %s, and ddptrain needs that name for the lock it holds while writing %s: remove it or give %s another name",
+			flag, name, why, path, flag);
+}
+
+/* Open the lock file `name`, made here if absent, without following a link and without
+ * blocking on a FIFO, and with no truncation: until lock_file_ok says it is ours, its
+ * bytes are not touched. Returns the descriptor; -1 with d set; -2 when the file went
+ * away between the two opens (its holder ended: try again). */
+static int lock_open(const char *name, const char *flag, const char *path, struct diag *d)
+{
+	const int how = O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+	struct stat sb;
+	int fd, e;
+
+	fd = open(name, how | O_CREAT | O_EXCL, 0666);
+	if (fd >= 0 || errno != EEXIST) {
+		if (fd < 0)
+			diag_errno(d, errno, "%s: %s: cannot create a file beside it", flag, path);
+		return fd;
+	}
+	fd = open(name, how);
+	if (fd >= 0)
+		return fd;
+	e = errno;
+	if (lstat(name, &sb) == 0 && S_ISLNK(sb.st_mode))
+		lock_unusable(d, flag, path, name, stat(name, &sb) == 0 ? "is a symbolic link" : "is a dangling symbolic link");
+	else if (e == EISDIR || (lstat(name, &sb) == 0 && S_ISDIR(sb.st_mode)))
+		lock_unusable(d, flag, path, name, "is a directory");
+	else if (e == ENOENT)
+		return -2;
+	else if (e == ENXIO || e == ELOOP || e == EACCES || e == EPERM || e == ETXTBSY)
+		lock_unusable(d, flag, path, name, e == ENXIO ? "is not a regular file" : strerror(e));
+	else
+		diag_errno(d, e, "%s: %s", flag, name);
+	return -1;
+}
+
 /* Claim target for this process: lock (flock) "<target>.lock". ST_OK with l->path set;
  * ST_OK with l->path NULL where the file system has no locks; ST_USAGE when another
- * process holds it. lock_sign then writes who holds it. */
+ * process holds it, or when the name holds something that is not a lock of ours (a
+ * link, a directory, a FIFO, a file with other names or other bytes: see lock_file_ok).
+ * lock_sign then writes who holds it. */
 static enum status lock_take(struct outfile_lock *l, const char *target, const char *flag,
 			     const char *path, struct diag *d)
 {
 	char *name = malloc(strlen(target) + sizeof LOCK_SUFFIX);
 	enum status st = ST_OK;
+	const char *why;
 	int fd = -1;
 
 	l->path = NULL;
@@ -214,9 +295,14 @@ static enum status lock_take(struct outfile_lock *l, const char *target, const c
 	/* A holder removes the file as it ends: a lock taken on a name that has gone (or been
 	 * made anew) since it was opened claims nothing, so take the new one. */
 	for (int tries = 0; st == ST_OK; tries++) {
-		fd = open(name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
-		if (fd < 0) {
-			st = diag_errno(d, errno, "%s: %s: cannot create a file beside it", flag, path);
+		fd = lock_open(name, flag, path, d);
+		if (fd == -2 && tries < 100) {
+			continue;
+		} else if (fd < 0) {
+			st = fd == -1 ? d->st : diag_set(d, ST_RUNTIME, "%s: %s: %s keeps being replaced", flag, path, name);
+		} else if (!lock_file_ok(fd, &why)) {
+			/* Looked at before flock: a FIFO or a device is not to be locked either. */
+			st = lock_unusable(d, flag, path, name, why);
 		} else if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
 			int e = errno;
 
@@ -227,13 +313,18 @@ static enum status lock_take(struct outfile_lock *l, const char *target, const c
 			close(fd);
 			free(name);
 			return st; /* ST_OK: no locks here, nothing claimed */
-		} else if (same_file(fd, name)) {
+		} else if (!same_file(fd, name)) {
+			if (tries == 100)
+				st = diag_set(d, ST_RUNTIME, "%s: %s: %s keeps being replaced", flag, path, name);
+		} else if (!lock_file_ok(fd, &why)) {
+			/* Held now, so no other ddptrain is changing it: look again. */
+			st = lock_unusable(d, flag, path, name, why);
+		} else {
 			break;
-		} else if (tries == 100) {
-			st = diag_set(d, ST_RUNTIME, "%s: %s: %s keeps being replaced", flag, path, name);
 		}
 		if (fd >= 0)
 			close(fd);
+		fd = -1;
 	}
 	if (st != ST_OK) {
 		free(name);
@@ -246,7 +337,8 @@ static enum status lock_take(struct outfile_lock *l, const char *target, const c
 }
 
 /* Write "host pid" into a lock taken, for the message of a job refused (lock_refused); a
- * failure to write it claims nothing less. */
+ * failure to write it claims nothing less. The lock file is ours (lock_take checked it
+ * while holding it), so truncating it loses nothing. */
 static void lock_sign(const struct outfile_lock *l)
 {
 	char host[256] = "?", text[300];
@@ -255,6 +347,9 @@ static void lock_sign(const struct outfile_lock *l)
 		return;
 	gethostname(host, sizeof host - 1);
 	host[sizeof host - 1] = '\0';
+	for (char *c = host; *c != '\0'; c++) /* one word: lock_file_ok reads it back */
+		if (*c == ' ' || *c == '\n')
+			*c = '_';
 	snprintf(text, sizeof text, "%s %ld\n", host, (long)getpid());
 	if (ftruncate(l->fd, 0) == 0)
 		(void)!pwrite(l->fd, text, strlen(text), 0);

@@ -20,6 +20,7 @@ static struct {
 	atomic_int used;
 	const char *addr;
 	size_t len;
+	const char *why; /* what a lost page means here (a static string) */
 	char what[PATH_LEN + 32];
 } maps[SLOTS];
 
@@ -61,12 +62,16 @@ static void on_bus(int sig, siginfo_t *si, void *ctx)
 		if (atomic_load(&maps[i].used) && p >= maps[i].addr && p < maps[i].addr + maps[i].len) {
 			say("ddptrain: ");
 			say(maps[i].what);
-			say(": the file became shorter while training read it (truncated or replaced in place by another program?); giving up\n");
+			say(": ");
+			say(maps[i].why);
+			say("; giving up\n");
 			signals_tmp_cleanup();
 			_exit(1);
 		}
 	}
-	/* Not one of ours: the default action (core dump, exit 128 + SIGBUS). */
+	/* Not one of ours (MPI's shared memory, most likely, whose pages are taken as they are
+	 * first touched): say so, then the default action (core dump, exit 128 + SIGBUS). */
+	say("ddptrain: bus error (SIGBUS): a page of a shared mapping could not be had; is /dev/shm full? (MPI's shared memory lives there: df /dev/shm)\n");
 	signals_tmp_cleanup();
 	signal(sig, SIG_DFL);
 	raise(sig);
@@ -103,11 +108,18 @@ int signals_pending(void)
 
 void signals_map_add(const void *addr, size_t len, const char *what)
 {
+	signals_map_note(addr, len, what,
+			 "the file became shorter while training read it (truncated or replaced in place by another program?)");
+}
+
+void signals_map_note(const void *addr, size_t len, const char *what, const char *why)
+{
 	for (int i = 0; i < SLOTS; i++) {
 		if (atomic_load(&maps[i].used))
 			continue;
 		maps[i].addr = addr;
 		maps[i].len = len;
+		maps[i].why = why;
 		strncpy(maps[i].what, what, sizeof maps[i].what - 1);
 		maps[i].what[sizeof maps[i].what - 1] = '\0';
 		atomic_store(&maps[i].used, 1);

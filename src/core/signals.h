@@ -42,6 +42,9 @@ void signals_stop_saved(void);
  * further ones go unnamed. */
 void signals_map_add(const void *addr, size_t len, const char *what);
 void signals_map_remove(const void *addr);
+/* The same for any mapping whose lost page means something else: why (a string that
+ * lives as long as the program) follows what in the message. */
+void signals_map_note(const void *addr, size_t len, const char *what, const char *why);
 
 /* A temporary file this process is writing (or the lock file of an output it claims):
  * removed by any exit a handler or the watchdog makes. Returns a slot for

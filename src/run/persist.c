@@ -5,6 +5,7 @@
 
 #include "run/persist.h"
 #include "run/settings.h" /* settings_resume_text */
+#include "train/schedule.h" /* schedule_names */
 #include "train/zero.h"   /* zero_cut */
 
 static enum status agree(struct persist *p, enum status st)
@@ -13,7 +14,7 @@ static enum status agree(struct persist *p, enum status st)
 }
 
 enum status persist_save_weights(const struct model *m, const char *path, const char *flag, long step,
-				 struct st_pending *stage, struct diag *d)
+				 const struct train_config *tc, struct st_pending *stage, struct diag *d)
 {
 	float *host = malloc(m->nparams * sizeof *host);
 	enum status st;
@@ -22,7 +23,10 @@ enum status persist_save_weights(const struct model *m, const char *path, const 
 		return diag_set(d, ST_RUNTIME, "%s: out of memory", flag);
 	st = model_state_to_host(m, 0, 1, host, d);
 	/* Data and starting weights were checked finite when loaded: this is divergence. */
-	if (st == ST_OK && !model_all_finite(host, m->nparams))
+	if (st == ST_OK && !model_all_finite(host, m->nparams) && trainer_fp16_overflow(tc) != NULL)
+		st = diag_set(d, ST_RUNTIME, "the weights are not finite after step %ld %s (%s: %s was not written)",
+			      step, trainer_fp16_overflow(tc), flag, path);
+	else if (st == ST_OK && !model_all_finite(host, m->nparams))
 		st = diag_set(d, ST_RUNTIME, "training diverged: the weights are not finite after step %ld; lower --lr (%s: %s was not written)",
 			      step, flag, path);
 	else if (st == ST_OK && stage != NULL)
@@ -119,10 +123,11 @@ static enum status scatter_state(struct persist *p, const float *host)
 }
 
 /* train_ctl.checkpoint: rank 0 writes, every rank learns the outcome. */
-static enum status write_checkpoint(void *arg, long step, long epoch, long next_mb, struct diag *d)
+static enum status write_checkpoint(void *arg, long step, long epoch, long next_mb, long schedule_steps,
+				   struct diag *d)
 {
 	struct persist *p = arg;
-	struct ckpt_pos pos = {step, epoch, next_mb, p->replicas, "", p->have_best, p->best_loss};
+	struct ckpt_pos pos = {step, epoch, next_mb, p->replicas, "", p->have_best, p->best_loss, schedule_steps};
 	enum status st = ST_OK;
 	char text[4096];
 
@@ -134,6 +139,11 @@ static enum status write_checkpoint(void *arg, long step, long epoch, long next_
 	if (p->w->rank == 0 && st == ST_OK) {
 		settings_resume_text(p->o, p->ds, text, sizeof text);
 		st = model_state_to_host(p->m, 0, sharded(p) ? 1 : p->m->narenas, p->ckpt_host, d);
+		/* checkpoint_save refuses non-finite weights as divergence; with fp16 on the wire
+		 * they are most likely its overflow */
+		if (st == ST_OK && trainer_fp16_overflow(p->tc) != NULL && !model_all_finite(p->ckpt_host, p->m->nparams))
+			st = diag_set(d, ST_RUNTIME, "the weights are not finite after step %ld %s (--checkpoint: %s not written, the previous checkpoint is kept)",
+				      step, trainer_fp16_overflow(p->tc), p->o->checkpoint);
 		if (st == ST_OK)
 			st = checkpoint_save(p->o->checkpoint, &p->kept, p->m, p->ckpt_host,
 					     &pos, text, d);
@@ -155,7 +165,7 @@ static enum status keep_best(void *arg, long step, long epoch, double loss, stru
 	p->have_best = 1;
 	p->best_loss = loss;
 	if (p->w->rank == 0) {
-		st = persist_save_weights(p->m, p->o->save_best, "--save-best", step, NULL, d);
+		st = persist_save_weights(p->m, p->o->save_best, "--save-best", step, p->tc, NULL, d);
 		if (st == ST_OK)
 			report_note(p->r, "--save-best: %s now holds the weights after step %ld (validation loss %.6f)",
 				    p->o->save_best, step, loss);
@@ -260,17 +270,33 @@ enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct opti
 			    o->save_best, pos.best_loss);
 	}
 	opt->step = pos.step;
+	/* The schedule keeps the length it was written with, also at another world size
+	 * (whose epochs take another number of steps): its lr goes on from where it was. */
+	p->tc->schedule_steps = pos.schedule_steps;
 	ctl->start_step = pos.step;
 	ctl->start_epoch = pos.epoch;
 	ctl->start_mb = pos.next_mb;
 	if (st != ST_OK)
 		return st;
+	/* Every rank has pos: the same verdict everywhere. Fewer ranks than the checkpoint's
+	 * take more steps per epoch, and would run past the end of the schedule it keeps. */
+	if (pos.schedule_steps > 0 && p->tc->schedule != SCHED_CONSTANT) {
+		const struct loader_config here = trainer_loader_config(p->tc, o->mode == MODE_DP, p->replicas, 0);
+		long total = trainer_total_steps(ctl, loader_epoch_length(p->ds->n, &here), p->tc->grad_accum,
+						 p->tc->epochs, p->tc->max_steps);
+
+		if (total > pos.schedule_steps)
+			return agree(p, diag_set(p->d, ST_USAGE,
+					"--resume: %s: its --lr-schedule=%s is %ld optimizer steps long (written by %d replicas), but with %d replica%s the epochs left take this run to step %ld, past the schedule's end; resume it with %d replicas or more",
+					o->resume, schedule_names[p->tc->schedule], pos.schedule_steps, pos.world,
+					p->replicas, p->replicas == 1 ? "" : "s", total, pos.world));
+	}
 	/* Every rank has pos: the same verdict everywhere, no agreement needed. */
 	if (pos.epoch >= o->epochs || (o->max_steps > 0 && pos.step >= o->max_steps)) {
 		/* Nothing to train, but --save still gets the finished weights: a batch script
 		 * that retries a run killed after its last checkpoint must not lose the model. */
 		if (o->save != NULL && p->w->rank == 0)
-			st = persist_save_weights(m, o->save, "--save", pos.step, NULL, p->d);
+			st = persist_save_weights(m, o->save, "--save", pos.step, p->tc, NULL, p->d);
 		world_expect_wait(p->w, "the --save write on rank 0");
 		st = agree(p, st);
 		if (st != ST_OK)
@@ -290,7 +316,7 @@ enum status persist_stage_save(struct persist *p, long steps)
 	enum status st = ST_OK;
 
 	if (p->o->save != NULL && p->w->rank == 0)
-		st = persist_save_weights(p->m, p->o->save, "--save", steps, &p->saved, p->d);
+		st = persist_save_weights(p->m, p->o->save, "--save", steps, p->tc, &p->saved, p->d);
 	world_expect_wait(p->w, "the --save write on rank 0");
 	return agree(p, st);
 }

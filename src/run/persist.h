@@ -26,7 +26,8 @@
 struct persist {
 	/* borrowed from the session */
 	const struct options *o;
-	const struct train_config *tc; /* the loop's batches: a checkpoint's position is checked against them */
+	struct train_config *tc;   /* the loop's batches: a checkpoint's position is checked against
+				    * them; a resumed one sets its schedule_steps */
 	const struct dataset *ds;  /* the checkpoint's data identity */
 	struct model *m;
 	struct world *w;
@@ -59,10 +60,10 @@ enum status persist_start(struct persist *p);
 enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct optimizer *opt);
 
 /* Rank 0: m's weights to path as safetensors, refused if not finite (training diverged
- * after `step`). stage NULL: written now; else written beside path and left in *stage
+ * after `step`, or tc's fp16 wire overflowed: trainer_fp16_overflow). stage NULL: written now; else written beside path and left in *stage
  * for st_commit. flag names the option in messages. */
 enum status persist_save_weights(const struct model *m, const char *path, const char *flag, long step,
-				 struct st_pending *stage, struct diag *d);
+				 const struct train_config *tc, struct st_pending *stage, struct diag *d);
 
 /* --save after training: staged now (agreed), committed by persist_commit once the run
  * has succeeded, so that a run that fails leaves no new file. */

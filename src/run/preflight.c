@@ -1,8 +1,10 @@
 /* preflight.c - the checks made before any work. */
+#include <math.h>  /* ceil */
 #include <stdio.h>
 #include <string.h>
 
 #include "core/outfile.h" /* outfile_distinct, outfile_check, outfile_release */
+#include "core/vmspace.h" /* vmspace_used, vmspace_limit */
 #include "run/preflight.h"
 #include "store/checkpoint.h" /* checkpoint_check_rotation */
 #include "train/model.h"  /* model_layout, model_bytes_needed */
@@ -97,6 +99,26 @@ enum status preflight_memory(const struct options *o, const struct optimizer_hpa
 size_t preflight_later_bytes(const struct options *o, const struct placement *pl)
 {
 	return host_copies_bytes(o) + (pl->device == DEVICE_CPU ? BLAS_BUFFER_BYTES : 0);
+}
+
+enum status preflight_address_space(const struct placement *pl, struct diag *d)
+{
+	const double mib = 1048576.0, blas = (double)BLAS_BUFFER_BYTES;
+	double limit = vmspace_limit(), used;
+
+	if (limit <= 0 || pl->device != DEVICE_CPU)
+		return ST_OK;
+	used = vmspace_used();
+	if (used <= 0 || used + blas <= limit)
+		return ST_OK;
+	/* Past this, OpenBLAS's allocator retries its mmap forever instead of failing: only
+	 * the buffer is counted here (a host copy that does not fit fails on its own). The
+	 * limit named is rounded up to 64 MiB: the ranks' use differs by a few pages, and
+	 * threads' stacks come later. */
+	return diag_set(d, ST_RUNTIME,
+			"the address-space limit (ulimit -v %.0f, %.1f MiB) cannot hold OpenBLAS's %.0f MiB work buffer: %.1f MiB are in use; raise ulimit -v to at least %.0f",
+			limit / 1024.0, limit / mib, blas / mib, used / mib,
+			ceil((used + blas) / (64 * mib) + 0.25) * 64 * 1024.0);
 }
 
 enum status preflight_finite(const struct dataset *ds, const struct world *w, struct diag *d)

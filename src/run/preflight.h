@@ -43,6 +43,11 @@ enum status preflight_memory(const struct options *o, const struct optimizer_hpa
  * under an address-space limit (ulimit -v). */
 size_t preflight_later_bytes(const struct options *o, const struct placement *pl);
 
+/* Once the communicator is set up, on the CPU: the BLAS library's work buffer fits under
+ * the address-space limit (ulimit -v), whose allocator otherwise retries forever at the
+ * first product; ST_RUNTIME naming the limit and one that would do if not. */
+enum status preflight_address_space(const struct placement *pl, struct diag *d);
+
 /* This rank's share of ds's rows holds only finite numbers. */
 enum status preflight_finite(const struct dataset *ds, const struct world *w, struct diag *d);
 

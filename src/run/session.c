@@ -135,6 +135,8 @@ static enum status build_model(struct session *s)
 		st = session_agree(s, comm_open(&s->c, s->pl.comm, &s->w, &s->be, &s->pl.module, s->m.gmem,
 						s->m.gfloats, preflight_later_bytes(o, &s->pl),
 						o->timeout, &s->d));
+	if (st == ST_OK)
+		st = session_agree(s, preflight_address_space(&s->pl, &s->d));
 	if (st == ST_OK && s->c.grads != NULL) /* the shared-memory all-reduce reads them where they are */
 		model_move_grads(&s->m, s->c.grads);
 	return st;
@@ -207,9 +209,12 @@ enum status session_run(struct session *s)
 	if (s->o.mode == MODE_DP)
 		st = trainer_dp(&s->tc, s->pl.replicas, &s->m, &s->opt, &s->cfg, &s->ds, &s->ctl, &s->r,
 				&s->res, &s->d);
-	else
+	else {
+		world_watch_training(&s->w, 1); /* a rank stuck in a step ends at --timeout too */
 		st = trainer_ddp(&s->tc, &s->plan, &s->w, &s->m, &s->opt, &s->c, &s->ds, &s->ctl, &s->r,
 				 &s->res, &s->d);
+		world_watch_training(&s->w, 0);
+	}
 	st = session_agree(s, st);
 	if (st == ST_OK)
 		st = persist_stage_save(&s->per, s->res.steps);

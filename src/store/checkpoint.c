@@ -54,6 +54,34 @@ static int module_len(const char *name)
 	return (int)strcspn(name, ".");
 }
 
+/* Every element of the n tensors t read into host (arena after arena, as
+ * model_state_to_host lays them out) is one training can produce: the first that is not is
+ * named, by tensor and element ("exp_avg_sq.net1.weight" (2, 3)), with the reason and the
+ * verdict on the file. A checkpoint that holds one was altered and re-signed, or corrupted
+ * before it was signed: the hash alone cannot tell. */
+static enum status check_values(const struct model *m, const struct model_tensor *t, int n,
+				const float *host, const char *what, const char *verdict, struct diag *d)
+{
+	for (int k = 0; k < n; k++) {
+		const float *v = host + model_state_floats(m, 0, t[k].arena) + t[k].off;
+
+		for (size_t i = 0; i < t[k].len; i++) {
+			const char *why = optimizer_impossible_value(t[k].name, v[i]);
+			char at[48];
+
+			if (why == NULL)
+				continue;
+			if (t[k].ndim == 2)
+				snprintf(at, sizeof at, "(%zu, %zu)", i / (size_t)t[k].shape[1], i % (size_t)t[k].shape[1]);
+			else
+				snprintf(at, sizeof at, "(%zu)", i);
+			return diag_set(d, ST_RUNTIME, "%s: tensor '%s' element %s (counting from 0) is %g, %s: %s",
+					what, t[k].name, at, (double)v[i], why, verdict);
+		}
+	}
+	return ST_OK;
+}
+
 enum status checkpoint_read_weights(const char *path, const struct model *m, float *host,
 				    struct diag *d)
 {
@@ -79,8 +107,8 @@ enum status checkpoint_read_weights(const char *path, const struct model *m, flo
 		else
 			st = st_read_f32(&f, x, host + t[k].off, t[k].len, what, d);
 	}
-	if (st == ST_OK && !model_all_finite(host, m->nparams))
-		st = diag_set(d, ST_RUNTIME, "%s: weights contain a non-finite value", what);
+	if (st == ST_OK)
+		st = check_values(m, t, n, host, what, "ddptrain starts only from finite weights", d);
 	/* Strict, as PyTorch's load_state_dict: a tensor the model has no place for means the
 	 * file is for another model. A checkpoint's optimizer state is not weights. */
 	for (size_t i = 0; i < f.n && st == ST_OK; i++) {
@@ -366,7 +394,7 @@ enum status checkpoint_save(const char *path, struct ckpt_rotation *rot, const s
 	struct model_tensor t[MAX_TENSORS];
 	struct st_entry e[MAX_TENSORS];
 	char sha[SHA_HEX] = "", *header;
-	char ver[16], step[32], epoch[32], mb[32], world[16], best[40];
+	char ver[16], step[32], epoch[32], mb[32], world[16], best[40], sched[32];
 	const void *bufs[MAX_TENSORS + 1];
 	size_t lens[MAX_TENSORS + 1], hlen = 0;
 	const char *meta[24];
@@ -395,6 +423,10 @@ enum status checkpoint_save(const char *path, struct ckpt_rotation *rot, const s
 	if (pos->have_best) {
 		snprintf(best, sizeof best, "%.17g", pos->best_loss);
 		META("best_val_loss", best);
+	}
+	if (pos->schedule_steps > 0) {
+		snprintf(sched, sizeof sched, "%ld", pos->schedule_steps);
+		META("schedule_steps", sched);
 	}
 	META("config", config);
 	META("sha256", sha_zeros);
@@ -526,6 +558,14 @@ enum status checkpoint_load(const char *path, const struct model *m, const char 
 		}
 		pos->have_best = 1;
 	}
+	/* Optional (older checkpoints lack it): the schedule's length. Against the steps this
+	 * run will take it is checked by the resume (persist_resume). */
+	pos->schedule_steps = 0;
+	if (meta_get(md, "schedule_steps") != NULL &&
+	    !meta_long(md, "schedule_steps", 1, CKPT_MAX_STEP, &pos->schedule_steps)) {
+		st = diag_set(d, ST_RUNTIME, "%s: checkpoint metadata is incomplete, malformed or out of range", what);
+		goto out;
+	}
 	if (checkpoint_config_diff(cfg, want, hl, wl, sizeof hl)) {
 		st = diag_set(d, ST_USAGE, "--resume: %s was written with %s; this run has %s", path, hl, wl);
 		goto out;
@@ -560,8 +600,8 @@ enum status checkpoint_load(const char *path, const struct model *m, const char 
 		else
 			st = st_read_f32(&f, x, dst, t[k].len, what, d);
 	}
-	if (st == ST_OK && !model_all_finite(host, model_state_floats(m, 0, m->narenas)))
-		st = diag_set(d, ST_RUNTIME, "%s: the checkpoint holds non-finite weights", what);
+	if (st == ST_OK)
+		st = check_values(m, t, n, host, what, "training never writes that (the file was altered or corrupted)", d);
 out:
 	json_decref(root);
 	st_close(&f);

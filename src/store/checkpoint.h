@@ -43,6 +43,8 @@ struct ckpt_pos {
 	char lineage[CKPT_LINEAGE]; /* random id of the run, kept across --resume */
 	int have_best;     /* --save-best: a validation loss has been seen ... */
 	double best_loss;  /* ... and this is the lowest (kept across --resume) */
+	long schedule_steps; /* the lr schedule's length in optimizer steps; 0: not recorded
+			      * (a checkpoint of an older ddptrain) */
 };
 
 /* --keep-checkpoints: a run's numbered copies path.step-N of its checkpoints (names of the

@@ -129,6 +129,17 @@ int optimizer_is_state_tensor(const char *name)
 	return 0;
 }
 
+const char *optimizer_impossible_value(const char *name, float v)
+{
+	size_t n = strlen(state_names[2]);
+
+	if (!isfinite(v))
+		return "not a finite number";
+	if (v < 0 && strncmp(name, state_names[2], n) == 0 && name[n] == '.')
+		return "negative, where exp_avg_sq is AdamW's running mean of squared gradients";
+	return NULL;
+}
+
 void optimizer_describe(const struct optimizer_hparams *h, char *buf, size_t len)
 {
 	if (h->kind == OPTIM_ADAMW)

@@ -77,6 +77,11 @@ float *optimizer_grad(const struct optimizer *opt, int r);
 /* 1 if name is a tensor of some optimizer's state ("momentum_buffer.net1.weight"): a
  * checkpoint's state is not weights, and --init skips it. */
 int optimizer_is_state_tensor(const char *name);
+/* Why v can never be element of the state-dict tensor `name` (a weight or an optimizer
+ * state), or NULL if it can: nothing here is ever NaN or infinite (the data and the
+ * starting weights are refused so, and a step that makes one is refused), and AdamW's
+ * exp_avg_sq, a running mean of squares, is never negative. For a loaded checkpoint. */
+const char *optimizer_impossible_value(const char *name, float v);
 /* "SGD lr 0.001 momentum 0 weight decay 0" for the run header. */
 void optimizer_describe(const struct optimizer_hparams *h, char *buf, size_t len);
 

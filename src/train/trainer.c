@@ -44,6 +44,9 @@ enum status trainer_after_step(const struct train_loop *lp, long *step, const st
 	int logged;
 	enum status st;
 
+	if (!isfinite(loss) && trainer_fp16_overflow(tc) != NULL)
+		return diag_set(d, ST_RUNTIME, "loss is %f at step %ld (epoch %ld) %s",
+				(double)loss, *step + 1, b->epoch + 1, trainer_fp16_overflow(tc));
 	if (!isfinite(loss))
 		return diag_set(d, ST_RUNTIME, "loss is %f at step %ld (epoch %ld): training diverged; lower --lr",
 				(double)loss, *step + 1, b->epoch + 1);
@@ -93,7 +96,7 @@ enum status trainer_after_step(const struct train_loop *lp, long *step, const st
 		if (st != ST_OK)
 			return st;
 		span = trace_begin(tb, TR_CHECKPOINT, -1);
-		st = ctl->checkpoint(ctl->arg, *step, epoch, next, d);
+		st = ctl->checkpoint(ctl->arg, *step, epoch, next, trainer_schedule_steps(tc, total), d);
 		trace_end(tb, span);
 		if (st != ST_OK)
 			return st;
@@ -159,6 +162,20 @@ long trainer_total_steps(const struct train_ctl *ctl, long nmicro, long grad_acc
 	return total;
 }
 
+const char *trainer_fp16_overflow(const struct train_config *tc)
+{
+	/* fp16 on the wire: a gradient beyond 65504 arrives as infinity and the next loss (or
+	 * the weights) are not finite, whatever --lr is; bf16 keeps float32's range. */
+	if (!tc->compress_fp16)
+		return NULL;
+	return "with --grad-compress=fp16: a gradient beyond fp16's range (65504) becomes infinite on the wire; use --grad-compress=bf16 (float32's range) or none, or scale the data or the loss down (lower --lr only if the run diverges without compression too)";
+}
+
+long trainer_schedule_steps(const struct train_config *tc, long total)
+{
+	return tc->schedule_steps > 0 ? tc->schedule_steps : total;
+}
+
 int trainer_step_is_fixed(const struct train_config *tc, const struct optimizer *opt)
 {
 	/* AdamW's bias corrections and a scheduled lr are new scalars every step. */
@@ -191,7 +208,8 @@ enum status trainer_optimizer_step(const struct train_config *tc, struct optimiz
 		for (int r = 0; r < opt->npieces; r++)
 			ops->clip(bc, optimizer_grad(opt, r), pc[r].len, m->norm, (float)tc->clip_grad_norm);
 	}
-	*lr = optimizer_step(opt, schedule_multiplier(tc->schedule, step, tc->warmup_steps, total));
+	*lr = optimizer_step(opt, schedule_multiplier(tc->schedule, step, tc->warmup_steps,
+						      trainer_schedule_steps(tc, total)));
 	return st;
 }
 

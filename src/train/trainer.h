@@ -60,6 +60,11 @@ struct train_config {
 	int zero;                  /* ddp: ZeRO stage: 0 off, 1 optimizer state sharded (the
 				    * optimizer was made with the rank's zero_plan), 2 gradients too */
 	int compress;              /* ddp: gradients travel in the communicator's wire type */
+	int compress_fp16;         /* ... and that is fp16, whose range ends at 65504: a
+				    * non-finite loss is then most likely its overflow */
+	long schedule_steps;       /* the lr schedule's length in optimizer steps as a resumed
+				    * checkpoint wrote it (kept at another world size, as
+				    * LambdaLR's would be); 0: the run's own total */
 };
 
 struct train_result {
@@ -85,9 +90,11 @@ struct train_ctl {
 	 * best weights; NULL for none. */
 	enum status (*evaluated)(void *arg, long step, long epoch, double loss, struct diag *d);
 	long every;                             /* checkpoint every N steps; 0 = none periodic */
-	/* Write a checkpoint after `step` steps, the next micro-batch being next_mb of epoch
+	/* Write a checkpoint after `step` steps, the next micro-batch being next_mb of epoch,
+	 * in a run whose lr schedule is schedule_steps long (trainer_schedule_steps)
 	 * (collective in ddp mode: every rank calls it); NULL when there is no --checkpoint. */
-	enum status (*checkpoint)(void *arg, long step, long epoch, long next_mb, struct diag *d);
+	enum status (*checkpoint)(void *arg, long step, long epoch, long next_mb, long schedule_steps,
+				  struct diag *d);
 	void *arg;
 	struct trace *trace;         /* --trace, or NULL */
 	struct straggler *straggler; /* ddp: step-time samples and the live check, or NULL */
@@ -126,6 +133,13 @@ struct loader_config trainer_loader_config(const struct train_config *tc, int dp
  * and the epochs after it, capped by max_steps (0: no cap). */
 long trainer_total_steps(const struct train_ctl *ctl, long nmicro, long grad_accum, long epochs,
 			 long max_steps);
+/* With --grad-compress=fp16, what a non-finite loss or non-finite weights after a step
+ * most likely mean and what to do (one text for every message that reports them); NULL
+ * otherwise (then: training diverged; lower --lr). */
+const char *trainer_fp16_overflow(const struct train_config *tc);
+/* The lr schedule's length: the one a resumed checkpoint fixed (tc->schedule_steps), else
+ * the run's total. */
+long trainer_schedule_steps(const struct train_config *tc, long total);
 
 /* The optimizer step both loops take once the gradient of step `step` (0-based) of
  * `total` is complete in the model's gradients: clip_grad_norm_ over the trainable

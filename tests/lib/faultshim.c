@@ -6,6 +6,9 @@
  *   DDPT_SHIM_STALL=first-collective  the first MPI_Allreduce (the ranks' agreement
  *                                     on the options) never returns
  *   DDPT_SHIM_STALL=finalize          MPI_Finalize never returns
+ *   DDPT_SHIM_STALL=first-sgemm       the first cblas_sgemm never returns (as OpenBLAS's
+ *                                     allocator retries forever under a tight ulimit -v):
+ *                                     a rank stuck in computation, in no collective
  *   DDPT_SHIM_STOP=first-collective   a second into its first MPI_Allreduce (waiting, as for
  *                                     a slow rank), the process stops itself (SIGSTOP, as
  *                                     kill -STOP or a suspended job would); SIGCONT continues it
@@ -14,14 +17,22 @@
  *   DDPT_SHIM_NO_SHARED_WINDOW=1      MPI_Win_allocate_shared fails with MPI_ERR_NO_MEM, as
  *                                     it does where /dev/shm is small (a container); set it
  *                                     on every rank of a node (the call is collective)
+ *   DDPT_SHIM_FILL_SHM=KIB            once MPI_Win_allocate_shared has made its window (whose
+ *                                     pages tmpfs gives only when touched), the node's rank 0
+ *                                     fills /dev/shm up to KIB KiB free, as another job would
+ *                                     (set it on every rank of the node: a barrier follows)
  *   DDPT_SHIM_FAIL_SHARED_MAP=BYTES   mmap of a file, shared, of BYTES or more fails with
  *                                     ENOMEM, as under ulimit -v: set on one rank, Open MPI's
  *                                     osc/sm fails there only, after creating its backing file
  *                                     (on the node's rank 0) or while mapping it (the others)
  */
 #define _GNU_SOURCE
+#include <cblas.h>       /* cblas_sgemm */
 #include <dlfcn.h>       /* dlsym, RTLD_NEXT */
 #include <errno.h>       /* ENOMEM */
+#include <fcntl.h>       /* open, posix_fallocate */
+#include <stdio.h>       /* snprintf */
+#include <sys/statvfs.h> /* statvfs */
 #include <mpi.h>         /* PMPI_Allreduce, PMPI_Finalize */
 #include <signal.h>      /* raise, SIGSTOP */
 #include <stdlib.h>      /* getenv, atof */
@@ -86,9 +97,32 @@ int MPI_Win_allocate_shared(MPI_Aint size, int disp_unit, MPI_Info info, MPI_Com
 {
 	const char *v = getenv("DDPT_SHIM_NO_SHARED_WINDOW");
 
+	const char *fill = getenv("DDPT_SHIM_FILL_SHM");
+	int rc, rank = 0;
+
 	if (v != NULL && strcmp(v, "1") == 0)
 		return MPI_ERR_NO_MEM;
-	return PMPI_Win_allocate_shared(size, disp_unit, info, comm, base, win);
+	rc = PMPI_Win_allocate_shared(size, disp_unit, info, comm, base, win);
+	if (rc == MPI_SUCCESS && fill != NULL && PMPI_Comm_rank(comm, &rank) == MPI_SUCCESS && rank == 0) {
+		struct statvfs vfs;
+		char path[64];
+		int fd;
+
+		snprintf(path, sizeof path, "/dev/shm/faultshim-filler.%d", (int)getpid());
+		fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+		if (fd >= 0 && statvfs("/dev/shm", &vfs) == 0) {
+			unsigned long long avail = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
+			unsigned long long keep = strtoull(fill, NULL, 10) * 1024ULL;
+
+			if (avail > keep)
+				(void)posix_fallocate(fd, 0, (off_t)(avail - keep));
+		}
+		if (fd >= 0)
+			close(fd);
+	}
+	if (rc == MPI_SUCCESS && fill != NULL)
+		PMPI_Barrier(comm);
+	return rc;
 }
 
 int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
@@ -107,6 +141,22 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 		return MAP_FAILED;
 	}
 	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+}
+
+void cblas_sgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE ta, const enum CBLAS_TRANSPOSE tb,
+		 const blasint m, const blasint n, const blasint k, const float alpha, const float *a,
+		 const blasint lda, const float *b, const blasint ldb, const float beta, float *c,
+		 const blasint ldc)
+{
+	static void (*real)(const enum CBLAS_ORDER, const enum CBLAS_TRANSPOSE, const enum CBLAS_TRANSPOSE,
+			    const blasint, const blasint, const blasint, const float, const float *,
+			    const blasint, const float *, const blasint, const float, float *, const blasint);
+
+	if (stall_at("first-sgemm"))
+		stall();
+	if (real == NULL)
+		*(void **)&real = dlsym(RTLD_NEXT, "cblas_sgemm");
+	real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 int fsync(int fd)

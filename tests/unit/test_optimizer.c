@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 
 #include "backend/backend.h"
 #include "train/model.h"
@@ -214,6 +215,22 @@ static void test_adamw_matches_torch_by_hand(void **state)
 	sgd_rig_free(&r);
 }
 
+/* What a loaded checkpoint may hold: any finite weight, momentum or exp_avg; never NaN or
+ * infinity; exp_avg_sq (a mean of squares) never below zero, though -0.0 compares equal. */
+static void test_impossible_values_are_non_finite_and_negative_second_moments(void **state)
+{
+	(void)state;
+	assert_null(optimizer_impossible_value("net1.weight", -3.5f));
+	assert_null(optimizer_impossible_value("exp_avg.net1.weight", -1e-3f));
+	assert_null(optimizer_impossible_value("momentum_buffer.net2.bias", -2.0f));
+	assert_null(optimizer_impossible_value("exp_avg_sq.net1.bias", 0.0f));
+	assert_null(optimizer_impossible_value("exp_avg_sq.net1.bias", -0.0f));
+	assert_non_null(optimizer_impossible_value("exp_avg_sq.net1.bias", -1e-30f));
+	assert_non_null(optimizer_impossible_value("exp_avg.net1.weight", NAN));
+	assert_non_null(optimizer_impossible_value("net1.weight", -INFINITY));
+	assert_non_null(optimizer_impossible_value("exp_avg_sq.net2.weight", INFINITY));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -222,6 +239,7 @@ int main(void)
 		cmocka_unit_test(test_sgd_nesterov_matches_torch_by_hand),
 		cmocka_unit_test(test_adamw_matches_torch_by_hand),
 		cmocka_unit_test(test_frozen_layer_has_no_optimizer_state_in_memory),
+		cmocka_unit_test(test_impossible_values_are_non_finite_and_negative_second_moments),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -252,6 +252,82 @@ static void test_a_dead_runs_lock_file_is_taken_over(void **state)
 	assert_int_equal(access(in_dir("w.st.lock"), F_OK), -1);
 }
 
+/* What sits at c.st.lock, and what the refusal says about it. */
+struct squatter {
+	const char *why;   /* the reason the message gives */
+	void (*make)(void); /* puts it at c.st.lock */
+};
+
+static void make_hard_link(void)
+{
+	write_file(in_dir("victim.txt"), "precious\n");
+	assert_int_equal(link(in_dir("victim.txt"), in_dir("c.st.lock")), 0);
+}
+static void make_weights_file(void) { write_file(in_dir("c.st.lock"), "an earlier run's --save=c.st.lock\n"); }
+static void make_symlink(void)
+{
+	write_file(in_dir("victim.txt"), "precious\n");
+	assert_int_equal(symlink("victim.txt", in_dir("c.st.lock")), 0);
+}
+static void make_dangling_link(void) { assert_int_equal(symlink("nowhere", in_dir("c.st.lock")), 0); }
+static void make_directory(void) { assert_int_equal(mkdir(in_dir("c.st.lock"), 0755), 0); }
+static void make_fifo(void) { assert_int_equal(mkfifo(in_dir("c.st.lock"), 0644), 0); }
+
+/* A name where the lock goes that holds something which is not one of ddptrain's lock
+ * files (issue 30: a hard link was truncated to "host pid" and written through, a file
+ * named like a lock was overwritten and deleted, a link gave "cannot create a file beside
+ * it" with exit 1) is refused as bad input naming c.st.lock and why, and is left exactly as
+ * it was: not written, not removed. */
+static void test_a_lock_name_that_holds_no_lock_of_ours_is_refused_and_left_alone(void **state)
+{
+	const struct squatter cases[] = {
+		{"is a hard link to another file", make_hard_link},
+		{"is not a ddptrain lock file (it holds other data)", make_weights_file},
+		{"is a symbolic link", make_symlink},
+		{"is a dangling symbolic link", make_dangling_link},
+		{"is a directory", make_directory},
+		{"is not a regular file", make_fifo},
+	};
+
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		struct outfile_lock l = {0};
+		struct diag d = {0};
+		struct stat before, after;
+		char want[PATH_MAX + 200], cmd[PATH_MAX];
+
+		cases[i].make();
+		assert_int_equal(lstat(in_dir("c.st.lock"), &before), 0);
+		assert_int_equal(outfile_check(in_dir("c.st"), "--checkpoint", 0, &l, &d), ST_USAGE);
+		assert_null(l.path);
+		snprintf(want, sizeof want, "--checkpoint: %s %s, ", in_dir("c.st.lock"), cases[i].why);
+		if (strstr(d.msg, want) == NULL)
+			fail_msg("case %zu: want \"%s\" in \"%s\"", i, want, d.msg);
+		assert_non_null(strstr(d.msg, "remove it or give --checkpoint another name"));
+		assert_int_equal(lstat(in_dir("c.st.lock"), &after), 0);
+		assert_int_equal(after.st_ino, before.st_ino);
+		assert_int_equal(after.st_size, before.st_size);
+		assert_int_equal(after.st_mtime, before.st_mtime);
+		if (access(in_dir("victim.txt"), F_OK) == 0)
+			assert_file_holds(in_dir("victim.txt"), "precious\n");
+		assert_int_equal(temporaries(dir), 0);
+		snprintf(cmd, sizeof cmd, "rm -rf '%s' '%s'", in_dir("c.st.lock"), in_dir("victim.txt"));
+		assert_int_equal(system(cmd), 0);
+	}
+}
+
+/* An empty file at the lock's name (made by a run killed before it signed it) is a lock. */
+static void test_an_empty_lock_file_is_taken_over(void **state)
+{
+	struct outfile_lock l = {0};
+	struct diag d = {0};
+
+	write_file(in_dir("e.st.lock"), "");
+	assert_int_equal(outfile_check(in_dir("e.st"), "--save", 0, &l, &d), ST_OK);
+	assert_non_null(l.path);
+	outfile_release(&l);
+	assert_int_equal(access(in_dir("e.st.lock"), F_OK), -1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -263,6 +339,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_the_cleanup_every_fatal_exit_runs_removes_the_temporary, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_held_output_is_refused_naming_the_holder_and_its_temporary_kept, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_dead_runs_lock_file_is_taken_over, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_lock_name_that_holds_no_lock_of_ours_is_refused_and_left_alone, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_an_empty_lock_file_is_taken_over, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

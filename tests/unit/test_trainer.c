@@ -49,8 +49,10 @@ struct ckpt_log {
 	long step[8], epoch[8], next_mb[8];
 };
 
-static enum status record_checkpoint(void *arg, long step, long epoch, long next_mb, struct diag *d)
+static enum status record_checkpoint(void *arg, long step, long epoch, long next_mb, long schedule_steps,
+				     struct diag *d)
 {
+	(void)schedule_steps;
 	struct ckpt_log *log = arg;
 
 	log->step[log->calls] = step;
