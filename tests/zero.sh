@@ -69,6 +69,11 @@ export DDPTRAIN_ALLREDUCE=${ALGS%% *}
 pan="--samples=120 --epochs=2 --seed=3 --lr=0.05 --layers=10,200,30,5 --bucket-mb=0.0001 --momentum=0.9 --quiet"
 run_mpi 2 ${pan/--quiet/} --zero=2 --max-steps=1 | grep -q "3 layers larger than the bucket cap .*: 146 reduce-scatters per micro-batch" ||
 	fail "--zero=2 did not say it computes 3 layers in 146 row panels"
+# A row longer than the cap: the panels are one row each, and the line says so (issue 30:
+# it said "of at most the cap").
+run_mpi 2 ${pan/--quiet/} --bucket-mb=1e-9 --zero=2 --max-steps=1 |
+	grep -q "row panels of one row each (a row of up to 200 floats, 0.000763 MiB, is larger than the 1e-09 MiB cap)" ||
+	fail "--zero=2 with a cap below one row: the panel line does not say one row each"
 for wire in "" --grad-compress=bf16; do
 	run_mpi 2 $pan $wire --save=pp.st || fail "plain $wire, panels"
 	run_mpi 2 $pan $wire --zero=2 --save=zp.st || fail "--zero=2 $wire in panels"

@@ -36,6 +36,35 @@ enum status ddp_settle(void *arg)
 	return t->sync.ops->settle != NULL ? t->sync.ops->settle(&t->sync) : ST_OK;
 }
 
+/* ZeRO-2's row panels: of at most the cap, or of one row where a row (a layer's input
+ * width plus nothing: the weight's row) is longer than the cap. */
+static void describe_panels(const struct ddp *t, const struct grad_plan *p)
+{
+	const struct model *m = t->m;
+	const double mib = (double)(p->poolb[0] + p->poolb[1]) * sizeof(float) / 1048576.0;
+	size_t longest = 0; /* the longest weight row over the cap, floats */
+	int over = 0, paneled = 0;
+	char rows[160];
+
+	for (int l = 0; l < m->nlayers; l++) {
+		if (p->pfirst[l] < 0)
+			continue;
+		paneled++;
+		if ((size_t)m->widths[l] > p->cfg.cap) {
+			over++;
+			longest = (size_t)m->widths[l] > longest ? (size_t)m->widths[l] : longest;
+		}
+	}
+	if (over == 0)
+		snprintf(rows, sizeof rows, "of at most the cap");
+	else
+		snprintf(rows, sizeof rows, "%s (a row of up to %zu floats, %.3g MiB, is larger than the %.3g MiB cap)",
+			 over == paneled ? "of one row each" : "of at most the cap, or of one row where a row is larger",
+			 longest, (double)longest * sizeof(float) / 1048576.0, t->tc->bucket_mb);
+	report_note(t->r, "zero: %d layer%s larger than the bucket cap computed and reduce-scattered in row panels %s: %d reduce-scatters per micro-batch, two buffers of %.3g MiB",
+		    p->npaneled, p->npaneled > 1 ? "s" : "", rows, p->nparts, mib);
+}
+
 /* What the run header says of the plan. */
 void ddp_describe(const struct ddp *t, long steps_per_epoch)
 {
@@ -52,9 +81,7 @@ void ddp_describe(const struct ddp *t, long steps_per_epoch)
 			    tc->zero, tc->zero == 2 ? " and the reduced gradient" : "",
 			    zero_cut(m->ntrainable, 1, t->w->size), m->ntrainable);
 	if (p->npaneled > 0)
-		report_note(t->r, "zero: %d layer%s larger than the bucket cap computed and reduce-scattered in row panels of at most the cap: %d reduce-scatters per micro-batch, two buffers of %.3g MiB",
-			    p->npaneled, p->npaneled > 1 ? "s" : "", p->nparts,
-			    (double)(p->poolb[0] + p->poolb[1]) * sizeof(float) / 1048576.0);
+		describe_panels(t, p);
 	if (tc->compress)
 		report_note(t->r, "gradients all-reduced in %s (--grad-compress); loss, stop flag, clipping norm, validation and parameters in fp32",
 			    comm_wire_names[t->c->wire]);
