@@ -344,6 +344,10 @@ extern "C" enum status cuda_init(void **out, const struct backend_config *cfg, s
 	*out = NULL;
 	if (c == NULL)
 		return diag_set(d, ST_RUNTIME, "cuda: out of host memory");
+	if (cfg->precision == PRECISION_BF16) {
+		free(c);
+		return diag_set(d, ST_RUNTIME, "cuda: --precision=bf16 is not in this CUDA module yet");
+	}
 	c->device = cfg->device;
 	if (!CUDA_NOTE(c, cudaSetDevice(c->device)) &&
 	    !CUDA_NOTE(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) &&
@@ -359,7 +363,7 @@ extern "C" enum status cuda_init(void **out, const struct backend_config *cfg, s
 		if (bs == CUBLAS_STATUS_SUCCESS) {
 			blas_note(c, cublasSetStream(c->blas, c->stream), "cublasSetStream");
 			blas_note(c, cublasSetWorkspace(c->blas, c->blas_workspace, ws), "cublasSetWorkspace");
-			blas_note(c, cublasSetMathMode(c->blas, cuda_blas_math(cfg->tf32)), "cublasSetMathMode");
+			blas_note(c, cublasSetMathMode(c->blas, cuda_blas_math(cfg->precision == PRECISION_TF32)), "cublasSetMathMode");
 		}
 	}
 	if (c->err.st != ST_OK) {

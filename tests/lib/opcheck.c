@@ -277,7 +277,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc > 1 && strcmp(argv[1], "--tf32") == 0) {
-		cfg.tf32 = 1;
+		cfg.precision = PRECISION_TF32;
 		tol = 5e-3;
 	}
 	if (backend_init(&cpu, &backend_cpu_ops, &cfg, &d) != ST_OK ||
