@@ -8,9 +8,9 @@
  * --precision=bf16 (torch.autocast's bfloat16): the products' operands are rounded to
  * bf16 (nearest even, core/half.c) into scratch buffers, multiplied by an SGEMM (each
  * product of two bf16 values is exact in float32, the sums are float32: what
- * cblas_sbgemm computes, whose sums OpenBLAS's kernels also take in float32), and
- * each result is rounded to bf16. Debian's OpenBLAS 0.3.21 declares cblas_sbgemm but
- * is built without it, so where configure finds it missing the SGEMM does that work.
+ * cblas_sbgemm computes), and each result is rounded to bf16. The SGEMM is the one path:
+ * Debian's OpenBLAS 0.3.21 declares cblas_sbgemm but is built without it (the library
+ * exports no such symbol), and where it exists it computes the same sums in another order.
  */
 #include <cblas.h>
 #include <math.h>
