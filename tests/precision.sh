@@ -119,7 +119,8 @@ run_mpi 1 $W --mode=dp --replicas=2 --save=dp.cpu.st 2>err || fail "dp on the CP
 DDPTRAIN_CUDA_MODULE=$FAKE_GPU run_mpi 1 $W --mode=dp --replicas=2 --device=cuda --save=dp.gpu.st 2>err ||
 	fail "dp on the fake GPU: $(head -3 err)"
 "$STCOMPARE" --exact dp.cpu.st dp.gpu.st >/dev/null || fail "dp: bf16 on the fake GPU differs from the CPU"
-echo "bf16 on the fake GPU: bit for bit the CPU's (1 and 2 ranks, ZeRO-2 row panels, dp)"
+DDPTRAIN_CUDA_MODULE=$FAKE_GPU "$OPCHECK" --bf16 >out || fail "opcheck --bf16 on the fake GPU: $(grep -E 'FAIL|opcheck' out | head -3)"
+echo "bf16 on the fake GPU: bit for bit the CPU's (1 and 2 ranks, ZeRO-2 row panels, dp); opcheck --bf16: $(tail -1 out)"
 
 # 3. bf16 is not fp32; --tf32 is --precision=tf32, float32 on the CPU.
 W32=${W% --precision=bf16}
