@@ -600,7 +600,7 @@ CASES = [
     case("autocast-np1-sgd", "deep95", "6,16,16,3", np=1, momentum=0.9, seed=31,
          precision="bf16"),
     case("autocast-np2-adamw", "deep95", "6,16,16,3", np=2, optimizer="adamw", lr=0.01,
-         seed=32, precision="bf16"),
+         val="deep30", eval_every=4, seed=32, precision="bf16"),
     case("autocast-np2-ce-accum2", "cls96", "8,16,16,4", np=2, batch=6, loss="cross-entropy",
          momentum=0.9, lr=0.1, accum=2, epochs=4, seed=33, precision="bf16"),
 ]
