@@ -14,6 +14,7 @@
 #    (linear_grad_rows), dp with 2 replicas.
 # 3. bf16 differs from fp32; --tf32 is --precision=tf32, which the CPU computes in float32:
 #    the same bits as fp32. PyTorch's autocast itself is compared by tests/torch-ref.sh.
+# 4. --grad-compress=bf16 still narrows the gradients' wire under --precision=bf16.
 . "$(dirname "$0")/lib/setup.sh"
 PY=${PYTHON:-python3}
 command -v "$PY" >/dev/null || skip "python3 is needed to work out autocast's arithmetic"
@@ -131,3 +132,10 @@ run_mpi 1 $W32 --precision=tf32 --save=ptf32.st 2>err || fail "--precision=tf32:
 "$STCOMPARE" --exact fp32.st ptf32.st >/dev/null || fail "--precision=tf32 on the CPU differs from float32"
 ! "$STCOMPARE" --exact fp32.st np1.cpu.st >/dev/null 2>&1 || fail "--precision=bf16 trained float32's bits"
 echo "fp32, --tf32 and --precision=tf32 the same bits on the CPU; bf16 differs"
+
+# 4. --grad-compress=bf16 still narrows the wire under --precision=bf16 (the gradients are
+#    bf16 values per rank, their 2-rank sum is not): not the bits of the float32 wire.
+run_mpi 2 $W --grad-compress=bf16 --save=np2-wire.st 2>err || fail "bf16 with --grad-compress=bf16: $(head -3 err)"
+! "$STCOMPARE" --exact np2.cpu.st np2-wire.st >/dev/null 2>&1 ||
+	fail "--grad-compress=bf16 changed nothing under --precision=bf16"
+echo "--grad-compress=bf16 under --precision=bf16: the wire still narrowed"
