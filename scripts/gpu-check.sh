@@ -288,6 +288,12 @@ else
 	row "backend ops vs CPU, small and large (TF32 off)" FAIL "$(echo "$out" | grep -E 'FAIL|SKIP|opcheck' | head -3 | tr '\n' ' ')"
 fi
 echo "$out" >"$TMP/opcheck.txt"
+if out=$(timeout "$(lim 120)" "$B/tests/lib/opcheck" --bf16 2>&1); then
+	row "backend ops vs CPU, --precision=bf16" ok "$(echo "$out" | grep -v '^#' | awk '{ if ($(NF-1) > m) m = $(NF-1) } END { printf "worst rel err %.3g over %d ops (bound 2^-8)", m, NR }')"
+else
+	row "backend ops vs CPU, --precision=bf16" FAIL "$(echo "$out" | grep -E 'FAIL|SKIP|opcheck' | head -3 | tr '\n' ' ')"
+fi
+echo "$out" >>"$TMP/opcheck.txt"
 
 # 2. The trainer's features, ddp on one GPU (NCCL at 1 rank) against the CPU.
 E="--samples=240 --epochs=3 --seed=5 --log-every=1"

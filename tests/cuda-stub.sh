@@ -48,7 +48,12 @@ clean $C --layers=10,200,30,5 --bucket-mb=0.0001 --zero=2
 clean $C --layers=10,200,30,5 --bucket-mb=0.0001 --zero=2 --grad-compress=bf16 --backend=mpi
 clean dp $C
 clean dp $F --lr=0.05 --momentum=0.9
-echo "training keeps every rule: ddp with graphs and eager, AdamW, schedules, cross-entropy, clipping, frozen layer, validation, grad-accum, resume, trace, --zero=2 in row panels, dp on 2 GPUs"
+# --precision=bf16: cublasGemmEx on bf16 operand scratch, grown in the eager first step
+# (never inside a capture), with graphs, validation, grad-accum, row panels and dp
+clean $F --lr=0.05 --momentum=0.9 --grad-accum=2 --precision=bf16
+clean $C --layers=10,200,30,5 --bucket-mb=0.0001 --zero=2 --precision=bf16
+clean dp $C --precision=bf16
+echo "training keeps every rule: ddp with graphs and eager, AdamW, schedules, cross-entropy, clipping, frozen layer, validation, grad-accum, resume, trace, --zero=2 in row panels, dp on 2 GPUs, bf16"
 
 # 2. Each rule, broken on purpose through the module's ABI: named (the stub's line or the
 #    module's error), exit status not 0. The module keeps its own teardown in order --

@@ -33,7 +33,7 @@ TORCH_REF=$TMPD/ref TORCH_REF_OUT=$TMPD/ref bash "$(dirname "$0")/torch-ref.sh" 
 # The committed references against the fresh ones.
 stale=""
 cmp -s "$TMPD/ref/cases.txt" "$COMMITTED/cases.txt" || stale="$stale cases.txt"
-for f in "$TMPD"/ref/*.npy "$TMPD"/ref/*.init.safetensors "$TMPD"/ref/*.torch.safetensors "$TMPD"/ref/*.ref.jsonl; do
+for f in "$TMPD"/ref/*.npy "$TMPD"/ref/*.init.safetensors "$TMPD"/ref/*.torch.safetensors "$TMPD"/ref/*.fp32.safetensors "$TMPD"/ref/*.ref.jsonl; do
 	cmp -s "$f" "$COMMITTED/${f##*/}" || stale="$stale ${f##*/}"
 done
 [ -z "$stale" ] ||

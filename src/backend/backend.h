@@ -35,10 +35,19 @@ struct adamw_hparams {
 	float decay, beta1, beta2, one_minus_beta1, one_minus_beta2, step_size, bc2_sqrt, eps;
 };
 
+/* The matrix products' arithmetic (--precision). PRECISION_TF32 lets cuBLAS use TF32
+ * tensor cores (not bit-compatible with float32; the CPU runs float32). PRECISION_BF16 is
+ * torch.autocast's bfloat16: linear_forward, linear_backward and linear_grad_rows round
+ * their matrix operands to bf16 (nearest even), sum in float32 and round each result to
+ * bf16, which they store in the float32 buffer (the bias is rounded and added before that
+ * rounding; dw and db are bf16 values, added in float32 when accumulating). Every other
+ * kernel runs in float32 on what it is given. */
+enum precision { PRECISION_FP32, PRECISION_TF32, PRECISION_BF16 };
+
 /* What a backend instance is created for. */
 struct backend_config {
-	int device; /* GPU index (after CUDA_VISIBLE_DEVICES); ignored by the CPU backend */
-	int tf32;   /* let cuBLAS use TF32 tensor cores (not bit-compatible with float32) */
+	int device;                /* GPU index (after CUDA_VISIBLE_DEVICES); ignored by the CPU backend */
+	enum precision precision;  /* the products' arithmetic */
 };
 
 struct backend_ops {

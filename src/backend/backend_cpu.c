@@ -4,6 +4,13 @@
  * the ranks (or dp threads), one core each. With a progress hook and a panel
  * size set, the backward products run in row panels of about that many FLOP
  * with the hook called between them (MPI moves messages only inside MPI calls).
+ *
+ * --precision=bf16 (torch.autocast's bfloat16): the products' operands are rounded to
+ * bf16 (nearest even, core/half.c) into scratch buffers, multiplied by an SGEMM (each
+ * product of two bf16 values is exact in float32, the sums are float32: what
+ * cblas_sbgemm computes), and each result is rounded to bf16. The SGEMM is the one path:
+ * Debian's OpenBLAS 0.3.21 declares cblas_sbgemm but is built without it (the library
+ * exports no such symbol), and where it exists it computes the same sums in another order.
  */
 #include <cblas.h>
 #include <math.h>
@@ -12,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "config.h"
+#include "core/half.h"      /* half_narrow, half_widen, half_round, half_value */
 
 #define PANEL_MIN_ROWS 32 /* below this a panel's SGEMM slows down */
 
@@ -19,6 +27,10 @@ struct cpu {
 	void (*progress)(void *arg, float *done, size_t n); /* see set_progress, or NULL */
 	double panel;                                        /* FLOP per panel; 0: no panels */
 	void *arg;
+	int bf16;                                            /* --precision=bf16 */
+	float *scratch;                                      /* bf16 operands and products */
+	size_t scratch_n;                                    /* floats in scratch */
+	int oom;                                             /* scratch could not grow */
 };
 
 static enum status cpu_init(void **ctx, const struct backend_config *cfg, struct diag *d)
@@ -26,15 +38,105 @@ static enum status cpu_init(void **ctx, const struct backend_config *cfg, struct
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
 	openblas_set_num_threads(1);
 #endif
-	*ctx = calloc(1, sizeof(struct cpu));
-	if (*ctx == NULL)
+	struct cpu *c = calloc(1, sizeof(struct cpu));
+
+	*ctx = c;
+	if (c == NULL)
 		return diag_set(d, ST_RUNTIME, "cpu backend: out of memory");
+	c->bf16 = cfg->precision == PRECISION_BF16;
 	return ST_OK;
 }
 
 static void cpu_fini(void *ctx)
 {
-	free(ctx);
+	struct cpu *c = ctx;
+
+	if (c != NULL)
+		free(c->scratch);
+	free(c);
+}
+
+/* ---- bf16 autocast ------------------------------------------------------------------ */
+
+/* The scratch buffer with room for n floats, or NULL (then c->oom is set: sync reports it
+ * and the product is skipped). */
+static float *scratch(struct cpu *c, size_t n)
+{
+	if (n > c->scratch_n) {
+		float *p = realloc(c->scratch, n * sizeof *p);
+
+		if (p == NULL) {
+			c->oom = 1;
+			return NULL;
+		}
+		c->scratch = p;
+		c->scratch_n = n;
+	}
+	return c->scratch;
+}
+
+/* dst[i] = src[i] rounded to bf16 (nearest even), as a float. */
+static void round_bf16(float *dst, const float *src, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		dst[i] = half_value(half_round(src[i], HALF_BF16), HALF_BF16);
+}
+
+/* y (n, out) = bf16(bf16(x) @ bf16(w)^T + bf16(b)), then ReLU: torch.autocast's Linear,
+ * whose output is bf16 (the ReLU of a bf16 value is one). */
+static void bf16_linear_forward(struct cpu *c, float *y, const float *x, const float *w,
+				const float *b, int n, int in, int out, int relu)
+{
+	size_t nx = (size_t)n * in, nw = (size_t)out * in;
+	float *xb = scratch(c, nx + nw + (size_t)out), *wb, *bb;
+
+	if (xb == NULL)
+		return;
+	wb = xb + nx;
+	bb = wb + nw;
+	round_bf16(xb, x, nx);
+	round_bf16(wb, w, nw);
+	round_bf16(bb, b, (size_t)out);
+	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, xb, in, wb, in, 0.0f,
+		    y, out);
+	for (int i = 0; i < n; i++) {
+		float *restrict r = y + (size_t)i * out;
+
+		for (int k = 0; k < out; k++) {
+			float v = half_value(half_round(r[k] + bb[k], HALF_BF16), HALF_BF16);
+
+			r[k] = relu && v <= 0.0f ? 0.0f : v;
+		}
+	}
+}
+
+/* Rows [r0, r1) of the bf16 weight and bias gradients from dyb (n, out) and xb (n, in),
+ * both already bf16: dw rows = bf16(dyb[:, r0:r1]^T @ xb), db = bf16(the float32 column
+ * sums), set or (accumulate) added to in float32, as autocast's bf16 gradient is added to
+ * a float32 .grad. prod has room for (r1 - r0) * in floats. */
+static void bf16_grad_rows(float *dw, float *db, const float *dyb, const float *xb, float *prod,
+			   int n, int in, int out, int r0, int r1, int accumulate)
+{
+	size_t len = (size_t)(r1 - r0) * in;
+
+	if (dw != NULL) {
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, in, n, 1.0f, dyb + r0,
+			    out, xb, in, 0.0f, prod, in);
+		for (size_t j = 0; j < len; j++) {
+			float v = half_value(half_round(prod[j], HALF_BF16), HALF_BF16);
+
+			dw[j] = accumulate ? dw[j] + v : v;
+		}
+	}
+	if (db != NULL)
+		for (int k = r0; k < r1; k++) {
+			float s = 0.0f, v;
+
+			for (int i = 0; i < n; i++)
+				s += dyb[(size_t)i * out + k];
+			v = half_value(half_round(s, HALF_BF16), HALF_BF16);
+			db[k - r0] = accumulate ? db[k - r0] + v : v;
+		}
 }
 
 static void cpu_set_progress(void *ctx, void (*fn)(void *arg, float *done, size_t n), void *arg,
@@ -86,10 +188,12 @@ static void cpu_to_host_async(void *ctx, float *dst, const float *src, size_t n)
 	memcpy(dst, src, n * sizeof *dst);
 }
 
+static enum status cpu_sync(void *ctx, struct diag *d);
+
 static enum status cpu_to_host(void *ctx, float *dst, const float *src, size_t n, struct diag *d)
 {
 	cpu_copy(ctx, dst, src, n);
-	return ST_OK;
+	return cpu_sync(ctx, d);
 }
 
 static void cpu_copy_peer(void *ctx, float *dst, void *src_ctx, const float *src, size_t n)
@@ -111,6 +215,12 @@ static void cpu_add(void *ctx, float *restrict dst, const float *restrict src, s
 static void cpu_linear_forward(void *ctx, float *y, const float *x, const float *w,
 			       const float *b, int n, int in, int out, int relu)
 {
+	struct cpu *c = ctx;
+
+	if (c != NULL && c->bf16) {
+		bf16_linear_forward(c, y, x, w, b, n, in, out, relu);
+		return;
+	}
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x, in, w, in, 0.0f,
 		    y, out);
 	for (int i = 0; i < n; i++) {
@@ -144,12 +254,61 @@ static void bias_grad(float *db, const float *dy, int n, int out, int r0, int ro
 	}
 }
 
+/* linear_backward in bf16: dy rounded to bf16 (the backward of autocast's cast to float32
+ * for the loss, and a no-op on the bf16 gradients the layers above pass down), each of
+ * dw, db and dx a bf16 result; the same panels and progress calls as in float32. */
+static void bf16_linear_backward(struct cpu *c, float *dx, float *dw, float *db, const float *dy,
+				 const float *x, const float *w, int n, int in, int out,
+				 int accumulate)
+{
+	size_t ny = (size_t)n * out, nx = (size_t)n * in, nw = (size_t)out * in;
+	int step = panel_rows(c, out, 2.0 * in * n);
+	float *dyb = scratch(c, ny + nx + nw + (size_t)step * in), *xb, *wb, *prod;
+
+	if (dyb == NULL)
+		return;
+	xb = dyb + ny;
+	wb = xb + nx;
+	prod = wb + nw;
+	round_bf16(dyb, dy, ny);
+	if (dw != NULL) {
+		round_bf16(xb, x, nx);
+		for (int o = 0; o < out; o += step) {
+			int rows = out - o < step ? out - o : step;
+
+			bf16_grad_rows(dw + (size_t)o * in, NULL, dyb, xb, prod, n, in, out, o, o + rows,
+				       accumulate);
+			if (step < out)
+				c->progress(c->arg, dw + (size_t)o * in, (size_t)rows * in);
+		}
+		bf16_grad_rows(NULL, db, dyb, NULL, NULL, n, in, out, 0, out, accumulate);
+	}
+	if (dx == NULL)
+		return;
+	round_bf16(wb, w, nw);
+	step = panel_rows(c, n, 2.0 * in * out);
+	for (int i = 0; i < n; i += step) {
+		int rows = n - i < step ? n - i : step;
+
+		if (c->progress != NULL)
+			c->progress(c->arg, NULL, 0);
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, in, out, 1.0f,
+			    dyb + (size_t)i * out, out, wb, in, 0.0f, dx + (size_t)i * in, in);
+		round_bf16(dx + (size_t)i * in, dx + (size_t)i * in, (size_t)rows * in);
+	}
+}
+
 static void cpu_linear_backward(void *ctx, float *dx, float *dw, float *db, const float *dy,
 				const float *x, const float *w, int n, int in, int out,
 				int accumulate)
 {
-	const struct cpu *c = ctx;
+	struct cpu *c = ctx;
 	int step = panel_rows(c, out, 2.0 * in * n);
+
+	if (c != NULL && c->bf16) {
+		bf16_linear_backward(c, dx, dw, db, dy, x, w, n, in, out, accumulate);
+		return;
+	}
 
 	/* dw (out, in) = dy^T (out, n) @ x (n, in), in panels of dw's rows */
 	if (dw != NULL) {
@@ -182,8 +341,23 @@ static void cpu_linear_backward(void *ctx, float *dx, float *dw, float *db, cons
 static void cpu_linear_grad_rows(void *ctx, float *dw, float *db, const float *dy, const float *x,
 				 int n, int in, int out, int r0, int r1)
 {
+	struct cpu *c = ctx;
+
 	if (r1 <= r0)
 		return;
+	if (c != NULL && c->bf16) {
+		size_t ny = (size_t)n * out, nx = (size_t)n * in;
+		float *dyb = scratch(c, ny + nx + (size_t)(r1 - r0) * in);
+
+		if (dyb == NULL)
+			return;
+		round_bf16(dyb, dy, ny);
+		if (dw != NULL)
+			round_bf16(dyb + ny, x, nx);
+		bf16_grad_rows(dw, NULL, dyb, dyb + ny, dyb + ny + nx, n, in, out, r0, r1, 0);
+		bf16_grad_rows(NULL, db, dyb, NULL, NULL, n, in, out, r0, r1, 0);
+		return;
+	}
 	if (dw != NULL)
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, in, n, 1.0f, dy + r0, out,
 			    x, in, 0.0f, dw, in);
@@ -315,8 +489,13 @@ static void cpu_clip(void *ctx, float *restrict x, size_t n, const float *sumsq,
 			x[i] *= coef;
 }
 
+/* The one failure a CPU kernel can have: no memory for bf16 operands. */
 static enum status cpu_sync(void *ctx, struct diag *d)
 {
+	const struct cpu *c = ctx;
+
+	if (c != NULL && c->oom)
+		return diag_set(d, ST_RUNTIME, "cpu backend: out of memory for the bf16 operands of a matrix product");
 	return ST_OK;
 }
 

@@ -11,6 +11,7 @@
  * atomics), so a run is reproducible bit for bit. With --trace, a device clock (the end of this
  * file) times spans with events on the stream.
  */
+#include <cuda_bf16.h>        /* __nv_bfloat16, __float2bfloat16_rn: --precision=bf16 */
 #include <nvtx3/nvToolsExt.h> /* header-only NVTX 3: the --trace spans' ranges */
 #include <stdio.h>
 #include <string.h>
@@ -154,6 +155,64 @@ __global__ void k_bias_grad(float *db, const float *dy, int n, int cols, int ld,
 	}
 	if (threadIdx.y == 0 && k < cols)
 		db[k] = (accumulate ? db[k] : 0.0f) + part[0][threadIdx.x];
+}
+
+/* ---- bf16 autocast (--precision=bf16): the CPU backend's arithmetic (backend.h) ---- */
+
+/* x rounded to bf16, nearest even (PyTorch's and core/half.c's rounding), as a float. */
+__device__ __forceinline__ float bf16r(float x)
+{
+	return __bfloat162float(__float2bfloat16_rn(x));
+}
+
+__global__ void k_to_bf16(__nv_bfloat16 *dst, const float *src, size_t n)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		dst[i] = __float2bfloat16_rn(src[i]);
+}
+
+/* y = bf16(y + bf16(b)) row by row, then relu: autocast's Linear output. */
+__global__ void k_bias_rows_bf16(float *y, const float *b, int n, int out, int relu)
+{
+	size_t total = (size_t)n * out;
+
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+	     i += (size_t)gridDim.x * blockDim.x) {
+		float v = bf16r(y[i] + bf16r(b[i % out]));
+
+		y[i] = relu && v <= 0.0f ? 0.0f : v;
+	}
+}
+
+/* dst = bf16(src) (dst may be src), or dst += bf16(src) when accumulate is set. */
+__global__ void k_round_bf16(float *dst, const float *src, size_t n, int accumulate)
+{
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		dst[i] = (accumulate ? dst[i] : 0.0f) + bf16r(src[i]);
+}
+
+/* k_bias_grad over bf16 gradients: db[k] (+)= bf16(the float32 sum of column k). */
+__global__ void k_bias_grad_bf16(float *db, const __nv_bfloat16 *dy, int n, int cols, int ld,
+				 int accumulate)
+{
+	__shared__ float part[BG_LANES][BG_COLS + 1];
+	int k = blockIdx.x * BG_COLS + threadIdx.x;
+	float s = 0.0f;
+
+	if (k < cols)
+		for (int i = threadIdx.y; i < n; i += BG_LANES)
+			s += __bfloat162float(dy[(size_t)i * ld + k]);
+	part[threadIdx.y][threadIdx.x] = s;
+	__syncthreads();
+	for (int h = BG_LANES / 2; h > 0; h /= 2) {
+		if (threadIdx.y < h)
+			part[threadIdx.y][threadIdx.x] += part[threadIdx.y + h][threadIdx.x];
+		__syncthreads();
+	}
+	if (threadIdx.y == 0 && k < cols)
+		db[k] = (accumulate ? db[k] : 0.0f) + bf16r(part[0][threadIdx.x]);
 }
 
 /* The sum of every thread's s over the block (CUDA_THREADS threads), in a fixed order, so the
@@ -345,6 +404,7 @@ extern "C" enum status cuda_init(void **out, const struct backend_config *cfg, s
 	if (c == NULL)
 		return diag_set(d, ST_RUNTIME, "cuda: out of host memory");
 	c->device = cfg->device;
+	c->bf16 = cfg->precision == PRECISION_BF16;
 	if (!CUDA_NOTE(c, cudaSetDevice(c->device)) &&
 	    !CUDA_NOTE(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) &&
 	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming)) &&
@@ -359,7 +419,7 @@ extern "C" enum status cuda_init(void **out, const struct backend_config *cfg, s
 		if (bs == CUBLAS_STATUS_SUCCESS) {
 			blas_note(c, cublasSetStream(c->blas, c->stream), "cublasSetStream");
 			blas_note(c, cublasSetWorkspace(c->blas, c->blas_workspace, ws), "cublasSetWorkspace");
-			blas_note(c, cublasSetMathMode(c->blas, cuda_blas_math(cfg->tf32)), "cublasSetMathMode");
+			blas_note(c, cublasSetMathMode(c->blas, cuda_blas_math(cfg->precision == PRECISION_TF32)), "cublasSetMathMode");
 		}
 	}
 	if (c->err.st != ST_OK) {
@@ -386,6 +446,8 @@ extern "C" void cuda_fini(void *ctx)
 		if (c->exec[i] != NULL)
 			cudaGraphExecDestroy(c->exec[i]);
 	cublasDestroy(c->blas);
+	cudaFree(c->b16);
+	cudaFree(c->f32);
 	cudaFree(c->partials);
 	cudaFree(c->blas_workspace);
 	cudaEventDestroy(c->ev);
@@ -529,6 +591,117 @@ extern "C" void cuda_add(void *ctx, float *dst, const float *src, size_t n)
 	LAUNCH_CHECK(c, "k_add");
 }
 
+/* ---- bf16 autocast: bf16 operands, float32 sums (cublasGemmEx, CUBLAS_COMPUTE_32F), each
+ * result rounded to bf16 by a kernel, as the CPU backend does (backend.h) ---------------- */
+
+/* Scratch of at least n elements of size bytes in *p (capacity *cap); NULL with the error
+ * noted if it cannot grow: never inside a capture (cudaMalloc would invalidate it; the
+ * first step of a run is eager and every later one has the same shapes). */
+static void *grow(struct cuda_ctx *c, void **p, size_t *cap, size_t n, size_t size)
+{
+	enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+
+	if (n <= *cap)
+		return *p;
+	if (CUDA_NOTE(c, cudaStreamIsCapturing(c->stream, &cs)))
+		return NULL;
+	if (cs != cudaStreamCaptureStatusNone) {
+		cuda_note(c, cudaErrorStreamCaptureUnsupported, "bf16 operand scratch grown inside a graph capture",
+			  __FILE__, __LINE__);
+		return NULL;
+	}
+	cudaFree(*p); /* waits for the work that used it */
+	*p = NULL;
+	*cap = 0;
+	if (CUDA_NOTE(c, cudaMalloc(p, n * size)))
+		return NULL;
+	*cap = n;
+	c->allocated += n * size;
+	return *p;
+}
+
+/* src (n floats) rounded to bf16 into dst. */
+static void to_bf16(struct cuda_ctx *c, __nv_bfloat16 *dst, const float *src, size_t n)
+{
+	k_to_bf16<<<cuda_blocks(n), CUDA_THREADS, 0, c->stream>>>(dst, src, n);
+	LAUNCH_CHECK(c, "k_to_bf16");
+}
+
+/* Column-major C (m, n) = op(A) op(B), A and B bf16, C float32, sums in float32. */
+static void gemm_bf16(struct cuda_ctx *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+		      int k, const __nv_bfloat16 *a, int lda, const __nv_bfloat16 *b, int ldb,
+		      float *out, int ldc, const char *what)
+{
+	const float one = 1.0f, zero = 0.0f;
+
+	blas_note(c, cublasGemmEx(c->blas, ta, tb, m, n, k, &one, a, CUDA_R_16BF, lda, b, CUDA_R_16BF,
+				  ldb, &zero, out, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+		  what);
+}
+
+static void forward_bf16(struct cuda_ctx *c, float *y, const float *x, const float *w,
+			 const float *b, int n, int in, int out, int relu)
+{
+	size_t nx = (size_t)n * in, nw = (size_t)out * in;
+	__nv_bfloat16 *xb = (__nv_bfloat16 *)grow(c, &c->b16, &c->b16_n, nx + nw, sizeof *xb);
+
+	if (xb == NULL)
+		return;
+	to_bf16(c, xb, x, nx);
+	to_bf16(c, xb + nx, w, nw);
+	gemm_bf16(c, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, xb + nx, in, xb, in, y, out,
+		  "cublasGemmEx(forward, bf16)");
+	k_bias_rows_bf16<<<cuda_blocks((size_t)n * out), CUDA_THREADS, 0, c->stream>>>(y, b, n, out, relu);
+	LAUNCH_CHECK(c, "k_bias_rows_bf16");
+}
+
+/* Rows [r0, r1) of dw and db from the bf16 dyb (n, out) and xb (n, in), set or added to. */
+static void grad_rows_bf16(struct cuda_ctx *c, float *dw, float *db, const __nv_bfloat16 *dyb,
+			   const __nv_bfloat16 *xb, int n, int in, int out, int r0, int r1,
+			   int accumulate)
+{
+	const int rows = r1 - r0;
+	size_t len = (size_t)rows * in;
+
+	if (dw != NULL) {
+		float *prod = accumulate ? (float *)grow(c, (void **)&c->f32, &c->f32_n, len, sizeof(float)) : dw;
+
+		if (prod == NULL)
+			return;
+		gemm_bf16(c, CUBLAS_OP_N, CUBLAS_OP_T, in, rows, n, xb, in, dyb + r0, out, prod, in,
+			  "cublasGemmEx(weight grad, bf16)");
+		k_round_bf16<<<cuda_blocks(len), CUDA_THREADS, 0, c->stream>>>(dw, prod, len, accumulate);
+		LAUNCH_CHECK(c, "k_round_bf16");
+	}
+	if (db != NULL) {
+		k_bias_grad_bf16<<<(rows + BG_COLS - 1) / BG_COLS, dim3(BG_COLS, BG_LANES), 0, c->stream>>>(
+			db, dyb + r0, n, rows, out, accumulate);
+		LAUNCH_CHECK(c, "k_bias_grad_bf16");
+	}
+}
+
+static void backward_bf16(struct cuda_ctx *c, float *dx, float *dw, float *db, const float *dy,
+			  const float *x, const float *w, int n, int in, int out, int accumulate)
+{
+	size_t ny = (size_t)n * out, nx = (size_t)n * in, nw = (size_t)out * in;
+	__nv_bfloat16 *dyb = (__nv_bfloat16 *)grow(c, &c->b16, &c->b16_n, ny + nx + nw, sizeof *dyb);
+
+	if (dyb == NULL)
+		return;
+	to_bf16(c, dyb, dy, ny);
+	if (dw != NULL) {
+		to_bf16(c, dyb + ny, x, nx);
+		grad_rows_bf16(c, dw, db, dyb, dyb + ny, n, in, out, 0, out, accumulate);
+	}
+	if (dx == NULL)
+		return;
+	to_bf16(c, dyb + ny + nx, w, nw);
+	gemm_bf16(c, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, dyb + ny + nx, in, dyb, out, dx, in,
+		  "cublasGemmEx(input grad, bf16)");
+	k_round_bf16<<<cuda_blocks(nx), CUDA_THREADS, 0, c->stream>>>(dx, dx, nx, 0);
+	LAUNCH_CHECK(c, "k_round_bf16");
+}
+
 /* Row-major y (n, out) = x (n, in) w^T + b: in cuBLAS's column-major terms
  * y^T (out, n) = op_T(w as (in, out)) x^T (in, n). */
 extern "C" void cuda_linear_forward(void *ctx, float *y, const float *x, const float *w,
@@ -538,6 +711,10 @@ extern "C" void cuda_linear_forward(void *ctx, float *y, const float *x, const f
 	const float one = 1.0f, zero = 0.0f;
 
 	use(c);
+	if (c->bf16) {
+		forward_bf16(c, y, x, w, b, n, in, out, relu);
+		return;
+	}
 	blas_note(c, cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x, in,
 				 &zero, y, out), "cublasSgemm(forward)");
 	k_bias_rows<<<cuda_blocks((size_t)n * out), CUDA_THREADS, 0, c->stream>>>(y, b, n, out, relu);
@@ -552,6 +729,10 @@ extern "C" void cuda_linear_backward(void *ctx, float *dx, float *dw, float *db,
 	const float one = 1.0f, zero = 0.0f;
 
 	use(c);
+	if (c->bf16) {
+		backward_bf16(c, dx, dw, db, dy, x, w, n, in, out, accumulate);
+		return;
+	}
 	/* dw (out, in) row-major = (in, out) column-major = x^T (in, n) dy (n, out); none for a
 	 * frozen layer (dw NULL) */
 	if (dw != NULL) {
@@ -582,6 +763,18 @@ extern "C" void cuda_linear_grad_rows(void *ctx, float *dw, float *db, const flo
 	if (rows <= 0)
 		return;
 	use(c);
+	if (c->bf16) {
+		size_t ny = (size_t)n * out, nx = (size_t)n * in;
+		__nv_bfloat16 *dyb = (__nv_bfloat16 *)grow(c, &c->b16, &c->b16_n, ny + nx, sizeof *dyb);
+
+		if (dyb == NULL)
+			return;
+		to_bf16(c, dyb, dy, ny);
+		if (dw != NULL)
+			to_bf16(c, dyb + ny, x, nx);
+		grad_rows_bf16(c, dw, db, dyb, dyb + ny, n, in, out, r0, r1, 0);
+		return;
+	}
 	if (dw != NULL)
 		blas_note(c, cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, rows, n, &one, x, in,
 					 dy + r0, out, &zero, dw, in), "cublasSgemm(weight grad rows)");

@@ -47,6 +47,14 @@ struct cuda_ctx {
 	cudaEvent_t tref;
 	double tref_host;
 	int tref_set;
+	/* --precision=bf16 (backend_cuda.cu): the products' bf16 operands and a float32 product
+	 * to round before it is added, device scratch grown when a product needs more (outside
+	 * a capture: the first step is eager). */
+	int bf16;
+	void *b16;                    /* (b16_n) __nv_bfloat16 */
+	size_t b16_n;
+	float *f32;                   /* (f32_n) */
+	size_t f32_n;
 };
 
 /* cuBLAS's math mode, the same for the backend and the SGEMM ceiling it is measured

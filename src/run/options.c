@@ -44,6 +44,7 @@ const char *const options_device_names[] = {"auto", "cpu", "cuda", NULL};
 const char *const options_comm_names[] = {"auto", "mpi", "nccl", NULL};
 /* In enum comm_wire's order: none is float32. */
 const char *const options_compress_names[] = {"none", "fp16", "bf16", NULL};
+const char *const options_precision_names[] = {"fp32", "tf32", "bf16", NULL};
 
 /* What a row's value is, and so how the generic parse and format treat its field. */
 enum opt_type {
@@ -155,7 +156,9 @@ static const struct opt_def opt_table[] = {
 	{"replicas", "G", "auto", "--mode=dp worker threads, one replica each (auto: one per GPU, else 2)", C, INT(replicas, 1, OPT_MAX_REPLICAS), HOOKS(parse_replicas, format_replicas)},
 	{"device", "auto|cpu|cuda", "auto", "where the model runs (auto: a GPU if one is visible, else the CPU)", C, CHOICE(device, options_device_names)},
 	{"backend", "auto|mpi|nccl", "auto", "how gradients are all-reduced (auto: nccl on GPUs, mpi on the CPU or on a GPU ranks share)", C, CHOICE(comm, options_comm_names)},
-	{"tf32", NULL, "off", "let cuBLAS use TF32 tensor cores (faster; results no longer match float32)", C, SWITCH(tf32, 1)},
+	{"precision", "fp32|tf32|bf16", "fp32", "matrix products in float32, TF32 (cuBLAS only) or bf16 autocast (bf16 operands and activations, float32 sums, loss, weights and optimizer)", C, CHOICE(precision, options_precision_names)},
+	/* --precision=tf32 by its old name: that row's value, not a setting of its own. */
+	{"tf32", NULL, "off", "let cuBLAS use TF32 tensor cores (faster; results no longer match float32)", X, .type = OPT_SWITCH, .field = ENUM_FIELD(precision), .on = PRECISION_TF32},
 	{"bucket-mb", "F", "25", "gradient bucket cap in MiB", C, REAL_ABOVE(bucket_mb, 0, 1 << 20)},
 	{"zero", "0|1|2", "0", "ZeRO: shard the optimizer state over the ranks (1), and the gradients too (2)", C, INT(zero, 0, 2)},
 	{"grad-compress", "none|fp16|bf16", "none", "all-reduce the gradients in 16 bits (PyTorch's fp16/bf16 compress hooks)", C, CHOICE(grad_compress, options_compress_names)},

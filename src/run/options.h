@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "backend/backend.h" /* enum precision */
 #include "comm/comm.h"     /* enum comm_kind */
 #include "train/loss.h"     /* enum loss_kind, loss_names */
 #include "train/optimizer.h" /* enum optimizer_kind, optimizer_names */
@@ -70,7 +71,7 @@ struct options {
 	int quiet;
 	const char *metrics;            /* JSON Lines path or NULL */
 	int replicas;                   /* --mode=dp worker threads; 0 = auto */
-	int tf32;                       /* cuBLAS may use TF32 */
+	enum precision precision;       /* the matrix products' arithmetic (--tf32: PRECISION_TF32) */
 	const char *checkpoint;         /* checkpoint path or NULL */
 	long checkpoint_every;          /* optimizer steps between checkpoints; 0 = end and stop only */
 	long keep_checkpoints;          /* numbered checkpoints to keep; 0 = only the latest */
@@ -125,5 +126,6 @@ extern const char *const options_mode_names[];
 extern const char *const options_device_names[];
 extern const char *const options_comm_names[];
 extern const char *const options_compress_names[]; /* --grad-compress: "none", "fp16", "bf16" */
+extern const char *const options_precision_names[]; /* --precision, in enum precision's order */
 
 #endif

@@ -47,7 +47,8 @@ void overview_header(const struct overview *s)
 	if (s->c->notice[0] != '\0')
 		report_note(s->r, "%s", s->c->notice);
 	if (s->pl->device == DEVICE_CUDA)
-		report_note(s->r, "%s, TF32 %s", s->pl->info, o->tf32 ? "on" : "off");
+		report_note(s->r, "%s, TF32 %s%s", s->pl->info, o->precision == PRECISION_TF32 ? "on" : "off",
+			    o->precision == PRECISION_BF16 ? ", bf16 autocast" : "");
 	print_ranks(s);
 	report_note(s->r, "model %s (%zu parameters), data %s (%zu samples), batch %ld per %s x %d %ss x %ld accum = %ld per step",
 		    widths, s->m->nparams, s->ds->synthetic ? "synthetic" : o->inputs, s->ds->n, o->batch_size,

@@ -108,7 +108,7 @@ static enum status build_model(struct session *s)
 	if (st != ST_OK)
 		return st;
 	s->cfg.device = s->pl.gpu;
-	s->cfg.tf32 = o->tf32;
+	s->cfg.precision = o->precision;
 	st = backend_init(&s->be, s->pl.device == DEVICE_CUDA ? s->pl.module.mod->backend : &backend_cpu_ops,
 			  &s->cfg, &s->d);
 	if (st == ST_OK)

@@ -171,6 +171,7 @@ struct fk_ctx {
 	size_t allocated;
 	long launches;                       /* kernel launches issued outside a capture */
 	struct fk_comm *comm;                /* the communicator ordered with this stream */
+	void *cpu;                           /* the CPU backend's context: the products' precision */
 };
 
 struct fk_comm {
@@ -521,15 +522,18 @@ static void run_op(struct fk_queue *q, struct fk_op *o)
 		cpu->add(NULL, o->dst, o->s1, o->n);
 		break;
 	case K_LIN_FWD:
-		cpu->linear_forward(NULL, o->dst, o->s1, o->s2, o->s3, o->rows, o->in, o->out, o->flag);
+		cpu->linear_forward(c->cpu, o->dst, o->s1, o->s2, o->s3, o->rows, o->in, o->out, o->flag);
+		cpu->sync(c->cpu, &c->err);
 		break;
 	case K_LIN_BWD:
-		cpu->linear_backward(NULL, o->dst, o->o2, o->o3, o->s1, o->s2, o->s3, o->rows, o->in,
+		cpu->linear_backward(c->cpu, o->dst, o->o2, o->o3, o->s1, o->s2, o->s3, o->rows, o->in,
 				     o->out, o->flag);
+		cpu->sync(c->cpu, &c->err);
 		break;
 	case K_LIN_ROWS:
-		cpu->linear_grad_rows(NULL, o->dst, o->o2, o->s1, o->s2, o->rows, o->in, o->out, o->r0,
+		cpu->linear_grad_rows(c->cpu, o->dst, o->o2, o->s1, o->s2, o->rows, o->in, o->out, o->r0,
 				      o->r1);
+		cpu->sync(c->cpu, &c->err); /* bf16: its scratch could not grow (sticky) */
 		break;
 	case K_RELU_FWD:
 		cpu->relu_forward(NULL, o->dst, o->n);
@@ -838,7 +842,10 @@ static enum status fk_init(void **out, const struct backend_config *cfg, struct 
 	}
 	if (c == NULL)
 		return diag_set(d, ST_RUNTIME, "fake-gpu: out of memory");
-	cpu->init(&(void *){NULL}, cfg, d);
+	if (cpu->init(&c->cpu, cfg, d) != ST_OK) {
+		free(c);
+		return ST_RUNTIME;
+	}
 	c->device = cfg->device;
 	c->q.dev = c;
 	fk_current = c->device; /* cudaSetDevice in the creating thread */
@@ -866,6 +873,7 @@ static void fk_fini(void *ctx)
 	list_free(&c->cap);
 	for (int i = 0; i < BACKEND_GRAPHS; i++)
 		list_free(&c->graph[i].ops);
+	cpu->fini(c->cpu);
 	free(c);
 }
 

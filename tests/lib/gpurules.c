@@ -95,7 +95,7 @@ static int finish(struct rig *r, struct diag *d)
 
 static int setup(struct rig *r, struct diag *d)
 {
-	const struct backend_config cfg = {.device = r->rank, .tf32 = 0};
+	const struct backend_config cfg = {.device = r->rank, .precision = PRECISION_FP32};
 	unsigned char id[GPU_NCCL_ID_BYTES] = {0};
 	int count = 0;
 	char info[256];

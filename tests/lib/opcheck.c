@@ -2,10 +2,12 @@
  * opcheck - every CUDA backend operation against the CPU backend on the same
  * random data, and a cuBLAS SGEMM timing (needs a GPU; scripts/gpu-check.sh).
  *
- *   opcheck [--tf32]              exit 0 if every operation's relative error
+ *   opcheck [--tf32|--bf16]       exit 0 if every operation's relative error
  *                                 max|gpu - cpu| / max|cpu| is at most 1e-6
  *                                 (TF32 off), at small sizes and at the large
- *                                 ones of every launch path; 77 if no GPU can be used
+ *                                 ones of every launch path; 77 if no GPU can be used.
+ *                                 --bf16: --precision=bf16's products on both, at
+ *                                 2^-8 + 1e-6 (below)
  *   opcheck --sgemm M N K [TA TB] print the cuBLAS SGEMM rate in TFLOP/s of C (M, N) =
  *                                 op(A) (M, K) op(B) (K, N), op = N or T (column-major)
  */
@@ -334,8 +336,16 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (argc > 1 && strcmp(argv[1], "--tf32") == 0) {
-		cfg.tf32 = 1;
+		cfg.precision = PRECISION_TF32;
 		tol = 5e-3;
+	}
+	/* Both round every product's result to bf16 once; float32 sums in another order can
+	 * round an element to the neighbouring bf16 value, one unit in its 8th bit: at most
+	 * 2^-8 of the largest element (dw accumulated: of the product added), plus float32's
+	 * own differences. */
+	if (argc > 1 && strcmp(argv[1], "--bf16") == 0) {
+		cfg.precision = PRECISION_BF16;
+		tol = 0x1p-8 + 1e-6;
 	}
 	if (backend_init(&cpu, &backend_cpu_ops, &cfg, &d) != ST_OK ||
 	    backend_init(&gpu, mod.mod->backend, &cfg, &d) != ST_OK) {

@@ -47,6 +47,15 @@ far the emulation with ddptrain's order and with per-rank gradients taken
 in float64 (another float32 rounding of the same gradient) ends from the
 reference: the size of the disagreement an honest implementation can show.
 
+The --precision=bf16 cases train under torch.autocast("cpu", dtype=torch.bfloat16): each
+Linear's operands and output in bfloat16 (float32 sums), the ReLU on bfloat16, the loss
+in float32, float32 weights, gradients and optimizer.  gen also writes what float32
+training ends with (CASE.fp32.safetensors: tests/torch-ref.sh checks that ddptrain's bf16
+run is nearer autocast than that) and prints how far two other runs end from the
+reference: float32, and autocast's arithmetic with every float32 sum taken in float64
+(another order of the same sums, each rounded to float32 then bfloat16: the
+disagreement an honest implementation can show, which TOL_BF16 is derived from).
+
 Validation (--val-inputs/--val-targets) is evaluated after every --eval-every
 steps, at the end of every epoch and at the end of training: the mean loss
 over the whole validation set and, for cross-entropy, the accuracy.
@@ -67,6 +76,15 @@ import torch.nn.functional as F
 from torch.utils.data.distributed import DistributedSampler
 
 TOL = 1e-5
+# --precision=bf16 cases. An implementation with the same operands and roundings as
+# autocast's may still sum in another order; a float32 sum of K terms is then off by up to
+# K 2^-24 relative, which flips the bf16 rounding of a sum that lies that close to a
+# rounding boundary: 2^-8 relative, carried through training. gen trains autocast's
+# arithmetic with every sum moved at random within that bound: it ends 3.3e-4 to 8.8e-4
+# from the reference (with exact sums: 0, no rounding flips at these sizes), and float32
+# training 1.7e-2 to 4.6e-2. TOL_BF16 is above twice the first and below half the second
+# (gen fails when a case breaks that order).
+TOL_BF16 = 2e-3
 
 
 # ---- safetensors, F32 only -------------------------------------------------
@@ -134,14 +152,71 @@ def rank_indices(n, world, rank, shuffle, seed, drop_last, epoch):
     return list(s)
 
 
+def autocast(c, enabled=True):
+    """torch.autocast's bfloat16 on the CPU for a --precision=bf16 case, else nothing."""
+    return torch.autocast("cpu", dtype=torch.bfloat16,
+                          enabled=enabled and c.get("precision") == "bf16")
+
+
+def to_bf16(t):
+    """t rounded to bfloat16 (nearest even), in float64."""
+    return t.to(torch.bfloat16).double()
+
+
+# Bf16LinearF64's sums: None, exact (float64); else a torch.Generator: each sum of K
+# terms is moved by a relative error drawn uniformly from +-K 2^-24, the bound on the
+# error of a float32 sum of K terms in any order (Higham's gamma_K), before its roundings.
+SUM_ERROR = None
+
+
+def sum_bf16(t, k):
+    """The float64 sums t (of k terms each) as a float32 sum in some order gives them (see
+    SUM_ERROR), rounded to float32 and then to bfloat16, as float32."""
+    if SUM_ERROR is not None:
+        u = torch.rand(t.shape, generator=SUM_ERROR, dtype=torch.float64)
+        t = t * (1 + (2 * u - 1) * k * 2.0 ** -24)
+    return to_bf16(t.float()).float()
+
+
+class Bf16LinearF64(torch.autograd.Function):
+    """autocast's Linear with each float32 sum taken in float64 (and moved as SUM_ERROR
+    says), then rounded to float32 and to bfloat16: the same operands and roundings as
+    autocast's, another order of the same sums."""
+    @staticmethod
+    def forward(ctx, x, w, b):
+        xb, wb = to_bf16(x), to_bf16(w)
+        ctx.save_for_backward(xb, wb)
+        return sum_bf16(xb @ wb.T + to_bf16(b), xb.shape[1] + 1)
+
+    @staticmethod
+    def backward(ctx, gy):
+        xb, wb = ctx.saved_tensors
+        g = to_bf16(gy)
+        n, k = g.shape
+        return sum_bf16(g @ wb, k), sum_bf16(g.T @ xb, n), sum_bf16(g.sum(0), n)
+
+
+def forward_bf16_f64(model):
+    """model's forward through Bf16LinearF64 (ReLU between the layers, on bf16 values)."""
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+
+    def fwd(x):
+        for i, lin in enumerate(layers):
+            x = Bf16LinearF64.apply(x, lin.weight, lin.bias)
+            if i + 1 < len(layers):
+                x = torch.relu(x)
+        return x
+    return fwd
+
+
 def loss_of(kind, out, y):
     return F.cross_entropy(out, y) if kind == "cross-entropy" else F.mse_loss(out, y)
 
 
-def evaluate(model, kind, Xv, Yv):
+def evaluate(model, kind, Xv, Yv, c=None):
     """Mean loss over the whole validation set and (cross-entropy) the accuracy."""
-    with torch.no_grad():
-        out = model(Xv)
+    with torch.no_grad(), autocast(c or {}):
+        out = model(Xv).float()
         if kind == "cross-entropy":
             loss = F.cross_entropy(out.double(), Yv, reduction="sum").item() / Xv.shape[0]
             acc = (out.argmax(1) == Yv).double().mean().item()
@@ -163,13 +238,14 @@ def batch_accuracy(kind, out, y):
     return (out.argmax(1) == y).double().mean().item()
 
 
-def train(model, c, X, Y, Xv, Yv, norms=None):
+def train(model, c, X, Y, Xv, Yv, norms=None, fwd=None):
     """Single-process emulation of DDP over c["np"] ranks (or DP over c["replicas"]).
     Returns (records, evals): records a list of (step, epoch, loss, accuracy, lr), one per
     optimizer step, where loss (and accuracy) is what the step reports: the mean over the
     ranks of each rank's mean over the group's micro-batches of the micro-batch's mean loss
     (fraction right); evals a list of (step, epoch, loss, accuracy).  With clipping, norms
-    gets each step's gradient norm before clipping."""
+    gets each step's gradient norm before clipping.  fwd, if given, is the forward to train
+    through instead of model's (without autocast)."""
     if c["mode"] == "dp":
         world, batch = 1, c["batch"] * c["replicas"]
     else:
@@ -194,7 +270,7 @@ def train(model, c, X, Y, Xv, Yv, norms=None):
 
     def do_eval(step, epoch):
         if Xv is not None and (not evals or evals[-1][0] != step):
-            evals.append((step, epoch) + evaluate(model, c["loss"], Xv, Yv))
+            evals.append((step, epoch) + evaluate(model, c["loss"], Xv, Yv, c))
 
     steps = 0
     for epoch in range(c["epochs"]):
@@ -211,8 +287,9 @@ def train(model, c, X, Y, Xv, Yv, norms=None):
                 for mb in group:
                     idx = torch.tensor(batches[r][mb], dtype=torch.long)
                     model.zero_grad(set_to_none=True)
-                    out = model(X[idx])
-                    loss = loss_of(c["loss"], out, Y[idx])
+                    with autocast(c, fwd is None):
+                        out = (fwd or model)(X[idx])
+                        loss = loss_of(c["loss"], out, Y[idx])
                     loss.backward()
                     step_loss += loss.item() / (len(group) * world)
                     a_mb = batch_accuracy(c["loss"], out, Y[idx])
@@ -423,7 +500,7 @@ DEFAULTS = dict(np=1, mode="ddp", replicas=1, batch=8, epochs=2, lr=0.05, moment
                 accum=1, shuffle=True, seed=0, drop_last=False, max_steps=0, loss="mse",
                 optimizer="sgd", betas=(0.9, 0.999), eps=1e-8, nesterov=False,
                 schedule="constant", warmup=0, clip=0.0, freeze=(), val=None, eval_every=0,
-                env=(), zero=0, compress=None)
+                env=(), zero=0, compress=None, precision="fp32")
 
 
 def case(name, ds, layers, **kw):
@@ -519,6 +596,13 @@ CASES = [
     case("bf16-np2-ce", "cls96", "8,16,4", np=2, loss="cross-entropy", seed=29, compress="bf16"),
     case("zero1-bf16-np2-adamw", "deep95", "6,16,16,3", np=2, optimizer="adamw", lr=0.01,
          seed=30, zero=1, compress="bf16"),
+    # --precision=bf16: torch.autocast's bfloat16 (see the top), compared at TOL_BF16.
+    case("autocast-np1-sgd", "deep95", "6,16,16,3", np=1, momentum=0.9, seed=31,
+         precision="bf16"),
+    case("autocast-np2-adamw", "deep95", "6,16,16,3", np=2, optimizer="adamw", lr=0.01,
+         val="deep30", eval_every=4, seed=32, precision="bf16"),
+    case("autocast-np2-ce-accum2", "cls96", "8,16,16,4", np=2, batch=6, loss="cross-entropy",
+         momentum=0.9, lr=0.1, accum=2, epochs=4, seed=33, precision="bf16"),
 ]
 
 # name: rows, inputs, outputs (classes for "cls")
@@ -594,6 +678,8 @@ def ddptrain_args(c):
         a.append("--zero=%d" % c["zero"])
     if c["compress"]:
         a.append("--grad-compress=" + c["compress"])
+    if c["precision"] != "fp32":
+        a.append("--precision=" + c["precision"])
     return a
 
 
@@ -631,6 +717,18 @@ def gen(d, names):
         shadow, plain = None, None
         if c["compress"]:
             shadow = emulate_compressed(model, c, *data[c["ds"]])
+        if c["precision"] == "bf16":
+            import copy
+            global SUM_ERROR
+            exact_m, shadow_m, plain_m = (copy.deepcopy(model) for _ in range(3))
+            vd = data[c["val"]] if c["val"] else (None, None)
+            train(exact_m, c, *data[c["ds"]], *vd, fwd=forward_bf16_f64(exact_m))
+            SUM_ERROR = torch.Generator().manual_seed(ci)
+            train(shadow_m, c, *data[c["ds"]], *vd, fwd=forward_bf16_f64(shadow_m))
+            SUM_ERROR = None
+            train(plain_m, dict(c, precision="fp32"), *data[c["ds"]], *vd)
+            exact, shadow, plain = exact_m.state_dict(), shadow_m.state_dict(), plain_m.state_dict()
+            st_write(os.path.join(d, c["name"] + ".fp32.safetensors"), plain)
         if c["zero"] or c["compress"]:
             # The emulation in float32 without ZeRO: ZeRO changes nothing but rounding; the
             # compression must change more than the test's tolerance, or it tests nothing.
@@ -656,9 +754,18 @@ def gen(d, names):
                  % (sum(x > c["clip"] for x in norms), len(norms), min(norms), max(norms))
                  if c["clip"] else "")
               + (", ddptrain's order in float64 ends %.2e from it" % worst_rel(shadow, model.state_dict())
-                 if shadow is not None else "")
+                 if shadow is not None and c["precision"] == "fp32" else "")
+              + (", its sums exact end %.2e from it, off by their float32 error bound %.2e"
+                 % (worst_rel(exact, model.state_dict()), worst_rel(shadow, model.state_dict()))
+                 if c["precision"] == "bf16" else "")
               + (", float32 DDP ends %.2e from it" % worst_rel(plain, model.state_dict())
                  if plain is not None else ""))
+        if c["precision"] == "bf16":
+            ref = model.state_dict()
+            honest, fp32 = worst_rel(shadow, ref), worst_rel(plain, ref)
+            if not 2 * honest <= TOL_BF16 <= fp32 / 2:
+                sys.exit("gen: %s: TOL_BF16 %g is not between 2x the sum-error-bound run's %.2e and"
+                         " half the float32 run's %.2e: derive it again" % (c["name"], TOL_BF16, honest, fp32))
     with open(os.path.join(d, "cases.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -734,7 +841,8 @@ def compare(d, names):
                 worst, wname = rel, tname
             dworst = max(dworst, drel)
         else:
-            ok = worst <= TOL
+            tol = TOL_BF16 if c["precision"] == "bf16" else TOL
+            ok = worst <= tol
             ev = ""
             if c["val"]:
                 e = compare_evals(d, c)
@@ -744,9 +852,9 @@ def compare(d, names):
                     ev = "  val loss rel err %.3e, acc diff %.3g (%d evals)" % e
                     # The accuracy is a count over V rows, carried as a float: equal counts
                     # differ by rounding only (well under 1/V).
-                    ok = ok and e[0] <= TOL and e[1] <= 1e-6
+                    ok = ok and e[0] <= tol and e[1] <= 1e-6
             print("%-32s max rel err %.3e (%s)  err/update %.3e%s  %s"
-                  % (name, worst, wname, dworst, ev, "ok" if ok else "FAIL (> %g)" % TOL))
+                  % (name, worst, wname, dworst, ev, "ok" if ok else "FAIL (> %g)" % tol))
             bad += not ok
     return 1 if bad else 0
 
