@@ -4,20 +4,36 @@
     mpirun -np N python3 torch_ddp_bench.py [--layers=10,10,5] [--batch-size=20]
                                             [--steps=N] [--warmup=W] [--seed=S]
                                             [--device=cpu|cuda] [--graphs]
+                                            [--batches=resident|pinned]
+                                            [--precision=fp32|tf32|bf16]
                                             [--hook=none|fp16|bf16|bf16-gather]
 
 Trains the MLP ddptrain trains (Linear layers with ReLU between them, named
 net1, net2, ... like the DDP tutorial's ToyModel) with
 DistributedDataParallel, MSELoss and SGD lr 0.001, the default bucket size:
 on the CPU over gloo, one thread per process; with --device=cuda over NCCL,
-each rank on GPU (node-local rank) modulo (GPUs), in float32 with TF32 off
-(PyTorch's default for matrix products), and with --graphs the whole step
-(forward, backward with DDP's all-reduces, the optimizer) captured once as a
-CUDA graph and replayed, as PyTorch's documentation captures DDP (its
-asynchronous error handling off, 11 eager steps on a side stream first).
-Each rank cycles through a few batches generated on the device before the
-clock starts, so the timing is the training step alone: no DataLoader, no
-sampler, no copy from the host.
+each rank on GPU (node-local rank) modulo (GPUs). Each rank cycles through
+a few batches generated before the clock starts: no DataLoader, no sampler.
+
+--precision: fp32 (the default: float32 products, TF32 off, PyTorch's own
+default), tf32 (torch.backends.cuda.matmul.allow_tf32; a GPU only) or bf16
+(the forward and the loss inside torch.autocast(dtype=torch.bfloat16), as
+people train: bf16 products, float32 weights, loss, gradients and SGD).
+
+--batches: resident (the default: the batches live on the device, so the
+timing is the training step alone) or pinned (a GPU only: they live in
+pinned host memory and each step copies its batch to the device with
+non_blocking=True, which is what a DataLoader with pin_memory=True feeds).
+
+--graphs (a GPU and 1 rank only): the whole step of the plain model --
+forward, backward, the optimizer -- captured once as a CUDA graph after 11
+eager steps on a side stream, and replayed; each step first copies its
+batch into the graph's static input (from the device, or from pinned host
+memory). There is no DDP in it: under torch 2.x the capture of a DDP
+model's step fails at capture_end (cudaErrorStreamCaptureInvalidated, torch
+2.11 on an H200, 2026-12-04), and at one rank DDP's all-reduce sums nothing,
+so the plain model's step is the fastest step PyTorch offers there. The
+summary then says mode=torch-graph.
 
 The ranks come from Open MPI's launcher (OMPI_COMM_WORLD_RANK and _SIZE;
 without them, one rank), the rendezvous from MASTER_ADDR (default
@@ -43,15 +59,19 @@ import os
 import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel as DDP
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+except ImportError as e:  # the arguments are still checked; main() then says what is missing
+    torch = None
+    TORCH_MISSING = str(e)
 
 NBATCHES = 8  # distinct pre-generated batches per rank, used in turn
 
 
-class MLP(nn.Module):
+class MLP(nn.Module if torch is not None else object):
     """net1, relu, net2, relu, ..., netL: ToyModel for widths 10,10,5."""
 
     def __init__(self, widths):
@@ -111,6 +131,8 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--graphs", action="store_true")
+    p.add_argument("--batches", choices=("resident", "pinned"), default="resident")
+    p.add_argument("--precision", choices=("fp32", "tf32", "bf16"), default="fp32")
     p.add_argument("--hook", choices=("none", "fp16", "bf16", "bf16-gather"), default="none")
     a = p.parse_args(argv)
     try:
@@ -121,25 +143,57 @@ def parse_args(argv):
         p.error("--layers: need at least two positive widths")
     if a.batch_size < 1 or a.steps < 1 or a.warmup < 0:
         p.error("--batch-size and --steps must be positive, --warmup not negative")
-    if a.graphs and a.device != "cuda":
-        p.error("--graphs needs --device=cuda")
+    if a.device != "cuda":
+        for flag, given in (("--graphs", a.graphs), ("--batches=pinned", a.batches == "pinned"),
+                            ("--precision=tf32", a.precision == "tf32")):
+            if given:
+                p.error("%s needs --device=cuda" % flag)
+    if a.graphs:
+        if world_size() != 1:
+            p.error("--graphs times one rank (the plain model's whole step in one CUDA graph: DDP's "
+                    "capture fails under torch 2.x); this is rank %d of %d" % (world_rank(), world_size()))
+        if a.hook != "none":
+            p.error("--graphs has no DDP, so no communication hook: drop --hook=%s" % a.hook)
     return a
 
 
-def capture(model, loss_fn, opt, x, y, warmup):
-    """The whole step as one CUDA graph over the static batch x, y: returns (graph, loss)."""
+def world_rank():
+    """This process's rank, from Open MPI's launcher (0 without it)."""
+    return int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+
+
+def world_size():
+    """The number of ranks, from Open MPI's launcher (1 without it)."""
+    return int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+
+
+def forward_loss(model, loss_fn, x, y, precision, cache=True):
+    """The loss of one batch: under bf16 autocast's forward (cache: autocast's cast
+    weights kept for the region; off inside a graph capture, as PyTorch's CUDA graph
+    notes require)."""
+    if precision == "bf16":
+        with torch.autocast(x.device.type, dtype=torch.bfloat16, cache_enabled=cache):
+            return loss_fn(model(x), y)
+    return loss_fn(model(x), y)
+
+
+def capture(model, loss_fn, opt, x, y, warmup, precision):
+    """The whole step of the plain model as one CUDA graph over the static batch x, y:
+    returns (graph, loss). The eager warm-up runs on a side stream, as PyTorch's
+    documentation warms up a whole-network capture."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        for _ in range(max(warmup, 11)):  # DDP needs 11 eager steps before a capture
+        for _ in range(max(warmup, 11)):
             opt.zero_grad(set_to_none=True)
-            loss_fn(model(x), y).backward()
+            forward_loss(model, loss_fn, x, y, precision, cache=False).backward()
             opt.step()
     torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     opt.zero_grad(set_to_none=True)  # backward inside the graph then writes fresh .grad
     with torch.cuda.graph(graph):
-        loss = loss_fn(model(x), y)
+        loss = forward_loss(model, loss_fn, x, y, precision, cache=False)
         loss.backward()
         opt.step()
     return graph, loss
@@ -147,8 +201,11 @@ def capture(model, loss_fn, opt, x, y, warmup):
 
 def main(argv):
     a = parse_args(argv)
-    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
-    size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+    if torch is None:
+        print("torch_ddp_bench.py: no PyTorch for %s (%s): install torch for it (pip install torch)"
+              % (sys.executable, TORCH_MISSING), file=sys.stderr)
+        return 1
+    rank, size = world_rank(), world_size()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29500")
     torch.set_num_threads(1)
@@ -159,34 +216,46 @@ def main(argv):
                   % torch.__version__, file=sys.stderr)
             return 1
         torch.cuda.set_device(int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")) % torch.cuda.device_count())
-        torch.backends.cuda.matmul.allow_tf32 = False  # the default, said: float32 products
-        if a.graphs:  # its watchdog cannot watch a captured collective
-            os.environ["TORCH_NCCL_ASYNC_ERROR_HANDLING"] = "0"
+        # fp32: the default, said; tf32: TF32 tensor cores for float32 products
+        torch.backends.cuda.matmul.allow_tf32 = a.precision == "tf32"
     dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     dist.init_process_group("nccl" if cuda else "gloo", rank=rank, world_size=size)
 
     torch.manual_seed(a.seed)  # the same initial weights everywhere; DDP broadcasts rank 0's anyway
-    model = DDP(MLP(a.widths).to(dev), device_ids=[dev.index] if cuda else None)
-    register_hook(model, a.hook)
+    model = MLP(a.widths).to(dev)
+    if not a.graphs:
+        model = DDP(model, device_ids=[dev.index] if cuda else None)
+        register_hook(model, a.hook)
     loss_fn = nn.MSELoss()
     opt = torch.optim.SGD(model.parameters(), lr=0.001)
     gen = torch.Generator().manual_seed(a.seed * 1000 + rank)
-    xs = [torch.randn(a.batch_size, a.widths[0], generator=gen).to(dev) for _ in range(NBATCHES)]
-    ys = [torch.randn(a.batch_size, a.widths[-1], generator=gen).to(dev) for _ in range(NBATCHES)]
+    pinned = a.batches == "pinned"
+    where_batches = torch.device("cpu") if pinned else dev
+
+    def batch(width):
+        t = torch.randn(a.batch_size, width, generator=gen).to(where_batches)
+        return t.pin_memory() if pinned else t
+
+    xs = [batch(a.widths[0]) for _ in range(NBATCHES)]
+    ys = [batch(a.widths[-1]) for _ in range(NBATCHES)]
 
     if a.graphs:
-        x, y = xs[0].clone(), ys[0].clone()
-        graph, static_loss = capture(model, loss_fn, opt, x, y, a.warmup)
+        # the graph's own input buffers (never views of the batches they are refilled from)
+        x = torch.empty(a.batch_size, a.widths[0], device=dev).copy_(xs[0])
+        y = torch.empty(a.batch_size, a.widths[-1], device=dev).copy_(ys[0])
+        graph, static_loss = capture(model, loss_fn, opt, x, y, a.warmup, a.precision)
 
         def step(i):
-            x.copy_(xs[i % NBATCHES])
-            y.copy_(ys[i % NBATCHES])
+            x.copy_(xs[i % NBATCHES], non_blocking=True)
+            y.copy_(ys[i % NBATCHES], non_blocking=True)
             graph.replay()
             return static_loss
     else:
         def step(i):
             opt.zero_grad()
-            loss = loss_fn(model(xs[i % NBATCHES]), ys[i % NBATCHES])
+            x = xs[i % NBATCHES].to(dev, non_blocking=True)
+            y = ys[i % NBATCHES].to(dev, non_blocking=True)
+            loss = forward_loss(model, loss_fn, x, y, a.precision)
             loss.backward()
             opt.step()
             return loss
@@ -204,15 +273,18 @@ def main(argv):
 
     if rank == 0:
         nparams = sum(p.numel() for p in model.parameters())
-        # parameters, gradients and DDP's bucket copies of the gradients (not activations)
-        state_mib = 3 * nparams * 4 / 1048576.0
-        where = ("%s, nccl, %s" % (torch.cuda.get_device_name(dev), "graphs" if a.graphs else "eager")
+        # parameters, gradients and DDP's bucket copies of the gradients (not activations;
+        # the graph has no DDP, so no bucket copies)
+        state_mib = (2 if a.graphs else 3) * nparams * 4 / 1048576.0
+        where = ("%s, nccl, %s, batches %s" % (torch.cuda.get_device_name(dev),
+                                                 "one CUDA graph, no DDP" if a.graphs else "DDP eager", a.batches)
                  if cuda else "gloo, %d thread(s) per rank" % torch.get_num_threads())
-        print("# torch %s, %s, %d ranks, model %s, batch %d per rank"
-              % (torch.__version__, where, size, a.layers, a.batch_size))
-        print("# summary: mode=torch-ddp%s replicas=%d steps=%d seconds=%.6f samples_per_s=%.1f "
+        print("# torch %s, %s, %s, %d ranks, model %s, batch %d per rank"
+              % (torch.__version__, where, a.precision, size, a.layers, a.batch_size))
+        mode = "torch-graph" if a.graphs else "torch-ddp" + ("" if a.hook == "none" else "-" + a.hook)
+        print("# summary: mode=%s replicas=%d steps=%d seconds=%.6f samples_per_s=%.1f "
               "ms_per_step=%.6f state_mib=%.3f"
-              % ("" if a.hook == "none" else "-" + a.hook, size, a.steps, seconds,
+              % (mode, size, a.steps, seconds,
                  a.steps * a.batch_size * size / seconds,
                  1e3 * seconds / a.steps, state_mib))
         sys.stdout.flush()
