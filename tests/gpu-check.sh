@@ -200,6 +200,6 @@ else
 	[ "$(grep -c '^.*: PyTorch, \(pinned host\|resident\)  *skip  *\(no torch\|torch .*is_available() is False\)' "$TMPD/out")" -eq 16 ] ||
 		fail "dry run: want 16 PyTorch rows skipped with the reason: $(grep PyTorch "$TMPD/out")"
 fi
-want=$([ -n "$prec" ] && echo "40 passed, 1 failed, 17 skipped" || echo "37 passed, 1 failed, 20 skipped")
+want=$([ -n "$prec" ] && echo "41 passed, 1 failed, 17 skipped" || echo "37 passed, 1 failed, 20 skipped")
 grep -q "^# $want" "$TMPD/out" || fail "dry run: want '$want': $(tail -3 "$TMPD/out")"
 echo "gpu-check: ok (library finding, glibc, the NVTX check, torch_ddp_bench.py's arguments, dry run with the fake module: $(tail -1 "$TMPD/out" | cut -c3-), the one failure the planted race)"
