@@ -18,12 +18,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cuda_stub.h"
 #include "mpi_rank.h"
-#include "round16.h" /* the 16-bit wire kernels' arithmetic */
 
 /* nvcc's host code calls these (crt/host_runtime.h declares them for C++ only). */
 void **__cudaRegisterFatBinary(void *fatCubin);
@@ -56,9 +56,13 @@ struct rec {
 	const char *what;
 };
 
-/* A block of memory from cudaMalloc or cudaHostAlloc. */
+/* A block of memory from cudaMalloc or cudaHostAlloc: [lo, hi) in a mapping of its own
+ * whose pages before lo and from hi on are inaccessible (hi is a page boundary), so a
+ * kernel that runs past its end faults (cuda_stub_grid.c names it). */
 struct block {
 	uintptr_t lo, hi;
+	void *map;          /* the mapping: a guard page, the block's pages, a guard page */
+	size_t maplen;
 	int device;         /* -1: pinned host memory */
 	int live;
 };
@@ -68,6 +72,8 @@ struct kernel {
 	char name[64];      /* the kernel's name */
 	int npar;
 	unsigned ptr, konst; /* bit i: parameter i is a pointer / a pointer to const */
+	const struct stub_host_kernel *hk; /* its body compiled for the host (kernels_host.cc) */
+	int barriers;       /* for stub_grid_run: reaches __syncthreads (-1: not known yet) */
 };
 
 static struct {
@@ -373,6 +379,18 @@ unsigned stub_issue(cudaStream_t s, const char *what, const struct stub_touch *t
 	return seq;
 }
 
+unsigned stub_issue_run(cudaStream_t s, const char *what, const struct stub_touch *t, int n,
+			struct stub_node *node)
+{
+	unsigned seq;
+
+	node->comm = NULL;
+	seq = stub_issue(s, what, t, n, node);
+	if (s->cap == NULL)
+		node->run(node);
+	return seq;
+}
+
 int stub_done(cudaStream_t s, unsigned seq)
 {
 	int done;
@@ -649,17 +667,26 @@ cudaError_t cudaDeviceSynchronize(void)
 
 /* ---- memory --------------------------------------------------------------------- */
 
+/* A block of `bytes` that ends where a guard page begins; its start is 4-byte aligned
+ * (floats), not CUDA's 256 bytes: the end is what an off-by-one bound runs past. */
 static cudaError_t new_block(void **p, size_t bytes, int device)
 {
-	unsigned char *m = malloc(bytes ? bytes : 1);
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), n = (bytes ? bytes : 1), len;
+	unsigned char *map, *m;
 
-	if (m == NULL)
+	n = (n + 3) & ~(size_t)3;
+	len = (n + page - 1) / page * page + 2 * page;
+	map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (map == MAP_FAILED)
 		return ret(cudaErrorMemoryAllocation);
-	memset(m, 0xff, bytes ? bytes : 1); /* NaN until written */
+	mprotect(map, page, PROT_NONE);
+	mprotect(map + len - page, page, PROT_NONE);
+	m = map + len - page - n;
+	memset(m, 0xff, n); /* NaN until written */
 	pthread_mutex_lock(&S.mu);
 	for (int i = 0; i <= S.nblocks && i < STUB_BLOCKS; i++)
 		if (i == S.nblocks || !S.block[i].live) {
-			S.block[i] = (struct block){(uintptr_t)m, (uintptr_t)m + (bytes ? bytes : 1), device, 1};
+			S.block[i] = (struct block){(uintptr_t)m, (uintptr_t)m + n, map, len, device, 1};
 			if (i == S.nblocks)
 				S.nblocks++;
 			break;
@@ -667,6 +694,26 @@ static cudaError_t new_block(void **p, size_t bytes, int device)
 	pthread_mutex_unlock(&S.mu);
 	*p = m;
 	return cudaSuccess;
+}
+
+int stub_guard_hit(uintptr_t addr, uintptr_t *lo, uintptr_t *hi, int *device)
+{
+	int hit = 0;
+
+	pthread_mutex_lock(&S.mu);
+	for (int i = 0; i < S.nblocks && !hit; i++) {
+		const struct block *b = &S.block[i];
+
+		if (b->live && addr >= (uintptr_t)b->map && addr < (uintptr_t)b->map + b->maplen &&
+		    (addr < b->lo || addr >= b->hi)) {
+			*lo = b->lo;
+			*hi = b->hi;
+			*device = b->device;
+			hit = 1;
+		}
+	}
+	pthread_mutex_unlock(&S.mu);
+	return hit;
 }
 
 static cudaError_t free_block(void *p, int pinned, const char *what)
@@ -683,13 +730,13 @@ static cudaError_t free_block(void *p, int pinned, const char *what)
 	if (ok) {
 		forget(b->lo, b->hi);
 		b->live = 0;
+		munmap(b->map, b->maplen);
 	}
 	pthread_mutex_unlock(&S.mu);
 	if (!ok) {
 		stub_rule("%s(%p): not a pointer from %s", what, p, pinned ? "cudaHostAlloc" : "cudaMalloc");
 		return ret(cudaErrorInvalidValue);
 	}
-	free(p);
 	return cudaSuccess;
 }
 
@@ -747,6 +794,33 @@ cudaError_t cudaFreeHost(void *p)
 	return e != cudaSuccess ? e : free_block(p, 1, "cudaFreeHost");
 }
 
+/* A copy or memset as a graph keeps it. */
+struct bytes_op {
+	void *dst;
+	const void *src;   /* NULL: a memset */
+	size_t bytes;
+	int value;
+};
+
+static void run_bytes(const struct stub_node *node)
+{
+	const struct bytes_op *o = (const struct bytes_op *)(const void *)node->arg;
+
+	if (o->src != NULL)
+		memmove(o->dst, o->src, o->bytes);
+	else
+		memset(o->dst, o->value, o->bytes);
+}
+
+static struct stub_node bytes_node(void *dst, const void *src, size_t bytes, int value)
+{
+	struct stub_node node = {.run = run_bytes};
+	struct bytes_op o = {dst, src, bytes, value};
+
+	memcpy(node.arg, &o, sizeof o);
+	return node;
+}
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
 			    cudaStream_t stream)
 {
@@ -755,6 +829,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
 	int n = 0, to_pageable;
 	unsigned seq;
 	cudaError_t e;
+	struct stub_node node = bytes_node(dst, src, bytes, 0);
 
 	e = stream_call(s, "cudaMemcpyAsync");
 	if (e != cudaSuccess)
@@ -768,7 +843,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
 	to_pageable = kind == cudaMemcpyDeviceToHost && !is_pinned(dst);
 	seq = stub_issue(s, kind == cudaMemcpyDeviceToHost ? "cudaMemcpyAsync(device to host)" :
 			 kind == cudaMemcpyHostToDevice ? "cudaMemcpyAsync(host to device)" :
-			 "cudaMemcpyAsync(device to device)", t, n, NULL);
+			 "cudaMemcpyAsync(device to device)", t, n, &node);
 	if (s->cap != NULL)
 		return cudaSuccess;
 	/* Into pageable memory the call returns once the copy has run: the stream drains. */
@@ -796,14 +871,13 @@ cudaError_t cudaMemcpyPeerAsync(void *dst, int dst_dev, const void *src, int src
 {
 	cudaStream_t s = stub_stream(stream);
 	struct stub_touch t[2];
+	struct stub_node node = bytes_node(dst, src, bytes, 0);
 	int n = 0;
 
 	STICKY();
 	n += touch(&t[n], src, bytes, 0);
 	n += touch(&t[n], dst, bytes, 1);
-	stub_issue(s, "cudaMemcpyPeerAsync", t, n, NULL);
-	if (s->cap == NULL)
-		memmove(dst, src, bytes);
+	stub_issue_run(s, "cudaMemcpyPeerAsync", t, n, &node);
 	return cudaSuccess;
 }
 
@@ -811,6 +885,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t stream)
 {
 	cudaStream_t s = stub_stream(stream);
 	struct stub_touch t;
+	struct stub_node node = bytes_node(p, NULL, bytes, v);
 	int n;
 	cudaError_t e;
 
@@ -820,9 +895,8 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t stream)
 	if (stub_fault("cudaMemsetAsync"))
 		return ret(cudaErrorInvalidValue);
 	n = touch(&t, p, bytes, 1);
-	stub_issue(s, s->legacy ? "cudaMemset (legacy default stream)" : "cudaMemsetAsync", &t, n, NULL);
-	if (s->cap == NULL)
-		memset(p, v, bytes);
+	stub_issue_run(s, s->legacy ? "cudaMemset (legacy default stream)" : "cudaMemsetAsync", &t, n,
+		       &node);
 	return cudaSuccess;
 }
 
@@ -1202,10 +1276,13 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t stream)
 	if (stub_fault("cudaGraphLaunch"))
 		return ret(cudaErrorLaunchOutOfResources);
 	for (size_t i = 0; i < x->n; i++) {
-		if (x->node[i].comm != NULL)
+		if (x->node[i].comm != NULL) {
 			stub_nccl_replay(&x->node[i], s);
-		else
+		} else {
 			stub_issue(s, x->node[i].what, x->node[i].touch, x->node[i].ntouch, NULL);
+			if (x->node[i].run != NULL)
+				x->node[i].run(&x->node[i]);
+		}
 	}
 	return cudaSuccess;
 }
@@ -1287,6 +1364,13 @@ void __cudaRegisterFunction(void **handle, const char *hostFun, char *deviceFun,
 		return;
 	k->host = hostFun;
 	parse_params(k, deviceName);
+	k->hk = stub_host_kernel(k->name);
+	k->barriers = -1;
+	if (k->hk != NULL && k->hk->npar != k->npar) {
+		stub_rule("kernel %s: %d parameters in the module, %d in its host compilation (kernels_host.cc)",
+			  k->name, k->npar, k->hk->npar);
+		k->hk = NULL;
+	}
 }
 
 cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
@@ -1320,43 +1404,37 @@ cudaError_t __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sh
 	return cudaSuccess;
 }
 
-/* The one computation the stub does for kernels: the 16-bit wire's conversions
- * (src/cuda/wire.cu: k_wire_narrow_f16(__half*, float const*, unsigned long), ...), run
- * when issued like a copy, in round16.h's arithmetic (checked against CUDA's host
- * conversions), so that the NCCL stub's 16-bit sums see real values. */
-static void wire_kernel(const struct kernel *k, void **args)
+/* A launch as a graph keeps it: the kernel, its grid and a copy of its arguments. */
+struct launch_op {
+	struct kernel *k;
+	dim3 grid, block;
+	unsigned char off[STUB_KPARAMS]; /* where each argument's copy starts in val */
+	_Alignas(16) unsigned char val[STUB_ARGBYTES - 64];
+};
+_Static_assert(sizeof(struct launch_op) <= STUB_ARGBYTES, "a launch's copy fits a node");
+
+static void run_launch(const struct stub_node *node)
 {
-	int narrow = strncmp(k->name, "k_wire_narrow_", 14) == 0;
-	enum round16_type t;
-	size_t n;
+	struct launch_op *o = (struct launch_op *)(void *)((struct stub_node *)node)->arg;
+	void *args[STUB_KPARAMS];
 
-	if (!narrow && strncmp(k->name, "k_wire_widen_", 13) != 0)
-		return;
-	t = strcmp(k->name + (narrow ? 14 : 13), "f16") == 0 ? ROUND16_F16 : ROUND16_BF16;
-	n = *(size_t *)args[2];
-	if (narrow) {
-		uint16_t *dst = *(uint16_t **)args[0];
-		const float *src = *(const float **)args[1];
-
-		for (size_t i = 0; i < n; i++)
-			dst[i] = round16_from_float(t, src[i]);
-	} else {
-		float *dst = *(float **)args[0];
-		const uint16_t *src = *(const uint16_t **)args[1];
-
-		for (size_t i = 0; i < n; i++)
-			dst[i] = round16_to_float(t, src[i]);
-	}
+	for (int i = 0; i < o->k->hk->npar; i++)
+		args[i] = o->val + o->off[i];
+	stub_grid_run(o->k->hk, o->grid, o->block, args, &o->k->barriers);
 }
 
 /* A launch: its pointer arguments' first elements are its touches (a kernel's extent is
- * its own business; where two streams meet on a buffer, its first element is touched). */
+ * its own business; where two streams meet on a buffer, its first element is touched);
+ * its body runs on the host over its grid (cuda_stub_grid.c), when issued or replayed. */
 cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void **args,
 			       size_t sharedMem, cudaStream_t stream)
 {
-	const struct kernel *k = (const struct kernel *)(void *)kernel;
+	struct kernel *k = (struct kernel *)(void *)kernel;
 	cudaStream_t s = stub_stream(stream);
 	struct stub_touch t[STUB_TOUCHES];
+	struct stub_node node = {.run = run_launch};
+	struct launch_op *o = (struct launch_op *)(void *)node.arg;
+	size_t off = 0;
 	int n = 0;
 	cudaError_t e;
 
@@ -1375,11 +1453,27 @@ cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void 
 		return ret(cudaErrorInvalidConfiguration);
 	if (stub_fault("launch"))
 		return ret(cudaErrorLaunchOutOfResources);
+	if (k->hk == NULL) {
+		stub_rule("kernel %s has no host compilation (kernels_host.cc finds the kernels by their `__global__ void NAME(` lines)",
+			  k->name);
+		return ret(cudaErrorInvalidDeviceFunction);
+	}
+	o->k = k;
+	o->grid = grid;
+	o->block = block;
+	for (int i = 0; i < k->hk->npar; i++) {
+		o->off[i] = (unsigned char)off;
+		if (off + k->hk->size[i] > sizeof o->val) {
+			stub_rule("kernel %s: more than %zu bytes of arguments (the stub's limit)", k->name,
+				  sizeof o->val);
+			return ret(cudaErrorInvalidValue);
+		}
+		memcpy(o->val + off, args[i], k->hk->size[i]);
+		off = (off + k->hk->size[i] + 15) & ~(size_t)15;
+	}
 	for (int i = 0; i < k->npar && n < STUB_TOUCHES; i++)
 		if (k->ptr >> i & 1)
 			n += touch(&t[n], *(void **)args[i], sizeof(float), !(k->konst >> i & 1));
-	stub_issue(s, k->name, t, n, NULL);
-	if (s->cap == NULL)
-		wire_kernel(k, args);
+	stub_issue_run(s, k->name, t, n, &node);
 	return cudaSuccess;
 }
