@@ -47,6 +47,7 @@ char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
 #define STUB_BLOCKS 4096
 #define STUB_GRAPHS 256
 #define STUB_DEVICES 16
+#define STUB_PENDING 128   /* copies from pinned memory the host has not waited for */
 
 /* A touch remembered: by which operation, on which stream, at which of its clock ticks. */
 struct rec {
@@ -76,6 +77,16 @@ struct kernel {
 	int barriers;       /* for stub_grid_run: reaches __syncthreads (-1: not known yet) */
 };
 
+/* A copy from pinned host memory the host does not know to have run: until it does, the
+ * buffer may be neither rewritten nor copied from again (the GPU reads it when the copy
+ * runs, not when it is issued). sum: the bytes as they were copied. */
+struct pending {
+	uintptr_t lo, hi;
+	int sid;
+	unsigned seq;
+	uint64_t sum;
+};
+
 static struct {
 	pthread_mutex_t mu;
 	cudaStream_t stream[STUB_STREAMS];
@@ -92,6 +103,10 @@ static struct {
 	int graph_exec[STUB_GRAPHS];
 	int ngraphs;
 	unsigned char peer[STUB_DEVICES][STUB_DEVICES];
+	struct pending pend[STUB_PENDING];
+	int npend;
+	int legacy_work;              /* an operation was issued on a legacy stream */
+	int teardown;                 /* a stream was destroyed: the module tears down */
 	cudaError_t sticky;           /* an error that every later call returns */
 	char said[32][200];           /* rules already printed (each once), their start */
 	int nsaid, exit_fail, atexit_set;
@@ -365,6 +380,7 @@ unsigned stub_issue(cudaStream_t s, const char *what, const struct stub_touch *t
 	}
 	vc_join(&s->vc, &S.host); /* issued after what the host has waited for */
 	if (s->legacy) {
+		S.legacy_work = 1;
 		for (int i = 0; i < S.nstreams; i++)
 			if (S.stream[i]->blocking && S.stream[i]->device == s->device)
 				vc_join(&s->vc, &S.stream[i]->vc);
@@ -401,11 +417,85 @@ int stub_done(cudaStream_t s, unsigned seq)
 	return done;
 }
 
+static uint64_t checksum(uintptr_t lo, uintptr_t hi)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (const unsigned char *p = (const unsigned char *)lo; p < (const unsigned char *)hi; p++)
+		h = (h ^ *p) * 1099511628211ull;
+	return h;
+}
+
+/* The pinned-buffer rule (tests/lib/fake_gpu.c's, on the vector clocks), checked when the
+ * host learns that copies ran and when it issues a new copy from [lo, hi) (lo < hi): a
+ * copy whose bytes changed before the host knew it had run was rewritten under it. (The
+ * same bytes copied again are no breach: the GPU reads what the host wrote either way.) */
+static void pinned_check(uintptr_t lo, uintptr_t hi, const char *what)
+{
+	char msg[400] = "";
+
+	pthread_mutex_lock(&S.mu);
+	for (int i = 0; i < S.npend; i++) {
+		struct pending *q = &S.pend[i];
+		int known = S.host.c[q->sid] >= q->seq, again = lo < hi && q->lo < hi && lo < q->hi;
+		int changed;
+
+		if (!known && !again)
+			continue;
+		changed = checksum(q->lo, q->hi) != q->sum;
+		if (changed && msg[0] == '\0')
+			snprintf(msg, sizeof msg,
+				 "pinned host buffer %#lx (%zu bytes), copied to the device on stream %d, %s before the host waited for an event or synchronisation covering that copy: the GPU reads a pinned buffer when the copy runs, not when it is issued (record an event after the copy and wait on it first)",
+				 (unsigned long)q->lo, (size_t)(q->hi - q->lo), q->sid,
+				 known ? "was rewritten" : what);
+		if (known || changed) /* settled (a breach is said once) */
+			S.pend[i--] = S.pend[--S.npend];
+	}
+	pthread_mutex_unlock(&S.mu);
+	if (msg[0] != '\0')
+		stub_rule("%s", msg);
+}
+
+/* A copy from [p, p + bytes) was issued as operation seq of s: if p is pinned memory, the
+ * host must now wait for it before it rewrites the buffer or copies from it again. */
+static void pinned_copied(cudaStream_t s, unsigned seq, const void *p, size_t bytes)
+{
+	struct block *b;
+
+	pthread_mutex_lock(&S.mu);
+	b = find_block((uintptr_t)p);
+	if (b == NULL || b->device >= 0 || bytes == 0) {
+		pthread_mutex_unlock(&S.mu);
+		return;
+	}
+	pthread_mutex_unlock(&S.mu);
+	pinned_check((uintptr_t)p, (uintptr_t)p + bytes, "was rewritten and copied from again");
+	pthread_mutex_lock(&S.mu);
+	if (S.npend < STUB_PENDING)
+		S.pend[S.npend++] = (struct pending){(uintptr_t)p, (uintptr_t)p + bytes, s->id, seq,
+						     checksum((uintptr_t)p, (uintptr_t)p + bytes)};
+	pthread_mutex_unlock(&S.mu);
+}
+
+/* The device wrote [p, p + bytes) (a copy into pinned memory, ordered on its stream):
+ * not a host rewrite, so pending copies from there take the new bytes as theirs. */
+static void pinned_device_wrote(const void *p, size_t bytes)
+{
+	uintptr_t lo = (uintptr_t)p, hi = lo + bytes;
+
+	pthread_mutex_lock(&S.mu);
+	for (int i = 0; i < S.npend; i++)
+		if (S.pend[i].lo < hi && lo < S.pend[i].hi)
+			S.pend[i].sum = checksum(S.pend[i].lo, S.pend[i].hi);
+	pthread_mutex_unlock(&S.mu);
+}
+
 static void host_learns(const struct stub_vc *vc)
 {
 	pthread_mutex_lock(&S.mu);
 	vc_join(&S.host, vc);
 	pthread_mutex_unlock(&S.mu);
+	pinned_check(0, 0, NULL);
 }
 
 int stub_host_has(cudaStream_t s, unsigned seq)
@@ -810,6 +900,7 @@ static void run_bytes(const struct stub_node *node)
 		memmove(o->dst, o->src, o->bytes);
 	else
 		memset(o->dst, o->value, o->bytes);
+	pinned_device_wrote(o->dst, o->bytes);
 }
 
 static struct stub_node bytes_node(void *dst, const void *src, size_t bytes, int value)
@@ -846,11 +937,12 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
 			 "cudaMemcpyAsync(device to device)", t, n, &node);
 	if (s->cap != NULL)
 		return cudaSuccess;
+	pinned_copied(s, seq, src, bytes);
 	/* Into pageable memory the call returns once the copy has run: the stream drains. */
 	if (to_pageable)
 		sync_stream(s);
-	(void)seq;
 	memmove(dst, src, bytes);
+	pinned_device_wrote(dst, bytes);
 	return cudaSuccess;
 }
 
@@ -926,6 +1018,34 @@ cudaError_t cudaStreamCreate(cudaStream_t *s)
 	return cudaStreamCreateWithFlags(s, cudaStreamDefault);
 }
 
+/* At the end of a run whose module tore down (it destroyed a stream), what it left: the
+ * teardown of an ordinary training run is checked, not only gpurules' scenarios. */
+static void teardown_left(void)
+{
+	int streams = 0, graphs, dev = 0, pinned = 0, comms = stub_nccl_live();
+	size_t dev_bytes = 0;
+
+	if (!S.teardown || S.exit_fail || S.sticky != cudaSuccess)
+		return; /* no teardown to check, a run that already failed a rule, or a lost
+			 * device (every call fails: nothing can be freed) */
+	for (int i = 0; i < S.nstreams; i++)
+		streams += !S.stream[i]->legacy && !S.stream[i]->destroyed;
+	graphs = S.ngraphs;
+	for (int i = 0; i < S.nblocks; i++)
+		if (S.block[i].live) {
+			dev += S.block[i].device >= 0;
+			pinned += S.block[i].device < 0;
+			dev_bytes += S.block[i].device >= 0 ? S.block[i].hi - S.block[i].lo : 0;
+		}
+	if (streams + graphs + dev + pinned + comms == 0)
+		return;
+	fprintf(stderr, "cuda-stub: rule: at exit the module's teardown left %d stream(s), %d CUDA graph(s), %d device block(s) (%zu bytes), %d pinned block(s) and %d NCCL communicator(s) undestroyed or unfreed\n",
+		streams, graphs, dev, dev_bytes, pinned, comms);
+	fflush(stdout);
+	fflush(stderr);
+	_exit(1);
+}
+
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
 	if (s == NULL)
@@ -934,7 +1054,15 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 		stub_rule("cudaStreamDestroy of stream %d while it captures", s->id);
 		return ret(cudaErrorStreamCaptureUnsupported);
 	}
+	if (stub_nccl_uses(s))
+		stub_rule("cudaStreamDestroy of stream %d while a live NCCL communicator issues its collectives there: destroy the communicator (ncclCommDestroy) before the stream it runs on",
+			  s->id);
+	pthread_mutex_lock(&S.mu);
+	if (!S.teardown)
+		atexit(teardown_left);
+	S.teardown = 1;
 	s->destroyed = 1; /* kept: its clock stays in everyone's */
+	pthread_mutex_unlock(&S.mu);
 	return cudaSuccess;
 }
 
@@ -1021,6 +1149,9 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream)
 	}
 	if (stub_fault("cudaEventRecord"))
 		return ret(cudaErrorInvalidResourceHandle);
+	if (s->legacy && !S.legacy_work && S.nstreams > 1)
+		stub_rule("cudaEventRecord on the legacy default stream of device %d, where this process issues no work: its work is on its own non-blocking streams, which the legacy stream is not ordered with, so the event covers none of it (record it on the stream whose work it marks)",
+			  s->device);
 	pthread_mutex_lock(&S.mu);
 	e->recorded = 1;
 	e->stream = s;
@@ -1279,7 +1410,14 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t stream)
 		if (x->node[i].comm != NULL) {
 			stub_nccl_replay(&x->node[i], s);
 		} else {
-			stub_issue(s, x->node[i].what, x->node[i].touch, x->node[i].ntouch, NULL);
+			unsigned seq = stub_issue(s, x->node[i].what, x->node[i].touch, x->node[i].ntouch, NULL);
+
+			if (x->node[i].run == run_bytes) {
+				const struct bytes_op *o = (const struct bytes_op *)(const void *)x->node[i].arg;
+
+				if (o->src != NULL)
+					pinned_copied(s, seq, o->src, o->bytes);
+			}
 			if (x->node[i].run != NULL)
 				x->node[i].run(&x->node[i]);
 		}

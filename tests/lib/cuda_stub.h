@@ -211,6 +211,9 @@ int stub_guard_hit(uintptr_t addr, uintptr_t *lo, uintptr_t *hi, int *device);
 
 /* nccl_stub.c: a collective replayed from a graph, matched with the other ranks. */
 void stub_nccl_replay(const struct stub_node *node, cudaStream_t s);
+/* Communicators not destroyed or aborted; does one of them issue its collectives on s? */
+int stub_nccl_live(void);
+int stub_nccl_uses(cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -28,6 +28,7 @@
  * and operations (ncclSum ... ncclAvg) are nccl.h's enums.
  */
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,35 @@ struct ncclComm {
 	unsigned last_seq;
 	int async;                  /* a sticky asynchronous error */
 };
+
+/* Every communicator made (kept after destroy, to recognise a later use). */
+static struct {
+	pthread_mutex_t mu;
+	ncclComm_t c[64];
+	int n;
+} comms = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+int stub_nccl_live(void)
+{
+	int live = 0;
+
+	pthread_mutex_lock(&comms.mu);
+	for (int i = 0; i < comms.n; i++)
+		live += !comms.c[i]->gone;
+	pthread_mutex_unlock(&comms.mu);
+	return live;
+}
+
+int stub_nccl_uses(cudaStream_t s)
+{
+	int uses = 0;
+
+	pthread_mutex_lock(&comms.mu);
+	for (int i = 0; i < comms.n; i++)
+		uses |= !comms.c[i]->gone && comms.c[i]->last_stream == s;
+	pthread_mutex_unlock(&comms.mu);
+	return uses;
+}
 
 /* One collective call, as issued or held in a group until ncclGroupEnd. */
 struct call {
@@ -426,6 +456,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
 		free(c);
 		return ncclSystemError;
 	}
+	pthread_mutex_lock(&comms.mu);
+	if (comms.n < 64)
+		comms.c[comms.n++] = c;
+	pthread_mutex_unlock(&comms.mu);
 	*out = c;
 	return ncclSuccess;
 }
