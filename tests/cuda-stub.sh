@@ -88,7 +88,9 @@ same dp $F --lr=0.05 --momentum=0.9
 echo "training keeps every rule and equals the CPU within 1e-6 ($nsame runs): ddp with graphs at 1 and 2 ranks and eager, AdamW, schedules, cross-entropy, clipping, frozen layer, validation, grad-accum, resume, trace, --zero=1/2 in row panels, bf16 and fp16 wire, dp on 2 GPUs"
 
 # 2. Each rule, broken on purpose through the module's ABI: named (the stub's line or the
-#    module's error), exit status not 0. The module keeps its own teardown in order --
+#    module's error), exit status not 0. (Section 1's runs check the teardown of an
+#    ordinary run: a stream destroyed under a live communicator, or anything left
+#    undestroyed at exit after the module tore down, is a rule there.) The module keeps its own teardown in order --
 #    graphs destroyed before the communicator, the communicator's stream waited for
 #    before destroy -- so a caller that leaves a graph or an all-reduce behind is no
 #    breach (graph-outlives-comm, destroy-in-flight).
@@ -105,7 +107,14 @@ expect_rule 1 unjoined-capture "cuda-stub: rule: cudaStreamEndCapture on stream 
 expect_rule 2 count-mismatch "cuda-stub: rule: collective 3 (an all-reduce) has 6[45] elements here, and between 64 and 65"
 expect_rule 2 order-mismatch "cuda-stub: rule: collective 3 is .* here and another kind on another rank"
 expect_rule 2 graph-eager-mix "cuda-stub: rule: collective 3: replayed from a CUDA graph on some ranks and issued eagerly"
-echo "rules: each broken on purpose is named (10 scenarios); clean, and the module's own teardown, pass"
+# The pinned-buffer rule (the fake's, on the stub's clocks): the loader refills a batch
+# buffer after waiting on a mark recorded before the buffer's copy.
+expect_rule 1 mark-before-copy "cuda-stub: rule: pinned host buffer .* was rewritten before the host waited for an event or synchronisation covering that copy"
+# A 16-bit collective larger in a capture than in the eager step before it: its wire
+# buffer would grow (cudaMalloc) inside the capture; the module refuses it by name (and
+# without that check the stub names the allocation in the capture).
+expect_rule 2 wire-regrow-in-capture "wire buffer (32 values) must grow to 64 inside a CUDA graph capture\|cuda-stub: rule: cudaMalloc while this thread captures"
+echo "rules: each broken on purpose is named (12 scenarios); clean, and the module's own teardown, pass"
 
 # 2b. The sharded and compressed collectives (issue 22) of the real comm_nccl.c: the stub
 #     NCCL moves and sums eagerly issued collectives' data (in the collective's type) and
