@@ -1,10 +1,11 @@
 /*
  * cuda_stub.c - a stub of the CUDA runtime (libcudart) for the test build of the real
  * CUDA module: the calls src/cuda makes, and the ones nvcc's host code makes to register
- * and launch kernels, with CUDA's rules (see cuda_stub.h). Nothing is computed (but the
- * 16-bit wire's conversion kernels, for the NCCL stub's sums): memory
- * is host memory, copies and memsets move their bytes when issued (fresh memory holds
- * 0xff bytes, a NaN, until something writes it), a kernel is only its launch. What is
+ * and launch kernels, with CUDA's rules (see cuda_stub.h). Memory is host memory (each
+ * block its own mapping, ending at a guard page); copies and memsets move their bytes
+ * when issued (fresh memory holds 0xff bytes, a NaN, until something writes it); a
+ * kernel runs its host compilation over its grid when issued (cuda_stub_grid.c); a
+ * graph's replay runs each captured operation again from its arguments. What is also
  * modelled is the ordering: each stream's operations carry a vector clock, events carry
  * a stream's, a host wait makes the host know what it waited for, and a new operation
  * comes after what its stream and the host know. Two touches of the same memory, one a

@@ -6,11 +6,12 @@
  * The stubs take the place of libcudart, libcublas and libnccl in a test build of the
  * real CUDA module (tests/lib/cuda-stub.so: src/cuda's objects as the module is built,
  * linked against these instead), so that the module's own code -- its stream use, its
- * teardown order, its error returns -- runs in make check without a GPU. They compute
- * almost nothing (a kernel or an SGEMM is only its launch; only copies, memsets, the
- * 16-bit wire's conversion kernels and eagerly issued collectives move or sum data, when
- * issued, so that the communicator's collectives can be checked against closed-form
- * sums; a collective replayed from a graph moves nothing); what they do is what CUDA and NCCL
+ * teardown order, its error returns, its arithmetic -- runs in make check without a GPU.
+ * They compute what the module asks, when an operation is issued (an order its streams'
+ * clocks allow) or each time a graph that captured it is replayed: copies and memsets
+ * move bytes; a kernel is the module's own, compiled for the host (kernels_host.cc,
+ * cuda_host.h) and run over its grid (cuda_stub_grid.c); an SGEMM goes through the CPU's
+ * BLAS; collectives sum in their type (nccl_stub.c). They also check what CUDA and NCCL
  * require of their caller, and they say so, "cuda-stub: rule: ...", on stderr, and fail
  * the process at exit, where the real libraries would hang, return an error the module
  * might swallow, or give wrong numbers without a word:
@@ -33,7 +34,15 @@
  *     or operation NCCL does not have, a group left open or closed twice (nccl_stub.c);
  *   - ncclCommDestroy while a graph (or executable graph) holding one of its collectives
  *     exists (it waits for the graph: a hang), or before the host knows its collectives
- *     complete (work in flight), a communicator used after destroy or abort.
+ *     complete (work in flight), a communicator used after destroy or abort;
+ *   - a kernel's access past the end (or before the start) of an allocation (each ends at
+ *     a guard page), an SGEMM operand that its shape and leading dimension carry past
+ *     its allocation;
+ *   - a pinned buffer rewritten by the host before it waited for an event or
+ *     synchronisation covering a copy from it (tests/lib/fake_gpu.c's rule), an event
+ *     recorded on a legacy stream where the process issued no work (it covers none);
+ *   - teardown: a stream destroyed while a live communicator issues there, and, at exit
+ *     after the module tore down, any stream, graph, allocation or communicator left.
  *
  * Faults, from the environment: DDPT_STUB_FAIL=CALL[:N][@R] -- the N-th call (default the
  * first) of CALL on world rank R (default every rank) fails with that call's usual error
