@@ -114,7 +114,12 @@ expect_rule 1 mark-before-copy "cuda-stub: rule: pinned host buffer .* was rewri
 # buffer would grow (cudaMalloc) inside the capture; the module refuses it by name (and
 # without that check the stub names the allocation in the capture).
 expect_rule 2 wire-regrow-in-capture "wire buffer (32 values) must grow to 64 inside a CUDA graph capture\|cuda-stub: rule: cudaMalloc while this thread captures"
-echo "rules: each broken on purpose is named (12 scenarios); clean, and the module's own teardown, pass"
+# Bounds: a kernel one element past its allocation's end (the guard page after every
+# block), named with the kernel, its thread and the index; an SGEMM whose operand runs
+# past its allocation, named with the operand.
+expect_rule 1 kernel-past-end "cuda-stub: rule: k_relu, block (0,0,0) thread (32,0,0): an access past the end of its 128-byte device block: byte 128 from its start (float index 32, valid 0 to 31)"
+expect_rule 1 sgemm-past-end "cuda-stub: rule: cublasSgemm: B (8 x 5 stored, leading dimension 8: 160 bytes from .*) runs past the end of its device allocation"
+echo "rules: each broken on purpose is named (14 scenarios); clean, and the module's own teardown, pass"
 
 # 2b. The sharded and compressed collectives (issue 22) of the real comm_nccl.c: the stub
 #     NCCL moves and sums eagerly issued collectives' data (in the collective's type) and

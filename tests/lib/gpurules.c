@@ -18,7 +18,8 @@
  * all-gather and wait_first eagerly, then captured and replayed; each prints the first
  * element that differs and exits 1. "wire-regrow-in-capture" (any ranks) captures a
  * 16-bit all-reduce larger than the eager one before it (its wire buffer would grow
- * inside the capture).
+ * inside the capture). "kernel-past-end" and "sgemm-past-end" (the stub only) run a
+ * kernel and a product one element and one row past their buffers' ends.
  * A status the module returns is printed as "gpurules: SCENARIO: MESSAGE" and makes the
  * exit status 1; a rule broken at teardown is the module's own line on stderr and exit
  * status. Exit 77 (skip) if the module cannot be loaded.
@@ -507,6 +508,17 @@ static int scenario(struct rig *r, struct diag *d)
 		return sharded_graph(r, d);
 	if (strcmp(s, "nccl-inplace-offset") == 0)
 		return raw_inplace(r, d);
+	/* Out of bounds (the stub only: the fake's kernels would overrun host memory): a
+	 * kernel over one float more than y holds, and a product of one row more than x
+	 * and y hold. */
+	if (strcmp(s, "kernel-past-end") == 0) {
+		r->ops->relu_forward(r->bc, r->y, (size_t)N * OUT + 1);
+		return finish(r, d);
+	}
+	if (strcmp(s, "sgemm-past-end") == 0) {
+		r->ops->linear_forward(r->bc, r->y, r->x, r->w, r->b, N + 1, IN, OUT, 0);
+		return finish(r, d);
+	}
 	if (strcmp(s, "wire-regrow-in-capture") == 0) {
 		/* A 16-bit all-reduce eagerly, then a larger one captured: its wire buffer would
 		 * have to grow (cudaMalloc) inside the capture. The module must refuse it by name

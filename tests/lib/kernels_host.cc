@@ -48,11 +48,9 @@ template <typename... P> struct entry_of {
 	{
 		call_with(F, args, std::index_sequence_for<P...>{});
 	}
-	static struct stub_host_kernel make(const char *name, void (*call)(void **))
+	static constexpr struct stub_host_kernel make(const char *name, void (*call)(void **))
 	{
-		struct stub_host_kernel e = {name, (int)sizeof...(P), {sizeof(P)...}, call};
-
-		return e;
+		return {name, (int)sizeof...(P), {sizeof(P)...}, call};
 	}
 };
 
@@ -64,7 +62,9 @@ template <typename... P> entry_of<P...> entry_for(void (*)(P...));
 	decltype(entry_for(&stub_host::name))::make( \
 		#name, &decltype(entry_for(&stub_host::name))::call<&stub_host::name>),
 
-static const struct stub_host_kernel kernels[] = {
+/* constexpr: filled when the library is loaded, before nvcc's registration code runs
+ * (static constructors of different objects run in no promised order). */
+static constexpr struct stub_host_kernel kernels[] = {
 #include "tests/lib/stub_kernels.inc"
 };
 
