@@ -4,7 +4,11 @@
 #
 # Each tests/mutants/NN-name.diff plants one realistic bug in src/ (an epoch seed
 # ignored, an off-by-one in the padding, epsilon inside AdamW's bias correction, a
-# float left out of the ring all-reduce...; the diff's first lines say which). This
+# float left out of the ring all-reduce...; the diff's first lines say which); those
+# from 20 on plant it in the CUDA module (src/cuda/: a transposed product, a kernel's
+# bound, AdamW's bias correction, the bf16 wire truncating, an event on the legacy
+# stream...), which only the tests that load the module see (tests/cuda-stub.sh through
+# the stub libraries without a GPU; tests/gpu-*.sh on a GPU). This
 # script copies the working tree (tracked files plus untracked ones git does not
 # ignore, so uncommitted work is included) into a private temporary directory,
 # builds it once, then for each mutant: applies it, rebuilds, runs make check with
@@ -20,6 +24,12 @@
 # math (the loss, the optimizers, the sampler, the all-reduces, gradient accumulation,
 # resume): every mutant should be KILLED. The unmutated tree is checked first; if
 # that fails, the verdicts would mean nothing and the script stops.
+#
+# The tree is configured without CUDA unless a chosen mutant touches src/cuda/ (then
+# with the toolkit configure finds, which a src/cuda mutant needs: without it the
+# module is not built and its tests skip). For those, --tests "tests/cuda-stub.sh
+# tests/cuda-stub-fixed.sh tests/gpu-module.sh tests/gpu-train.sh tests/gpu-placement.sh"
+# runs every test that loads the module (about 2 minutes a mutant here, nvcc included).
 #
 # How long: autoreconf, configure and one build (about a minute), then one make check
 # for the unmutated tree and one per mutant, each with a rebuild of what the diff
@@ -174,10 +184,17 @@ row() { # NAME VERDICT SECONDS [NOTE]
 	printf '\n'
 }
 
-echo "# mutate.sh: $top -> $tmp, make -j$jobs, tests: ${tests:-the whole suite}"
+# CUDA only for a mutant in src/cuda/ (nvcc's builds are slow).
+cuda=--without-cuda
+for m in "${chosen[@]}"; do
+	grep -q '^+++ b/src/cuda/' "$tree/tests/mutants/$m.diff" && cuda=
+done
+
+echo "# mutate.sh: $top -> $tmp, make -j$jobs, ${cuda:-with CUDA,} tests: ${tests:-the whole suite}"
 t0=$SECONDS
 blog=$logs/base.build.log
-if ! { autoreconf -fi && ./configure --without-cuda; } >"$blog" 2>&1 || ! build "$blog"; then
+# shellcheck disable=SC2086 # $cuda is one word or none
+if ! { autoreconf -fi && ./configure $cuda; } >"$blog" 2>&1 || ! build "$blog"; then
 	fatal "the unmutated tree does not build" "$blog"
 fi
 if ! check "$logs/base.check.log"; then

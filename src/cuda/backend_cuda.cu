@@ -22,6 +22,9 @@
 #include "cuda/hostwait.h"   /* hostwait: every wait of the host */
 #include "core/tracebuf.h"           /* struct trace_dev, clock_now */
 
+/* tests/lib/kernels_host.cc compiles this file a second time, for the CUDA stub to run
+ * the kernels on the host: DDPT_CUDA_HOST_KERNELS keeps only the kernels. */
+#ifndef DDPT_CUDA_HOST_KERNELS
 extern "C" int cuda_note(struct cuda_ctx *c, cudaError_t rc, const char *call, const char *file,
 			 int line)
 {
@@ -99,6 +102,8 @@ static enum status wait_for(struct cuda_ctx *c, cudaEvent_t ev, const char *what
 		hostwait(&w, &c->err);
 	return report(c, d);
 }
+
+#endif /* DDPT_CUDA_HOST_KERNELS */
 
 /* ---- kernels --------------------------------------------------------------- */
 
@@ -389,6 +394,7 @@ __global__ void k_add(float *dst, const float *src, size_t n)
 		dst[i] += src[i];
 }
 
+#ifndef DDPT_CUDA_HOST_KERNELS /* the host functions, which launch kernels */
 /* A kernel launch's error, named by its kernel (cudaGetLastError() alone names none). */
 #define LAUNCH_CHECK(c, what) cuda_note((c), cudaGetLastError(), "launch of " what, __FILE__, __LINE__)
 
@@ -1065,3 +1071,4 @@ static void cuda_trace_reset(void *ctx)
 
 extern "C" const struct trace_dev cuda_trace_dev = {cuda_trace_mark, cuda_trace_time,
 						    cuda_trace_reset};
+#endif /* DDPT_CUDA_HOST_KERNELS */

@@ -33,6 +33,7 @@ __global__ void k_wire_widen_bf16(float *dst, const __nv_bfloat16 *src, size_t n
 		dst[i] = __bfloat162float(src[i]);
 }
 
+#ifndef DDPT_CUDA_HOST_KERNELS /* tests/lib/kernels_host.cc: the kernels only */
 extern "C" cudaError_t wire_narrow(uint16_t *dst, const float *src, size_t n, enum comm_wire w,
 				   cudaStream_t s)
 {
@@ -56,3 +57,4 @@ extern "C" cudaError_t wire_widen(float *dst, const uint16_t *src, size_t n, enu
 		k_wire_widen_bf16<<<cuda_blocks(n), CUDA_THREADS, 0, s>>>(dst, (const __nv_bfloat16 *)src, n);
 	return cudaGetLastError();
 }
+#endif /* DDPT_CUDA_HOST_KERNELS */

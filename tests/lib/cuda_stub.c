@@ -1,10 +1,11 @@
 /*
  * cuda_stub.c - a stub of the CUDA runtime (libcudart) for the test build of the real
  * CUDA module: the calls src/cuda makes, and the ones nvcc's host code makes to register
- * and launch kernels, with CUDA's rules (see cuda_stub.h). Nothing is computed (but the
- * 16-bit wire's conversion kernels, for the NCCL stub's sums): memory
- * is host memory, copies and memsets move their bytes when issued (fresh memory holds
- * 0xff bytes, a NaN, until something writes it), a kernel is only its launch. What is
+ * and launch kernels, with CUDA's rules (see cuda_stub.h). Memory is host memory (each
+ * block its own mapping, ending at a guard page); copies and memsets move their bytes
+ * when issued (fresh memory holds 0xff bytes, a NaN, until something writes it); a
+ * kernel runs its host compilation over its grid when issued (cuda_stub_grid.c); a
+ * graph's replay runs each captured operation again from its arguments. What is also
  * modelled is the ordering: each stream's operations carry a vector clock, events carry
  * a stream's, a host wait makes the host know what it waited for, and a new operation
  * comes after what its stream and the host know. Two touches of the same memory, one a
@@ -18,12 +19,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "cuda_stub.h"
 #include "mpi_rank.h"
-#include "round16.h" /* the 16-bit wire kernels' arithmetic */
 
 /* nvcc's host code calls these (crt/host_runtime.h declares them for C++ only). */
 void **__cudaRegisterFatBinary(void *fatCubin);
@@ -47,6 +48,7 @@ char *__cxa_demangle(const char *mangled, char *buf, size_t *len, int *status);
 #define STUB_BLOCKS 4096
 #define STUB_GRAPHS 256
 #define STUB_DEVICES 16
+#define STUB_PENDING 128   /* copies from pinned memory the host has not waited for */
 
 /* A touch remembered: by which operation, on which stream, at which of its clock ticks. */
 struct rec {
@@ -56,9 +58,13 @@ struct rec {
 	const char *what;
 };
 
-/* A block of memory from cudaMalloc or cudaHostAlloc. */
+/* A block of memory from cudaMalloc or cudaHostAlloc: [lo, hi) in a mapping of its own
+ * whose pages before lo and from hi on are inaccessible (hi is a page boundary), so a
+ * kernel that runs past its end faults (cuda_stub_grid.c names it). */
 struct block {
 	uintptr_t lo, hi;
+	void *map;          /* the mapping: a guard page, the block's pages, a guard page */
+	size_t maplen;
 	int device;         /* -1: pinned host memory */
 	int live;
 };
@@ -68,6 +74,18 @@ struct kernel {
 	char name[64];      /* the kernel's name */
 	int npar;
 	unsigned ptr, konst; /* bit i: parameter i is a pointer / a pointer to const */
+	const struct stub_host_kernel *hk; /* its body compiled for the host (kernels_host.cc) */
+	int barriers;       /* for stub_grid_run: reaches __syncthreads (-1: not known yet) */
+};
+
+/* A copy from pinned host memory the host does not know to have run: until it does, the
+ * buffer may be neither rewritten nor copied from again (the GPU reads it when the copy
+ * runs, not when it is issued). sum: the bytes as they were copied. */
+struct pending {
+	uintptr_t lo, hi;
+	int sid;
+	unsigned seq;
+	uint64_t sum;
 };
 
 static struct {
@@ -86,6 +104,10 @@ static struct {
 	int graph_exec[STUB_GRAPHS];
 	int ngraphs;
 	unsigned char peer[STUB_DEVICES][STUB_DEVICES];
+	struct pending pend[STUB_PENDING];
+	int npend;
+	int legacy_work;              /* an operation was issued on a legacy stream */
+	int teardown;                 /* a stream was destroyed: the module tears down */
 	cudaError_t sticky;           /* an error that every later call returns */
 	char said[32][200];           /* rules already printed (each once), their start */
 	int nsaid, exit_fail, atexit_set;
@@ -359,6 +381,7 @@ unsigned stub_issue(cudaStream_t s, const char *what, const struct stub_touch *t
 	}
 	vc_join(&s->vc, &S.host); /* issued after what the host has waited for */
 	if (s->legacy) {
+		S.legacy_work = 1;
 		for (int i = 0; i < S.nstreams; i++)
 			if (S.stream[i]->blocking && S.stream[i]->device == s->device)
 				vc_join(&s->vc, &S.stream[i]->vc);
@@ -373,6 +396,18 @@ unsigned stub_issue(cudaStream_t s, const char *what, const struct stub_touch *t
 	return seq;
 }
 
+unsigned stub_issue_run(cudaStream_t s, const char *what, const struct stub_touch *t, int n,
+			struct stub_node *node)
+{
+	unsigned seq;
+
+	node->comm = NULL;
+	seq = stub_issue(s, what, t, n, node);
+	if (s->cap == NULL)
+		node->run(node);
+	return seq;
+}
+
 int stub_done(cudaStream_t s, unsigned seq)
 {
 	int done;
@@ -383,11 +418,85 @@ int stub_done(cudaStream_t s, unsigned seq)
 	return done;
 }
 
+static uint64_t checksum(uintptr_t lo, uintptr_t hi)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (const unsigned char *p = (const unsigned char *)lo; p < (const unsigned char *)hi; p++)
+		h = (h ^ *p) * 1099511628211ull;
+	return h;
+}
+
+/* The pinned-buffer rule (tests/lib/fake_gpu.c's, on the vector clocks), checked when the
+ * host learns that copies ran and when it issues a new copy from [lo, hi) (lo < hi): a
+ * copy whose bytes changed before the host knew it had run was rewritten under it. (The
+ * same bytes copied again are no breach: the GPU reads what the host wrote either way.) */
+static void pinned_check(uintptr_t lo, uintptr_t hi, const char *what)
+{
+	char msg[400] = "";
+
+	pthread_mutex_lock(&S.mu);
+	for (int i = 0; i < S.npend; i++) {
+		struct pending *q = &S.pend[i];
+		int known = S.host.c[q->sid] >= q->seq, again = lo < hi && q->lo < hi && lo < q->hi;
+		int changed;
+
+		if (!known && !again)
+			continue;
+		changed = checksum(q->lo, q->hi) != q->sum;
+		if (changed && msg[0] == '\0')
+			snprintf(msg, sizeof msg,
+				 "pinned host buffer %#lx (%zu bytes), copied to the device on stream %d, %s before the host waited for an event or synchronisation covering that copy: the GPU reads a pinned buffer when the copy runs, not when it is issued (record an event after the copy and wait on it first)",
+				 (unsigned long)q->lo, (size_t)(q->hi - q->lo), q->sid,
+				 known ? "was rewritten" : what);
+		if (known || changed) /* settled (a breach is said once) */
+			S.pend[i--] = S.pend[--S.npend];
+	}
+	pthread_mutex_unlock(&S.mu);
+	if (msg[0] != '\0')
+		stub_rule("%s", msg);
+}
+
+/* A copy from [p, p + bytes) was issued as operation seq of s: if p is pinned memory, the
+ * host must now wait for it before it rewrites the buffer or copies from it again. */
+static void pinned_copied(cudaStream_t s, unsigned seq, const void *p, size_t bytes)
+{
+	struct block *b;
+
+	pthread_mutex_lock(&S.mu);
+	b = find_block((uintptr_t)p);
+	if (b == NULL || b->device >= 0 || bytes == 0) {
+		pthread_mutex_unlock(&S.mu);
+		return;
+	}
+	pthread_mutex_unlock(&S.mu);
+	pinned_check((uintptr_t)p, (uintptr_t)p + bytes, "was rewritten and copied from again");
+	pthread_mutex_lock(&S.mu);
+	if (S.npend < STUB_PENDING)
+		S.pend[S.npend++] = (struct pending){(uintptr_t)p, (uintptr_t)p + bytes, s->id, seq,
+						     checksum((uintptr_t)p, (uintptr_t)p + bytes)};
+	pthread_mutex_unlock(&S.mu);
+}
+
+/* The device wrote [p, p + bytes) (a copy into pinned memory, ordered on its stream):
+ * not a host rewrite, so pending copies from there take the new bytes as theirs. */
+static void pinned_device_wrote(const void *p, size_t bytes)
+{
+	uintptr_t lo = (uintptr_t)p, hi = lo + bytes;
+
+	pthread_mutex_lock(&S.mu);
+	for (int i = 0; i < S.npend; i++)
+		if (S.pend[i].lo < hi && lo < S.pend[i].hi)
+			S.pend[i].sum = checksum(S.pend[i].lo, S.pend[i].hi);
+	pthread_mutex_unlock(&S.mu);
+}
+
 static void host_learns(const struct stub_vc *vc)
 {
 	pthread_mutex_lock(&S.mu);
 	vc_join(&S.host, vc);
 	pthread_mutex_unlock(&S.mu);
+	pinned_check(0, 0, NULL);
 }
 
 int stub_host_has(cudaStream_t s, unsigned seq)
@@ -649,17 +758,26 @@ cudaError_t cudaDeviceSynchronize(void)
 
 /* ---- memory --------------------------------------------------------------------- */
 
+/* A block of `bytes` that ends where a guard page begins; its start is 4-byte aligned
+ * (floats), not CUDA's 256 bytes: the end is what an off-by-one bound runs past. */
 static cudaError_t new_block(void **p, size_t bytes, int device)
 {
-	unsigned char *m = malloc(bytes ? bytes : 1);
+	size_t page = (size_t)sysconf(_SC_PAGESIZE), n = (bytes ? bytes : 1), len;
+	unsigned char *map, *m;
 
-	if (m == NULL)
+	n = (n + 3) & ~(size_t)3;
+	len = (n + page - 1) / page * page + 2 * page;
+	map = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (map == MAP_FAILED)
 		return ret(cudaErrorMemoryAllocation);
-	memset(m, 0xff, bytes ? bytes : 1); /* NaN until written */
+	mprotect(map, page, PROT_NONE);
+	mprotect(map + len - page, page, PROT_NONE);
+	m = map + len - page - n;
+	memset(m, 0xff, n); /* NaN until written */
 	pthread_mutex_lock(&S.mu);
 	for (int i = 0; i <= S.nblocks && i < STUB_BLOCKS; i++)
 		if (i == S.nblocks || !S.block[i].live) {
-			S.block[i] = (struct block){(uintptr_t)m, (uintptr_t)m + (bytes ? bytes : 1), device, 1};
+			S.block[i] = (struct block){(uintptr_t)m, (uintptr_t)m + n, map, len, device, 1};
 			if (i == S.nblocks)
 				S.nblocks++;
 			break;
@@ -667,6 +785,26 @@ static cudaError_t new_block(void **p, size_t bytes, int device)
 	pthread_mutex_unlock(&S.mu);
 	*p = m;
 	return cudaSuccess;
+}
+
+int stub_guard_hit(uintptr_t addr, uintptr_t *lo, uintptr_t *hi, int *device)
+{
+	int hit = 0;
+
+	pthread_mutex_lock(&S.mu);
+	for (int i = 0; i < S.nblocks && !hit; i++) {
+		const struct block *b = &S.block[i];
+
+		if (b->live && addr >= (uintptr_t)b->map && addr < (uintptr_t)b->map + b->maplen &&
+		    (addr < b->lo || addr >= b->hi)) {
+			*lo = b->lo;
+			*hi = b->hi;
+			*device = b->device;
+			hit = 1;
+		}
+	}
+	pthread_mutex_unlock(&S.mu);
+	return hit;
 }
 
 static cudaError_t free_block(void *p, int pinned, const char *what)
@@ -683,13 +821,13 @@ static cudaError_t free_block(void *p, int pinned, const char *what)
 	if (ok) {
 		forget(b->lo, b->hi);
 		b->live = 0;
+		munmap(b->map, b->maplen);
 	}
 	pthread_mutex_unlock(&S.mu);
 	if (!ok) {
 		stub_rule("%s(%p): not a pointer from %s", what, p, pinned ? "cudaHostAlloc" : "cudaMalloc");
 		return ret(cudaErrorInvalidValue);
 	}
-	free(p);
 	return cudaSuccess;
 }
 
@@ -747,6 +885,34 @@ cudaError_t cudaFreeHost(void *p)
 	return e != cudaSuccess ? e : free_block(p, 1, "cudaFreeHost");
 }
 
+/* A copy or memset as a graph keeps it. */
+struct bytes_op {
+	void *dst;
+	const void *src;   /* NULL: a memset */
+	size_t bytes;
+	int value;
+};
+
+static void run_bytes(const struct stub_node *node)
+{
+	const struct bytes_op *o = (const struct bytes_op *)(const void *)node->arg;
+
+	if (o->src != NULL)
+		memmove(o->dst, o->src, o->bytes);
+	else
+		memset(o->dst, o->value, o->bytes);
+	pinned_device_wrote(o->dst, o->bytes);
+}
+
+static struct stub_node bytes_node(void *dst, const void *src, size_t bytes, int value)
+{
+	struct stub_node node = {.run = run_bytes};
+	struct bytes_op o = {dst, src, bytes, value};
+
+	memcpy(node.arg, &o, sizeof o);
+	return node;
+}
+
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind,
 			    cudaStream_t stream)
 {
@@ -755,6 +921,7 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
 	int n = 0, to_pageable;
 	unsigned seq;
 	cudaError_t e;
+	struct stub_node node = bytes_node(dst, src, bytes, 0);
 
 	e = stream_call(s, "cudaMemcpyAsync");
 	if (e != cudaSuccess)
@@ -768,14 +935,15 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, enum cudaM
 	to_pageable = kind == cudaMemcpyDeviceToHost && !is_pinned(dst);
 	seq = stub_issue(s, kind == cudaMemcpyDeviceToHost ? "cudaMemcpyAsync(device to host)" :
 			 kind == cudaMemcpyHostToDevice ? "cudaMemcpyAsync(host to device)" :
-			 "cudaMemcpyAsync(device to device)", t, n, NULL);
+			 "cudaMemcpyAsync(device to device)", t, n, &node);
 	if (s->cap != NULL)
 		return cudaSuccess;
+	pinned_copied(s, seq, src, bytes);
 	/* Into pageable memory the call returns once the copy has run: the stream drains. */
 	if (to_pageable)
 		sync_stream(s);
-	(void)seq;
 	memmove(dst, src, bytes);
+	pinned_device_wrote(dst, bytes);
 	return cudaSuccess;
 }
 
@@ -796,14 +964,13 @@ cudaError_t cudaMemcpyPeerAsync(void *dst, int dst_dev, const void *src, int src
 {
 	cudaStream_t s = stub_stream(stream);
 	struct stub_touch t[2];
+	struct stub_node node = bytes_node(dst, src, bytes, 0);
 	int n = 0;
 
 	STICKY();
 	n += touch(&t[n], src, bytes, 0);
 	n += touch(&t[n], dst, bytes, 1);
-	stub_issue(s, "cudaMemcpyPeerAsync", t, n, NULL);
-	if (s->cap == NULL)
-		memmove(dst, src, bytes);
+	stub_issue_run(s, "cudaMemcpyPeerAsync", t, n, &node);
 	return cudaSuccess;
 }
 
@@ -811,6 +978,7 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t stream)
 {
 	cudaStream_t s = stub_stream(stream);
 	struct stub_touch t;
+	struct stub_node node = bytes_node(p, NULL, bytes, v);
 	int n;
 	cudaError_t e;
 
@@ -820,9 +988,8 @@ cudaError_t cudaMemsetAsync(void *p, int v, size_t bytes, cudaStream_t stream)
 	if (stub_fault("cudaMemsetAsync"))
 		return ret(cudaErrorInvalidValue);
 	n = touch(&t, p, bytes, 1);
-	stub_issue(s, s->legacy ? "cudaMemset (legacy default stream)" : "cudaMemsetAsync", &t, n, NULL);
-	if (s->cap == NULL)
-		memset(p, v, bytes);
+	stub_issue_run(s, s->legacy ? "cudaMemset (legacy default stream)" : "cudaMemsetAsync", &t, n,
+		       &node);
 	return cudaSuccess;
 }
 
@@ -852,6 +1019,34 @@ cudaError_t cudaStreamCreate(cudaStream_t *s)
 	return cudaStreamCreateWithFlags(s, cudaStreamDefault);
 }
 
+/* At the end of a run whose module tore down (it destroyed a stream), what it left: the
+ * teardown of an ordinary training run is checked, not only gpurules' scenarios. */
+static void teardown_left(void)
+{
+	int streams = 0, graphs, dev = 0, pinned = 0, comms = stub_nccl_live();
+	size_t dev_bytes = 0;
+
+	if (!S.teardown || S.exit_fail || S.sticky != cudaSuccess)
+		return; /* no teardown to check, a run that already failed a rule, or a lost
+			 * device (every call fails: nothing can be freed) */
+	for (int i = 0; i < S.nstreams; i++)
+		streams += !S.stream[i]->legacy && !S.stream[i]->destroyed;
+	graphs = S.ngraphs;
+	for (int i = 0; i < S.nblocks; i++)
+		if (S.block[i].live) {
+			dev += S.block[i].device >= 0;
+			pinned += S.block[i].device < 0;
+			dev_bytes += S.block[i].device >= 0 ? S.block[i].hi - S.block[i].lo : 0;
+		}
+	if (streams + graphs + dev + pinned + comms == 0)
+		return;
+	fprintf(stderr, "cuda-stub: rule: at exit the module's teardown left %d stream(s), %d CUDA graph(s), %d device block(s) (%zu bytes), %d pinned block(s) and %d NCCL communicator(s) undestroyed or unfreed\n",
+		streams, graphs, dev, dev_bytes, pinned, comms);
+	fflush(stdout);
+	fflush(stderr);
+	_exit(1);
+}
+
 cudaError_t cudaStreamDestroy(cudaStream_t s)
 {
 	if (s == NULL)
@@ -860,7 +1055,15 @@ cudaError_t cudaStreamDestroy(cudaStream_t s)
 		stub_rule("cudaStreamDestroy of stream %d while it captures", s->id);
 		return ret(cudaErrorStreamCaptureUnsupported);
 	}
+	if (stub_nccl_uses(s))
+		stub_rule("cudaStreamDestroy of stream %d while a live NCCL communicator issues its collectives there: destroy the communicator (ncclCommDestroy) before the stream it runs on",
+			  s->id);
+	pthread_mutex_lock(&S.mu);
+	if (!S.teardown)
+		atexit(teardown_left);
+	S.teardown = 1;
 	s->destroyed = 1; /* kept: its clock stays in everyone's */
+	pthread_mutex_unlock(&S.mu);
 	return cudaSuccess;
 }
 
@@ -947,6 +1150,9 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream)
 	}
 	if (stub_fault("cudaEventRecord"))
 		return ret(cudaErrorInvalidResourceHandle);
+	if (s->legacy && !S.legacy_work && S.nstreams > 1)
+		stub_rule("cudaEventRecord on the legacy default stream of device %d, where this process issues no work: its work is on its own non-blocking streams, which the legacy stream is not ordered with, so the event covers none of it (record it on the stream whose work it marks)",
+			  s->device);
 	pthread_mutex_lock(&S.mu);
 	e->recorded = 1;
 	e->stream = s;
@@ -1202,10 +1408,20 @@ cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t stream)
 	if (stub_fault("cudaGraphLaunch"))
 		return ret(cudaErrorLaunchOutOfResources);
 	for (size_t i = 0; i < x->n; i++) {
-		if (x->node[i].comm != NULL)
+		if (x->node[i].comm != NULL) {
 			stub_nccl_replay(&x->node[i], s);
-		else
-			stub_issue(s, x->node[i].what, x->node[i].touch, x->node[i].ntouch, NULL);
+		} else {
+			unsigned seq = stub_issue(s, x->node[i].what, x->node[i].touch, x->node[i].ntouch, NULL);
+
+			if (x->node[i].run == run_bytes) {
+				const struct bytes_op *o = (const struct bytes_op *)(const void *)x->node[i].arg;
+
+				if (o->src != NULL)
+					pinned_copied(s, seq, o->src, o->bytes);
+			}
+			if (x->node[i].run != NULL)
+				x->node[i].run(&x->node[i]);
+		}
 	}
 	return cudaSuccess;
 }
@@ -1287,6 +1503,13 @@ void __cudaRegisterFunction(void **handle, const char *hostFun, char *deviceFun,
 		return;
 	k->host = hostFun;
 	parse_params(k, deviceName);
+	k->hk = stub_host_kernel(k->name);
+	k->barriers = -1;
+	if (k->hk != NULL && k->hk->npar != k->npar) {
+		stub_rule("kernel %s: %d parameters in the module, %d in its host compilation (kernels_host.cc)",
+			  k->name, k->npar, k->hk->npar);
+		k->hk = NULL;
+	}
 }
 
 cudaError_t __cudaGetKernel(cudaKernel_t *kernel, const void *hostFun)
@@ -1320,43 +1543,37 @@ cudaError_t __cudaPopCallConfiguration(dim3 *gridDim, dim3 *blockDim, size_t *sh
 	return cudaSuccess;
 }
 
-/* The one computation the stub does for kernels: the 16-bit wire's conversions
- * (src/cuda/wire.cu: k_wire_narrow_f16(__half*, float const*, unsigned long), ...), run
- * when issued like a copy, in round16.h's arithmetic (checked against CUDA's host
- * conversions), so that the NCCL stub's 16-bit sums see real values. */
-static void wire_kernel(const struct kernel *k, void **args)
+/* A launch as a graph keeps it: the kernel, its grid and a copy of its arguments. */
+struct launch_op {
+	struct kernel *k;
+	dim3 grid, block;
+	unsigned char off[STUB_KPARAMS]; /* where each argument's copy starts in val */
+	_Alignas(16) unsigned char val[STUB_ARGBYTES - 64];
+};
+_Static_assert(sizeof(struct launch_op) <= STUB_ARGBYTES, "a launch's copy fits a node");
+
+static void run_launch(const struct stub_node *node)
 {
-	int narrow = strncmp(k->name, "k_wire_narrow_", 14) == 0;
-	enum round16_type t;
-	size_t n;
+	struct launch_op *o = (struct launch_op *)(void *)((struct stub_node *)node)->arg;
+	void *args[STUB_KPARAMS];
 
-	if (!narrow && strncmp(k->name, "k_wire_widen_", 13) != 0)
-		return;
-	t = strcmp(k->name + (narrow ? 14 : 13), "f16") == 0 ? ROUND16_F16 : ROUND16_BF16;
-	n = *(size_t *)args[2];
-	if (narrow) {
-		uint16_t *dst = *(uint16_t **)args[0];
-		const float *src = *(const float **)args[1];
-
-		for (size_t i = 0; i < n; i++)
-			dst[i] = round16_from_float(t, src[i]);
-	} else {
-		float *dst = *(float **)args[0];
-		const uint16_t *src = *(const uint16_t **)args[1];
-
-		for (size_t i = 0; i < n; i++)
-			dst[i] = round16_to_float(t, src[i]);
-	}
+	for (int i = 0; i < o->k->hk->npar; i++)
+		args[i] = o->val + o->off[i];
+	stub_grid_run(o->k->hk, o->grid, o->block, args, &o->k->barriers);
 }
 
 /* A launch: its pointer arguments' first elements are its touches (a kernel's extent is
- * its own business; where two streams meet on a buffer, its first element is touched). */
+ * its own business; where two streams meet on a buffer, its first element is touched);
+ * its body runs on the host over its grid (cuda_stub_grid.c), when issued or replayed. */
 cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void **args,
 			       size_t sharedMem, cudaStream_t stream)
 {
-	const struct kernel *k = (const struct kernel *)(void *)kernel;
+	struct kernel *k = (struct kernel *)(void *)kernel;
 	cudaStream_t s = stub_stream(stream);
 	struct stub_touch t[STUB_TOUCHES];
+	struct stub_node node = {.run = run_launch};
+	struct launch_op *o = (struct launch_op *)(void *)node.arg;
+	size_t off = 0;
 	int n = 0;
 	cudaError_t e;
 
@@ -1375,11 +1592,27 @@ cudaError_t __cudaLaunchKernel(cudaKernel_t kernel, dim3 grid, dim3 block, void 
 		return ret(cudaErrorInvalidConfiguration);
 	if (stub_fault("launch"))
 		return ret(cudaErrorLaunchOutOfResources);
+	if (k->hk == NULL) {
+		stub_rule("kernel %s has no host compilation (kernels_host.cc finds the kernels by their `__global__ void NAME(` lines)",
+			  k->name);
+		return ret(cudaErrorInvalidDeviceFunction);
+	}
+	o->k = k;
+	o->grid = grid;
+	o->block = block;
+	for (int i = 0; i < k->hk->npar; i++) {
+		o->off[i] = (unsigned char)off;
+		if (off + k->hk->size[i] > sizeof o->val) {
+			stub_rule("kernel %s: more than %zu bytes of arguments (the stub's limit)", k->name,
+				  sizeof o->val);
+			return ret(cudaErrorInvalidValue);
+		}
+		memcpy(o->val + off, args[i], k->hk->size[i]);
+		off = (off + k->hk->size[i] + 15) & ~(size_t)15;
+	}
 	for (int i = 0; i < k->npar && n < STUB_TOUCHES; i++)
 		if (k->ptr >> i & 1)
 			n += touch(&t[n], *(void **)args[i], sizeof(float), !(k->konst >> i & 1));
-	stub_issue(s, k->name, t, n, NULL);
-	if (s->cap == NULL)
-		wire_kernel(k, args);
+	stub_issue_run(s, k->name, t, n, &node);
 	return cudaSuccess;
 }

@@ -6,11 +6,12 @@
  * The stubs take the place of libcudart, libcublas and libnccl in a test build of the
  * real CUDA module (tests/lib/cuda-stub.so: src/cuda's objects as the module is built,
  * linked against these instead), so that the module's own code -- its stream use, its
- * teardown order, its error returns -- runs in make check without a GPU. They compute
- * almost nothing (a kernel or an SGEMM is only its launch; only copies, memsets, the
- * 16-bit wire's conversion kernels and eagerly issued collectives move or sum data, when
- * issued, so that the communicator's collectives can be checked against closed-form
- * sums; a collective replayed from a graph moves nothing); what they do is what CUDA and NCCL
+ * teardown order, its error returns, its arithmetic -- runs in make check without a GPU.
+ * They compute what the module asks, when an operation is issued (an order its streams'
+ * clocks allow) or each time a graph that captured it is replayed: copies and memsets
+ * move bytes; a kernel is the module's own, compiled for the host (kernels_host.cc,
+ * cuda_host.h) and run over its grid (cuda_stub_grid.c); an SGEMM goes through the CPU's
+ * BLAS; collectives sum in their type (nccl_stub.c). They also check what CUDA and NCCL
  * require of their caller, and they say so, "cuda-stub: rule: ...", on stderr, and fail
  * the process at exit, where the real libraries would hang, return an error the module
  * might swallow, or give wrong numbers without a word:
@@ -33,7 +34,15 @@
  *     or operation NCCL does not have, a group left open or closed twice (nccl_stub.c);
  *   - ncclCommDestroy while a graph (or executable graph) holding one of its collectives
  *     exists (it waits for the graph: a hang), or before the host knows its collectives
- *     complete (work in flight), a communicator used after destroy or abort.
+ *     complete (work in flight), a communicator used after destroy or abort;
+ *   - a kernel's access past the end (or before the start) of an allocation (each ends at
+ *     a guard page), an SGEMM operand that its shape and leading dimension carry past
+ *     its allocation;
+ *   - a pinned buffer rewritten by the host before it waited for an event or
+ *     synchronisation covering a copy from it (tests/lib/fake_gpu.c's rule), an event
+ *     recorded on a legacy stream where the process issued no work (it covers none);
+ *   - teardown: a stream destroyed while a live communicator issues there, and, at exit
+ *     after the module tore down, any stream, graph, allocation or communicator left.
  *
  * Faults, from the environment: DDPT_STUB_FAIL=CALL[:N][@R] -- the N-th call (default the
  * first) of CALL on world rank R (default every rank) fails with that call's usual error
@@ -53,6 +62,11 @@
 #include <stdint.h>
 
 #include <cuda_runtime_api.h>
+
+#ifdef __cplusplus /* kernels_host.cc */
+#define _Alignas(a) alignas(a)
+extern "C" {
+#endif
 
 #define STUB_STREAMS 64 /* streams a process may create (the vector clocks' width) */
 
@@ -96,6 +110,8 @@ struct stub_touch {
 
 #define STUB_TOUCHES 8
 
+#define STUB_ARGBYTES 256 /* what an operation keeps of its arguments to run again */
+
 /* One operation recorded in a capture: replayed on the launch stream. */
 struct stub_node {
 	const char *what;
@@ -104,6 +120,10 @@ struct stub_node {
 	void *comm;                 /* a collective: its communicator */
 	int coll_kind, coll_root, coll_type;
 	size_t coll_count;
+	/* What it computes, run on every replay from arg (a copy of its arguments, taken
+	 * when captured, as CUDA takes a kernel's parameters and cuBLAS its alpha and beta). */
+	void (*run)(const struct stub_node *);
+	_Alignas(16) unsigned char arg[STUB_ARGBYTES];
 };
 
 struct stub_capture {
@@ -156,7 +176,56 @@ int stub_device_span(const void *p, size_t bytes);
 /* Graph bookkeeping for ncclCommDestroy: does any live graph hold a collective of comm? */
 int stub_graph_holds(void *comm);
 
+/* Issue an operation that computes: node->run(node) runs now if s does not capture (after
+ * the operation is ordered and checked), or at each replay of the graph it is captured
+ * into. node->touch is ignored (t[0..n) are its touches). Returns as stub_issue. */
+unsigned stub_issue_run(cudaStream_t s, const char *what, const struct stub_touch *t, int n,
+			struct stub_node *node);
+
+/* ---- the module's kernels on the host (kernels_host.cc, cuda_stub_grid.c) ---- */
+
+#define STUB_KPARAMS 16
+
+/* A kernel compiled for the host: call(args) is one thread's run of its body. */
+struct stub_host_kernel {
+	const char *name;
+	int npar;
+	size_t size[STUB_KPARAMS];  /* bytes of each parameter */
+	void (*call)(void **args);
+};
+
+/* The host body of the kernel named name ("k_add"), or NULL. */
+const struct stub_host_kernel *stub_host_kernel(const char *name);
+
+/* The thread a grid's host run is in: what cuda_host.h's threadIdx ... read. */
+struct stub_kthread {
+	uint3 thread, block;
+	dim3 bdim, gdim;
+};
+extern struct stub_kthread stub_kt __attribute__((visibility("hidden"))); /* the one launch that runs (cuda_stub_grid.c) */
+void stub_syncthreads(void);
+
+/* Run kernel hk over grid x block on the host: the blocks in order, each block's
+ * threads in order, each thread until it ends or reaches __syncthreads (then the next
+ * thread runs; all at the barrier, the first goes on). *barriers: 1 if the kernel is
+ * known to reach __syncthreads (then every thread gets a fiber), 0 if it is known not
+ * to, -1 if not known yet (set from this run). An access past the end of a block of
+ * the stub's memory is a rule naming the kernel, the thread and the index. */
+void stub_grid_run(const struct stub_host_kernel *hk, dim3 grid, dim3 block, void **args,
+		   int *barriers);
+
+/* cuda_stub.c: which block of the stub's memory a fault at addr touched just outside
+ * of (its guard pages): 1 and its extent in *lo, *hi, or 0. */
+int stub_guard_hit(uintptr_t addr, uintptr_t *lo, uintptr_t *hi, int *device);
+
 /* nccl_stub.c: a collective replayed from a graph, matched with the other ranks. */
 void stub_nccl_replay(const struct stub_node *node, cudaStream_t s);
+/* Communicators not destroyed or aborted; does one of them issue its collectives on s? */
+int stub_nccl_live(void);
+int stub_nccl_uses(cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

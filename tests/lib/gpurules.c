@@ -16,7 +16,10 @@
  * every element must be round16(round16(a) + round16(b)) (round16.h, PyTorch's compress
  * hooks at 2 ranks); "sharded-graph" (1 or 2 ranks) a 16-bit reduce-scatter, an
  * all-gather and wait_first eagerly, then captured and replayed; each prints the first
- * element that differs and exits 1.
+ * element that differs and exits 1. "wire-regrow-in-capture" (any ranks) captures a
+ * 16-bit all-reduce larger than the eager one before it (its wire buffer would grow
+ * inside the capture). "kernel-past-end" and "sgemm-past-end" (the stub only) run a
+ * kernel and a product one element and one row past their buffers' ends.
  * A status the module returns is printed as "gpurules: SCENARIO: MESSAGE" and makes the
  * exit status 1; a rule broken at teardown is the module's own line on stderr and exit
  * status. Exit 77 (skip) if the module cannot be loaded.
@@ -111,7 +114,8 @@ static int setup(struct rig *r, struct diag *d)
 	MPI_Bcast(id, GPU_NCCL_ID_BYTES, MPI_BYTE, 0, MPI_COMM_WORLD);
 	/* the wire type is the caller's, set before the communicator opens */
 	r->c.wire = strcmp(r->name, "wire-fp16") == 0 || strcmp(r->name, "sharded-graph") == 0 ? COMM_WIRE_F16 :
-		    strcmp(r->name, "wire-bf16") == 0 ? COMM_WIRE_BF16 : COMM_WIRE_F32;
+		    strcmp(r->name, "wire-bf16") == 0 || strcmp(r->name, "wire-regrow-in-capture") == 0 ? COMM_WIRE_BF16 :
+		    COMM_WIRE_F32;
 	r->c.size = r->size; /* as comm_open sets it: the doors check cuts against it */
 	if (check(r, r->mod.mod->nccl_comm_init(&r->c, &r->be, id, r->rank, r->size, 60, ready, NULL, d), d))
 		return 1;
@@ -436,8 +440,7 @@ static int sharded_inputs(struct rig *r, const size_t *cuts, size_t n, struct di
 	return finish(r, d) || fill(r, r->a, n, x16, d);
 }
 
-/* Its results; `values` 0 where they are not computed (the stub NCCL moves no data when
- * a graph is replayed). */
+/* Its results; `values` 0 where they are not computed. */
 static int sharded_check(struct rig *r, const size_t *cuts, size_t n, const char *when,
 			 int values, struct diag *d)
 {
@@ -460,7 +463,7 @@ static int sharded_check(struct rig *r, const size_t *cuts, size_t n, const char
 static int sharded_graph(struct rig *r, struct diag *d)
 {
 	size_t cuts[CUTS_MAX], n = make_cuts(cuts, r->size, CUT_UNEVEN);
-	int values = dlsym(r->mod.handle, "ncclReduceScatter") == NULL; /* not the stub */
+	int values = 1; /* the stub NCCL, too, moves the data when a graph is replayed */
 
 	if (r->size > 2) {
 		printf("gpurules: %s: needs 1 or 2 ranks (the 16-bit closed form)\n", r->name);
@@ -506,6 +509,36 @@ static int scenario(struct rig *r, struct diag *d)
 		return sharded_graph(r, d);
 	if (strcmp(s, "nccl-inplace-offset") == 0)
 		return raw_inplace(r, d);
+	/* Out of bounds (the stub only: the fake's kernels would overrun host memory): a
+	 * kernel over one float more than y holds, and a product of one row more than x
+	 * and y hold. */
+	if (strcmp(s, "kernel-past-end") == 0) {
+		r->ops->relu_forward(r->bc, r->y, (size_t)N * OUT + 1);
+		return finish(r, d);
+	}
+	if (strcmp(s, "sgemm-past-end") == 0) {
+		r->ops->linear_forward(r->bc, r->y, r->x, r->w, r->b, N + 1, IN, OUT, 0);
+		return finish(r, d);
+	}
+	if (strcmp(s, "wire-regrow-in-capture") == 0) {
+		/* A 16-bit all-reduce eagerly, then a larger one captured: its wire buffer would
+		 * have to grow (cudaMalloc) inside the capture. The module must refuse it by name
+		 * (or the stub names the allocation); replaying a graph whose buffer was freed
+		 * and reallocated would read freed memory. */
+		size_t n = COLL_MAX / 2;
+
+		if (fill(r, r->a, COLL_MAX, x16, d) ||
+		    check(r, r->c.ops->allreduce_start(r->c.ctx, r->a, n, COMM_WIRE | COMM_LAST, d), d) ||
+		    check(r, r->c.ops->wait_all(r->c.ctx, d), d) || finish(r, d) ||
+		    check(r, r->ops->graph_begin(r->bc, d), d))
+			return 1;
+		if (check(r, r->c.ops->allreduce_start(r->c.ctx, r->a, COLL_MAX, COMM_WIRE | COMM_LAST, d), d) ||
+		    check(r, r->c.ops->wait_all(r->c.ctx, d), d)) {
+			r->ops->graph_end(r->bc, 0, d);
+			return 1;
+		}
+		return check(r, r->ops->graph_end(r->bc, 0, d), d) || finish(r, d);
+	}
 	/* CUDA: what a capture forbids */
 	if (strcmp(s, "alloc-in-capture") == 0 || strcmp(s, "free-in-capture") == 0 ||
 	    strcmp(s, "host-alloc-in-capture") == 0 || strcmp(s, "host-free-in-capture") == 0 ||

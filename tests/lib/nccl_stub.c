@@ -8,7 +8,8 @@
  * moves the data, when issued (as the stub's copies do): the sum is taken in rank order
  * in the collective's type, every partial sum rounded to it (float, half, bfloat16:
  * round16.h), which at 2 ranks is the one rounding any order gives; NCCL's own order
- * at more ranks is its ring's or tree's. Replayed from a graph it moves nothing.
+ * at more ranks is its ring's or tree's. Replayed from a graph it moves the data again,
+ * with the buffers and count it was captured with.
  *
  * NCCL's rules it holds the caller to, from NCCL's user guide (docs.nvidia.com/
  * deeplearning/nccl/user-guide/docs): "Collective Communication Functions" (api/
@@ -27,6 +28,7 @@
  * and operations (ncclSum ... ncclAvg) are nccl.h's enums.
  */
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +52,35 @@ struct ncclComm {
 	unsigned last_seq;
 	int async;                  /* a sticky asynchronous error */
 };
+
+/* Every communicator made (kept after destroy, to recognise a later use). */
+static struct {
+	pthread_mutex_t mu;
+	ncclComm_t c[64];
+	int n;
+} comms = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+int stub_nccl_live(void)
+{
+	int live = 0;
+
+	pthread_mutex_lock(&comms.mu);
+	for (int i = 0; i < comms.n; i++)
+		live += !comms.c[i]->gone;
+	pthread_mutex_unlock(&comms.mu);
+	return live;
+}
+
+int stub_nccl_uses(cudaStream_t s)
+{
+	int uses = 0;
+
+	pthread_mutex_lock(&comms.mu);
+	for (int i = 0; i < comms.n; i++)
+		uses |= !comms.c[i]->gone && comms.c[i]->last_stream == s;
+	pthread_mutex_unlock(&comms.mu);
+	return uses;
+}
 
 /* One collective call, as issued or held in a group until ncclGroupEnd. */
 struct call {
@@ -255,6 +286,8 @@ static void issue(const struct call *k)
 	if (sb > 0 && k->send != k->recv)
 		t[n++] = (struct stub_touch){(uintptr_t)k->send, (uintptr_t)k->send + sb, 0};
 	if (s->cap != NULL) {
+		_Static_assert(sizeof *k <= sizeof node.arg, "a call fits a node");
+		memcpy(node.arg, k, sizeof *k); /* replayed with the same buffers and count */
 		stub_issue(s, k->what, t, n, &node);
 		return;
 	}
@@ -356,7 +389,8 @@ void stub_nccl_replay(const struct stub_node *node, cudaStream_t s)
 
 	if (!alive(c, "a collective replayed from a CUDA graph"))
 		return;
-	match(c, 1, node->coll_kind, node->coll_count, node->coll_root, node->coll_type, ncclSum);
+	if (match(c, 1, node->coll_kind, node->coll_count, node->coll_root, node->coll_type, ncclSum))
+		move((const struct call *)(const void *)node->arg);
 	ran(c, node->coll_kind, s, stub_issue(s, node->what, node->touch, node->ntouch, NULL));
 }
 
@@ -422,6 +456,10 @@ ncclResult_t ncclCommInitRank(ncclComm_t *out, int nranks, ncclUniqueId id, int 
 		free(c);
 		return ncclSystemError;
 	}
+	pthread_mutex_lock(&comms.mu);
+	if (comms.n < 64)
+		comms.c[comms.n++] = c;
+	pthread_mutex_unlock(&comms.mu);
 	*out = c;
 	return ncclSuccess;
 }
