@@ -389,7 +389,7 @@ else
 fi
 #    bf16 autocast (--precision=bf16) where this ddptrain has it: the GPU's bf16 products
 #    (bf16 operands, float32 sums in cuBLAS's order) against the CPU's (the same operands,
-#    float32 sums in OpenBLAS's order), at tests/torch-ref.sh's 2e-3 for autocast:
+#    float32 sums in OpenBLAS's order), at tests/numerics/torch-ref.sh's 2e-3 for autocast:
 #    torch_crosscheck.py moved every float32 sum within its error bound and ended 3.3e-4
 #    to 8.8e-4 from autocast. BF16_WHY: why bf16 cannot run here (also the speed rows').
 BF16_WHY=""

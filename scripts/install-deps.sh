@@ -4,9 +4,9 @@
 set -eu
 
 # Every command the tests and scripts call is either in Debian's Essential set or
-# comes with one of these (tests/commands.sh checks that): procps gives pgrep,
+# comes with one of these (tests/cluster/commands.sh checks that): procps gives pgrep,
 # mount gives mount/umount, man-db gives man, git is what .ci/run clones with,
-# prometheus gives promtool (tests/promtool.sh).
+# prometheus gives promtool (tests/observe/promtool.sh).
 PKGS="build-essential autoconf automake libtool pkg-config \
 openmpi-bin libopenmpi-dev libopenblas-dev libjansson-dev libssl-dev libcmocka-dev \
 groff-base mandoc man-db python3 perl iproute2 util-linux mount procps git gnuplot-nox valgrind time shfmt \

@@ -1,7 +1,7 @@
 #!/bin/bash
 # layout.sh - the README's Layout section, made from the tree: each wing of src/ from
 # the top floor down (doc/ARCHITECTURE.md), and in it each source file with the first
-# sentence of its opening comment. One list, derived: tests/layout.sh fails when the
+# sentence of its opening comment. One list, derived: tests/cli/layout.sh fails when the
 # README's copy differs.
 #
 #   scripts/layout.sh            print the block

@@ -7,7 +7,7 @@
 # float left out of the ring all-reduce...; the diff's first lines say which); those
 # from 20 on plant it in the CUDA module (src/cuda/: a transposed product, a kernel's
 # bound, AdamW's bias correction, the bf16 wire truncating, an event on the legacy
-# stream...), which only the tests that load the module see (tests/cuda-stub.sh through
+# stream...), which only the tests that load the module see (tests/gpu/cuda-stub.sh through
 # the stub libraries without a GPU; tests/gpu-*.sh on a GPU). This
 # script copies the working tree (tracked files plus untracked ones git does not
 # ignore, so uncommitted work is included) into a private temporary directory,
@@ -27,8 +27,8 @@
 #
 # The tree is configured without CUDA unless a chosen mutant touches src/cuda/ (then
 # with the toolkit configure finds, which a src/cuda mutant needs: without it the
-# module is not built and its tests skip). For those, --tests "tests/cuda-stub.sh
-# tests/cuda-stub-fixed.sh tests/gpu-module.sh tests/gpu-train.sh tests/gpu-placement.sh"
+# module is not built and its tests skip). For those, --tests "tests/gpu/cuda-stub.sh
+# tests/gpu/cuda-stub-fixed.sh tests/gpu/gpu-module.sh tests/gpu/gpu-train.sh tests/gpu/gpu-placement.sh"
 # runs every test that loads the module (about 2 minutes a mutant here, nvcc included).
 #
 # How long: autoreconf, configure and one build (about a minute), then one make check

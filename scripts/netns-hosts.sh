@@ -1,6 +1,6 @@
 # netns-hosts.sh - two "hosts" made of network namespaces on a private bridge, for a
 # real multi-host Open MPI run on one machine (recipe: the README's "Multi-host"
-# section). Sourced by tests/multihost.sh and scripts/bench-network.sh; needs root.
+# section). Sourced by tests/comm/multihost.sh and scripts/bench-network.sh; needs root.
 #
 #   netns_hosts_up PREFIX NET16 HOST1 HOST2 DIR
 #       claims an id N by creating the bridge PREFIX<N>b (atomic: two runs at once take

@@ -12,7 +12,7 @@
 # packages/ddptrain/package.py (spack repo create; spack repo add) and
 # `spack install ddptrain` or `spack install ddptrain+cuda cuda_arch=90`.
 #
-# tests/packaging.sh checks that every library configure.ac requires is a dependency
+# tests/cluster/packaging.sh checks that every library configure.ac requires is a dependency
 # here, and release.sh's output.
 from spack.package import *
 

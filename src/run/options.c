@@ -14,7 +14,7 @@
  * Adding a plain numeric flag is one row here, plus its field in struct options and its
  * entry in man/ddptrain.1.in (doc/ARCHITECTURE.md, "a plain numeric flag").
  * tests/unit/test_options checks that each default --help shows is the one in effect,
- * and tests/manpage.sh that man/ddptrain.1 lists the same flags with the same defaults.
+ * and tests/cli/manpage.sh that man/ddptrain.1 lists the same flags with the same defaults.
  *
  * A number on the command line is written without white space, for every numeric flag:
  * strtol and strtod skip it in front and stop at it behind, so " 1" is refused as "1 "

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make-corpus.py - write the hostile-file corpus of tests/hostile-files.sh.
+"""make-corpus.py - write the hostile-file corpus of tests/files/hostile-files.sh.
 
     python3 tests/corpus/make-corpus.py [DIR]     (default: this script's directory)
 

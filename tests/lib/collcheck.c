@@ -1,6 +1,6 @@
 /*
  * collcheck - the MPI communicator's host collectives against closed-form sums
- * (tests/collectives.sh). Run under mpirun; DDPTRAIN_ALLREDUCE and the
+ * (tests/comm/collectives.sh). Run under mpirun; DDPTRAIN_ALLREDUCE and the
  * DDPTRAIN_RING_* settings choose the algorithm as they do for ddptrain.
  *
  *   collcheck [--wire=fp32|fp16|bf16] [--device=fake]

@@ -1,6 +1,6 @@
 /*
  * faultshim.c - an LD_PRELOAD library that makes one process misbehave the way a
- * sick cluster node does, for the reliability tests (tests/hangs.sh, tests/signals.sh).
+ * sick cluster node does, for the reliability tests (tests/failures/hangs.sh, tests/failures/signals.sh).
  * Nothing in ddptrain knows about it. Set in the environment of the process:
  *
  *   DDPT_SHIM_STALL=first-collective  the first MPI_Allreduce (the ranks' agreement

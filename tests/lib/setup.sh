@@ -1,5 +1,5 @@
 # tests/lib/setup.sh - sourced by every script test (jq's tests/setup shape),
-# as . "$(dirname "$0")/lib/setup.sh": $0 is then the test, in tests/.
+# as . "$(dirname "$0")/../lib/setup.sh": $0 is then the test, in tests/.
 #
 # Gives: $DDPTRAIN (the binary under test), $TMPD (a private directory removed
 # on exit), run_mpi NP ARGS... (mpirun with what this machine needs), skip,
@@ -10,9 +10,9 @@
 # make check builds in tests/lib/.
 set -eu
 
-: "${DDPTRAIN:=$(cd "$(dirname "$0")/.." && pwd)/src/ddptrain}"
-: "${TESTS_BUILDDIR:=$(cd "$(dirname "$0")" && pwd)}"
-: "${TOP_SRCDIR:=$(cd "$(dirname "$0")/.." && pwd)}"
+: "${DDPTRAIN:=$(cd "$(dirname "$0")/../.." && pwd)/src/ddptrain}"
+: "${TESTS_BUILDDIR:=$(cd "$(dirname "$0")/.." && pwd)}"
+: "${TOP_SRCDIR:=$(cd "$(dirname "$0")/../.." && pwd)}"
 : "${MANPAGE:=$TOP_SRCDIR/man/ddptrain.1}"
 # The tools and test doubles built from tests/lib/ (check_PROGRAMS).
 STCOMPARE=$TESTS_BUILDDIR/lib/stcompare
@@ -67,7 +67,7 @@ fail() {
 # the last place of the sum of |terms|). Training carries that on: SGD shrinks it by the
 # learning rate, but AdamW divides each gradient by its own RMS, so a gradient near zero
 # keeps its rounding at full size. Measured on OpenBLAS's Haswell kernels over
-# tests/zero.sh's 24-step runs: at most 5.8e-7 of a tensor's largest weight with SGD or
+# tests/numerics/zero.sh's 24-step runs: at most 5.8e-7 of a tensor's largest weight with SGD or
 # AdamW, 4.5e-6 with AdamW and clipping; 1e-5 is ring.sh's bound for sums over the
 # batch in another order.
 blas_panels() {

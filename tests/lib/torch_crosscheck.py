@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""torch_crosscheck.py - reference training runs in real PyTorch for tests/torch-crosscheck.sh.
+"""torch_crosscheck.py - reference training runs in real PyTorch for tests/numerics/torch-crosscheck.sh.
 
     torch_crosscheck.py gen DIR [CASE...]
         Writes the data sets (DIR/*.npy), one initial model per case
@@ -50,7 +50,7 @@ reference: the size of the disagreement an honest implementation can show.
 The --precision=bf16 cases train under torch.autocast("cpu", dtype=torch.bfloat16): each
 Linear's operands and output in bfloat16 (float32 sums), the ReLU on bfloat16, the loss
 in float32, float32 weights, gradients and optimizer.  gen also writes what float32
-training ends with (CASE.fp32.safetensors: tests/torch-ref.sh checks that ddptrain's bf16
+training ends with (CASE.fp32.safetensors: tests/numerics/torch-ref.sh checks that ddptrain's bf16
 run is nearer autocast than that) and prints how far two other runs end from the
 reference: float32, and autocast's arithmetic with every float32 sum taken in float64
 (another order of the same sums, each rounded to float32 then bfloat16: the

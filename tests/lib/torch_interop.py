@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""torch_interop.py - PyTorch and NumPy on either side of ddptrain, for tests/torch-interop.sh.
+"""torch_interop.py - PyTorch and NumPy on either side of ddptrain, for tests/numerics/torch-interop.sh.
 
     torch_interop.py gen DIR
         Writes DIR/init.safetensors (a fresh ToyModel, saved with
@@ -18,7 +18,7 @@
 
 ToyModel is the class of PyTorch's DDP tutorial, as it stands there.
 safetensors.torch is the real package when installed; otherwise
-tests/torch-interop.sh puts a stand-in with the same two functions first
+tests/numerics/torch-interop.sh puts a stand-in with the same two functions first
 on PYTHONPATH.
 """
 import json

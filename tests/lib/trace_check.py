@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""trace_check.py - assertions on a ddptrain --trace file (tests/trace.sh).
+"""trace_check.py - assertions on a ddptrain --trace file (tests/observe/trace.sh).
 
     trace_check.py FILE ddp RANKS LAYERS BUCKETS STEP_LO STEP_HI OVERLAP(yes|no|any)
     trace_check.py FILE dp REPLICAS LAYERS STEP_LO STEP_HI

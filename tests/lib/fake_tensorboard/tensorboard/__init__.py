@@ -1,4 +1,4 @@
-"""A stand-in for the tensorboard package, for tests/metrics-to-tensorboard.sh where
+"""A stand-in for the tensorboard package, for tests/observe/metrics-to-tensorboard.sh where
 tensorboard is not installed (as fake_gpu.c stands in for CUDA): the few names
 scripts/metrics-to-tensorboard imports, and an EventFileWriter that writes its events
 as JSON Lines (wall_time, step, values: tag and simple_value or text) into
