@@ -23,7 +23,8 @@ assert start["type"] == "start", start
 cfg = start["config"]
 flags = [l.strip() for l in open(sys.argv[2])]
 table = {f.lstrip("-").rstrip("="): f.endswith("=") for f in flags}
-for gone in ("help", "version", "no-shuffle"):
+# --no-shuffle and --tf32 are recorded as what they set (shuffle, precision)
+for gone in ("help", "version", "no-shuffle", "tf32"):
     del table[gone]
 keys = set(cfg) - {"data"}
 missing, extra = sorted(set(table) - keys), sorted(keys - set(table))
