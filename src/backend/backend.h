@@ -154,7 +154,7 @@ struct backend_ops {
 };
 
 #define BACKEND_GRAPHS 4
-#define BACKEND_MARKS 2
+#define BACKEND_MARKS 3 /* the loader's buffers (LOADER_BUFFERS) */
 #define BACKEND_TIMERS 64
 
 struct backend {

@@ -375,6 +375,7 @@ void report_step(struct report *r, const struct report_progress *p, int logged)
 	if (obj != NULL) {
 		json_object_set_new(obj, "lr", json_real(p->lr));
 		json_object_set_new(obj, "samples_per_s", json_real(p->samples_per_s));
+		json_object_set_new(obj, "data_wait_ms", json_real(1e3 * p->data_wait_s));
 		json_object_set_new(obj, "elapsed_s", json_real(p->elapsed));
 		json_object_set_new(obj, "eta_s", json_real(eta));
 	}
@@ -416,17 +417,18 @@ static void report_dp_replicas(struct report *r, const struct replica_stats *rep
 {
 	double per = steps > 0 ? 1.0 / (double)steps : 0.0;
 
-	fprintf(r->out, "# dp per replica: ms per step in each phase, KiB moved per step, state MiB\n");
+	fprintf(r->out, "# dp per replica: ms per step in each phase, KiB moved per step, state MiB, ms per step waiting for data\n");
 	fprintf(r->out, "#%7s", "replica");
 	for (int p = 0; p < DP_NPHASES; p++)
 		fprintf(r->out, " %9s", dp_phase_names[p]);
-	fprintf(r->out, " %10s %10s %9s\n", "in_KiB", "out_KiB", "state_MiB");
+	fprintf(r->out, " %10s %10s %9s %9s\n", "in_KiB", "out_KiB", "state_MiB", "data_wait");
 	for (int i = 0; i < n; i++) {
 		fprintf(r->out, "#%7d", i);
 		for (int p = 0; p < DP_NPHASES; p++)
 			fprintf(r->out, " %9.4f", 1e3 * rep[i].seconds[p] * per);
-		fprintf(r->out, " %10.1f %10.1f %9.3f\n", rep[i].bytes_in * per / 1024.0,
-			rep[i].bytes_out * per / 1024.0, (double)rep[i].state_bytes / 1048576.0);
+		fprintf(r->out, " %10.1f %10.1f %9.3f %9.4f\n", rep[i].bytes_in * per / 1024.0,
+			rep[i].bytes_out * per / 1024.0, (double)rep[i].state_bytes / 1048576.0,
+			1e3 * rep[i].data_wait_s * per);
 	}
 }
 
@@ -435,16 +437,16 @@ static void report_ddp_ranks(struct report *r, const struct replica_stats *rep, 
 {
 	double per = steps > 0 ? 1.0 / (double)steps : 0.0;
 
-	fprintf(r->out, "# ddp per rank: ms per step, KiB all-reduced per step, state MiB, peak RSS MiB, all-reduce share of the step\n");
-	fprintf(r->out, "#%7s %9s %9s %9s %10s %9s %9s %7s\n", "rank", "compute", "ar_wait", "step",
-		"ar_KiB", "state_MiB", "rss_MiB", "ar_%");
+	fprintf(r->out, "# ddp per rank: ms per step, KiB all-reduced per step, state MiB, peak RSS MiB, all-reduce share of the step, ms per step waiting for data (within compute)\n");
+	fprintf(r->out, "#%7s %9s %9s %9s %10s %9s %9s %7s %9s\n", "rank", "compute", "ar_wait", "step",
+		"ar_KiB", "state_MiB", "rss_MiB", "ar_%", "data_wait");
 	for (int i = 0; i < n; i++) {
 		double step = rep[i].compute_s + rep[i].wait_s;
 
-		fprintf(r->out, "#%7d %9.4f %9.4f %9.4f %10.1f %9.3f %9.1f %7.1f\n", i,
+		fprintf(r->out, "#%7d %9.4f %9.4f %9.4f %10.1f %9.3f %9.1f %7.1f %9.4f\n", i,
 			1e3 * rep[i].compute_s * per, 1e3 * rep[i].wait_s * per, 1e3 * step * per,
 			rep[i].bytes_out * per / 1024.0, (double)rep[i].state_bytes / 1048576.0,
-			rss_mib[i], step > 0 ? 100.0 * rep[i].wait_s / step : 0.0);
+			rss_mib[i], step > 0 ? 100.0 * rep[i].wait_s / step : 0.0, 1e3 * rep[i].data_wait_s * per);
 	}
 	fprintf(r->out, "# memory per rank, MiB: parameters, gradients, optimizer state (each rank's own: a shard with --zero)\n");
 	fprintf(r->out, "#%7s %10s %10s %10s\n", "rank", "params", "grads", "optim");
@@ -517,6 +519,7 @@ static json_t *metrics_per_replica(const struct report_summary *s)
 				      x->bytes_in * per, "bytes_out_per_step", x->bytes_out * per,
 				      "state_bytes", (json_int_t)x->state_bytes);
 
+		json_object_set_new(o, "data_wait_ms_per_step", json_real(1e3 * x->data_wait_s * per));
 		if (strcmp(s->mode, "ddp") == 0) {
 			json_object_set_new(o, "param_bytes", json_integer((json_int_t)x->param_bytes));
 			json_object_set_new(o, "grad_bytes", json_integer((json_int_t)x->grad_bytes));

@@ -32,7 +32,7 @@ struct ddp {
 	float *slots;               /* (MODEL_SLOTS) pinned: the step's read of the slots */
 	int graphs;                 /* steps may be device graphs */
 	int graph_off;              /* no (more) graphs: unsupported, or a capture failed */
-	const float *graph_x[2];    /* the host batch buffer each captured step reads */
+	int graph_buf[LOADER_BUFFERS]; /* the loader's buffer i has a captured step (graph slot i) */
 };
 
 /* Set up t (its tc, w, m, opt, c, ctl, r, res, d, ydim filled in) for plan p: the pinned

@@ -116,20 +116,15 @@ enum status ddp_graph_step(struct ddp *t, const struct batch *b, float scale, lo
 	const struct backend_ops *ops = t->m->be->ops;
 	void *bctx = t->m->be->ctx;
 	struct diag why = {0};
-	int slot = b->x == t->graph_x[0] ? 0 : b->x == t->graph_x[1] ? 1 : -1, ok;
+	int slot = b->buf, ok; /* a captured step reads the addresses of one loader buffer */
 	enum status st;
 
 	*done = 0;
 	if (t->graph_off)
 		return ST_OK;
-	if (slot < 0 && ran < 1)
+	if (!t->graph_buf[slot] && ran < 1)
 		return ST_OK;
-	if (slot < 0) {
-		slot = t->graph_x[0] == NULL ? 0 : 1;
-		if (t->graph_x[slot] != NULL) { /* a third host buffer: the same on every rank */
-			t->graph_off = 1;
-			return ST_OK;
-		}
+	if (!t->graph_buf[slot]) {
 		capture(t, b, scale, slot, &ok, &why);
 		if (!world_all(t->w, ok)) {
 			/* Nothing captured ran: the caller runs the step eagerly, on every rank. */
@@ -139,7 +134,7 @@ enum status ddp_graph_step(struct ddp *t, const struct batch *b, float scale, lo
 				    ok ? " on another rank" : ": ", ok ? "" : why.msg);
 			return ST_OK;
 		}
-		t->graph_x[slot] = b->x;
+		t->graph_buf[slot] = 1;
 	}
 	st = ops->graph_launch(bctx, slot, t->d);
 	*done = st == ST_OK;

@@ -74,6 +74,7 @@ enum status trainer_ddp(const struct train_config *tc, const struct grad_plan *p
 	}
 	st = ddp_teardown(&t, st);
 	ddp_result(&t, step, clock_now() - clk.t0, consumed);
+	res->rep[0].data_wait_s = L.waited_s;
 	ddp_free(&t);
 out_loader:
 	loader_free(&L);

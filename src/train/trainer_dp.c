@@ -605,6 +605,8 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 	res->seconds = clock_now() - clk.t0;
 	res->samples = consumed;
 	dp_memory(&dp, res);
+	for (int i = 0; i < res->nreplicas; i++)
+		res->rep[i].data_wait_s = L.waited_s; /* the replicas wait for one loader together */
 	loader_free(&L); /* first: it waits for the replicas' copies from its buffers */
 	dp_free(&dp);
 	return st;
