@@ -19,6 +19,7 @@
 #include "cuda_ctx.h"
 #include "cuda_module.h" /* this file's prototypes, as module.c sees them */
 #include "cuda/hostwait.h"   /* hostwait: every wait of the host */
+#include "cuda/synth.h"      /* synth_launch: the synthetic generator's kernels */
 #include "core/tracebuf.h"           /* struct trace_dev, clock_now */
 
 extern "C" int cuda_note(struct cuda_ctx *c, cudaError_t rc, const char *call, const char *file,
@@ -350,6 +351,7 @@ extern "C" enum status cuda_init(void **out, const struct backend_config *cfg, s
 	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming)) &&
 	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->host_ev[0], cudaEventDisableTiming)) &&
 	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->host_ev[1], cudaEventDisableTiming)) &&
+	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->host_ev[2], cudaEventDisableTiming)) &&
 	    !CUDA_NOTE(c, cudaMalloc(&c->blas_workspace, ws)) &&
 	    !CUDA_NOTE(c, cudaMalloc((void **)&c->partials, 2 * CUDA_PARTIALS * sizeof(float)))) {
 		bs = cublasCreate(&c->blas);
@@ -386,6 +388,7 @@ extern "C" void cuda_fini(void *ctx)
 	cublasDestroy(c->blas);
 	cudaFree(c->partials);
 	cudaFree(c->blas_workspace);
+	cudaFree(c->synth_idx);
 	cudaEventDestroy(c->ev);
 	for (int i = 0; i < BACKEND_MARKS; i++)
 		if (c->host_ev[i] != NULL)
@@ -460,6 +463,29 @@ extern "C" void cuda_to_device(void *ctx, float *dst, const float *src, size_t n
 
 	use(c);
 	CUDA_NOTE(c, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+}
+
+extern "C" void cuda_synth(void *ctx, float *x, float *y, const struct synth_spec *s, const uint32_t *idx,
+			   int n)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	if (n <= 0)
+		return;
+	if (c->synth_cap < n) { /* the first batch, eagerly: never inside a capture */
+		cudaFree(c->synth_idx);
+		c->synth_idx = NULL;
+		c->synth_cap = 0;
+		if (CUDA_NOTE(c, cudaMalloc((void **)&c->synth_idx, (size_t)n * sizeof(uint32_t))))
+			return;
+		c->synth_cap = n;
+		c->allocated += (size_t)n * sizeof(uint32_t);
+	}
+	if (CUDA_NOTE(c, cudaMemcpyAsync(c->synth_idx, idx, (size_t)n * sizeof(uint32_t), cudaMemcpyHostToDevice,
+					 c->stream)))
+		return;
+	cuda_note(c, synth_launch(x, y, s, c->synth_idx, n, c->stream), "launch of k_synth", __FILE__, __LINE__);
 }
 
 extern "C" enum status cuda_to_host(void *ctx, float *dst, const float *src, size_t n,

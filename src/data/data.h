@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #include "data/npy.h"
-#include "data/synth.h" /* struct synth_spec, SYNTH_TAPS: the generator, host and device */
+#include "core/synth.h" /* struct synth_spec, SYNTH_TAPS: the generator, host and device */
 #include "core/status.h"
 
 #define DATA_TAPS SYNTH_TAPS /* inputs each synthetic target depends on */

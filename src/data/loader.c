@@ -126,13 +126,16 @@ enum status loader_init(struct loader *l, const struct dataset *ds, const struct
 			      l->s.num_samples, batch);
 		goto out;
 	}
+	l->on_device = ds->synthetic && !be->ops->host_memory && be->ops->synth != NULL;
 	for (int i = 0; i < LOADER_BUFFERS; i++) {
 		struct loader_slot *s = &l->slot[i];
 
-		s->x = be->ops->host_alloc(be->ctx, (size_t)batch * (size_t)ds->in);
-		s->y = be->ops->host_alloc(be->ctx, (size_t)batch * (size_t)ds->out);
+		if (!l->on_device) {
+			s->x = be->ops->host_alloc(be->ctx, (size_t)batch * (size_t)ds->in);
+			s->y = be->ops->host_alloc(be->ctx, (size_t)batch * (size_t)ds->out);
+		}
 		s->idx = (uint32_t *)be->ops->host_alloc(be->ctx, (size_t)batch); /* 4-byte words */
-		if (s->x == NULL || s->y == NULL || s->idx == NULL) {
+		if ((!l->on_device && (s->x == NULL || s->y == NULL)) || s->idx == NULL) {
 			st = diag_set(d, ST_RUNTIME, "loader: out of host memory for batches of %ld", batch);
 			goto out;
 		}
@@ -143,7 +146,7 @@ enum status loader_init(struct loader *l, const struct dataset *ds, const struct
 		goto out;
 	}
 	l->sync_init = 1;
-	for (; l->nthreads < LOADER_THREADS; l->nthreads++) {
+	for (; l->nthreads < LOADER_THREADS && !l->on_device; l->nthreads++) {
 		e = pthread_create(&l->thread[l->nthreads], NULL, worker, l);
 		if (e != 0) {
 			st = diag_set(d, ST_RUNTIME, "loader: pthread_create: %s", strerror(e));
@@ -194,9 +197,9 @@ static enum status queue(struct loader *l, int *queued, struct diag *d)
 	 * may still be making this batch. */
 	memcpy(s->idx, l->s.indices + first, (size_t)n * sizeof *s->idx);
 	pthread_mutex_lock(&l->mu);
-	s->b = (struct batch){epoch, mb, n, s->x, s->y, s->idx, i, 0.0};
+	s->b = (struct batch){epoch, mb, n, s->x, s->y, s->idx, l->on_device ? &l->ds->synth : NULL, i, 0.0};
 	s->seq = l->tail++;
-	s->chunks = n < l->nthreads ? n : l->nthreads;
+	s->chunks = l->on_device ? 0 : n < l->nthreads ? n : l->nthreads; /* on a device: nothing to make */
 	s->taken = s->done = 0;
 	pthread_cond_broadcast(&l->work);
 	pthread_mutex_unlock(&l->mu);

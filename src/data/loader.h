@@ -6,7 +6,9 @@
  * GPU), while the device works; the trainer waits only when a batch is not ready,
  * and the loader counts that time. The data a step sees is the same whatever the
  * backend and however many threads: each batch's sample indices are fixed, in
- * order, before its rows are made.
+ * order, before its rows are made. Synthetic data for a device is not made here at
+ * all: a batch is its indices, and the backend's synth op makes the rows in device
+ * memory (the same bytes).
  */
 #ifndef DDPT_LOADER_H
 #define DDPT_LOADER_H
@@ -31,6 +33,9 @@ struct batch {
 	const float *x;   /* (n, in) host */
 	const float *y;   /* (n, out) host */
 	const uint32_t *idx; /* (n) the samples' indices, host (pinned on a GPU) */
+	/* Synthetic data on a device (the backend has synth and its own memory): x and y are
+	 * NULL, and the step makes the rows there from idx with this generator; else NULL. */
+	const struct synth_spec *synth;
 	int buf;          /* the loader's host buffer holding x, y and idx (0..LOADER_BUFFERS-1) */
 	double waited_s;  /* the loader's total wait for batches so far, this one's included */
 };
@@ -76,6 +81,7 @@ struct loader {
 	pthread_cond_t made; /* a chunk made */
 	pthread_t thread[LOADER_THREADS];
 	int nthreads, quit, sync_init;
+	int on_device;       /* synthetic rows are made by the backend (batch.synth) */
 };
 
 /* Batches of `batch` rows over this rank's DistributedSampler(world, rank) shard; with

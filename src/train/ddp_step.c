@@ -16,8 +16,12 @@ static void step_load(struct ddp *t, const struct batch *b)
 	const struct model *m = t->m;
 	long span = trace_begin(t->sync.tb, TR_LOAD, -1);
 
-	m->be->ops->to_device(m->be->ctx, m->act[0], b->x, (size_t)b->n * (size_t)m->widths[0]);
-	m->be->ops->to_device(m->be->ctx, m->target, b->y, (size_t)b->n * (size_t)t->ydim);
+	if (b->synth != NULL) { /* synthetic rows made on the device: only the indices cross */
+		m->be->ops->synth(m->be->ctx, m->act[0], m->target, b->synth, b->idx, b->n);
+	} else {
+		m->be->ops->to_device(m->be->ctx, m->act[0], b->x, (size_t)b->n * (size_t)m->widths[0]);
+		m->be->ops->to_device(m->be->ctx, m->target, b->y, (size_t)b->n * (size_t)t->ydim);
+	}
 	trace_end(t->sync.tb, span);
 }
 

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "data/data.h"
-#include "data/synth.h"
+#include "core/synth.h"
 #include "core/rng.h"
 
 /* Synthetic sample i as ddptrain made it until the generator moved to synth.c (data.c's

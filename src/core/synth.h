@@ -1,7 +1,9 @@
 /*
  * synth.h - the synthetic data set's generator: sample i as a pure function of
- * (seed, i), written once for the host (synth.c: loader threads, and the CPU
+ * (seed, i), written once for the host (synth.c: the loader's threads, the CPU
  * backend's op) and the device (cuda/synth.cu), so that both make the same bytes.
+ * In core/, beside rng.h, because the backends (floor 1) take it as an operation's
+ * argument; data/data.h is the data set built on it.
  *
  * Sample i, counter base c = (first + i) * (in + outs):
  *   x[j] = sqrt3 * (2 u(c + j) - 1)                      j < in
@@ -33,7 +35,7 @@ struct synth_spec {
 	int classes;          /* classification: outs (one label per sample); 0: regression */
 };
 
-#ifdef __CUDACC__
+#ifdef __CUDA_ARCH__ /* nvcc's device pass; its host pass and every C compiler: plain */
 #define SYNTH_MUL(a, b) __fmul_rn(a, b)
 #define SYNTH_ADD(a, b) __fadd_rn(a, b)
 #else
@@ -78,6 +80,19 @@ RNG_FN float synth_output(uint64_t key, uint64_t base, int in, int k, const floa
 	return SYNTH_ADD(s, SYNTH_MUL(0.1f, 2.0f * rng_u01(key, base + (uint64_t)(in + k)) - 1.0f));
 }
 
+/* Target k (teacher output plus noise) of the sample whose counters start at base: the
+ * taps' inputs recomputed from their hashes, no row of inputs needed. */
+RNG_FN float synth_target(const struct synth_spec *s, uint64_t base, int k)
+{
+	float xt[SYNTH_TAPS], tw[SYNTH_TAPS];
+
+	for (int t = 0; t < SYNTH_TAPS; t++) {
+		xt[t] = synth_input(s->key_data, base, synth_tap_idx(s, k, t));
+		tw[t] = synth_tap_w(s, k, t);
+	}
+	return synth_output(s->key_data, base, s->in, k, xt, tw);
+}
+
 #ifndef __CUDACC__
 /* The host's generator (synth.c). The teacher: tap_idx, tap_w (outs, SYNTH_TAPS). */
 void synth_teacher(const struct synth_spec *s, int *tap_idx, float *tap_w);
@@ -87,8 +102,12 @@ void synth_teacher(const struct synth_spec *s, int *tap_idx, float *tap_w);
  * as synth_reference. */
 void synth_fill(const struct synth_spec *s, const int *tap_idx, const float *tap_w,
 		const uint32_t *idx, size_t n, float *x, float *y, float *scratch);
-/* One sample, element by element: the definition synth_fill is tested against. */
+/* One sample, element by element: the definition synth_fill is tested against; x (in) or
+ * y (classes ? 1 : outs) may be NULL. */
 void synth_reference(const struct synth_spec *s, uint64_t i, float *x, float *y);
+/* synth_fill with its teacher and scratch allocated here, or (no memory) synth_reference
+ * sample by sample: the same bytes either way. */
+void synth_batch(const struct synth_spec *s, const uint32_t *idx, size_t n, float *x, float *y);
 #endif
 
 #endif

@@ -1,5 +1,7 @@
 /* synth.c - the synthetic generator on the host: fast, and its element-by-element definition. */
-#include "data/synth.h"
+#include <stdlib.h>
+
+#include "core/synth.h"
 
 /* GCC and clang build one copy of a function per listed target and pick the widest this
  * CPU runs when the program loads (an ifunc): the 64-bit multiplies of the hash are one
@@ -96,19 +98,34 @@ void synth_reference(const struct synth_spec *s, uint64_t i, float *x, float *y)
 	uint64_t base = synth_base(s, i);
 	float best = 0.0f;
 
-	for (int j = 0; j < s->in; j++)
+	for (int j = 0; j < s->in && x != NULL; j++)
 		x[j] = synth_input(s->key_data, base, j);
-	for (int k = 0; k < s->outs; k++) {
-		float xt[SYNTH_TAPS], tw[SYNTH_TAPS], v;
+	for (int k = 0; k < s->outs && y != NULL; k++) {
+		float v = synth_target(s, base, k);
 
-		for (int t = 0; t < SYNTH_TAPS; t++) {
-			xt[t] = synth_input(s->key_data, base, synth_tap_idx(s, k, t));
-			tw[t] = synth_tap_w(s, k, t);
-		}
-		v = synth_output(s->key_data, base, s->in, k, xt, tw);
 		if (!s->classes)
 			y[k] = v;
 		else if (k == 0 || v > best)
 			best = v, y[0] = (float)k;
 	}
+}
+
+void synth_batch(const struct synth_spec *s, const uint32_t *idx, size_t n, float *x, float *y)
+{
+	const size_t taps = (size_t)s->outs * SYNTH_TAPS, ydim = s->classes ? 1 : (size_t)s->outs;
+	int *tap_idx = malloc(taps * sizeof *tap_idx);
+	float *tap_w = malloc(taps * sizeof *tap_w);
+	float *scratch = malloc(((size_t)s->in + 2 * (size_t)s->outs) * sizeof *scratch);
+
+	if (tap_idx != NULL && tap_w != NULL && scratch != NULL) {
+		synth_teacher(s, tap_idx, tap_w);
+		synth_fill(s, tap_idx, tap_w, idx, n, x, y, scratch);
+	} else {
+		for (size_t r = 0; r < n; r++)
+			synth_reference(s, idx[r], x != NULL ? x + r * (size_t)s->in : NULL,
+					y != NULL ? y + r * ydim : NULL);
+	}
+	free(tap_idx);
+	free(tap_w);
+	free(scratch);
 }
