@@ -23,7 +23,8 @@ struct comm; /* comm/comm.h: the module fills one in for NCCL */
 /* Bump when the tables either side fills in change: struct gpu_module here, struct
  * backend_ops (backend/backend.h), struct comm_ops (comm/comm.h). 3: comm_ops.describe;
  * 4: comm_ops' reduce_scatter_start, all_gather_start, wait_first, the start flags, and
- * struct comm.wire; 5: backend_ops.linear_grad_rows, struct comm.outside; 6: BACKEND_MARKS 3. */
+ * struct comm.wire; 5: backend_ops.linear_grad_rows, struct comm.outside; 6: backend_ops.synth,
+ * BACKEND_MARKS 3. */
 #define GPU_MODULE_ABI 6
 #define GPU_MODULE_SYMBOL "ddptrain_gpu_module"
 #define GPU_MODULE_FILE "ddptrain-cuda.so"
