@@ -107,7 +107,7 @@ enum status loader_init(struct loader *l, const struct dataset *ds, const struct
 {
 	const long batch = cfg->batch;
 	enum status st;
-	int e;
+	int e, threads;
 
 	memset(l, 0, sizeof *l);
 	l->ds = ds;
@@ -146,7 +146,11 @@ enum status loader_init(struct loader *l, const struct dataset *ds, const struct
 		goto out;
 	}
 	l->sync_init = 1;
-	for (; l->nthreads < LOADER_THREADS && !l->on_device; l->nthreads++) {
+	threads = cfg->threads > 0 ? cfg->threads
+		  : (size_t)batch * ((size_t)ds->in + (size_t)ds->out) >= LOADER_INLINE_VALUES ? LOADER_THREADS : 0;
+	if (threads > LOADER_THREADS)
+		threads = LOADER_THREADS;
+	for (; l->nthreads < threads && !l->on_device; l->nthreads++) {
 		e = pthread_create(&l->thread[l->nthreads], NULL, worker, l);
 		if (e != 0) {
 			st = diag_set(d, ST_RUNTIME, "loader: pthread_create: %s", strerror(e));
@@ -199,10 +203,12 @@ static enum status queue(struct loader *l, int *queued, struct diag *d)
 	pthread_mutex_lock(&l->mu);
 	s->b = (struct batch){epoch, mb, n, s->x, s->y, s->idx, l->on_device ? &l->ds->synth : NULL, i, 0.0};
 	s->seq = l->tail++;
-	s->chunks = l->on_device ? 0 : n < l->nthreads ? n : l->nthreads; /* on a device: nothing to make */
+	s->chunks = l->on_device || l->nthreads == 0 ? 0 : n < l->nthreads ? n : l->nthreads;
 	s->taken = s->done = 0;
 	pthread_cond_broadcast(&l->work);
 	pthread_mutex_unlock(&l->mu);
+	if (!l->on_device && l->nthreads == 0) /* made here, now */
+		l->fill(l->fill_arg, l->ds, s->idx, (size_t)n, s->x, s->y);
 	l->next_epoch = epoch;
 	l->next_mb = mb + 1;
 	*queued = 1;
@@ -215,10 +221,17 @@ int loader_next(struct loader *l, struct batch *b)
 	struct loader_slot *s;
 	int queued = 1;
 
-	/* Only the first batch, or the first after a seek, is queued here: no copy from its
-	 * buffer can be queued yet, so the wait in queue cannot fail. */
-	if (l->head == l->tail && queue(l, &queued, &ignore) != ST_OK)
-		return 0;
+	/* Only the first batch, or the first after a seek (or without loader_prefetch), is
+	 * queued here, and waited for: no copy from its buffer can be queued yet, so the
+	 * wait in queue cannot fail. */
+	if (l->head == l->tail) {
+		double t0 = clock_now();
+		enum status st = queue(l, &queued, &ignore);
+
+		l->waited_s += l->nthreads == 0 ? clock_now() - t0 : 0.0; /* made here */
+		if (st != ST_OK)
+			return 0;
+	}
 	if (l->head == l->tail)
 		return 0;
 	s = &l->slot[l->head % LOADER_BUFFERS];

@@ -4,7 +4,8 @@
  * gathered (.npy rows) or generated (synthetic samples, rows split over the
  * threads) into host buffers from the backend's host_alloc (pinned memory on a
  * GPU), while the device works; the trainer waits only when a batch is not ready,
- * and the loader counts that time. The data a step sees is the same whatever the
+ * and the loader counts that time. Small batches are made by the caller's thread in
+ * loader_prefetch, as the device works (a worker's wake-up would cost more). The data a step sees is the same whatever the
  * backend and however many threads: each batch's sample indices are fixed, in
  * order, before its rows are made. Synthetic data for a device is not made here at
  * all: a batch is its indices, and the backend's synth op makes the rows in device
@@ -22,6 +23,9 @@
 
 #define LOADER_BUFFERS 3 /* the batch in use and two made ahead; at most BACKEND_MARKS */
 #define LOADER_THREADS 2 /* workers making batches */
+/* Below this many values (rows x (in + out)) a batch is made by the caller's thread, in
+ * loader_prefetch: waking a worker would cost more than the batch (the ToyModel's 300). */
+#define LOADER_INLINE_VALUES (1 << 14)
 /* A buffer's copies are marked per buffer, and a captured device step reads one buffer. */
 _Static_assert(LOADER_BUFFERS <= BACKEND_MARKS && LOADER_BUFFERS <= BACKEND_GRAPHS,
 	       "a mark and a graph slot for each loader buffer");
@@ -96,6 +100,7 @@ struct loader_config {
 	long epochs;
 	loader_fill_fn *fill;  /* NULL: data_fill */
 	void *fill_arg;
+	int threads;           /* workers; 0: LOADER_THREADS, or none below LOADER_INLINE_VALUES */
 };
 enum status loader_init(struct loader *l, const struct dataset *ds, const struct loader_config *cfg,
 			struct backend *be, struct diag *d);

@@ -145,6 +145,41 @@ static void test_loader_seek_resumes_with_the_same_batches(void **state)
 	assert_memory_equal(mb, ma + 5, (size_t)nb * sizeof *mb);
 }
 
+/* Every value of every batch of a 3-epoch shuffled run (batches of 3, split between the
+ * workers), made by `threads` workers (0: the caller's thread), into x and y. */
+static int all_values(int threads, float *x, float *y)
+{
+	struct loader l;
+	struct batch b;
+	struct diag d = {0};
+	int rows = 0;
+
+	assert_int_equal(loader_init(&l, &ds, &(struct loader_config){.world = 1, .rank = 0, .shuffle = 1, .seed = 5,
+								       .batch = 3, .epochs = 3, .threads = threads}, &be, &d), ST_OK);
+	assert_int_equal(l.nthreads, threads);
+	while (loader_next(&l, &b)) {
+		assert_rows(&b, b.idx);
+		memcpy(x + (size_t)rows * IN, b.x, (size_t)b.n * IN * sizeof *x);
+		memcpy(y + (size_t)rows * OUT, b.y, (size_t)b.n * OUT * sizeof *y);
+		rows += b.n;
+		assert_int_equal(loader_prefetch(&l, &d), ST_OK);
+	}
+	loader_free(&l);
+	return rows;
+}
+
+static void test_loader_threads_make_the_same_batches(void **state)
+{
+	float x[3][3 * N * IN], y[3][3 * N * OUT];
+
+	for (int t = 0; t < 3; t++)
+		assert_int_equal(all_values(t, x[t], y[t]), 3 * N);
+	assert_memory_equal(x[1], x[0], sizeof x[0]);
+	assert_memory_equal(x[2], x[0], sizeof x[0]);
+	assert_memory_equal(y[1], y[0], sizeof y[0]);
+	assert_memory_equal(y[2], y[0], sizeof y[0]);
+}
+
 /* A backend whose copies from host memory run later (a GPU's): the loader must wait for
  * the mark after a buffer's copies before it refills that buffer. */
 static int marked[LOADER_BUFFERS], waited[LOADER_BUFFERS], refilled_unwaited;
@@ -268,7 +303,7 @@ static void test_loader_makes_two_batches_ahead_and_counts_the_wait(void **state
 	pthread_mutex_init(&g.mu, NULL);
 	pthread_cond_init(&g.cv, NULL);
 	assert_int_equal(loader_init(&l, &ds, &(struct loader_config){.world = 1, .rank = 0, .batch = 1, .epochs = 1,
-								       .fill = gated_fill, .fill_arg = &g}, &be, &d), ST_OK);
+								       .fill = gated_fill, .fill_arg = &g, .threads = 2}, &be, &d), ST_OK);
 	assert_true(loader_next(&l, &b)); /* batch 0: made while the trainer waited */
 	assert_int_equal(b.mb, 0);
 	assert_true(b.waited_s > 0.0);
@@ -313,6 +348,7 @@ int main(void)
 		cmocka_unit_test(test_loader_waits_for_a_buffers_copies_before_refilling_it),
 		cmocka_unit_test(test_loader_seek_resumes_with_the_same_batches),
 		cmocka_unit_test(test_loader_makes_two_batches_ahead_and_counts_the_wait),
+		cmocka_unit_test(test_loader_threads_make_the_same_batches),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
