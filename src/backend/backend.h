@@ -64,7 +64,8 @@ struct backend_ops {
 	/* Synthetic samples idx[0..n) made where they are used: x (n, s->in) and y (n,
 	 * s->classes ? 1 : s->outs) in device memory, either NULL to skip; the bytes of
 	 * core/synth.h's generator. idx is host memory (host_alloc) read as to_device's src is:
-	 * unchanged until the work has run. Nothing else crosses to the device. */
+	 * unchanged until the work has run. Nothing else crosses to the device. With x and y
+	 * both NULL it only makes room for n indices (device memory: never inside a capture). */
 	void (*synth)(void *ctx, float *x, float *y, const struct synth_spec *s, const uint32_t *idx, int n);
 	/* Copy to host memory; returns when dst holds the data (waits for queued work). An
 	 * error in that work, or in the communicator ordered with it, is returned here with

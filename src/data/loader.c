@@ -1,5 +1,4 @@
 /* loader.c - micro-batches made ahead by worker threads into a ring of host buffers. */
-#include <errno.h>
 #include <string.h>
 
 #include "core/clock.h"
@@ -156,6 +155,13 @@ enum status loader_init(struct loader *l, const struct dataset *ds, const struct
 			st = diag_set(d, ST_RUNTIME, "loader: pthread_create: %s", strerror(e));
 			goto out;
 		}
+	}
+	if (l->on_device) {
+		/* The backend sizes its device copy of the indices now, for a whole batch: a step
+		 * captured as a device graph later could not allocate it. */
+		memset(l->slot[0].idx, 0, (size_t)batch * sizeof *l->slot[0].idx);
+		be->ops->synth(be->ctx, NULL, NULL, &ds->synth, l->slot[0].idx, (int)batch);
+		loader_copied(l, &(struct batch){.buf = 0}, be);
 	}
 	l->next_epoch = -1; /* set_epoch(0) on the first batch queued */
 	return ST_OK;

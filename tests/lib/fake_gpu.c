@@ -559,7 +559,8 @@ static void run_op(struct fk_queue *q, struct fk_op *o)
 		if (checksum(o->s1, o->n) != o->sum)
 			rule("host buffer %p (%zu sample indices) was rewritten while the synth op's copy to device %d was still queued: it is read when the copy runs (wait for it first)",
 			     (const void *)o->s1, o->n, c->device);
-		cpu->synth(NULL, o->dst, o->o2, &o->sp, (const uint32_t *)o->s1, o->rows);
+		if (!copy_fault(c, o)) /* the indices' copy, counted and faulted as to_device's */
+			cpu->synth(NULL, o->dst, o->o2, &o->sp, (const uint32_t *)o->s1, o->rows);
 		break;
 	case K_SUMSQ:
 		cpu->sumsq(NULL, o->dst, o->s1, o->n, o->flag);
@@ -1008,6 +1009,12 @@ static void fk_synth(void *ctx, float *x, float *y, const struct synth_spec *s, 
 		enter(c, "cudaMemcpyAsync(synth indices)");
 		rule("synth: sample indices %p on device %d are not from host_alloc (pinned)", (const void *)idx,
 		     c->device);
+		return;
+	}
+	if (x == NULL && y == NULL) { /* room for the indices only: the fake's device needs none */
+		enter(c, "cudaMalloc(synth indices)");
+		if (c->capturing)
+			rule("cudaMalloc (the synth op's index room) on device %d inside a stream capture", c->device);
 		return;
 	}
 	issue(c, &o, "k_synth");
