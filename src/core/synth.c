@@ -1,12 +1,24 @@
 /* synth.c - the synthetic generator on the host: fast, and its element-by-element definition. */
+
+/* Every float operation in this file, and in the headers it inlines, rounds on its own, as
+ * the device's __fmul_rn and __fadd_rn do: nothing is contracted into an FMA, whatever the
+ * target (GCC contracts across statements by default where the target has FMA -- the
+ * x86-64-v4 copies below, any aarch64 --, clang within one expression). Set before the
+ * includes, so that rng.h's and synth.h's inline functions are compiled under it too. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #include <stdlib.h>
 
 #include "core/synth.h"
 
 /* GCC and clang build one copy of a function per listed target and pick the widest this
  * CPU runs when the program loads (an ifunc): the 64-bit multiplies of the hash are one
- * instruction for 8 lanes with AVX-512DQ. Only integer work and exact float steps go in
- * such a copy (2u - 1, then one multiply): an FMA there could not change a bit. */
+ * instruction for 8 lanes with AVX-512DQ. The float steps keep synth.h's order and
+ * rounding in every copy (above). */
 #if defined(__x86_64__) && defined(__linux__) && defined(__has_attribute)
 #if __has_attribute(target_clones)
 #define SYNTH_WIDE __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
@@ -15,15 +27,6 @@
 #ifndef SYNTH_WIDE
 #define SYNTH_WIDE
 #endif
-/* The same, for float arithmetic that must round as written: each multiply and add
- * rounded on its own, never fused into an FMA (GCC fuses by default where the target
- * has FMA; x86-64-v4 has). */
-#if defined(__GNUC__) && !defined(__clang__)
-#define SYNTH_WIDE_ROUNDED SYNTH_WIDE __attribute__((optimize("fp-contract=off")))
-#else
-#define SYNTH_WIDE_ROUNDED SYNTH_WIDE /* clang fuses only within one expression: none here */
-#endif
-
 /* v[j] = a * (2 u(key, base + j) - 1) for j < n. */
 SYNTH_WIDE static void uniform_row(uint64_t key, uint64_t base, size_t n, float a, float *v)
 {
@@ -41,9 +44,8 @@ void synth_teacher(const struct synth_spec *s, int *tap_idx, float *tap_w)
 }
 
 /* Teacher output plus noise of each of the outs outputs, from one sample's inputs x (in)
- * and its outputs' noise draws e (outs), in synth_output's order; a loop over k that the
- * compiler can vectorize with gathers. */
-SYNTH_WIDE_ROUNDED static void outputs(const int *restrict tap_idx, const float *restrict tap_w, const float *restrict x,
+ * and its outputs' noise draws e (outs), in synth_output's order. */
+SYNTH_WIDE static void outputs(const int *restrict tap_idx, const float *restrict tap_w, const float *restrict x,
 				       const float *restrict e, int outs, float *restrict v)
 {
 	for (int k = 0; k < outs; k++) {

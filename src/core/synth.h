@@ -12,8 +12,9 @@
  * with u = rng_u01(key_data, .) and the teacher's taps (t, w) of output k from
  * rng_u01(key_teacher, 2 (4k + t)) and (.. + 1). Every float operation is one IEEE
  * rounding in that order: 2u - 1 is exact, and no multiply is fused with an add
- * (the CPU build has no FMA in this code; the device uses __fmul_rn/__fadd_rn,
- * which nvcc never contracts). Not a data set: no storage, no shuffling.
+ * (synth.c compiles this with contraction off; the device uses __fmul_rn and
+ * __fadd_rn, which nvcc never contracts, in a file built with -fmad=false). Not a
+ * data set: no storage, no shuffling.
  */
 #ifndef DDPT_SYNTH_H
 #define DDPT_SYNTH_H
