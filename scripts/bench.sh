@@ -12,7 +12,7 @@
 # step time it adds to the same run untraced); the seed job (mpirun -np 2 ddptrain --max-steps=1): wall time and peak RSS
 # per rank against bench/mpi_floor launched the same way. Issue 29's rows: the
 # synthetic --layers=4096,1,4096 --batch-size=1024 step on the CPU (its data made by
-# the loader's threads; target: 0.2x the 2026-12-04 step, SYNTH_BEFORE_MS), the same
+# the loader's threads; target: 0.2x the 2026-12-04 step, SYNTH_BEFORE_MS, 49 ms), the same
 # shapes fed from .npy files (zeros, written here), and each one's wait for its data
 # (the per-rank table's data_wait column). Issue 22's rows,
 # where this ddptrain has --zero: the state per rank of
@@ -93,10 +93,11 @@ WIDE=(--layers=$WIDE_LAYERS --batch-size=$WIDE_BATCH --samples=4096 --epochs=100
 # issue 22's memory model: 21 million parameters, AdamW's two moments; a few steps suffice
 BIG=(--layers=1024,4096,4096,10 --optimizer=adamw --batch-size=32 --samples=1024 --epochs=100000)
 # issue 29: a wide step that is mostly data; before the loader's threads and the wide
-# generator it took SYNTH_BEFORE_MS on the build machine (2 cores, shared; measured
-# 2026-12-04 with ddptrain d9594f3, the median of 5 at load ~10: 116 ms; 74-113 reported)
+# generator it took SYNTH_BEFORE_MS on the build machine (2 cores, shared; ddptrain
+# d9594f3 on 2026-12-04, 30 steps, the median of 10 runs at load 2.4-3.4: 49 ms; 116 at
+# load 10; the issue reported 74-113)
 SYNTH=(--device=cpu --layers=4096,1,4096 --batch-size=1024 --samples=4000 --epochs=100000)
-SYNTH_BEFORE_MS=${SYNTH_BEFORE_MS:-116}
+SYNTH_BEFORE_MS=${SYNTH_BEFORE_MS:-49}
 BUCKET_MIB=25 # ddptrain's default --bucket-mb: --zero=2's two bucket buffers hold at most this each, beyond its 1/N of the gradients
 
 # ---- the programs --------------------------------------------------------------
