@@ -11,7 +11,11 @@
 # --trace's cost (ToyModel and wide MLP at 2 ranks, every step recorded: the
 # step time it adds to the same run untraced); the seed job (mpirun -np 2 ddptrain --max-steps=1): wall time and peak RSS
 # per rank against bench/mpi_floor launched the same way, and its wall time with
-# DDPTRAIN_ALLREDUCE=mpi and =shm. Issue 22's rows,
+# DDPTRAIN_ALLREDUCE=mpi and =shm. Issue 29's rows: the
+# synthetic --layers=4096,1,4096 --batch-size=1024 step on the CPU (its data made by
+# the loader's threads; target: 0.2x the 2026-12-04 step, SYNTH_BEFORE_MS, 49 ms), the same
+# shapes fed from .npy files (zeros, written here), and each one's wait for its data
+# (the per-rank table's data_wait column). Issue 22's rows,
 # where this ddptrain has --zero: the state per rank of
 # --layers=1024,4096,4096,10 --optimizer=adamw at 2 and 4 ranks with --zero=1
 # and --zero=2 against plain ddp (optimizer state, gradients, the whole state;
@@ -74,13 +78,13 @@ fi
 # just enough to print every row (smoke). Torch: timed steps / warm-up steps.
 case $mode in
 full)
-	toy_steps=(20000 20000 5000) wide_steps=30 sgemm_reps=10 warm=1
+	toy_steps=(20000 20000 5000) wide_steps=30 sgemm_reps=10 warm=1 synth_steps=30
 	torch_toy=("1000 50" "300 20" "100 10") torch_wide="10 2" ;;
 quick)
-	toy_steps=(5000 5000 1000) wide_steps=10 sgemm_reps=5 warm=1
+	toy_steps=(5000 5000 1000) wide_steps=10 sgemm_reps=5 warm=1 synth_steps=10
 	torch_toy=("300 20" "100 10" "30 5") torch_wide="4 1" ;;
 smoke)
-	toy_steps=(100 100 50) wide_steps=2 sgemm_reps=1 warm=0
+	toy_steps=(100 100 50) wide_steps=2 sgemm_reps=1 warm=0 synth_steps=2
 	torch_toy=("5 1" "5 1" "5 1") torch_wide="1 0" ;;
 esac
 TOY=(--layers=10,10,5 --batch-size=20 --samples=4000 --epochs=100000)
@@ -89,6 +93,12 @@ WIDE_BATCH=128
 WIDE=(--layers=$WIDE_LAYERS --batch-size=$WIDE_BATCH --samples=4096 --epochs=100000)
 # issue 22's memory model: 21 million parameters, AdamW's two moments; a few steps suffice
 BIG=(--layers=1024,4096,4096,10 --optimizer=adamw --batch-size=32 --samples=1024 --epochs=100000)
+# issue 29: a wide step that is mostly data; before the loader's threads and the wide
+# generator it took SYNTH_BEFORE_MS on the build machine (2 cores, shared; ddptrain
+# d9594f3 on 2026-12-04, 30 steps, the median of 10 runs at load 2.4-3.4: 49 ms; 116 at
+# load 10; the issue reported 74-113)
+SYNTH=(--device=cpu --layers=4096,1,4096 --batch-size=1024 --samples=4000 --epochs=100000)
+SYNTH_BEFORE_MS=${SYNTH_BEFORE_MS:-49}
 BUCKET_MIB=25 # ddptrain's default --bucket-mb: --zero=2's two bucket buffers hold at most this each, beyond its 1/N of the gradients
 
 # ---- the programs --------------------------------------------------------------
@@ -125,6 +135,21 @@ cat >"$tmp/rss" <<'EOF'
 exec /usr/bin/time -f %M -o "$RSS_PREFIX.${OMPI_COMM_WORLD_RANK:-0}" "$@"
 EOF
 chmod +x "$tmp/rss"
+
+# npy_zeros FILE ROWS COLS: a float32 .npy file of zeros (version 1.0 header, sparse data)
+npy_zeros() {
+	local dict="{'descr': '<f4', 'fortran_order': False, 'shape': ($2, $3), }" pad len
+	pad=$(((64 - (10 + ${#dict} + 1) % 64) % 64))
+	len=$((${#dict} + pad + 1))
+	{
+		printf '\223NUMPY\001\000'
+		printf "\\$(printf %03o $((len % 256)))\\$(printf %03o $((len / 256)))"
+		printf '%s%*s\n' "$dict" "$pad" ''
+	} >"$1"
+	truncate -s $((10 + len + $2 * $3 * 4)) "$1"
+}
+npy_zeros "$tmp/x4096.npy" 4096 4096
+npy_zeros "$tmp/y4096.npy" 4096 4096
 
 # ---- runners: each leaves one run's report in OUT -----------------------------
 # mpirun options for NP ranks: --oversubscribe beyond the cores
@@ -214,6 +239,8 @@ if [ "$zero" = yes ]; then
 	config wide.np2.zero1 run_ddp 2 "${WIDE[@]}" --max-steps="$wide_steps" --zero=1
 	config wide.np2.zero2 run_ddp 2 "${WIDE[@]}" --max-steps="$wide_steps" --zero=2
 fi
+config synth.np1 run_ddp 1 "${SYNTH[@]}" --max-steps="$synth_steps"
+config npy.np1 run_ddp 1 "${SYNTH[@]}" --inputs="$tmp/x4096.npy" --targets="$tmp/y4096.npy" --max-steps="$synth_steps"
 config job run_job "$DDPTRAIN" --max-steps=1
 # the same job with each node-local all-reduce named (auto picks shm on one node): the
 # shared-memory window's set-up is in the start-up (issue 30: 0.21 s of it was MPI_T)
@@ -414,6 +441,13 @@ if [ "$zero" = yes ]; then
 	row wide.best.gflops "  fastest of 3 (${best#wide.np2.}): GFLOP/s/rank" GFLOP/s high \
 		"$(stat "${best:-wide.np2}" ms_per_step "/$gflop")" SGEMM "$ceiling" pct "$(printf '\t')" pct 90 "" ">=90% of SGEMM"
 fi
+st=$(awk -v b="$SYNTH_BEFORE_MS" 'BEGIN { printf "%.1f", 0.2 * b }')
+row synth.np1 "synthetic 4096,1,4096 b1024 (cpu)" ms/step low "$(stat synth.np1 ms_per_step 1)" \
+	".npy" "$(vals npy.np1 ms_per_step | median)" ratio "$(printf '\t')" max "$st" "" "<=$st (0.2x ${SYNTH_BEFORE_MS})"
+row synth.wait "  its wait for data (first batch incl.)" ms/step low "$(stat synth.np1 rank_data_wait 1)" \
+	- "" - "$(printf '\t')" - "" "" ""
+row npy.wait "  the same from .npy files: data wait" ms/step low "$(stat npy.np1 rank_data_wait 1)" \
+	- "" - "$(printf '\t')" - "" "" ""
 row job.wall "seed job (np 2, 1 step): wall" s low "$(stat job wall 1)" \
 	"MPI floor" "$(vals floor wall | median)" diff "$(t torch.job wall 1)" diff 0.1 "" "<=floor+0.1 s"
 for a in mpi shm; do

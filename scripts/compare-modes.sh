@@ -84,14 +84,15 @@ function field(line, key,   i, n, parts, kv) {
 }
 FNR == 1 { file++ }
 /^# summary:/ { sps[file] = field($0, "samples_per_s"); ms[file] = field($0, "ms_per_step") }
-# ddp rank rows: "#  rank compute ar_wait step ar_KiB state_MiB rss_MiB ar_% TFLOP/s dev_MiB"
-(file <= 2) && /^# +[0-9]+ / && NF == 11 {
+# ddp rank rows: "#  rank compute ar_wait step ar_KiB state_MiB rss_MiB ar_% data_wait TFLOP/s
+# dev_MiB"
+(file <= 2) && /^# +[0-9]+ / && NF == 12 {
 	if ($7 > st[file]) st[file] = $7; if ($8 > rss[file]) rss[file] = $8
 	if ($2 == 0) { wait[file] = $4; stepms[file] = $5 }
 }
 # dp replica rows: "#  replica scatter replicate forward gather loss backward reduce step in out state
-# TFLOP/s dev_MiB"
-(file >= 3) && /^# +[0-9]+ / && NF == 15 {
+# data_wait TFLOP/s dev_MiB"
+(file >= 3) && /^# +[0-9]+ / && NF == 16 {
 	if ($2 == 0) { r0[file] = $13; serial[file] = $6 + $7 + $9 + $10; repl[file] = $4; total0[file] = 0
 		for (i = 3; i <= 10; i++) total0[file] += $i }
 	else if ($13 > other[file]) other[file] = $13

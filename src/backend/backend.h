@@ -21,6 +21,7 @@
 #include <stddef.h>
 
 #include "core/status.h"
+#include "core/synth.h" /* struct synth_spec: the synthetic generator */
 
 struct trace_dev; /* trace.h */
 
@@ -67,8 +68,14 @@ struct backend_ops {
 	void (*host_free)(void *ctx, float *p);
 	/* Queue a copy from host memory; src must stay unchanged until the copy has run: until
 	 * the next to_host or sync, or until host_wait on a mark recorded after it (the loader
-	 * double-buffers its host batches and waits on each buffer's mark before refilling it). */
+	 * rings its host batches and waits on each buffer's mark before refilling it). */
 	void (*to_device)(void *ctx, float *dst, const float *src, size_t n);
+	/* Synthetic samples idx[0..n) made where they are used: x (n, s->in) and y (n,
+	 * s->classes ? 1 : s->outs) in device memory, either NULL to skip; the bytes of
+	 * core/synth.h's generator. idx is host memory (host_alloc) read as to_device's src is:
+	 * unchanged until the work has run. Nothing else crosses to the device. With x and y
+	 * both NULL it only makes room for n indices (device memory: never inside a capture). */
+	void (*synth)(void *ctx, float *x, float *y, const struct synth_spec *s, const uint32_t *idx, int n);
 	/* Copy to host memory; returns when dst holds the data (waits for queued work). An
 	 * error in that work, or in the communicator ordered with it, is returned here with
 	 * the failing call: dst is then not valid. Behind a collective, dst must come from
@@ -171,7 +178,7 @@ struct backend_ops {
 };
 
 #define BACKEND_GRAPHS 4
-#define BACKEND_MARKS 4 /* 0, 1: the loader's batch buffers; 2, 3: ddp's step reads */
+#define BACKEND_MARKS 5 /* 0 .. 2: the loader's buffers (LOADER_BUFFERS); 3, 4: ddp's step reads */
 #define BACKEND_TIMERS 64
 
 struct backend {

@@ -489,6 +489,11 @@ static void cpu_clip(void *ctx, float *restrict x, size_t n, const float *sumsq,
 			x[i] *= coef;
 }
 
+static void cpu_synth(void *ctx, float *x, float *y, const struct synth_spec *s, const uint32_t *idx, int n)
+{
+	synth_batch(s, idx, (size_t)n, x, y);
+}
+
 /* The one failure a CPU kernel can have: no memory for bf16 operands. */
 static enum status cpu_sync(void *ctx, struct diag *d)
 {
@@ -510,6 +515,7 @@ const struct backend_ops backend_cpu_ops = {
 	.host_alloc = cpu_alloc,
 	.host_free = cpu_free,
 	.to_device = cpu_copy,
+	.synth = cpu_synth,
 	.to_host = cpu_to_host,
 	.to_host_async = cpu_to_host_async,
 	.copy = cpu_copy,

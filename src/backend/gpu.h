@@ -23,7 +23,8 @@ struct comm; /* comm/comm.h: the module fills one in for NCCL */
 /* Bump when the tables either side fills in change: struct gpu_module here, struct
  * backend_ops (backend/backend.h), struct comm_ops (comm/comm.h). 3: comm_ops.describe;
  * 4: comm_ops' reduce_scatter_start, all_gather_start, wait_first, the start flags, and
- * struct comm.wire; 5: backend_ops.linear_grad_rows, struct comm.outside; 7: struct
+ * struct comm.wire; 5: backend_ops.linear_grad_rows, struct comm.outside; 6: backend_ops.synth,
+ * to_host_async, host_poll, BACKEND_MARKS 5, struct comm.size and inflight; 7: struct
  * backend_config.precision in tf32's place (PRECISION_BF16 asks for bf16 products). */
 #define GPU_MODULE_ABI 7
 #define GPU_MODULE_SYMBOL "ddptrain_gpu_module"

@@ -34,20 +34,7 @@ uint32_t mt19937_next(struct mt19937 *mt)
 	return y;
 }
 
-static uint64_t mix64(uint64_t z)
-{
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 uint64_t rng_key(uint64_t seed, uint64_t domain)
 {
-	return mix64(mix64(seed + 0x9e3779b97f4a7c15ull) ^ (domain * 0xd1b54a32d192ed03ull));
-}
-
-float rng_u01(uint64_t key, uint64_t counter)
-{
-	uint64_t z = mix64(key ^ mix64(counter * 0x9e3779b97f4a7c15ull + 1));
-	return (float)(z >> 40) * (1.0f / 16777216.0f);
+	return rng_mix64(rng_mix64(seed + 0x9e3779b97f4a7c15ull) ^ (domain * 0xd1b54a32d192ed03ull));
 }

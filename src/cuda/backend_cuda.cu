@@ -20,6 +20,7 @@
 #include "cuda_ctx.h"
 #include "cuda_module.h" /* this file's prototypes, as module.c sees them */
 #include "cuda/hostwait.h"   /* hostwait: every wait of the host */
+#include "cuda/synth.h"      /* synth_launch: the synthetic generator's kernels */
 #include "core/tracebuf.h"           /* struct trace_dev, clock_now */
 
 /* tests/lib/kernels_host.cc compiles this file a second time, for the CUDA stub to run
@@ -400,6 +401,15 @@ __global__ void k_add(float *dst, const float *src, size_t n)
 
 /* ---- operations ---------------------------------------------------------------- */
 
+/* The events of host_mark's slots (BACKEND_MARKS); nonzero (c's error set) on failure. */
+static int host_events(struct cuda_ctx *c)
+{
+	for (int i = 0; i < BACKEND_MARKS; i++)
+		if (CUDA_NOTE(c, cudaEventCreateWithFlags(&c->host_ev[i], cudaEventDisableTiming)))
+			return 1;
+	return 0;
+}
+
 extern "C" enum status cuda_init(void **out, const struct backend_config *cfg, struct diag *d)
 {
 	struct cuda_ctx *c = (struct cuda_ctx *)calloc(1, sizeof *c);
@@ -414,10 +424,7 @@ extern "C" enum status cuda_init(void **out, const struct backend_config *cfg, s
 	if (!CUDA_NOTE(c, cudaSetDevice(c->device)) &&
 	    !CUDA_NOTE(c, cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) &&
 	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->ev, cudaEventDisableTiming)) &&
-	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->host_ev[0], cudaEventDisableTiming)) &&
-	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->host_ev[1], cudaEventDisableTiming)) &&
-	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->host_ev[2], cudaEventDisableTiming)) &&
-	    !CUDA_NOTE(c, cudaEventCreateWithFlags(&c->host_ev[3], cudaEventDisableTiming)) &&
+	    !host_events(c) &&
 	    !CUDA_NOTE(c, cudaMalloc(&c->blas_workspace, ws)) &&
 	    !CUDA_NOTE(c, cudaMalloc((void **)&c->partials, 2 * CUDA_PARTIALS * sizeof(float)))) {
 		bs = cublasCreate(&c->blas);
@@ -456,6 +463,7 @@ extern "C" void cuda_fini(void *ctx)
 	cudaFree(c->f32);
 	cudaFree(c->partials);
 	cudaFree(c->blas_workspace);
+	cudaFree(c->synth_idx);
 	cudaEventDestroy(c->ev);
 	for (int i = 0; i < BACKEND_MARKS; i++)
 		if (c->host_ev[i] != NULL)
@@ -530,6 +538,29 @@ extern "C" void cuda_to_device(void *ctx, float *dst, const float *src, size_t n
 
 	use(c);
 	CUDA_NOTE(c, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+}
+
+extern "C" void cuda_synth(void *ctx, float *x, float *y, const struct synth_spec *s, const uint32_t *idx,
+			   int n)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+
+	use(c);
+	if (n <= 0)
+		return;
+	if (c->synth_cap < n) { /* the first batch, eagerly: never inside a capture */
+		cudaFree(c->synth_idx);
+		c->synth_idx = NULL;
+		c->synth_cap = 0;
+		if (CUDA_NOTE(c, cudaMalloc((void **)&c->synth_idx, (size_t)n * sizeof(uint32_t))))
+			return;
+		c->synth_cap = n;
+		c->allocated += (size_t)n * sizeof(uint32_t);
+	}
+	if (CUDA_NOTE(c, cudaMemcpyAsync(c->synth_idx, idx, (size_t)n * sizeof(uint32_t), cudaMemcpyHostToDevice,
+					 c->stream)))
+		return;
+	cuda_note(c, synth_launch(x, y, s, c->synth_idx, n, c->stream), "launch of k_synth", __FILE__, __LINE__);
 }
 
 extern "C" enum status cuda_to_host(void *ctx, float *dst, const float *src, size_t n,

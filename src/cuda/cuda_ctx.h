@@ -30,6 +30,8 @@ struct cuda_ctx {
 	float *partials;              /* (2 * CUDA_PARTIALS) reduction scratch: loss and accuracy */
 	cudaEvent_t ev;               /* cross-stream ordering for copy_peer */
 	cudaEvent_t host_ev[BACKEND_MARKS]; /* host_mark / host_wait */
+	uint32_t *synth_idx;          /* (synth_cap) the synth op's sample indices, copied in */
+	int synth_cap;
 	cudaEvent_t timer[BACKEND_TIMERS]; /* timer_mark / timer_ms, created on first use */
 	cudaGraphExec_t exec[BACKEND_GRAPHS];
 	unsigned long long peer_on;   /* bit i: this device reads device i's memory directly */

@@ -29,6 +29,7 @@ void cuda_free(void *ctx, float *p);
 float *cuda_host_alloc(void *ctx, size_t n);
 void cuda_host_free(void *ctx, float *p);
 void cuda_to_device(void *ctx, float *dst, const float *src, size_t n);
+void cuda_synth(void *ctx, float *x, float *y, const struct synth_spec *s, const uint32_t *idx, int n);
 enum status cuda_to_host(void *ctx, float *dst, const float *src, size_t n, struct diag *d);
 void cuda_to_host_async(void *ctx, float *dst, const float *src, size_t n);
 void cuda_copy(void *ctx, float *dst, const float *src, size_t n);

@@ -24,6 +24,7 @@ static const struct backend_ops backend_cuda_ops = {
 	.host_alloc = cuda_host_alloc,
 	.host_free = cuda_host_free,
 	.to_device = cuda_to_device,
+	.synth = cuda_synth,
 	.to_host = cuda_to_host,
 	.to_host_async = cuda_to_host_async,
 	.copy = cuda_copy,

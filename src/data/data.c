@@ -11,7 +11,6 @@
 enum status data_init_synthetic(struct dataset *ds, uint64_t seed, uint64_t first, size_t n,
 				int in, int out, int classify, struct diag *d)
 {
-	uint64_t kt = rng_key(seed, RNG_TEACHER);
 	size_t taps = (size_t)out * DATA_TAPS;
 
 	memset(ds, 0, sizeof *ds);
@@ -20,8 +19,8 @@ enum status data_init_synthetic(struct dataset *ds, uint64_t seed, uint64_t firs
 	ds->out = classify ? 1 : out;
 	ds->classes = classify ? out : 0;
 	ds->synthetic = 1;
-	ds->first = first;
-	ds->key_data = rng_key(seed, RNG_DATA);
+	ds->synth = (struct synth_spec){.key_data = rng_key(seed, RNG_DATA), .key_teacher = rng_key(seed, RNG_TEACHER),
+				    .first = first, .in = in, .outs = out, .classes = ds->classes};
 	ds->tap_idx = malloc(taps * sizeof *ds->tap_idx);
 	ds->tap_w = malloc(taps * sizeof *ds->tap_w);
 	if (ds->tap_idx == NULL || ds->tap_w == NULL) {
@@ -29,10 +28,7 @@ enum status data_init_synthetic(struct dataset *ds, uint64_t seed, uint64_t firs
 		return diag_set(d, ST_RUNTIME, "data: out of memory");
 	}
 	/* Each target is a weighted sum of DATA_TAPS inputs: cheap, and learnable. */
-	for (size_t k = 0; k < taps; k++) {
-		ds->tap_idx[k] = (int)(rng_u01(kt, 2 * k) * (float)in) % in;
-		ds->tap_w[k] = (2.0f * rng_u01(kt, 2 * k + 1) - 1.0f);
-	}
+	synth_teacher(&ds->synth, ds->tap_idx, ds->tap_w);
 	return ST_OK;
 }
 
@@ -158,43 +154,22 @@ enum status data_check_finite(const struct dataset *ds, size_t first, size_t cou
 	return ST_OK;
 }
 
-/* Synthetic sample i: x uniform in [-sqrt3, sqrt3) (unit variance), y = teacher(x) + noise;
- * for classification y[0] is the index of the largest of those outputs. */
-static void synth_sample(const struct dataset *ds, uint64_t i, float *x, float *y)
-{
-	const float a = 1.7320508f; /* sqrt(3) */
-	const int outs = ds->classes ? ds->classes : ds->out;
-	uint64_t base = (ds->first + i) * (uint64_t)(ds->in + outs);
-	float best = 0.0f;
-
-	for (int j = 0; j < ds->in; j++)
-		x[j] = a * (2.0f * rng_u01(ds->key_data, base + (uint64_t)j) - 1.0f);
-	for (int k = 0; k < outs; k++) {
-		const int *ti = ds->tap_idx + (size_t)k * DATA_TAPS;
-		const float *tw = ds->tap_w + (size_t)k * DATA_TAPS;
-		float s = 0.0f, v;
-
-		for (int t = 0; t < DATA_TAPS; t++)
-			s += tw[t] * x[ti[t]];
-		v = s + 0.1f * (2.0f * rng_u01(ds->key_data, base + (uint64_t)(ds->in + k)) - 1.0f);
-		if (!ds->classes)
-			y[k] = v;
-		else if (k == 0 || v > best)
-			best = v, y[0] = (float)k;
-	}
-}
-
 void data_fill(const struct dataset *ds, const uint32_t *idx, size_t count, float *x, float *y)
 {
-	for (size_t s = 0; s < count; s++) {
-		float *xs = x + s * (size_t)ds->in, *ys = y + s * (size_t)ds->out;
+	float *scratch;
 
-		if (ds->synthetic) {
-			synth_sample(ds, idx[s], xs, ys);
-		} else {
-			npy_read_row(&ds->x, idx[s], xs);
-			npy_read_row(&ds->y, idx[s], ys);
-		}
+	if (ds->synthetic) {
+		scratch = malloc(((size_t)ds->in + 2 * (size_t)ds->synth.outs) * sizeof *scratch);
+		if (scratch != NULL)
+			synth_fill(&ds->synth, ds->tap_idx, ds->tap_w, idx, count, x, y, scratch);
+		for (size_t s = 0; s < count && scratch == NULL; s++) /* the same bytes, slower */
+			synth_reference(&ds->synth, idx[s], x + s * (size_t)ds->in, y + s * (size_t)ds->out);
+		free(scratch);
+		return;
+	}
+	for (size_t s = 0; s < count; s++) {
+		npy_read_row(&ds->x, idx[s], x + s * (size_t)ds->in);
+		npy_read_row(&ds->y, idx[s], y + s * (size_t)ds->out);
 	}
 }
 

@@ -23,9 +23,10 @@
 #include <stdint.h>
 
 #include "data/npy.h"
+#include "core/synth.h" /* struct synth_spec, SYNTH_TAPS: the generator, host and device */
 #include "core/status.h"
 
-#define DATA_TAPS 4 /* inputs each synthetic target depends on */
+#define DATA_TAPS SYNTH_TAPS /* inputs each synthetic target depends on */
 
 /* A file's fingerprint hashes its header and all its data up to DATA_HASH_ALL bytes;
  * above that, DATA_SAMPLE_BLOCKS blocks of DATA_SAMPLE_BYTES spread evenly from the first
@@ -40,8 +41,7 @@ struct dataset {
 	int in, out;         /* widths of one input row and one target row (1 for labels) */
 	int classes;         /* classification: labels in [0, classes); 0 for regression */
 	int synthetic;
-	uint64_t first;      /* synthetic: generator index of sample 0 */
-	uint64_t key_data;   /* synthetic: counter-generator key for inputs and noise */
+	struct synth_spec synth; /* synthetic: the generator (synth.h), all a device needs */
 	int *tap_idx;        /* synthetic: (out, DATA_TAPS) input columns of each target */
 	float *tap_w;        /* synthetic: (out, DATA_TAPS) teacher weights */
 	struct npy x, y;     /* files: inputs (n, in), targets (n, out) */
@@ -62,7 +62,8 @@ enum status data_init_npy(struct dataset *ds, const char *xpath, const char *ypa
 /* Refuse a non-finite value in rows [first, first + count) of either file, naming the
  * file, the row and the column (synthetic data: always ST_OK). Ranks each check a share. */
 enum status data_check_finite(const struct dataset *ds, size_t first, size_t count, struct diag *d);
-/* Gather samples idx[0..count) into x (count, in) and y (count, out). */
+/* Gather samples idx[0..count) into x (count, in) and y (count, out). Safe to call from
+ * several threads at once on disjoint outputs. */
 void data_fill(const struct dataset *ds, const uint32_t *idx, size_t count, float *x, float *y);
 /* Safe to call twice. */
 void data_free(struct dataset *ds);

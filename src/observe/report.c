@@ -375,6 +375,7 @@ void report_step(struct report *r, const struct report_progress *p, int logged)
 	if (obj != NULL) {
 		json_object_set_new(obj, "lr", json_real(p->lr));
 		json_object_set_new(obj, "samples_per_s", json_real(p->samples_per_s));
+		json_object_set_new(obj, "data_wait_ms", json_real(1e3 * p->data_wait_s));
 		json_object_set_new(obj, "elapsed_s", json_real(p->elapsed));
 		json_object_set_new(obj, "eta_s", json_real(eta));
 	}
@@ -426,18 +427,19 @@ static void report_dp_replicas(struct report *r, const struct replica_stats *rep
 {
 	double per = steps > 0 ? 1.0 / (double)steps : 0.0;
 
-	fprintf(r->out, "# dp per replica: ms per step in each phase, KiB moved per step, state MiB, TFLOP/s of its products over the run, peak device MiB\n");
+	fprintf(r->out, "# dp per replica: ms per step in each phase, KiB moved per step, state MiB, ms per step waiting for data, TFLOP/s of its products over the run, peak device MiB\n");
 	fprintf(r->out, "#%7s", "replica");
 	for (int p = 0; p < DP_NPHASES; p++)
 		fprintf(r->out, " %9s", dp_phase_names[p]);
-	fprintf(r->out, " %10s %10s %9s %9s %9s\n", "in_KiB", "out_KiB", "state_MiB", "TFLOP/s", "dev_MiB");
+	fprintf(r->out, " %10s %10s %9s %9s %9s %9s\n", "in_KiB", "out_KiB", "state_MiB", "data_wait", "TFLOP/s",
+		"dev_MiB");
 	for (int i = 0; i < n; i++) {
 		fprintf(r->out, "#%7d", i);
 		for (int p = 0; p < DP_NPHASES; p++)
 			fprintf(r->out, " %9.4f", 1e3 * rep[i].seconds[p] * per);
-		fprintf(r->out, " %10.1f %10.1f %9.3f %9.4f ", rep[i].bytes_in * per / 1024.0,
+		fprintf(r->out, " %10.1f %10.1f %9.3f %9.4f %9.4f ", rep[i].bytes_in * per / 1024.0,
 			rep[i].bytes_out * per / 1024.0, (double)rep[i].state_bytes / 1048576.0,
-			seconds > 0 ? rep[i].flops / seconds / 1e12 : 0.0);
+			1e3 * rep[i].data_wait_s * per, seconds > 0 ? rep[i].flops / seconds / 1e12 : 0.0);
 		print_dev_mib(r, &rep[i]);
 	}
 }
@@ -447,16 +449,16 @@ static void report_ddp_ranks(struct report *r, const struct replica_stats *rep, 
 {
 	double per = steps > 0 ? 1.0 / (double)steps : 0.0;
 
-	fprintf(r->out, "# ddp per rank: ms per step, KiB all-reduced per step, state MiB, peak RSS MiB, all-reduce share of the step, TFLOP/s of its products, peak device MiB\n");
-	fprintf(r->out, "#%7s %9s %9s %9s %10s %9s %9s %7s %9s %9s\n", "rank", "compute", "ar_wait", "step",
-		"ar_KiB", "state_MiB", "rss_MiB", "ar_%", "TFLOP/s", "dev_MiB");
+	fprintf(r->out, "# ddp per rank: ms per step, KiB all-reduced per step, state MiB, peak RSS MiB, all-reduce share of the step, ms per step waiting for data (within compute), TFLOP/s of its products, peak device MiB\n");
+	fprintf(r->out, "#%7s %9s %9s %9s %10s %9s %9s %7s %9s %9s %9s\n", "rank", "compute", "ar_wait", "step",
+		"ar_KiB", "state_MiB", "rss_MiB", "ar_%", "data_wait", "TFLOP/s", "dev_MiB");
 	for (int i = 0; i < n; i++) {
 		double step = rep[i].compute_s + rep[i].wait_s;
 
-		fprintf(r->out, "#%7d %9.4f %9.4f %9.4f %10.1f %9.3f %9.1f %7.1f %9.4f ", i,
+		fprintf(r->out, "#%7d %9.4f %9.4f %9.4f %10.1f %9.3f %9.1f %7.1f %9.4f %9.4f ", i,
 			1e3 * rep[i].compute_s * per, 1e3 * rep[i].wait_s * per, 1e3 * step * per,
 			rep[i].bytes_out * per / 1024.0, (double)rep[i].state_bytes / 1048576.0,
-			rss_mib[i], step > 0 ? 100.0 * rep[i].wait_s / step : 0.0,
+			rss_mib[i], step > 0 ? 100.0 * rep[i].wait_s / step : 0.0, 1e3 * rep[i].data_wait_s * per,
 			step > 0 ? rep[i].flops / step / 1e12 : 0.0);
 		print_dev_mib(r, &rep[i]);
 	}
@@ -547,6 +549,7 @@ static json_t *metrics_per_replica(const struct report_summary *s)
 		if (x->dev_peak_bytes > 0)
 			json_object_set_new(o, "device_peak_bytes", json_integer((json_int_t)x->dev_peak_bytes));
 
+		json_object_set_new(o, "data_wait_ms_per_step", json_real(1e3 * x->data_wait_s * per));
 		if (strcmp(s->mode, "ddp") == 0) {
 			json_object_set_new(o, "param_bytes", json_integer((json_int_t)x->param_bytes));
 			json_object_set_new(o, "grad_bytes", json_integer((json_int_t)x->grad_bytes));

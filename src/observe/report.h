@@ -49,6 +49,7 @@ struct replica_stats {
 	double seconds[DP_NPHASES]; /* dp: time spent in each phase */
 	double compute_s;           /* ddp: training-loop time not spent waiting for all-reduces */
 	double wait_s;              /* ddp: time blocked completing all-reduces */
+	double data_wait_s;         /* time the loop waited for its batches (the loader's count) */
 	double bytes_in, bytes_out; /* data moved into and out of this replica's memory */
 	size_t state_bytes;         /* backend memory held: weights, grads, optimizer, activations */
 	/* ddp: three parts of state_bytes: the parameters, the gradients (ZeRO-2: the shard,
@@ -115,6 +116,7 @@ struct report_progress {
 	double loss, acc;     /* means since the last logged line; acc NaN when the loss has none */
 	double lr;            /* the step's learning rate */
 	double samples_per_s; /* since the last logged line */
+	double data_wait_s;   /* mean wait per step for the data, since the last logged line */
 	double elapsed;       /* seconds since the loop started */
 	long steps_here;      /* steps this run has taken (a resumed run's ETA) */
 };

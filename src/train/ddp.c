@@ -113,7 +113,7 @@ enum status ddp_setup(struct ddp *t, const struct grad_plan *p)
 	/* The step's read comes after its collectives on the device: into pageable memory it
 	 * would block inside the driver until they end, where a dead peer is never noticed;
 	 * into pinned memory the backend's wait watches the communicator. */
-	t->stop_host = ops->host_alloc(t->m->be->ctx, 2);
+	t->stop_host = ops->host_alloc(t->m->be->ctx, LOADER_BUFFERS);
 	t->slots = ops->host_alloc(t->m->be->ctx, 2 * MODEL_SLOTS);
 	if (t->stop_host == NULL || t->slots == NULL)
 		st = diag_set(t->d, ST_RUNTIME, "trainer: out of host memory");
@@ -124,7 +124,8 @@ enum status ddp_setup(struct ddp *t, const struct grad_plan *p)
 		ddp_free(t);
 		return st != ST_OK ? st : diag_set(t->d, ST_PEER, "another rank could not start training");
 	}
-	t->stop_host[0] = t->stop_host[1] = 0.0f;
+	for (int i = 0; i < LOADER_BUFFERS; i++)
+		t->stop_host[i] = 0.0f;
 	for (int k = 0; k < t->sync.nbuckets; k++) {
 		t->res->buckets[k].bytes = (double)t->sync.bucket[k].len * sizeof(float);
 		t->res->buckets[k].lo = t->sync.bucket[k].lo;

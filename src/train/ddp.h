@@ -14,7 +14,7 @@
 #include "train/sync.h"
 #include "train/trainer.h"
 
-#define DDP_MARK 2 /* host_mark slots 2, 3: the step reads (0, 1 are the loader's) */
+#define DDP_MARK 3 /* host_mark slots 3, 4: the step reads (0 .. 2 are the loader's) */
 
 struct ddp {
 	const struct train_config *tc;
@@ -31,7 +31,9 @@ struct ddp {
 	double lr;                  /* the lr of the last optimizer step */
 	double flops;               /* the products' floating-point operations so far (model_flops) */
 	int ydim;                   /* target columns: the output width, or 1 (class labels) */
-	float *stop_host;           /* (2) pinned, by step parity: 1 if this rank was asked to stop */
+	/* (LOADER_BUFFERS) pinned, by the step's loader buffer, whose captured step reads the
+	 * same one (and whose reuse waits for its copies): 1 if this rank was asked to stop */
+	float *stop_host;
 	float *slots;               /* (2, MODEL_SLOTS) pinned, by step parity: the steps' slots */
 	/* The step-late read (a device backend: host_mark): an ordinary step's slots are read
 	 * at the end of the next step, once that one is queued, so the host never waits for
@@ -46,7 +48,7 @@ struct ddp {
 	int stop_seen;              /* a read step asked to stop: the next one stops, read at once */
 	int graphs;                 /* steps may be device graphs */
 	int graph_off;              /* no (more) graphs: unsupported, or a capture failed */
-	const float *graph_x[2];    /* the host batch buffer each captured step reads */
+	int graph_buf[LOADER_BUFFERS]; /* the loader's buffer i has a captured step (graph slot i) */
 };
 
 /* Set up t (its tc, w, m, opt, c, ctl, r, res, d, ydim filled in) for plan p: the pinned

@@ -16,8 +16,12 @@ static void step_load(struct ddp *t, const struct batch *b)
 	const struct model *m = t->m;
 	long span = trace_begin(t->sync.tb, TR_LOAD, -1);
 
-	m->be->ops->to_device(m->be->ctx, m->act[0], b->x, (size_t)b->n * (size_t)m->widths[0]);
-	m->be->ops->to_device(m->be->ctx, m->target, b->y, (size_t)b->n * (size_t)t->ydim);
+	if (b->synth != NULL) { /* synthetic rows made on the device: only the indices cross */
+		m->be->ops->synth(m->be->ctx, m->act[0], m->target, b->synth, b->idx, b->n);
+	} else {
+		m->be->ops->to_device(m->be->ctx, m->act[0], b->x, (size_t)b->n * (size_t)m->widths[0]);
+		m->be->ops->to_device(m->be->ctx, m->target, b->y, (size_t)b->n * (size_t)t->ydim);
+	}
 	trace_end(t->sync.tb, span);
 }
 
@@ -46,7 +50,7 @@ static enum status step_backward(struct ddp *t, const struct batch *b, int accum
 	enum status st;
 
 	if (sync) /* before backward starts the collective that carries it */
-		m->be->ops->to_device(m->be->ctx, m->slots + MODEL_SLOT_STOP, t->stop_host + t->step % 2, 1);
+		m->be->ops->to_device(m->be->ctx, m->slots + MODEL_SLOT_STOP, t->stop_host + b->buf, 1);
 	s->accumulate = accumulate;
 	st = s->ops->begin(s, sync);
 	if (st == ST_OK)
@@ -116,20 +120,15 @@ enum status ddp_graph_step(struct ddp *t, const struct batch *b, float scale, lo
 	const struct backend_ops *ops = t->m->be->ops;
 	void *bctx = t->m->be->ctx;
 	struct diag why = {0}, after = {0};
-	int slot = b->x == t->graph_x[0] ? 0 : b->x == t->graph_x[1] ? 1 : -1, ok;
+	int slot = b->buf, ok; /* a captured step reads the addresses of one loader buffer */
 	enum status st;
 
 	*done = 0;
 	if (t->graph_off)
 		return ST_OK;
-	if (slot < 0 && ran < 1)
+	if (!t->graph_buf[slot] && ran < 1)
 		return ST_OK;
-	if (slot < 0) {
-		slot = t->graph_x[0] == NULL ? 0 : 1;
-		if (t->graph_x[slot] != NULL) { /* a third host buffer: the same on every rank */
-			t->graph_off = 1;
-			return ST_OK;
-		}
+	if (!t->graph_buf[slot]) {
 		capture(t, b, scale, slot, &ok, &why);
 		if (!world_all(t->w, ok)) {
 			/* Nothing captured ran: the caller runs the step eagerly, on every rank. */
@@ -145,7 +144,7 @@ enum status ddp_graph_step(struct ddp *t, const struct batch *b, float scale, lo
 				diag_set(t->d, st, "%s", ok ? after.msg : why.msg);
 			return st;
 		}
-		t->graph_x[slot] = b->x;
+		t->graph_buf[slot] = 1;
 	}
 	st = ops->graph_launch(bctx, slot, t->d);
 	*done = st == ST_OK;

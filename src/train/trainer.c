@@ -68,10 +68,12 @@ enum status trainer_after_step(const struct train_loop *lp, long *step, const st
 			.loss = clk->loss_sum / (double)clk->loss_count,
 			.acc = tc->loss.kind == LOSS_CROSS_ENTROPY ? clk->acc_sum / (double)clk->loss_count : NAN,
 			.lr = e->lr, .samples_per_s = (e->consumed - clk->consumed_at_last) / (now - clk->t_last),
+			.data_wait_s = (b->waited_s - clk->waited_at_last) / (double)clk->loss_count,
 			.elapsed = now - clk->t0, .steps_here = *step - ctl->start_step}, logged);
 		if (logged) {
 			clk->t_last = now;
 			clk->consumed_at_last = e->consumed;
+			clk->waited_at_last = b->waited_s;
 			clk->loss_sum = 0.0;
 			clk->acc_sum = 0.0;
 			clk->loss_count = 0;

@@ -158,6 +158,7 @@ struct step_clock {
 	double t_step;            /* end of the previous step */
 	double wait_step;         /* all-reduce wait counted up to the end of the previous step */
 	double consumed_at_last;  /* samples (all replicas) at the last progress line */
+	double waited_at_last;    /* the loader's wait for data (batch.waited_s) at that line */
 	double loss_sum, acc_sum; /* losses and accuracies since the last progress line */
 	long loss_count;
 };

@@ -57,7 +57,7 @@ enum status trainer_ddp(const struct train_config *tc, const struct grad_plan *p
 		res->epochs = b.epoch + 1;
 		w->step = k + 1;
 		t.step = k;
-		t.stop_host[k % 2] = signals_pending() ? 1.0f : 0.0f;
+		t.stop_host[b.buf] = signals_pending() ? 1.0f : 0.0f;
 		m->trace = trace_buf_for(ctl->trace, 0, k + 1);
 		grad_sync_step(&t.sync, m->trace);
 		if (t.graphs && b.n == tc->batch_size && t.sync.tb == NULL) /* traced steps run eagerly */
@@ -81,6 +81,7 @@ enum status trainer_ddp(const struct train_config *tc, const struct grad_plan *p
 		st = ddp_after_last(&t, &loop, &step);
 	st = ddp_teardown(&t, st);
 	ddp_result(&t, step, clock_now() - clk.t0, consumed);
+	res->rep[0].data_wait_s = L.waited_s;
 	ddp_free(&t);
 out_loader:
 	loader_free(&L);

@@ -256,16 +256,22 @@ static void dp_scatter_inputs(struct dp *dp, const struct batch *b)
 		if (r->n == 0)
 			continue;
 		t = phase_begin(dp, r);
-		r->m->be->ops->to_device(r->m->be->ctx, r->m->act[0], b->x + r->row0 * in, (size_t)r->n * in);
+		if (b->synth != NULL) /* synthetic rows made on the device: only the indices cross */
+			r->m->be->ops->synth(r->m->be->ctx, r->m->act[0], NULL, b->synth, b->idx + r->row0, r->n);
+		else
+			r->m->be->ops->to_device(r->m->be->ctx, r->m->act[0], b->x + r->row0 * in, (size_t)r->n * in);
 		phase_end(dp, r, DP_SCATTER, t);
-		r->st->bytes_in += (double)r->n * in * sizeof(float);
+		r->st->bytes_in += (double)r->n * (b->synth != NULL ? sizeof(uint32_t) : in * sizeof(float));
 		if (i > 0)
 			r0->st->bytes_out += (double)pbytes; /* replica 0's weights, replicated */
 	}
 	t = phase_begin(dp, r0);
-	r0->m->be->ops->to_device(r0->m->be->ctx, dp->targets, b->y, (size_t)b->n * (size_t)dp->ydim);
+	if (b->synth != NULL)
+		r0->m->be->ops->synth(r0->m->be->ctx, NULL, dp->targets, b->synth, b->idx, b->n);
+	else
+		r0->m->be->ops->to_device(r0->m->be->ctx, dp->targets, b->y, (size_t)b->n * (size_t)dp->ydim);
 	phase_end(dp, r0, DP_SCATTER, t);
-	r0->st->bytes_in += (double)b->n * dp->ydim * sizeof(float);
+	r0->st->bytes_in += (double)b->n * (b->synth != NULL ? sizeof(uint32_t) : dp->ydim * sizeof(float));
 }
 
 /* Gather the outputs onto replica 0, and the loss over the whole batch there. */
@@ -608,6 +614,8 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 	res->seconds = clock_now() - clk.t0;
 	res->samples = consumed;
 	dp_memory(&dp, res);
+	for (int i = 0; i < res->nreplicas; i++)
+		res->rep[i].data_wait_s = L.waited_s; /* the replicas wait for one loader together */
 	loader_free(&L); /* first: it waits for the replicas' copies from its buffers */
 	dp_free(&dp);
 	return st;

@@ -23,7 +23,7 @@ clean_run() { # NP ARGS...: exit 0 with nothing on stderr (a broken rule prints 
 }
 replays() { cat stats.* | awk '$1 == "replays" { s += $2 } END { print s + 0 }'; }
 
-# 1. ddp with CUDA graphs (steps 2 and 3 captured, the rest replayed) equals the CPU path;
+# 1. ddp with CUDA graphs (steps 2, 3 and 4 captured, one per loader buffer, the rest replayed) equals the CPU path;
 #    exiting with graphs that hold collectives does not trip the teardown rule (defect 1);
 #    the step's read behind its all-reduces lands in pinned memory (issue 21).
 for np in 1 2 4; do
@@ -139,7 +139,9 @@ rm -f f.st*
 DDPT_FAKE_COMM_ERROR=5 expect_fail 1 "NCCL all-reduce failed: unhandled system error" 2 $C --device=cuda $K
 [ "$(last_ckpt)" = 4 ] || fail "comm error at step 5: last checkpoint at step $(last_ckpt)"
 rm -f f.st*
-DDPT_FAKE_COPY_ERROR=13 expect_fail 1 "cudaMemcpyAsync failed: an illegal memory access" 4 $C --device=cuda $K
+# (pinned copies per rank: each step's sample indices for the synth op, and its stop
+# flag: the 9th is step 5's indices)
+DDPT_FAKE_COPY_ERROR=9 expect_fail 1 "cudaMemcpyAsync failed: an illegal memory access" 4 $C --device=cuda $K
 [ "$(last_ckpt)" = 4 ] || fail "copy error in step 5: last checkpoint at step $(last_ckpt)"
 DDPT_FAKE_INIT_FAIL=1 expect_fail 1 "rank 1: nccl: stream and event set-up failed" 2 $C --device=cuda --timeout=10
 # A device error on one rank only: the others wait in the all-reduce for it, and the
@@ -174,7 +176,8 @@ DDPT_FAKE_ALLOC_FAIL=1@1 expect_fail 1 "rank 1: model: out of cuda memory" 2 $C 
 # naming the kernel, no checkpoint of that step; in dp on replica 1 only, named with the
 # replica.
 rm -f f.st*
-DDPTRAIN_CUDA_GRAPHS=0 DDPT_FAKE_LAUNCH_FAIL=17 expect_fail 1 "failed: too many resources requested for launch (fake-gpu fault" 2 $C --device=cuda $K
+# (9 launches per step, the synth op's first: the 20th is step 3's first after its data)
+DDPTRAIN_CUDA_GRAPHS=0 DDPT_FAKE_LAUNCH_FAIL=20 expect_fail 1 "failed: too many resources requested for launch (fake-gpu fault" 2 $C --device=cuda $K
 [ "$(last_ckpt)" = 2 ] || fail "launch failure in step 3: last checkpoint at step $(last_ckpt)"
 rc=0
 DDPT_FAKE_LAUNCH_FAIL=30@1 timeout 60 "$DDPTRAIN" --mode=dp --replicas=2 $C --device=cuda 2>err || rc=$?

@@ -147,9 +147,13 @@ static void fiber_init(int t)
 	unsigned char *top = G.stacks + (size_t)(t + 1) * FIBER_STACK - (size_t)(t % 512) * 64;
 
 #ifdef __x86_64__
-	uint64_t *sp = (uint64_t *)(void *)top - 2; /* 16-aligned: fiber_main's return slot above */
+	/* top is 16-aligned. fiber_main is entered by stub_fiber_switch's ret, and must find
+	 * the stack as a call leaves it: a return address (0: it never returns) at rsp, rsp
+	 * 8 below a multiple of 16 (the SysV ABI; the compiler's aligned spills of SSE
+	 * registers fault otherwise, as the synthetic generator's kernels did). */
+	uint64_t *sp = (uint64_t *)(void *)top - 3;
 
-	sp[1] = 0;                          /* fiber_main never returns */
+	sp[0] = 0;                          /* fiber_main's return address: it never returns */
 	*--sp = (uint64_t)(uintptr_t)fiber_main; /* stub_fiber_switch's ret goes there */
 	for (int i = 0; i < 6; i++)
 		*--sp = 0;                  /* rbp rbx r12 r13 r14 r15 */

@@ -97,7 +97,7 @@
 enum fk_kind {
 	K_TO_DEVICE, K_TO_HOST, K_COPY, K_MEMSET,
 	K_ADD, K_LIN_FWD, K_LIN_BWD, K_LIN_ROWS, K_RELU_FWD, K_RELU_BWD, K_MSE, K_AXPBZ, K_XENT, K_ADAMW,
-	K_SUMSQ, K_CLIP, /* K_ADD..K_CLIP: kernel launches */
+	K_SYNTH, K_SUMSQ, K_CLIP, /* K_ADD..K_CLIP: kernel launches (K_SYNTH: its indices' copy too) */
 	K_ALLREDUCE, K_RSCATTER, K_AGATHER, K_BCAST, /* K_ALLREDUCE..K_BCAST: collectives */
 	K_STEP_END, K_TIMER, K_RECORD, K_WAIT,
 };
@@ -122,6 +122,7 @@ struct fk_op {
 	int r0, r1;           /* K_LIN_ROWS: the gradient rows */
 	float scale, a, b;
 	struct adamw_hparams ah;
+	struct synth_spec sp; /* K_SYNTH: the generator; s1 its sample indices (pinned, rows) */
 	struct fk_comm *comm;
 	struct fk_pos at;     /* K_WAIT in a queue: what the queue waits for */
 	int qi;               /* in a capture: 0 the compute stream, 1 the communicator's */
@@ -201,6 +202,8 @@ static struct {
 	pthread_mutex_t mu;
 	struct diag rule;
 	long copies, copies_on[64];
+	long h2d_floats;      /* floats copied from host to device memory (to_device), as run */
+	long synth_rows;      /* samples the synth op made in device memory, as run */
 	long captures, replays, eager_allreduces, graph_allreduces, failed_captures;
 	long host_allocs, allocs, launches;
 	long host_waits;                     /* synchronisations, blocking copies, event waits */
@@ -247,9 +250,9 @@ static void write_stats(void)
 	f = fopen(path, "w");
 	if (f == NULL)
 		return;
-	fprintf(f, "captures %ld\nfailed_captures %ld\nreplays %ld\neager_allreduces %ld\ngraph_allreduces %ld\ncopies %ld\nhost_allocs %ld\nallocs %ld\nlaunches %ld\nhost_waits %ld\n",
+	fprintf(f, "captures %ld\nfailed_captures %ld\nreplays %ld\neager_allreduces %ld\ngraph_allreduces %ld\ncopies %ld\nhost_allocs %ld\nallocs %ld\nlaunches %ld\nh2d_floats %ld\nsynth_rows %ld\nhost_waits %ld\n",
 		G.captures, G.failed_captures, G.replays, G.eager_allreduces, G.graph_allreduces,
-		G.copies, G.host_allocs, G.allocs, G.launches, G.host_waits);
+		G.copies, G.host_allocs, G.allocs, G.launches, G.h2d_floats, G.synth_rows, G.host_waits);
 	fclose(f);
 }
 
@@ -498,6 +501,12 @@ static void run_op(struct fk_queue *q, struct fk_op *o)
 		free(o->staged); /* a lost device runs nothing more */
 		return;
 	}
+	if (o->k == K_TO_DEVICE || o->k == K_SYNTH) {
+		pthread_mutex_lock(&G.mu);
+		G.h2d_floats += o->k == K_TO_DEVICE ? (long)o->n : 0;
+		G.synth_rows += o->k == K_SYNTH ? (long)o->rows : 0;
+		pthread_mutex_unlock(&G.mu);
+	}
 	switch (o->k) {
 	case K_TO_DEVICE:
 		if (o->staged != NULL) {
@@ -552,6 +561,13 @@ static void run_op(struct fk_queue *q, struct fk_op *o)
 		break;
 	case K_ADAMW:
 		cpu->adamw(NULL, o->dst, o->s1, o->o2, o->o3, o->n, &o->ah);
+		break;
+	case K_SYNTH:
+		if (checksum(o->s1, o->n) != o->sum)
+			rule("host buffer %p (%zu sample indices) was rewritten while the synth op's copy to device %d was still queued: it is read when the copy runs (wait for it first)",
+			     (const void *)o->s1, o->n, c->device);
+		if (!copy_fault(c, o)) /* the indices' copy, counted and faulted as to_device's */
+			cpu->synth(NULL, o->dst, o->o2, &o->sp, (const uint32_t *)o->s1, o->rows);
 		break;
 	case K_SUMSQ:
 		cpu->sumsq(NULL, o->dst, o->s1, o->n, o->flag);
@@ -786,7 +802,7 @@ static void issue(struct fk_ctx *c, struct fk_op *o, const char *what)
 			return;
 		}
 	}
-	if (o->k == K_TO_DEVICE && o->staged == NULL)
+	if ((o->k == K_TO_DEVICE && o->staged == NULL) || o->k == K_SYNTH)
 		o->sum = checksum(o->s1, o->n);
 	push(c, 0, o);
 	pthread_mutex_unlock(&run_mu);
@@ -1010,6 +1026,30 @@ static void fk_to_host_async(void *ctx, float *dst, const float *src, size_t n)
 	for (size_t i = 0; i < n; i++)
 		dst[i] = NAN;
 	issue(c, &(struct fk_op){.k = K_TO_HOST, .dst = dst, .s1 = src, .n = n}, "cudaMemcpyAsync(device to host)");
+}
+
+/* The CUDA backend copies the indices into device memory (cudaMemcpyAsync on the compute
+ * stream) and launches the generator's kernels: one op here, the copy checked as
+ * to_device's is. Pinned indices only, as the loader's are. */
+static void fk_synth(void *ctx, float *x, float *y, const struct synth_spec *s, const uint32_t *idx, int n)
+{
+	struct fk_ctx *c = ctx;
+	struct fk_op o = {.k = K_SYNTH, .dst = x, .o2 = y, .s1 = (const float *)idx, .n = (size_t)n, .rows = n,
+			  .sp = *s};
+
+	if (n > 0 && !is_pinned(o.s1)) {
+		enter(c, "cudaMemcpyAsync(synth indices)");
+		rule("synth: sample indices %p on device %d are not from host_alloc (pinned)", (const void *)idx,
+		     c->device);
+		return;
+	}
+	if (x == NULL && y == NULL) { /* room for the indices only: the fake's device needs none */
+		enter(c, "cudaMalloc(synth indices)");
+		if (c->capturing)
+			rule("cudaMalloc (the synth op's index room) on device %d inside a stream capture", c->device);
+		return;
+	}
+	issue(c, &o, "k_synth");
 }
 
 /* A collective queued on c's stream and not yet run. */
@@ -1273,7 +1313,7 @@ static enum status fk_graph_launch(void *ctx, int slot, struct diag *d)
 			comm_used = 1;
 		}
 		o.graph = 1;
-		if (o.k == K_TO_DEVICE)
+		if (o.k == K_TO_DEVICE || o.k == K_SYNTH)
 			o.sum = checksum(o.s1, o.n); /* a graph reads its host buffers when it runs */
 		queue_push(q, &o);
 	}
@@ -1369,6 +1409,7 @@ static const struct backend_ops fake_backend = {
 	.host_alloc = fk_host_alloc,
 	.host_free = fk_host_free,
 	.to_device = fk_to_device,
+	.synth = fk_synth,
 	.to_host = fk_to_host,
 	.to_host_async = fk_to_host_async,
 	.copy = fk_copy,

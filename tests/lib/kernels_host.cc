@@ -1,6 +1,6 @@
 /*
  * kernels_host.cc - the CUDA module's kernels, from the same source (src/cuda's
- * backend_cuda.cu and wire.cu, with DDPT_CUDA_HOST_KERNELS: their host functions, which
+ * backend_cuda.cu, wire.cu and synth.cu, with DDPT_CUDA_HOST_KERNELS: their host functions, which
  * launch with <<< >>>, left out),
  * compiled for the host through cuda_host.h, and the table the stub runtime finds them
  * in by name (stub_kernels.inc: every `__global__ void NAME(` line of those files, made
@@ -27,11 +27,13 @@
 #include "cuda/cuda_module.h"
 #include "cuda/hostwait.h"
 #include "cuda/wire.h"
+#include "cuda/synth.h"
 
 #define DDPT_CUDA_HOST_KERNELS 1
 namespace stub_host {
 #include "cuda/backend_cuda.cu"
 #include "cuda/wire.cu"
+#include "cuda/synth.cu"
 }
 
 namespace {

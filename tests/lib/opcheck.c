@@ -311,6 +311,47 @@ static void check_large(void)
 	pair_free(&loss);
 }
 
+/* The synthetic generator: the CUDA kernels against the CPU's, bit for bit (tolerance 0,
+ * TF32 or not: no product in it), regression targets and labels, at sizes past one grid
+ * of the element-wise kernels (grid-stride loops), with indices up to 2^32 - 1. */
+static void check_synth(void)
+{
+	enum { R = 40009 };
+	static const struct { int in, outs, classes; } shape[] = {{33, 31, 0}, {97, 10, 10}, {1, 1, 0}};
+	uint32_t *idx = (uint32_t *)gpu.ops->host_alloc(gpu.ctx, R);
+
+	for (size_t i = 0; i < R; i++)
+		idx[i] = i % 3 == 0 ? 4294967295u - (uint32_t)i : (uint32_t)(i * 2654435761u >> 3);
+	for (size_t k = 0; k < sizeof shape / sizeof shape[0]; k++) {
+		struct synth_spec sp = {rng_key(7, RNG_DATA), rng_key(7, RNG_TEACHER), 1000, shape[k].in, shape[k].outs,
+					shape[k].classes};
+		size_t xn = (size_t)R * (size_t)sp.in, yn = (size_t)R * (size_t)(sp.classes ? 1 : sp.outs);
+		float *xc = malloc(xn * sizeof *xc), *yc = malloc(yn * sizeof *yc);
+		float *xb = malloc(xn * sizeof *xb), *yb = malloc(yn * sizeof *yb);
+		float *xg = gpu.ops->alloc(gpu.ctx, xn), *yg = gpu.ops->alloc(gpu.ctx, yn);
+		struct diag d = {0};
+		char what[64];
+		int same;
+
+		cpu.ops->synth(cpu.ctx, xc, yc, &sp, idx, R);
+		gpu.ops->synth(gpu.ctx, xg, yg, &sp, idx, R);
+		snprintf(what, sizeof what, "synth %d -> %d%s", sp.in, sp.outs, sp.classes ? " labels" : "");
+		if (gpu.ops->to_host(gpu.ctx, xb, xg, xn, &d) != ST_OK ||
+		    gpu.ops->to_host(gpu.ctx, yb, yg, yn, &d) != ST_OK) {
+			printf("%-32s FAIL: %s\n", what, d.msg);
+			failures++;
+		} else {
+			same = memcmp(xb, xc, xn * sizeof *xb) == 0 && memcmp(yb, yc, yn * sizeof *yb) == 0;
+			printf("%-32s %10s %s\n", what, same ? "identical" : "differ", same ? "ok" : "FAIL");
+			failures += !same;
+		}
+		gpu.ops->free(gpu.ctx, xg);
+		gpu.ops->free(gpu.ctx, yg);
+		free(xc), free(yc), free(xb), free(yb);
+	}
+	gpu.ops->host_free(gpu.ctx, (float *)idx);
+}
+
 int main(int argc, char **argv)
 {
 	struct gpu mod;
@@ -418,6 +459,7 @@ int main(int argc, char **argv)
 		pair_free(&ce);
 	}
 	check_large();
+	check_synth();
 	printf("# %s\n", failures ? "FAILED" : "all operations agree");
 	return failures ? 1 : 0;
 }

@@ -5,9 +5,90 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "data/data.h"
+#include "core/synth.h"
+#include "core/rng.h"
+
+/* Synthetic sample i as ddptrain made it until the generator moved to synth.c (data.c's
+ * synth_sample at d9594f3, with its teacher tables), kept here word for word so that the
+ * fast generator is held to the bytes every committed reference and checkpoint saw. */
+static void historic_sample(uint64_t seed, uint64_t first, int in, int out, int classify, uint64_t i,
+			    float *x, float *y)
+{
+	const float a = 1.7320508f;
+	uint64_t kt = rng_key(seed, RNG_TEACHER), key = rng_key(seed, RNG_DATA);
+	uint64_t base = (first + i) * (uint64_t)(in + out);
+	float best = 0.0f;
+
+	for (int j = 0; j < in; j++)
+		x[j] = a * (2.0f * rng_u01(key, base + (uint64_t)j) - 1.0f);
+	for (int k = 0; k < out; k++) {
+		float s = 0.0f, v;
+
+		for (int t = 0; t < 4; t++) {
+			size_t n = (size_t)k * 4 + (size_t)t;
+			int ti = (int)(rng_u01(kt, 2 * n) * (float)in) % in;
+			float tw = (2.0f * rng_u01(kt, 2 * n + 1) - 1.0f);
+
+			s += tw * x[ti];
+		}
+		v = s + 0.1f * (2.0f * rng_u01(key, base + (uint64_t)(in + k)) - 1.0f);
+		if (!classify)
+			y[k] = v;
+		else if (k == 0 || v > best)
+			best = v, y[0] = (float)k;
+	}
+}
+
+/* data_fill (synth_fill: the wide hash, the vectorized teacher) and synth_reference (the
+ * element-by-element definition the CUDA kernel shares) both give the historic bytes, for
+ * odd and wide shapes, regression and labels, indices near 2^32 and a validation offset. */
+static void test_synthetic_fast_generator_gives_todays_bytes(void **state)
+{
+	static const struct { uint64_t seed, first; int in, out, classify; } c[] = {
+		{0, 0, 1, 1, 0},      {1, 0, 3, 5, 0},     {42, 0, 17, 9, 1},   {7, 4000, 33, 2, 1},
+		{123456789, 0, 257, 31, 0}, {5, 17, 4097, 3, 1}, {9, 0, 64, 4096, 0}, {2, 1 << 20, 1000, 10, 1},
+	};
+	const uint32_t idx[] = {0, 1, 2, 3, 999, 65535, 1u << 24, 4294967295u, 2147483647u, 12345, 77};
+	const size_t n = sizeof idx / sizeof idx[0];
+
+	for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+		struct dataset ds;
+		struct diag d = {0};
+		size_t ydim = c[k].classify ? 1 : (size_t)c[k].out;
+		float *x = calloc(n * (size_t)c[k].in, sizeof *x), *y = calloc(n * ydim, sizeof *y);
+		float *hx = calloc((size_t)c[k].in, sizeof *hx), *hy = calloc((size_t)c[k].out, sizeof *hy);
+		float *rx = calloc((size_t)c[k].in, sizeof *rx), *ry = calloc((size_t)c[k].out, sizeof *ry);
+
+		assert_int_equal(data_init_synthetic(&ds, c[k].seed, c[k].first, 1000, c[k].in, c[k].out,
+						     c[k].classify, &d), ST_OK);
+		data_fill(&ds, idx, n, x, y);
+		for (size_t s = 0; s < n; s++) {
+			historic_sample(c[k].seed, c[k].first, c[k].in, c[k].out, c[k].classify, idx[s], hx, hy);
+			synth_reference(&ds.synth, idx[s], rx, ry);
+			assert_memory_equal(x + s * (size_t)c[k].in, hx, (size_t)c[k].in * sizeof *x);
+			assert_memory_equal(y + s * ydim, hy, ydim * sizeof *y);
+			assert_memory_equal(rx, hx, (size_t)c[k].in * sizeof *x);
+			assert_memory_equal(ry, hy, ydim * sizeof *y);
+		}
+		/* Inputs alone, targets alone: the same bytes (the device op fills either). */
+		{
+			float *scratch = malloc(((size_t)c[k].in + 2 * (size_t)c[k].out) * sizeof *scratch);
+			float *x2 = calloc(n * (size_t)c[k].in, sizeof *x2), *y2 = calloc(n * ydim, sizeof *y2);
+
+			synth_fill(&ds.synth, ds.tap_idx, ds.tap_w, idx, n, x2, NULL, scratch);
+			synth_fill(&ds.synth, ds.tap_idx, ds.tap_w, idx, n, NULL, y2, scratch);
+			assert_memory_equal(x2, x, n * (size_t)c[k].in * sizeof *x);
+			assert_memory_equal(y2, y, n * ydim * sizeof *y);
+			free(scratch), free(x2), free(y2);
+		}
+		data_free(&ds);
+		free(x), free(y), free(hx), free(hy), free(rx), free(ry);
+	}
+}
 
 static void test_synthetic_sample_depends_only_on_seed_and_index(void **state)
 {
@@ -123,6 +204,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_synthetic_sample_depends_only_on_seed_and_index),
+		cmocka_unit_test(test_synthetic_fast_generator_gives_todays_bytes),
 		cmocka_unit_test(test_synthetic_seed_changes_the_data),
 		cmocka_unit_test(test_synthetic_inputs_have_unit_variance_and_targets_are_learnable),
 		cmocka_unit_test(test_synthetic_labels_are_the_teachers_argmax_and_val_continues_the_stream),

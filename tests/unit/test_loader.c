@@ -4,7 +4,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend/backend.h"
 #include "data/data.h"
@@ -143,10 +145,45 @@ static void test_loader_seek_resumes_with_the_same_batches(void **state)
 	assert_memory_equal(mb, ma + 5, (size_t)nb * sizeof *mb);
 }
 
+/* Every value of every batch of a 3-epoch shuffled run (batches of 3, split between the
+ * workers), made by `threads` workers (0: the caller's thread), into x and y. */
+static int all_values(int threads, float *x, float *y)
+{
+	struct loader l;
+	struct batch b;
+	struct diag d = {0};
+	int rows = 0;
+
+	assert_int_equal(loader_init(&l, &ds, &(struct loader_config){.world = 1, .rank = 0, .shuffle = 1, .seed = 5,
+								       .batch = 3, .epochs = 3, .threads = threads}, &be, &d), ST_OK);
+	assert_int_equal(l.nthreads, threads);
+	while (loader_next(&l, &b)) {
+		assert_rows(&b, b.idx);
+		memcpy(x + (size_t)rows * IN, b.x, (size_t)b.n * IN * sizeof *x);
+		memcpy(y + (size_t)rows * OUT, b.y, (size_t)b.n * OUT * sizeof *y);
+		rows += b.n;
+		assert_int_equal(loader_prefetch(&l, &d), ST_OK);
+	}
+	loader_free(&l);
+	return rows;
+}
+
+static void test_loader_threads_make_the_same_batches(void **state)
+{
+	float x[3][3 * N * IN], y[3][3 * N * OUT];
+
+	for (int t = 0; t < 3; t++)
+		assert_int_equal(all_values(t, x[t], y[t]), 3 * N);
+	assert_memory_equal(x[1], x[0], sizeof x[0]);
+	assert_memory_equal(x[2], x[0], sizeof x[0]);
+	assert_memory_equal(y[1], y[0], sizeof y[0]);
+	assert_memory_equal(y[2], y[0], sizeof y[0]);
+}
+
 /* A backend whose copies from host memory run later (a GPU's): the loader must wait for
  * the mark after a buffer's copies before it refills that buffer. */
-static int marked[2], waited[2], refilled_unwaited;
-static const float *buf_of[2];
+static int marked[LOADER_BUFFERS], waited[LOADER_BUFFERS], refilled_unwaited;
+static const float *buf_of[LOADER_BUFFERS];
 
 static void rec_mark(void *ctx, int slot)
 {
@@ -171,8 +208,8 @@ static void test_loader_waits_for_a_buffers_copies_before_refilling_it(void **st
 	ops.host_mark = rec_mark;
 	ops.host_wait = rec_wait;
 	assert_int_equal(loader_init(&l, &ds, &(struct loader_config){.world = 1, .rank = 0, .seed = 7, .batch = 2, .epochs = 2}, &gpu, &d), ST_OK);
-	buf_of[0] = l.hx[0];
-	buf_of[1] = l.hx[1];
+	for (int i = 0; i < LOADER_BUFFERS; i++)
+		buf_of[i] = l.slot[i].x;
 	while (loader_next(&l, &b)) {
 		/* This batch's buffer was refilled only after its last copies were waited for. */
 		refilled_unwaited += waited[b.buf] != marked[b.buf];
@@ -184,9 +221,121 @@ static void test_loader_waits_for_a_buffers_copies_before_refilling_it(void **st
 	loader_free(&l);
 	assert_int_equal(batches, 10); /* 5 batches of 2 per epoch, 2 epochs */
 	assert_int_equal(refilled_unwaited, 0);
-	assert_int_equal(marked[0] + marked[1], 10);
-	assert_int_equal(waited[0], marked[0]); /* loader_free waited for the last ones too */
-	assert_int_equal(waited[1], marked[1]);
+	assert_int_equal(marked[0] + marked[1] + marked[2], 10);
+	for (int i = 0; i < LOADER_BUFFERS; i++)
+		assert_int_equal(waited[i], marked[i]); /* loader_free waited for the last ones too */
+}
+
+/* A reader that makes a batch only when the test lets it: each call records which sample
+ * it was asked for first and blocks until `allowed` calls have been let through. */
+struct gate {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int calls, allowed;
+	uint32_t first[64];
+};
+
+static void gated_fill(void *arg, const struct dataset *dset, const uint32_t *idx, size_t n, float *x,
+		       float *y)
+{
+	struct gate *g = arg;
+
+	pthread_mutex_lock(&g->mu);
+	g->first[g->calls++ % 64] = idx[0];
+	pthread_cond_broadcast(&g->cv);
+	while (g->calls > g->allowed)
+		pthread_cond_wait(&g->cv, &g->mu);
+	pthread_mutex_unlock(&g->mu);
+	data_fill(dset, idx, n, x, y);
+}
+
+static void gate_allow(struct gate *g, int calls)
+{
+	pthread_mutex_lock(&g->mu);
+	g->allowed = calls;
+	pthread_cond_broadcast(&g->cv);
+	pthread_mutex_unlock(&g->mu);
+}
+
+/* Wait until the reader has been called `calls` times (the loader asked for those rows). */
+static void gate_await(struct gate *g, int calls)
+{
+	pthread_mutex_lock(&g->mu);
+	while (g->calls < calls)
+		pthread_cond_wait(&g->cv, &g->mu);
+	pthread_mutex_unlock(&g->mu);
+}
+
+/* Wait until the workers have made batch number seq (the loader's ring slot for it). */
+static void await_made(struct loader *l, long seq)
+{
+	struct loader_slot *s = &l->slot[seq % LOADER_BUFFERS];
+
+	pthread_mutex_lock(&l->mu);
+	while (s->seq != seq || s->done < s->chunks)
+		pthread_cond_wait(&l->made, &l->mu);
+	pthread_mutex_unlock(&l->mu);
+}
+
+static void *let_go_later(void *arg)
+{
+	struct gate *g = arg;
+	struct timespec ts = {0, 20 * 1000 * 1000};
+
+	nanosleep(&ts, NULL); /* the trainer is (almost surely) blocked in loader_next by now */
+	gate_allow(g, 1000);
+	return NULL;
+}
+
+/* Batches of one row (one reader call each), in order. After loader_next(batch 0) and
+ * loader_prefetch, the reader is asked for batches 1 and 2 with nothing consumed: the
+ * loader runs two ahead. A batch the trainer has to wait for counts in waited_s; one made
+ * while the trainer was away adds nothing. */
+static void test_loader_makes_two_batches_ahead_and_counts_the_wait(void **state)
+{
+	struct gate g = {.allowed = 1};
+	struct loader l;
+	struct batch b;
+	struct diag d = {0};
+	pthread_t th;
+	double before;
+
+	pthread_mutex_init(&g.mu, NULL);
+	pthread_cond_init(&g.cv, NULL);
+	assert_int_equal(loader_init(&l, &ds, &(struct loader_config){.world = 1, .rank = 0, .batch = 1, .epochs = 1,
+								       .fill = gated_fill, .fill_arg = &g, .threads = 2}, &be, &d), ST_OK);
+	assert_true(loader_next(&l, &b)); /* batch 0: made while the trainer waited */
+	assert_int_equal(b.mb, 0);
+	assert_true(b.waited_s > 0.0);
+	before = b.waited_s;
+	assert_int_equal(loader_prefetch(&l, &d), ST_OK);
+	gate_await(&g, 2);     /* batch 1 is being made; batch 2 is queued behind it */
+	gate_allow(&g, 3);
+	gate_await(&g, 3);     /* both ahead of the trainer, which still holds batch 0 */
+	assert_int_equal(g.first[1], 1);
+	assert_int_equal(g.first[2], 2);
+	await_made(&l, 1);
+	await_made(&l, 2);
+	assert_true(loader_next(&l, &b)); /* batch 1: made ahead, no wait */
+	assert_int_equal(b.mb, 1);
+	assert_true(b.waited_s == before);
+	assert_int_equal(loader_prefetch(&l, &d), ST_OK);
+	assert_true(loader_next(&l, &b)); /* batch 2 */
+	assert_true(b.waited_s == before);
+	assert_int_equal(loader_prefetch(&l, &d), ST_OK);
+	gate_await(&g, 4);     /* batch 3 is being made, held by the reader */
+	assert_int_equal(pthread_create(&th, NULL, let_go_later, &g), 0);
+	assert_true(loader_next(&l, &b)); /* batch 3: the trainer waits for it */
+	assert_int_equal(b.mb, 3);
+	assert_true(b.waited_s > before);
+	assert_rows(&b, (const uint32_t[]){3});
+	pthread_join(th, NULL);
+	while (loader_prefetch(&l, &d) == ST_OK && loader_next(&l, &b))
+		;
+	assert_int_equal(b.mb, N - 1);
+	loader_free(&l);
+	pthread_cond_destroy(&g.cv);
+	pthread_mutex_destroy(&g.mu);
 }
 
 int main(void)
@@ -198,6 +347,8 @@ int main(void)
 		cmocka_unit_test(test_loader_prefetch_does_not_change_the_stream),
 		cmocka_unit_test(test_loader_waits_for_a_buffers_copies_before_refilling_it),
 		cmocka_unit_test(test_loader_seek_resumes_with_the_same_batches),
+		cmocka_unit_test(test_loader_makes_two_batches_ahead_and_counts_the_wait),
+		cmocka_unit_test(test_loader_threads_make_the_same_batches),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
