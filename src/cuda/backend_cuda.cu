@@ -136,33 +136,6 @@ __global__ void k_relu_bwd(float *dy, const float *y, size_t n)
 		dy[i] = y[i] <= 0.0f ? 0.0f : dy[i];
 }
 
-/* db[k] (+)= sum over rows of dy[:, k] (k < cols; dy's rows ld apart), parallel over rows as well as columns: a block
- * per BG_COLS columns, whose BG_COLS x BG_LANES threads each sum every BG_LANES-th row of
- * one column (a warp reads BG_COLS neighbours of one row), then each column's BG_LANES
- * partial sums are added in a fixed tree order -- the same bits on every run. (One
- * thread per column, rows in order, gave a 4096-wide layer 16 blocks.) */
-#define BG_COLS 32
-#define BG_LANES 32
-__global__ void k_bias_grad(float *db, const float *dy, int n, int cols, int ld, int accumulate)
-{
-	__shared__ float part[BG_LANES][BG_COLS + 1]; /* + 1: no bank conflicts */
-	int k = blockIdx.x * BG_COLS + threadIdx.x;
-	float s = 0.0f;
-
-	if (k < cols)
-		for (int i = threadIdx.y; i < n; i += BG_LANES)
-			s += dy[(size_t)i * ld + k];
-	part[threadIdx.y][threadIdx.x] = s;
-	__syncthreads();
-	for (int h = BG_LANES / 2; h > 0; h /= 2) {
-		if (threadIdx.y < h)
-			part[threadIdx.y][threadIdx.x] += part[threadIdx.y + h][threadIdx.x];
-		__syncthreads();
-	}
-	if (threadIdx.y == 0 && k < cols)
-		db[k] = (accumulate ? db[k] : 0.0f) + part[0][threadIdx.x];
-}
-
 /* ---- bf16 autocast (--precision=bf16): the CPU backend's arithmetic (backend.h) ---- */
 
 /* x rounded to bf16, nearest even (PyTorch's and core/half.c's rounding), as a float. */
@@ -199,17 +172,37 @@ __global__ void k_round_bf16(float *dst, const float *src, size_t n, int accumul
 		dst[i] = (accumulate ? dst[i] : 0.0f) + bf16r(src[i]);
 }
 
-/* k_bias_grad over bf16 gradients: db[k] (+)= bf16(the float32 sum of column k). */
-__global__ void k_bias_grad_bf16(float *db, const __nv_bfloat16 *dy, int n, int cols, int ld,
-				 int accumulate)
+/* db[k] (+)= sum over rows of dy[:, k] (k < cols; dy's rows ld apart), parallel over rows as well as columns: a block
+ * per BG_COLS columns, whose BG_COLS x BG_LANES threads each sum every BG_LANES-th row of
+ * one column (a warp reads BG_COLS neighbours of one row), then each column's BG_LANES
+ * partial sums are added in a fixed tree order -- the same bits on every run. (One
+ * thread per column, rows in order, gave a 4096-wide layer 16 blocks.) */
+#define BG_COLS 32
+#define BG_LANES 32
+
+/* A gradient value as a float: float32 as it is, bf16 widened. */
+__device__ __forceinline__ float bg_load(float x)
 {
-	__shared__ float part[BG_LANES][BG_COLS + 1];
+	return x;
+}
+
+__device__ __forceinline__ float bg_load(__nv_bfloat16 x)
+{
+	return __bfloat162float(x);
+}
+
+/* The body of both bias-gradient kernels: db[k] (+)= the float32 sum of column k of dy,
+ * rounded to bf16 with ROUND (autocast's bias gradient of bf16 gradients). */
+template <typename T, int ROUND>
+__device__ __forceinline__ void bias_grad(float *db, const T *dy, int n, int cols, int ld, int accumulate)
+{
+	__shared__ float part[BG_LANES][BG_COLS + 1]; /* + 1: no bank conflicts */
 	int k = blockIdx.x * BG_COLS + threadIdx.x;
 	float s = 0.0f;
 
 	if (k < cols)
 		for (int i = threadIdx.y; i < n; i += BG_LANES)
-			s += __bfloat162float(dy[(size_t)i * ld + k]);
+			s += bg_load(dy[(size_t)i * ld + k]);
 	part[threadIdx.y][threadIdx.x] = s;
 	__syncthreads();
 	for (int h = BG_LANES / 2; h > 0; h /= 2) {
@@ -218,7 +211,18 @@ __global__ void k_bias_grad_bf16(float *db, const __nv_bfloat16 *dy, int n, int 
 		__syncthreads();
 	}
 	if (threadIdx.y == 0 && k < cols)
-		db[k] = (accumulate ? db[k] : 0.0f) + bf16r(part[0][threadIdx.x]);
+		db[k] = (accumulate ? db[k] : 0.0f) + (ROUND ? bf16r(part[0][threadIdx.x]) : part[0][threadIdx.x]);
+}
+
+__global__ void k_bias_grad(float *db, const float *dy, int n, int cols, int ld, int accumulate)
+{
+	bias_grad<float, 0>(db, dy, n, cols, ld, accumulate);
+}
+
+__global__ void k_bias_grad_bf16(float *db, const __nv_bfloat16 *dy, int n, int cols, int ld,
+				 int accumulate)
+{
+	bias_grad<__nv_bfloat16, 1>(db, dy, n, cols, ld, accumulate);
 }
 
 /* The sum of every thread's s over the block (CUDA_THREADS threads), in a fixed order, so the
