@@ -15,33 +15,17 @@ cd "$TMPD"
 ALGS=${COMPRESS_ALGS:-mpi ring shm}
 
 # Two samples of 10 inputs and 5 targets, each alone too, and zero weights.
-"$PY" - <<'PYEOF' || fail "writing the inputs"
-import json, struct, random
+"$PY" - "$TOP_SRCDIR/tests/lib" <<'PYEOF' || fail "writing the inputs"
+import random, sys
+sys.path.insert(0, sys.argv[1])
+from tensorfiles import npy, safetensors
 random.seed(7)
-def npy(path, rows):
-    hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (len(rows), len(rows[0]))
-    hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
-        for r in rows:
-            f.write(struct.pack("<%df" % len(r), *r))
 x = [[random.uniform(-3, 3) for _ in range(10)] for _ in range(2)]
 y = [[random.uniform(-3, 3) for _ in range(5)] for _ in range(2)]
 npy("x.npy", x); npy("y.npy", y)
 for i in range(2):
     npy("x%d.npy" % i, [x[i]]); npy("y%d.npy" % i, [y[i]])
-t = {"net1.weight": [5, 10], "net1.bias": [5]}
-off, meta = 0, {}
-for k, shape in t.items():
-    n = 1
-    for s in shape:
-        n *= s
-    meta[k] = {"dtype": "F32", "shape": shape, "data_offsets": [off, off + 4 * n]}
-    off += 4 * n
-h = json.dumps(meta).encode()
-h += b" " * (-len(h) % 8)
-with open("zero.st", "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h + b"\0" * off)
+safetensors("zero.st", {"net1.weight": ((5, 10), [0.0] * 50), "net1.bias": ((5,), [0.0] * 5)})
 PYEOF
 
 one="--layers=10,5 --batch-size=1 --no-shuffle --init=zero.st --lr=1 --max-steps=1 --quiet"

@@ -20,31 +20,17 @@ PY=${PYTHON:-python3}
 command -v "$PY" >/dev/null || skip "python3 is needed to work out autocast's arithmetic"
 cd "$TMPD"
 
-"$PY" - <<'PYEOF' || fail "writing the inputs"
-import json, random, struct
+"$PY" - "$TOP_SRCDIR/tests/lib" <<'PYEOF' || fail "writing the inputs"
+import random, sys
+sys.path.insert(0, sys.argv[1])
+from tensorfiles import npy, safetensors
 random.seed(11)
-def npy(path, rows):
-    hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': (%d, %d), }" % (len(rows), len(rows[0]))
-    hdr += " " * (63 - (10 + len(hdr)) % 64) + "\n"
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
-        for r in rows:
-            f.write(struct.pack("<%df" % len(r), *r))
 def v():  # 11 significant bits in [0.5, 2), either sign: bf16 rounds it
     return random.choice((-1, 1)) * random.randint(1024, 4095) / 2048.0
 npy("x.npy", [[v() for _ in range(4)]])
 npy("y.npy", [[v() for _ in range(5)]])
-t = {"net1.weight": [[v() for _ in range(4)] for _ in range(5)], "net1.bias": [v() for _ in range(5)]}
-meta, blob = {}, b""
-for k, a in t.items():
-    flat = [x for r in a for x in r] if isinstance(a[0], list) else a
-    meta[k] = {"dtype": "F32", "shape": [len(a), len(a[0])] if isinstance(a[0], list) else [len(a)],
-               "data_offsets": [len(blob), len(blob) + 4 * len(flat)]}
-    blob += struct.pack("<%df" % len(flat), *flat)
-h = json.dumps(meta).encode()
-h += b" " * (-len(h) % 8)
-with open("init.st", "wb") as f:
-    f.write(struct.pack("<Q", len(h)) + h + blob)
+w = [v() for _ in range(5 * 4)]
+safetensors("init.st", {"net1.weight": ((5, 4), w), "net1.bias": ((5,), [v() for _ in range(5)])})
 PYEOF
 
 one="--layers=4,5 --batch-size=1 --no-shuffle --inputs=x.npy --targets=y.npy --init=init.st --lr=1 --max-steps=1 --log-every=1 --quiet"
