@@ -157,7 +157,6 @@ enum status grad_plan_init(struct grad_plan *p, const struct model *m, const str
 		return ST_OK;
 	zero_plan_init(&z, m, cfg->rank, cfg->size);
 	p->tlo = z.lo;
-	p->thi = z.hi;
 	p->shard_room = zero_shard_room(m, cfg->size);
 	/* room for every bucket's cuts, the slots' own included */
 	p->cuts = malloc((size_t)(p->nbuckets + 1) * (size_t)(cfg->size + 1) * sizeof *p->cuts);

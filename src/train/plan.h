@@ -19,7 +19,7 @@
  * - with streaming (the ring), the same rule with every bucket at the first cap: the
  *   regions' size;
  * - ZeRO: each bucket's cuts (where its reduce-scatter and all-gather split it
- *   between the ranks; zero.h), and this rank's owned range;
+ *   between the ranks; zero.h), and where this rank's owned range starts;
  * - ZeRO-2: the parts (the reduce-scatters of backward: the buckets, except that a
  *   layer larger than the cap comes in row panels of at most the cap), their cuts,
  *   and the two pool buffers' sizes.
@@ -56,7 +56,7 @@ struct grad_plan {
 	struct bucket sbucket[MODEL_MAX_LAYERS + 1];
 	int nsbuckets;
 	/* ZeRO (cfg.zero > 0) */
-	size_t tlo, thi;              /* this rank's owned range of the trainable floats */
+	size_t tlo;                   /* this rank's first owned float of the trainable ones */
 	size_t shard_room;            /* the largest rank's shard, floats */
 	size_t *cuts;                 /* (ngrad, size + 1): bucket k's cuts; else NULL */
 	/* ZeRO-2 (cfg.zero == 2) */
