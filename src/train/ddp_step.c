@@ -89,24 +89,21 @@ enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulate, int 
 	return step_optimizer(t);
 }
 
-/* Capture the step into graph slot `slot`; *ok says whether it worked (a failure only turns
- * graphs off, its reason in why). */
-static enum status capture(struct ddp *t, const struct batch *b, float scale, int slot, int *ok,
-			   struct diag *why)
+/* Capture the step into graph slot `slot`; 1 if that worked (a failure only turns graphs
+ * off, its reason in why). */
+static int capture(struct ddp *t, const struct batch *b, float scale, int slot, struct diag *why)
 {
 	const struct backend_ops *ops = t->m->be->ops;
 	void *bctx = t->m->be->ctx;
 	struct diag *caller = t->d;
-	enum status st = ST_OK;
+	enum status st;
 
-	*ok = ops->graph_begin(bctx, why) == ST_OK;
-	if (!*ok)
-		return ST_OK;
+	if (ops->graph_begin(bctx, why) != ST_OK)
+		return 0;
 	t->d = t->sync.d = why; /* a failure while capturing only turns graphs off */
 	st = ddp_micro(t, b, 0, 1, scale);
 	t->d = t->sync.d = caller;
-	*ok = ops->graph_end(bctx, slot, why) == ST_OK && st == ST_OK;
-	return ST_OK;
+	return ops->graph_end(bctx, slot, why) == ST_OK && st == ST_OK;
 }
 
 /* Recorded on its second occurrence for each host buffer counted from this run's start (the
@@ -129,7 +126,7 @@ enum status ddp_graph_step(struct ddp *t, const struct batch *b, float scale, lo
 	if (!t->graph_buf[slot] && ran < 1)
 		return ST_OK;
 	if (!t->graph_buf[slot]) {
-		capture(t, b, scale, slot, &ok, &why);
+		ok = capture(t, b, scale, slot, &why);
 		if (!world_all(t->w, ok)) {
 			/* Nothing captured ran: the caller runs the step eagerly, on every rank. */
 			ops->graph_reset(bctx);
@@ -193,13 +190,14 @@ static enum status ddp_read(struct ddp *t, const struct train_loop *loop, long *
 	enum status st = ST_OK;
 	int done = 1, stop;
 
+	/* watched as the read behind the step's collectives was: a test double's device may
+	 * run them, and wait for a peer, inside the query */
+	world_watch_begin(t->w, "the gradient all-reduce");
 	if (ops->host_mark != NULL && ops->host_poll != NULL)
 		st = ops->host_poll(t->m->be->ctx, DDP_MARK + p->ring, &done, t->d);
-	if (st == ST_OK && ops->host_mark != NULL && !done) {
-		world_watch_begin(t->w, "the gradient all-reduce");
+	if (st == ST_OK && ops->host_mark != NULL && !done)
 		st = ops->host_wait(t->m->be->ctx, DDP_MARK + p->ring, t->d);
-		world_watch_end(t->w);
-	}
+	world_watch_end(t->w);
 	if (st != ST_OK)
 		return st;
 	trace_resolve(p->tb);
