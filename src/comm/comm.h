@@ -42,12 +42,15 @@ static inline enum half_type comm_wire_half(enum comm_wire w)
 #define COMM_LAST 1u /* nothing is left to overlap with: complete it by the fastest path */
 #define COMM_WIRE 2u /* it travels in the communicator's wire type (struct comm.wire) */
 
-/* Told when an all-reduce has completed: its order among this step's all-reduces (0: the
- * first started), its length in floats, and when it was started and when it completed,
- * in seconds on clock_now's clock. */
+/* Told when a collective has completed: the tag *tag held when it started (a
+ * communicator may tell of it steps later: NCCL's reads its device's clock without
+ * waiting), its order among the collectives started since the last wait (0: the first),
+ * its length in floats, and when it started and when it completed, in seconds on
+ * clock_now's clock. tag NULL: every tag is 0. */
 struct comm_observer {
-	void (*done)(void *arg, int index, size_t n, double t0, double t1);
+	void (*done)(void *arg, long tag, int index, size_t n, double t0, double t1);
 	void *arg;
+	const long *tag;
 };
 
 struct comm_ops {

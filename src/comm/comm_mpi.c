@@ -251,7 +251,7 @@ static void mpi_observe(void *ctx, const struct comm_observer *obs)
 {
 	struct comm_mpi *c = ctx;
 
-	c->obs.to = obs != NULL ? *obs : (struct comm_observer){NULL, NULL};
+	c->obs.to = obs != NULL ? *obs : (struct comm_observer){0};
 }
 
 /* "mpi, " and how the gradients travel: the algorithm in host memory, else the path. */

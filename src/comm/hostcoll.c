@@ -49,6 +49,7 @@ int hostcoll_obs_start(struct hostcoll_obs *o, size_t n)
 		/* Only all-reduces started while somebody watches are told (t0 < 0: not). */
 		o->t0[k] = o->to.done != NULL ? clock_now() : -1.0;
 		o->n[k] = n;
+		o->tag[k] = o->to.tag != NULL ? *o->to.tag : 0;
 	}
 	return k;
 }
@@ -56,7 +57,7 @@ int hostcoll_obs_start(struct hostcoll_obs *o, size_t n)
 void hostcoll_obs_done(const struct hostcoll_obs *o, int order)
 {
 	if (o->to.done != NULL && order >= 0 && order < COMM_MAX_INFLIGHT && o->t0[order] >= 0)
-		o->to.done(o->to.arg, order, o->n[order], o->t0[order], clock_now());
+		o->to.done(o->to.arg, o->tag[order], order, o->n[order], o->t0[order], clock_now());
 }
 
 int hostcoll_obs_watched(const struct hostcoll_obs *o)

@@ -34,9 +34,18 @@
  *
  * Observed (comm_ops.observe: --trace and the bandwidth table), each
  * collective is bracketed by two timing events on the communication stream
- * and an NVTX range; their times are read at the start of the next step
- * (when the host has long waited for them) or when the observer leaves.
- * Steps captured into a CUDA graph are not observed.
+ * and an NVTX range, into the span set of its group (the collectives between
+ * two waits: one of OBS_SETS, in turn).
+ * Their times are read without waiting: at the start of each observed group,
+ * every set whose last event the device has passed is told (oldest first),
+ * each collective with the observer's tag from when it started; the rest wait
+ * for a later step, or for the observer to leave. A set's times are relative
+ * to a reference event recorded before its first collective, put on the
+ * host's clock when it was recorded on an idle stream, else through the set
+ * before it (its reference plus the time between the two events). The host
+ * waits only when it runs OBS_SETS groups ahead of the device (it reads a
+ * step's results one step late: two steps hold at most six), and once for the
+ * first reference. Steps captured into a CUDA graph are not observed.
  */
 #include <nccl.h>
 #include <stdint.h>
@@ -54,6 +63,20 @@
 #include "cuda/wire.h"     /* wire_narrow, wire_widen: the 16-bit wire's conversions */
 #include "backend/gpu.h"
 
+/* The observer's spans of one step's collectives between two waits (a step has one to
+ * three such groups: buckets, the clipping norm, ZeRO's all-gathers), until they are told. */
+#define OBS_SETS 8
+struct span_set {
+	cudaEvent_t ref;      /* on the communication stream before the first span */
+	double ref_host;      /* ref on clock_now's clock, once known (anchored) */
+	int anchored;
+	int recorded;         /* ref was recorded: the next set's time may come from it */
+	long tag[COMM_MAX_INFLIGHT]; /* the observer's tag when each started */
+	cudaEvent_t t0[COMM_MAX_INFLIGHT], t1[COMM_MAX_INFLIGHT];
+	size_t len[COMM_MAX_INFLIGHT];
+	int n;                /* spans recorded and not yet told */
+};
+
 struct nccl_ctx {
 	ncclComm_t comm;
 	struct cuda_ctx *cu;          /* the compute backend (borrowed) */
@@ -69,11 +92,8 @@ struct nccl_ctx {
 	int timeout_s;
 	int failed;                   /* an error was seen: abort at teardown */
 	struct comm_observer obs;     /* obs.done NULL: not observed */
-	cudaEvent_t t0[COMM_MAX_INFLIGHT], t1[COMM_MAX_INFLIGHT]; /* observed: each one's span */
-	size_t len[COMM_MAX_INFLIGHT];
-	int pending;                  /* observed spans not yet reported */
-	cudaEvent_t ref;              /* recorded at host time ref_host on the idle stream */
-	double ref_host;
+	struct span_set set[OBS_SETS]; /* observed steps' spans, in turn */
+	int cur;                      /* the set of the step being observed */
 };
 
 /* Abort the communicator: kernels waiting for a dead peer return, nothing waits. */
@@ -85,29 +105,87 @@ static void nccl_abort(struct nccl_ctx *c)
 	c->comm = NULL;
 }
 
-/* Tell the observer of the spans recorded so far (waiting for them). */
-static void report_pending(struct nccl_ctx *c)
+/* Put set x's reference on the host's clock from the set recorded before it, whose
+ * reference still stands (a set is recorded again only once the set after it has its
+ * time: observe_step). block: wait for x's reference, else only if the device passed it.
+ * Returns whether x's time is known. */
+static int set_anchor(struct nccl_ctx *c, struct span_set *x, int block)
 {
-	for (int i = 0; i < c->pending; i++) {
-		float a = 0.0f, b = 0.0f;
+	const struct span_set *p = &c->set[(x - c->set + OBS_SETS - 1) % OBS_SETS];
+	float ms = 0.0f;
 
-		if (cudaEventSynchronize(c->t1[i]) != cudaSuccess ||
-		    cudaEventElapsedTime(&a, c->ref, c->t0[i]) != cudaSuccess ||
-		    cudaEventElapsedTime(&b, c->ref, c->t1[i]) != cudaSuccess)
-			continue;
-		c->obs.done(c->obs.arg, i, c->len[i], c->ref_host + 1e-3 * a, c->ref_host + 1e-3 * b);
+	if (x->anchored || !x->recorded)
+		return x->anchored;
+	if (!p->anchored || (block && cudaEventSynchronize(x->ref) != cudaSuccess) ||
+	    cudaEventElapsedTime(&ms, p->ref, x->ref) != cudaSuccess) {
+		cudaGetLastError(); /* not ready yet is no error */
+		return 0;
 	}
-	c->pending = 0;
+	x->ref_host = p->ref_host + 1e-3 * ms;
+	x->anchored = 1;
+	return 1;
 }
 
-/* Before an observed step's first all-reduce: report the last step's, and take a new
- * reference (elapsed times are float milliseconds, so the reference must stay near). */
+/* Tell the observer of set x's spans, once the device is past them: at once, or, block,
+ * after waiting for them. Returns whether none is left. */
+static int report_set(struct nccl_ctx *c, struct span_set *x, int block)
+{
+	if (x->n == 0)
+		return 1;
+	if (!block && cudaEventQuery(x->t1[x->n - 1]) != cudaSuccess) {
+		cudaGetLastError();
+		return 0;
+	}
+	if (!set_anchor(c, x, block))
+		return 0;
+	for (int i = 0; i < x->n; i++) {
+		float a = 0.0f, b = 0.0f;
+
+		if (cudaEventElapsedTime(&a, x->ref, x->t0[i]) != cudaSuccess ||
+		    cudaEventElapsedTime(&b, x->ref, x->t1[i]) != cudaSuccess) {
+			cudaGetLastError();
+			continue;
+		}
+		c->obs.done(c->obs.arg, x->tag[i], i, x->len[i], x->ref_host + 1e-3 * a,
+			    x->ref_host + 1e-3 * b);
+	}
+	x->n = 0;
+	return 1;
+}
+
+/* Tell the observer of every set, oldest first, as far as the device has passed them
+ * (block: waiting for all of them). */
+static void report_sets(struct nccl_ctx *c, int block)
+{
+	for (int k = 1; k <= OBS_SETS; k++)
+		if (!report_set(c, &c->set[(c->cur + k) % OBS_SETS], block))
+			return;
+}
+
+/* Before an observed group's first collective: tell what the device has done, and begin
+ * the next set with its reference. */
 static void observe_step(struct nccl_ctx *c)
 {
-	report_pending(c);
-	cudaStreamSynchronize(c->stream); /* idle by now: the previous step was waited for */
-	c->ref_host = clock_now();
-	cudaEventRecord(c->ref, c->stream);
+	struct span_set *x = &c->set[(c->cur + 1) % OBS_SETS];
+	struct span_set *after = &c->set[(c->cur + 2) % OBS_SETS]; /* its time comes from x's */
+	cudaError_t idle;
+	int first = 1;
+
+	report_sets(c, 0);
+	report_set(c, x, 1); /* the host is OBS_SETS groups ahead of the device: wait */
+	set_anchor(c, after, 1);
+	for (int k = 0; k < OBS_SETS; k++)
+		first &= !c->set[k].recorded;
+	idle = cudaStreamQuery(c->stream);
+	if (idle != cudaSuccess) {
+		cudaGetLastError();
+		if (first) /* nothing to take the time from: the first reference waits */
+			idle = cudaStreamSynchronize(c->stream);
+	}
+	x->recorded = cudaEventRecord(x->ref, c->stream) == cudaSuccess;
+	x->anchored = x->recorded && idle == cudaSuccess;
+	x->ref_host = clock_now();
+	c->cur = (int)(x - c->set);
 }
 
 /* A CUDA call's result as a status; a failure is d's one line: the call, CUDA's message. */
@@ -206,7 +284,8 @@ static enum status coll_begin(struct nccl_ctx *c, const char *kind, int *observe
 			observe_step(c);
 		snprintf(name, sizeof name, "%s bucket %d", kind, c->n);
 		nvtxRangePushA(name);
-		cudaEventRecord(c->t0[c->n], c->stream);
+		cudaEventRecord(c->set[c->cur].t0[c->n], c->stream);
+		c->set[c->cur].tag[c->n] = c->obs.tag != NULL ? *c->obs.tag : 0;
 	}
 	return ST_OK;
 }
@@ -217,10 +296,12 @@ static enum status coll_end(struct nccl_ctx *c, size_t n, int observed, enum sta
 			    struct diag *d)
 {
 	if (observed) {
-		cudaEventRecord(c->t1[c->n], c->stream);
+		struct span_set *x = &c->set[c->cur];
+
+		cudaEventRecord(x->t1[c->n], c->stream);
 		nvtxRangePop();
-		c->len[c->n] = n;
-		c->pending = c->n + 1;
+		x->len[c->n] = n;
+		x->n = c->n + 1;
 	}
 	if (st != ST_OK)
 		return st;
@@ -462,27 +543,31 @@ static enum status nccl_bcast(void *ctx, float *buf, size_t n, int root, struct 
 	return st == ST_OK ? wait_stream(c, "ncclBroadcast(weights)", d) : st;
 }
 
-/* comm_ops.observe: timing events are made on first use. */
+/* comm_ops.observe: timing events are made on first use; an observer that leaves is
+ * told what is left (waiting for it), and the next begins with a fresh reference. */
 static void nccl_observe(void *ctx, const struct comm_observer *obs)
 {
 	struct nccl_ctx *c = ctx;
 	cudaError_t rc = cudaSuccess;
 
-	if (obs == NULL) {
-		if (c->obs.done != NULL && c->pending > 0) {
-			cudaStreamSynchronize(c->stream);
-			report_pending(c);
-		}
-		c->obs.done = NULL;
+	if (c->obs.done != NULL)
+		report_sets(c, 1);
+	c->obs.done = NULL;
+	for (int k = 0; k < OBS_SETS; k++)
+		c->set[k].recorded = c->set[k].anchored = 0;
+	if (obs == NULL)
 		return;
-	}
-	if (c->ref == NULL)
-		rc = cudaEventCreate(&c->ref);
-	for (int i = 0; i < COMM_MAX_INFLIGHT && rc == cudaSuccess; i++) {
-		if (c->t0[i] == NULL)
-			rc = cudaEventCreate(&c->t0[i]);
-		if (rc == cudaSuccess && c->t1[i] == NULL)
-			rc = cudaEventCreate(&c->t1[i]);
+	for (int k = 0; k < OBS_SETS && rc == cudaSuccess; k++) {
+		struct span_set *x = &c->set[k];
+
+		if (x->ref == NULL)
+			rc = cudaEventCreate(&x->ref);
+		for (int i = 0; i < COMM_MAX_INFLIGHT && rc == cudaSuccess; i++) {
+			if (x->t0[i] == NULL)
+				rc = cudaEventCreate(&x->t0[i]);
+			if (rc == cudaSuccess && x->t1[i] == NULL)
+				rc = cudaEventCreate(&x->t1[i]);
+		}
 	}
 	if (rc == cudaSuccess) /* without its events the observer is simply not told */
 		c->obs = *obs;
@@ -494,14 +579,18 @@ static void nccl_fini(void *ctx)
 
 	if (c == NULL)
 		return;
-	for (int i = 0; i < COMM_MAX_INFLIGHT; i++) {
-		if (c->t0[i] != NULL)
-			cudaEventDestroy(c->t0[i]);
-		if (c->t1[i] != NULL)
-			cudaEventDestroy(c->t1[i]);
+	for (int k = 0; k < OBS_SETS; k++) {
+		struct span_set *x = &c->set[k];
+
+		for (int i = 0; i < COMM_MAX_INFLIGHT; i++) {
+			if (x->t0[i] != NULL)
+				cudaEventDestroy(x->t0[i]);
+			if (x->t1[i] != NULL)
+				cudaEventDestroy(x->t1[i]);
+		}
+		if (x->ref != NULL)
+			cudaEventDestroy(x->ref);
 	}
-	if (c->ref != NULL)
-		cudaEventDestroy(c->ref);
 	if (c->cu != NULL) {
 		/* ncclCommDestroy waits until every graph holding one of its collectives is
 		 * destroyed: they go first (the trainer normally did this already). */

@@ -17,10 +17,10 @@ enum status ddp_eval(void *arg, long step, long epoch)
 	long span = trace_begin(t->sync.tb, TR_VALIDATION, -1);
 	enum status st;
 
-	t->sync.evaluating = 1;
+	grad_sync_validating(&t->sync, 1);
 	st = trainer_evaluate(t->tc, t->m, t->ctl->val, t->w->rank, t->w->size, t->c, t->w, &loss, &acc,
 			      t->d);
-	t->sync.evaluating = 0;
+	grad_sync_validating(&t->sync, 0);
 	trace_end(t->sync.tb, span);
 	if (st != ST_OK)
 		return st;

@@ -36,27 +36,25 @@ static enum status hook_panel_done(void *arg, int l, int j)
 /* The communicator's observer: each collective, launch to completion, into the trace and,
  * where it carries a bucket of the plan (not streamed regions, panels or validation), into
  * that bucket's figures. */
-static void observe_done(void *arg, int index, size_t n, double t0, double t1)
+static void observe_done(void *arg, long tag, int index, size_t n, double t0, double t1)
 {
 	struct grad_sync *s = arg;
-	struct trace_buf *tb = s->tb;
+	struct trace_buf *tb = s->prev_tb;
 	struct bucket_stats *b;
 
-	/* NCCL's observer reads its device events one step late: a span that began before
-	 * this step is the step before's */
-	if (t0 < s->step_t0) {
-		tb = s->prev_tb;
-		if (tb != NULL) {
-			const int32_t now = tb->step;
+	/* NCCL's observer tells of a step's spans in a later step (the step before's, if it
+	 * was traced: a traced step's results are read at once, so the device is past its
+	 * collectives when the next begins); validation's are traced where they are told */
+	if (tag == s->step_tag || tag < 0) {
+		trace_record(s->tb, TR_ALLREDUCE, index, TRACE_ASYNC, t0, t1, (double)n * sizeof(float));
+	} else if (tag == s->step_tag - 1 && tb != NULL) {
+		const int32_t now = tb->step;
 
-			tb->step = s->prev_step;
-			trace_record(tb, TR_ALLREDUCE, index, TRACE_ASYNC, t0, t1, (double)n * sizeof(float));
-			tb->step = now;
-		}
-	} else {
+		tb->step = s->prev_step;
 		trace_record(tb, TR_ALLREDUCE, index, TRACE_ASYNC, t0, t1, (double)n * sizeof(float));
+		tb->step = now;
 	}
-	if (s->stream || s->p->npaneled > 0 || s->evaluating || index < 0 || index >= COMM_MAX_INFLIGHT ||
+	if (s->stream || s->p->npaneled > 0 || tag < 0 || index < 0 || index >= COMM_MAX_INFLIGHT ||
 	    s->coll_bucket[index] < 0 || s->coll_bucket[index] >= s->nbuckets)
 		return;
 	b = &s->res->buckets[s->coll_bucket[index]];
@@ -93,7 +91,7 @@ enum status grad_sync_init(struct grad_sync *s, const struct grad_sync_cfg *cfg,
 	st = ops->init(s);
 	if (st != ST_OK)
 		return st;
-	comm_observe(c, &(struct comm_observer){observe_done, s});
+	comm_observe(c, &(struct comm_observer){observe_done, s, &s->tag});
 	return ST_OK;
 }
 
@@ -103,7 +101,12 @@ void grad_sync_step(struct grad_sync *s, struct trace_buf *tb)
 	s->prev_step = s->step;
 	s->tb = tb;
 	s->step = tb != NULL ? tb->step : 0;
-	s->step_t0 = clock_now();
+	s->tag = ++s->step_tag;
+}
+
+void grad_sync_validating(struct grad_sync *s, int on)
+{
+	s->tag = on ? -1 : s->step_tag;
 }
 
 void grad_sync_free(struct grad_sync *s)

@@ -57,7 +57,8 @@ struct grad_sync_ops {
 
 extern const struct grad_sync_ops sync_buckets_ops, sync_zero1_ops, sync_zero2_ops;
 
-/* What the strategies share. The trainer sets tb, d and evaluating as it goes. */
+/* What the strategies share. The trainer sets tb and d as it goes (grad_sync_step,
+ * grad_sync_validating). */
 struct grad_sync {
 	const struct grad_sync_ops *ops;
 	const struct grad_plan *p;
@@ -69,7 +70,8 @@ struct grad_sync {
 	struct trace_buf *tb;      /* this step's trace buffer, or NULL (grad_sync_step) */
 	struct trace_buf *prev_tb; /* the step before's, or NULL, and its step number: */
 	int32_t prev_step, step;   /* a communicator may report a step's spans in the next */
-	double step_t0;            /* when this step began (clock_now) */
+	long tag;                  /* the observer's tag of collectives starting now: */
+	long step_tag;             /* this step's (grad_sync_step counts them), or -1 in validation */
 	struct model_hooks hooks;  /* the strategy's hooks, for model_forward and model_backward */
 	int overlap;               /* the collectives start during backward (else after it) */
 	unsigned wire;             /* COMM_WIRE for the buckets with --grad-compress, else 0 */
@@ -77,7 +79,6 @@ struct grad_sync {
 	int nbuckets;              /* the buckets the report counts: the plan's, or streaming's */
 	const struct bucket *bucket;
 	double wait;               /* host time blocked completing collectives */
-	int evaluating;            /* validation's all-reduces are no bucket's */
 	/* by order since the last wait: the bucket each collective carries, or -1 (an
 	 * all-gather, a panel, the clipping norm), so the observer's figures go to it */
 	int coll_bucket[COMM_MAX_INFLIGHT];
@@ -101,6 +102,8 @@ enum status grad_sync_init(struct grad_sync *s, const struct grad_sync_cfg *cfg,
 			   struct diag *d);
 /* A step begins, traced into tb (NULL: not traced). */
 void grad_sync_step(struct grad_sync *s, struct trace_buf *tb);
+/* Validation's all-reduces begin (on) or have ended: they are no bucket's. */
+void grad_sync_validating(struct grad_sync *s, int on);
 /* Stop observing the communicator and free the strategy's state; safe twice. */
 void grad_sync_free(struct grad_sync *s);
 

@@ -93,6 +93,28 @@ same 2 $Z --zero=2 --precision=bf16
 same dp $C --precision=bf16
 echo "training keeps every rule and equals the CPU within 1e-6 ($nsame runs): ddp with graphs at 1 and 2 ranks and eager, AdamW, schedules, cross-entropy, clipping, frozen layer, validation, grad-accum, resume, trace, --zero=1/2 in row panels, bf16 and fp16 wire, dp on 2 GPUs, --precision=bf16"
 
+# 1b. No host wait inside a step on the real module (issue 29), its NCCL observer (the
+#     bucket table, --trace) included: a long eager run waits (DDPT_STUB_STATS's
+#     host_waits: every synchronisation, blocking copy or memset, free) no more than a
+#     short one. The observer read each step's timing events waiting for them, and for
+#     the communication stream: 2 waits per eager step.
+stub_waits() { # STEPS ARGS...: host waits of rank 0 in a run of STEPS steps, eager and with graphs
+	local n=$1 g w=
+	shift
+	for g in 0 1; do
+		rm -f stats.*
+		DDPT_STUB_STATS=$PWD DDPTRAIN_CUDA_GRAPHS=$g clean np=2 --samples=4000 --batch-size=20 \
+			--max-steps=$n --log-every=0 --quiet "$@"
+		w="$w $(awk '$1 == "host_waits" { print $2 }' stats.0)"
+	done
+	echo $w
+}
+W="--layers=10,40,40,5 --bucket-mb=0.001 --clip-grad-norm=1"
+short=$(stub_waits 10 $W)
+long=$(stub_waits 30 $W)
+[ "$short" = "$long" ] || fail "host waits grow with the steps under the stub: 10 steps (eager, graphs): $short; 30 steps: $long"
+echo "no host wait in an ordinary step on the real module: $long host waits in 10 and in 30 steps (eager, graphs; 2 buckets and the clipping norm, observed)"
+
 # 2. Each rule, broken on purpose through the module's ABI: named (the stub's line or the
 #    module's error), exit status not 0. (Section 1's runs check the teardown of an
 #    ordinary run: a stream destroyed under a live communicator, or anything left

@@ -111,6 +111,9 @@ static struct {
 	cudaError_t sticky;           /* an error that every later call returns */
 	char said[32][200];           /* rules already printed (each once), their start */
 	int nsaid, exit_fail, atexit_set;
+	long host_waits;              /* DDPT_STUB_STATS: the host's waits for the device, */
+	long waits_by[5];             /* and by kind (wait_kind's names) */
+	int stats_set;
 } S = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static __thread int tl_dev;                     /* cudaSetDevice */
@@ -124,6 +127,40 @@ static void at_exit(void)
 		fflush(stdout);
 		_exit(1);
 	}
+}
+
+/* The host waits for the device, as DDPT_STUB_STATS=DIR counts them into DIR/stats.RANK
+ * at exit: each synchronisation (stream, event, device), each blocking copy or memset
+ * (the legacy stream's), each free (CUDA's frees wait for the device). */
+static const char *const wait_kind[] = {"cudaStreamSynchronize", "cudaEventSynchronize",
+					"cudaDeviceSynchronize", "cudaMemcpy/cudaMemset", "cudaFree/cudaFreeHost"};
+
+static void write_stats(void)
+{
+	const char *dir = getenv("DDPT_STUB_STATS");
+	char path[4200];
+	FILE *f;
+
+	snprintf(path, sizeof path, "%s/stats.%d", dir, stub_rank());
+	f = fopen(path, "w");
+	if (f == NULL)
+		return;
+	fprintf(f, "host_waits %ld\n", S.host_waits);
+	for (int i = 0; i < 5; i++)
+		fprintf(f, "%s %ld\n", wait_kind[i], S.waits_by[i]);
+	fclose(f);
+}
+
+static void count_wait(int kind)
+{
+	pthread_mutex_lock(&S.mu);
+	S.host_waits++;
+	S.waits_by[kind]++;
+	if (!S.stats_set && getenv("DDPT_STUB_STATS") != NULL) {
+		S.stats_set = 1;
+		atexit(write_stats);
+	}
+	pthread_mutex_unlock(&S.mu);
 }
 
 void stub_rule(const char *fmt, ...)
@@ -752,6 +789,7 @@ cudaError_t cudaDeviceSynchronize(void)
 	STICKY();
 	if (e != cudaSuccess)
 		return e;
+	count_wait(2);
 	sync_device(tl_dev);
 	return cudaSuccess;
 }
@@ -851,7 +889,10 @@ cudaError_t cudaFree(void *p)
 
 	STICKY();
 	e = stub_unsafe("cudaFree", cudaErrorStreamCaptureUnsupported);
-	return e != cudaSuccess ? e : free_block(p, 0, "cudaFree");
+	if (e != cudaSuccess)
+		return e;
+	count_wait(4);
+	return free_block(p, 0, "cudaFree");
 }
 
 cudaError_t cudaHostAlloc(void **p, size_t bytes, unsigned flags)
@@ -882,7 +923,10 @@ cudaError_t cudaFreeHost(void *p)
 
 	STICKY();
 	e = stub_unsafe("cudaFreeHost", cudaErrorStreamCaptureUnsupported);
-	return e != cudaSuccess ? e : free_block(p, 1, "cudaFreeHost");
+	if (e != cudaSuccess)
+		return e;
+	count_wait(4);
+	return free_block(p, 1, "cudaFreeHost");
 }
 
 /* A copy or memset as a graph keeps it. */
@@ -954,8 +998,10 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpy
 	if (e != cudaSuccess)
 		return e;
 	e = cudaMemcpyAsync(dst, src, bytes, kind, NULL);
-	if (e == cudaSuccess)
+	if (e == cudaSuccess) {
+		count_wait(3);
 		sync_stream(stub_stream(NULL));
+	}
 	return e;
 }
 
@@ -997,7 +1043,10 @@ cudaError_t cudaMemset(void *p, int v, size_t bytes)
 {
 	cudaError_t e = stub_unsafe("cudaMemset (the legacy default stream)", cudaErrorStreamCaptureImplicit);
 
-	return e != cudaSuccess ? e : cudaMemsetAsync(p, v, bytes, NULL);
+	if (e != cudaSuccess)
+		return e;
+	count_wait(3); /* on the legacy stream, which the next operation anywhere waits for */
+	return cudaMemsetAsync(p, v, bytes, NULL);
 }
 
 /* ---- streams and events ------------------------------------------------------------ */
@@ -1088,6 +1137,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 		e = capturing_stream(s, "cudaStreamSynchronize");
 	if (e != cudaSuccess)
 		return e;
+	count_wait(0);
 	sync_stream(s);
 	return cudaSuccess;
 }
@@ -1246,6 +1296,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
 		err = stub_unsafe("cudaEventSynchronize", cudaErrorStreamCaptureUnsupported);
 	if (err != cudaSuccess || e->cap != NULL)
 		return err;
+	count_wait(1);
 	block_until_done(e->stream, e->seq);
 	host_learns(&e->vc);
 	return cudaSuccess;

@@ -54,6 +54,10 @@
  * system error from then on); DDPT_STUB_HANG=N[@R]: the N-th all-reduce never completes
  * until its communicator is aborted (a dead peer);
  * DDPT_STUB_GPUS=N devices (default 2).
+ *
+ * Counts, DDPT_STUB_STATS=DIR: at exit each rank writes DIR/stats.RANK, host_waits (every
+ * host wait for the device: a stream, event or device synchronisation, a blocking copy
+ * or memset, a free) and the count of each kind.
  */
 #ifndef DDPT_CUDA_STUB_H
 #define DDPT_CUDA_STUB_H
