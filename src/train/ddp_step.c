@@ -18,6 +18,8 @@ static void step_load(struct ddp *t, const struct batch *b)
 
 	if (b->synth != NULL) { /* synthetic rows made on the device: only the indices cross */
 		m->be->ops->synth(m->be->ctx, m->act[0], m->target, b->synth, b->idx, b->n);
+	} else if (m->be->ops->host_memory) { /* read where the loader made them (ddp_micro) */
+		model_read_input(t->m, b->x, b->y);
 	} else {
 		m->be->ops->to_device(m->be->ctx, m->act[0], b->x, (size_t)b->n * (size_t)m->widths[0]);
 		m->be->ops->to_device(m->be->ctx, m->target, b->y, (size_t)b->n * (size_t)t->ydim);
@@ -84,6 +86,9 @@ enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulate, int 
 	st = step_forward(t, b, accumulate, scale);
 	if (st == ST_OK)
 		st = step_backward(t, b, accumulate, sync);
+	/* the loader refills b's buffer once the step has queued it (loader_copied), and the
+	 * evaluation copies into the model's own input */
+	model_read_input(t->m, NULL, NULL);
 	if (st != ST_OK || !sync)
 		return st;
 	return step_optimizer(t);

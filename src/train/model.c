@@ -91,6 +91,8 @@ enum status model_init(struct model *m, struct backend *be, const int *widths, i
 	m->target = ops->alloc(be->ctx, (size_t)max_batch * (size_t)widths[nlayers]);
 	m->dbuf[0] = ops->alloc(be->ctx, (size_t)max_batch * (size_t)maxw);
 	m->dbuf[1] = ops->alloc(be->ctx, (size_t)max_batch * (size_t)maxw);
+	m->own_input = m->act[0];
+	m->own_target = m->target;
 	if (!m->params || !m->grads || !m->norm || !m->target || !m->dbuf[0] || !m->dbuf[1])
 		goto out_oom;
 	for (int l = 0; l <= nlayers; l++)
@@ -275,6 +277,13 @@ double model_flops(const struct model *m, int n)
 	return f;
 }
 
+void model_read_input(struct model *m, const float *x, const float *y)
+{
+	/* the model never writes act[0] or target: a borrowed pair is only read */
+	m->act[0] = x != NULL ? (float *)x : m->own_input;
+	m->target = y != NULL ? (float *)y : m->own_target;
+}
+
 enum status model_forward(struct model *m, int n, const struct model_hooks *h)
 {
 	const struct backend_ops *ops = m->be->ops;
@@ -416,6 +425,7 @@ void model_free(struct model *m)
 		ops->free(m->be->ctx, m->params);
 	if (!m->grads_lent)
 		ops->free(m->be->ctx, m->gmem);
+	model_read_input(m, NULL, NULL);
 	for (int l = 0; l <= m->nlayers; l++)
 		ops->free(m->be->ctx, m->act[l]);
 	ops->free(m->be->ctx, m->target);

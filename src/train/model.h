@@ -84,6 +84,7 @@ struct model {
 	unsigned char frozen[MODEL_MAX_LAYERS]; /* layer l gets no gradient, no update, no state */
 	float *act[MODEL_MAX_LAYERS + 1]; /* act[0] input (batch, widths[0]); act[l] output of layer l */
 	float *target;                /* (batch, widths[nlayers]) */
+	float *own_input, *own_target; /* act[0] and target as allocated (model_read_input) */
 	float *dbuf[2];               /* (batch, max width) ping-pong gradients of activations */
 	size_t bytes;                 /* backend memory held by all of the above */
 	struct trace_buf *trace;      /* borrowed: per-layer spans go here, or NULL (off) */
@@ -166,6 +167,10 @@ struct model_hooks {
  * input gradients of the layers above the first trainable one), as the TFLOP/s figures
  * count them; the element-wise work is left out. */
 double model_flops(const struct model *m, int n);
+/* On a backend whose memory is the host's (backend_ops.host_memory): read the input and
+ * the target from x and y, where the caller made them, until model_read_input(m, NULL,
+ * NULL) puts back the model's own (to_device into act[0] and target copies into those). */
+void model_read_input(struct model *m, const float *x, const float *y);
 /* Forward n rows of act[0]; the output is act[nlayers]. h may be NULL. */
 enum status model_forward(struct model *m, int n, const struct model_hooks *h);
 /* Backward from dbuf[0] (n, widths[nlayers]) = dL/dout. Layers run last to first, down to
