@@ -13,7 +13,8 @@
 # per rank against bench/mpi_floor launched the same way, and its wall time with
 # DDPTRAIN_ALLREDUCE=mpi and =shm. Issue 29's rows: the
 # synthetic --layers=4096,1,4096 --batch-size=1024 step on the CPU (its data made by
-# the loader's threads; target: 0.2x the 2026-12-04 step, SYNTH_BEFORE_MS, 49 ms), the same
+# the loader's threads; target: 0.2x the 2026-12-04 step, SYNTH_BEFORE_MS, 49 ms; bound
+# to one core as mpirun binds it, and unbound, the loader's threads on the other core), the same
 # shapes fed from .npy files (zeros, written here), and each one's wait for its data
 # (the per-rank table's data_wait column). Issue 22's rows,
 # where this ddptrain has --zero: the state per rank of
@@ -169,6 +170,14 @@ run_ddp() {
 	$MPIRUN $(np_flags "$np") -np "$np" "$DDPTRAIN" --log-every=0 "$@" >"$out" 2>"$out.err"
 }
 
+# run_ddp_unbound OUT NP ARGS...: run_ddp with mpirun's binding off, so the loader's
+# threads have the machine's other cores (mpirun binds a rank to one core at np <= 2)
+run_ddp_unbound() {
+	local out=$1 np=$2
+	shift 2
+	$MPIRUN $(np_flags "$np") --bind-to none -np "$np" "$DDPTRAIN" --log-every=0 "$@" >"$out" 2>"$out.err"
+}
+
 # run_dp OUT G ARGS...: ddptrain --mode=dp with G replicas
 run_dp() {
 	local out=$1 g=$2
@@ -241,6 +250,8 @@ if [ "$zero" = yes ]; then
 fi
 config synth.np1 run_ddp 1 "${SYNTH[@]}" --max-steps="$synth_steps"
 config npy.np1 run_ddp 1 "${SYNTH[@]}" --inputs="$tmp/x4096.npy" --targets="$tmp/y4096.npy" --max-steps="$synth_steps"
+config synth.np1.unbound run_ddp_unbound 1 "${SYNTH[@]}" --max-steps="$synth_steps"
+config npy.np1.unbound run_ddp_unbound 1 "${SYNTH[@]}" --inputs="$tmp/x4096.npy" --targets="$tmp/y4096.npy" --max-steps="$synth_steps"
 config job run_job "$DDPTRAIN" --max-steps=1
 # the same job with each node-local all-reduce named (auto picks shm on one node): the
 # shared-memory window's set-up is in the start-up (issue 30: 0.21 s of it was MPI_T)
@@ -444,6 +455,8 @@ fi
 st=$(awk -v b="$SYNTH_BEFORE_MS" 'BEGIN { printf "%.1f", 0.2 * b }')
 row synth.np1 "synthetic 4096,1,4096 b1024 (cpu)" ms/step low "$(stat synth.np1 ms_per_step 1)" \
 	".npy" "$(vals npy.np1 ms_per_step | median)" ratio "$(printf '\t')" max "$st" "" "<=$st (0.2x ${SYNTH_BEFORE_MS})"
+row synth.unbound "  the same, mpirun --bind-to none" ms/step low "$(stat synth.np1.unbound ms_per_step 1)" \
+	".npy" "$(vals npy.np1.unbound ms_per_step | median)" ratio "$(printf '\t')" max "$st" "" "<=$st (0.2x ${SYNTH_BEFORE_MS})"
 row synth.wait "  its wait for data (first batch incl.)" ms/step low "$(stat synth.np1 rank_data_wait 1)" \
 	- "" - "$(printf '\t')" - "" "" ""
 row npy.wait "  the same from .npy files: data wait" ms/step low "$(stat npy.np1 rank_data_wait 1)" \

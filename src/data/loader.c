@@ -1,5 +1,8 @@
 /* loader.c - micro-batches made ahead by worker threads into a ring of host buffers. */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include <sched.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "core/clock.h"
 #include "data/loader.h"
@@ -106,6 +109,21 @@ static void stop_threads(struct loader *l)
 	l->sync_init = 0;
 }
 
+int loader_workers(int node_ranks)
+{
+	long online = sysconf(_SC_NPROCESSORS_ONLN);
+	int cpus = online > 0 ? (int)online : 2;
+#ifdef CPU_COUNT
+	cpu_set_t set;
+
+	if (sched_getaffinity(0, sizeof set, &set) == 0)
+		cpus = CPU_COUNT(&set);
+#endif
+	if (node_ranks > 1 && cpus >= online) /* not bound: the node's ranks share its CPUs */
+		cpus /= node_ranks;
+	return cpus - 1 < 1 ? 1 : cpus - 1 > LOADER_THREADS ? LOADER_THREADS : cpus - 1;
+}
+
 enum status loader_init(struct loader *l, const struct dataset *ds, const struct loader_config *cfg,
 			struct backend *be, struct diag *d)
 {
@@ -151,7 +169,9 @@ enum status loader_init(struct loader *l, const struct dataset *ds, const struct
 	}
 	l->sync_init = 1;
 	threads = cfg->threads > 0 ? cfg->threads
-		  : (size_t)batch * ((size_t)ds->in + (size_t)ds->out) >= LOADER_INLINE_VALUES ? LOADER_THREADS : 0;
+		  : (size_t)batch * ((size_t)ds->in + (size_t)ds->out) >= LOADER_INLINE_VALUES
+			  ? loader_workers(cfg->node_ranks)
+			  : 0;
 	if (threads > LOADER_THREADS)
 		threads = LOADER_THREADS;
 	for (; l->nthreads < threads && !l->on_device; l->nthreads++) {

@@ -22,7 +22,7 @@
 #include "core/status.h"
 
 #define LOADER_BUFFERS 3 /* the batch in use and two made ahead; at most BACKEND_MARKS */
-#define LOADER_THREADS 2 /* workers making batches */
+#define LOADER_THREADS 4 /* at most this many workers making batches */
 /* Below this many values (rows x (in + out)) a batch is made by the caller's thread, in
  * loader_prefetch: waking a worker would cost more than the batch (the ToyModel's 300). */
 #define LOADER_INLINE_VALUES (1 << 14)
@@ -100,8 +100,14 @@ struct loader_config {
 	long epochs;
 	loader_fill_fn *fill;  /* NULL: data_fill */
 	void *fill_arg;
-	int threads;           /* workers; 0: LOADER_THREADS, or none below LOADER_INLINE_VALUES */
+	int threads;           /* workers; 0: loader_workers(node_ranks), or none below LOADER_INLINE_VALUES */
+	int node_ranks;        /* processes on this node that may share its CPUs (0: 1) */
 };
+/* Workers by default: one per CPU this process may run on beyond the trainer's own thread
+ * (its affinity mask, shared among node_ranks processes when that mask is the whole node:
+ * ranks mpirun did not bind), at least 1 and at most LOADER_THREADS. mpirun binds each
+ * rank to one core where it starts two or fewer: there the one worker shares it. */
+int loader_workers(int node_ranks);
 enum status loader_init(struct loader *l, const struct dataset *ds, const struct loader_config *cfg,
 			struct backend *be, struct diag *d);
 /* Micro-batches per epoch of n samples under cfg (the loader's nmicro); 0: none. */

@@ -49,6 +49,7 @@ wide.dp2 samples/s dp
 toy.np2.trace us/step trace off
 wide.np2.trace samples/s trace off
 synth.np1 ms/step .npy
+synth.unbound ms/step .npy
 synth.wait ms/step -
 npy.wait ms/step -
 job.wall s MPI floor
@@ -57,9 +58,9 @@ job.wall.shm s MPI floor
 job.rss MiB MPI floor
 EOF
 # Issue 22's rows, where this ddptrain has --zero; else the line saying they were not run
-nrows=23
+nrows=24
 if "$DDPTRAIN" --help 2>&1 | grep -q -- --zero; then
-	nrows=36
+	nrows=37
 	check_rows <<'EOF'
 big.opt.np2.z1 MiB ddp
 big.state.np2.z1 MiB ddp
