@@ -1,4 +1,6 @@
 /* test_loader.c - the micro-batch stream: coverage, the short tail, resuming, prefetching. */
+#define _GNU_SOURCE /* sched_setaffinity */
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,6 +9,7 @@
 #include <pthread.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "data/data.h"
@@ -337,6 +340,31 @@ static void test_loader_makes_two_batches_ahead_and_counts_the_wait(void **state
 	pthread_mutex_destroy(&g.mu);
 }
 
+/* The default workers follow the CPUs this process may run on: the mask less the trainer's
+ * thread, 1 to LOADER_THREADS; an unbound mask is shared by the node's ranks; a rank bound
+ * to one CPU (as mpirun binds at np <= 2) gets one worker. */
+static void test_loader_workers_follow_the_affinity_mask(void **state)
+{
+	cpu_set_t all, one;
+	int cpus, first = -1;
+
+	assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+	cpus = CPU_COUNT(&all);
+	assert_int_equal(loader_workers(1),
+			 cpus - 1 < 1 ? 1 : cpus - 1 > LOADER_THREADS ? LOADER_THREADS : cpus - 1);
+	if (cpus >= sysconf(_SC_NPROCESSORS_ONLN)) /* unbound: 64 ranks share the node */
+		assert_int_equal(loader_workers(64), 1);
+	for (int c = 0; c < CPU_SETSIZE && first < 0; c++)
+		if (CPU_ISSET(c, &all))
+			first = c;
+	CPU_ZERO(&one);
+	CPU_SET(first, &one);
+	assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+	assert_int_equal(loader_workers(1), 1);
+	assert_int_equal(loader_workers(4), 1);
+	assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -348,6 +376,7 @@ int main(void)
 		cmocka_unit_test(test_loader_seek_resumes_with_the_same_batches),
 		cmocka_unit_test(test_loader_makes_two_batches_ahead_and_counts_the_wait),
 		cmocka_unit_test(test_loader_threads_make_the_same_batches),
+		cmocka_unit_test(test_loader_workers_follow_the_affinity_mask),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
