@@ -42,15 +42,22 @@ static inline enum half_type comm_wire_half(enum comm_wire w)
 #define COMM_LAST 1u /* nothing is left to overlap with: complete it by the fastest path */
 #define COMM_WIRE 2u /* it travels in the communicator's wire type (struct comm.wire) */
 
-/* Told when a collective has completed: the tag *tag held when it started (a
- * communicator may tell of it steps later: NCCL's reads its device's clock without
- * waiting), its order among the collectives started since the last wait (0: the first),
- * its length in floats, and when it started and when it completed, in seconds on
- * clock_now's clock. tag NULL: every tag is 0. */
+/* An observer's own marks, as they stood when a collective started (the communicator
+ * copies them then and gives them back with it). */
+struct comm_tag {
+	long step; /* the trainer's: its step, or -1 (validation) */
+	int item;  /* the trainer's: the bucket it carries, or -1 */
+};
+
+/* Told when a collective has completed: *tag as it was when it started (a communicator
+ * may tell of it steps later: NCCL's reads its device's clock without waiting), its
+ * order among the collectives started since the last wait (0: the first), its length in
+ * floats, and when it started and when it completed, in seconds on clock_now's clock.
+ * tag NULL: every tag is {0, -1}. */
 struct comm_observer {
-	void (*done)(void *arg, long tag, int index, size_t n, double t0, double t1);
+	void (*done)(void *arg, struct comm_tag tag, int index, size_t n, double t0, double t1);
 	void *arg;
-	const long *tag;
+	const struct comm_tag *tag;
 };
 
 struct comm_ops {

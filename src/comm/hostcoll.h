@@ -37,7 +37,7 @@ struct hostcoll_obs {
 	struct comm_observer to;       /* to.done NULL: nobody is told */
 	int started;                   /* all-reduces started since the step's wait */
 	double t0[COMM_MAX_INFLIGHT];  /* by order: when it was started (clock_now) */
-	long tag[COMM_MAX_INFLIGHT];   /* by order: the observer's tag then */
+	struct comm_tag tag[COMM_MAX_INFLIGHT]; /* by order: the observer's tag then */
 	size_t n[COMM_MAX_INFLIGHT];   /* by order: its length, floats */
 };
 

@@ -71,7 +71,7 @@ struct span_set {
 	double ref_host;      /* ref on clock_now's clock, once known (anchored) */
 	int anchored;
 	int recorded;         /* ref was recorded: the next set's time may come from it */
-	long tag[COMM_MAX_INFLIGHT]; /* the observer's tag when each started */
+	struct comm_tag tag[COMM_MAX_INFLIGHT]; /* the observer's tag when each started */
 	cudaEvent_t t0[COMM_MAX_INFLIGHT], t1[COMM_MAX_INFLIGHT];
 	size_t len[COMM_MAX_INFLIGHT];
 	int n;                /* spans recorded and not yet told */
@@ -91,6 +91,7 @@ struct nccl_ctx {
 	size_t mirror_n[COMM_MAX_INFLIGHT];
 	int timeout_s;
 	int failed;                   /* an error was seen: abort at teardown */
+	char why[512];                /* the observer's wait that failed, if one did */
 	struct comm_observer obs;     /* obs.done NULL: not observed */
 	struct span_set set[OBS_SETS]; /* observed steps' spans, in turn */
 	int cur;                      /* the set of the step being observed */
@@ -105,6 +106,100 @@ static void nccl_abort(struct nccl_ctx *c)
 	c->comm = NULL;
 }
 
+/* A CUDA call's result as a status; a failure is d's one line: the call, CUDA's message. */
+static enum status cuda_result(cudaError_t rc, const char *call, struct diag *d)
+{
+	if (rc == cudaSuccess)
+		return ST_OK;
+	return diag_set(d, ST_RUNTIME, "%s failed: %s", call, cudaGetErrorString(rc));
+}
+
+/* An NCCL call's result as a status (ncclInProgress is no failure: the work is queued);
+ * a failure is d's one line: the call, NCCL's message and its last error's text. */
+static enum status nccl_result(ncclResult_t r, const char *call, struct diag *d)
+{
+	if (r == ncclSuccess || r == ncclInProgress)
+		return ST_OK;
+	return diag_set(d, ST_RUNTIME, "%s failed: %s (%s)", call, ncclGetErrorString(r),
+			ncclGetLastError(NULL));
+}
+
+/* Check a CUDA or NCCL call, named in the message as written: ST_OK, or d set. (The
+ * first (call) only picks the helper by its result's type; it is not evaluated.) */
+#define CHECK(call, d) \
+	_Generic((call), cudaError_t: cuda_result, ncclResult_t: nccl_result)((call), #call, (d))
+
+/* hostwait's query: whether the communication stream is idle. */
+static int stream_query(void *arg, struct diag *d)
+{
+	struct nccl_ctx *c = arg;
+	cudaError_t q = cudaStreamQuery(c->stream);
+
+	if (q == cudaSuccess || q == cudaErrorNotReady)
+		return q == cudaSuccess;
+	cuda_result(q, "cudaStreamQuery(communication stream)", d); /* looked at first: named here */
+	return -1;
+}
+
+/* The backend's poll hook: an asynchronous error aborts the communicator and is the
+ * error of the wait that saw it. */
+static enum status nccl_poll(void *arg, struct diag *d)
+{
+	struct nccl_ctx *c = arg;
+	ncclResult_t async = ncclSuccess;
+
+	if (c->comm == NULL && c->why[0] != '\0')
+		return diag_set(d, ST_RUNTIME, "%s", c->why);
+	if (c->comm == NULL)
+		return c->failed ? diag_set(d, ST_RUNTIME, "NCCL communicator aborted after an error") : ST_OK;
+	if (ncclCommGetAsyncError(c->comm, &async) == ncclSuccess &&
+	    (async == ncclSuccess || async == ncclInProgress))
+		return ST_OK;
+	nccl_abort(c);
+	return nccl_result(async, "NCCL all-reduce (ncclCommGetAsyncError)", d);
+}
+
+/* Wait for the communication stream, watching NCCL's asynchronous errors and the clock;
+ * a wait that failed leaves the communicator aborted. */
+static enum status wait_stream(struct nccl_ctx *c, const char *what, struct diag *d)
+{
+	const struct hostwait w = {what, c->cu->device, stream_query, c, nccl_poll, c, c->timeout_s};
+	enum status st = hostwait(&w, d);
+
+	if (st != ST_OK)
+		nccl_abort(c);
+	return st;
+}
+
+/* hostwait's query of an observer's timing event. */
+static int event_query(void *arg, struct diag *d)
+{
+	cudaError_t q = cudaEventQuery((cudaEvent_t)arg);
+
+	if (q == cudaSuccess || q == cudaErrorNotReady)
+		return q == cudaSuccess;
+	cuda_result(q, "cudaEventQuery(all-reduce timing event)", d);
+	return -1;
+}
+
+/* Wait for an observer's event as the module's other waits do (the communicator polled,
+ * under the timeout); whether it completed. Never after an error (the peers may be gone);
+ * a failure aborts the communicator, and the next wait of the step names it (c->why). */
+static int wait_event(struct nccl_ctx *c, cudaEvent_t ev)
+{
+	struct diag d = {0};
+	const struct hostwait w = {"the all-reduce observer's timing event", c->cu->device, event_query, ev,
+				   nccl_poll, c, c->timeout_s};
+
+	if (c->failed || c->comm == NULL)
+		return 0;
+	if (hostwait(&w, &d) == ST_OK)
+		return 1;
+	snprintf(c->why, sizeof c->why, "%s", d.msg);
+	nccl_abort(c);
+	return 0;
+}
+
 /* Put set x's reference on the host's clock from the set recorded before it, whose
  * reference still stands (a set is recorded again only once the set after it has its
  * time: observe_step). block: wait for x's reference, else only if the device passed it.
@@ -116,7 +211,7 @@ static int set_anchor(struct nccl_ctx *c, struct span_set *x, int block)
 
 	if (x->anchored || !x->recorded)
 		return x->anchored;
-	if (!p->anchored || (block && cudaEventSynchronize(x->ref) != cudaSuccess) ||
+	if (!p->anchored || (block && !wait_event(c, x->ref)) ||
 	    cudaEventElapsedTime(&ms, p->ref, x->ref) != cudaSuccess) {
 		cudaGetLastError(); /* not ready yet is no error */
 		return 0;
@@ -132,7 +227,7 @@ static int report_set(struct nccl_ctx *c, struct span_set *x, int block)
 {
 	if (x->n == 0)
 		return 1;
-	if (!block && cudaEventQuery(x->t1[x->n - 1]) != cudaSuccess) {
+	if (block ? !wait_event(c, x->t1[x->n - 1]) : cudaEventQuery(x->t1[x->n - 1]) != cudaSuccess) {
 		cudaGetLastError();
 		return 0;
 	}
@@ -179,76 +274,19 @@ static void observe_step(struct nccl_ctx *c)
 	idle = cudaStreamQuery(c->stream);
 	if (idle != cudaSuccess) {
 		cudaGetLastError();
-		if (first) /* nothing to take the time from: the first reference waits */
-			idle = cudaStreamSynchronize(c->stream);
+		if (first && !c->failed) { /* nothing to take the time from: the first reference waits */
+			struct diag d = {0};
+
+			if (wait_stream(c, "the all-reduce observer's first reference", &d) == ST_OK)
+				idle = cudaSuccess;
+			else
+				snprintf(c->why, sizeof c->why, "%s", d.msg);
+		}
 	}
 	x->recorded = cudaEventRecord(x->ref, c->stream) == cudaSuccess;
 	x->anchored = x->recorded && idle == cudaSuccess;
 	x->ref_host = clock_now();
 	c->cur = (int)(x - c->set);
-}
-
-/* A CUDA call's result as a status; a failure is d's one line: the call, CUDA's message. */
-static enum status cuda_result(cudaError_t rc, const char *call, struct diag *d)
-{
-	if (rc == cudaSuccess)
-		return ST_OK;
-	return diag_set(d, ST_RUNTIME, "%s failed: %s", call, cudaGetErrorString(rc));
-}
-
-/* An NCCL call's result as a status (ncclInProgress is no failure: the work is queued);
- * a failure is d's one line: the call, NCCL's message and its last error's text. */
-static enum status nccl_result(ncclResult_t r, const char *call, struct diag *d)
-{
-	if (r == ncclSuccess || r == ncclInProgress)
-		return ST_OK;
-	return diag_set(d, ST_RUNTIME, "%s failed: %s (%s)", call, ncclGetErrorString(r),
-			ncclGetLastError(NULL));
-}
-
-/* Check a CUDA or NCCL call, named in the message as written: ST_OK, or d set. (The
- * first (call) only picks the helper by its result's type; it is not evaluated.) */
-#define CHECK(call, d) \
-	_Generic((call), cudaError_t: cuda_result, ncclResult_t: nccl_result)((call), #call, (d))
-
-/* hostwait's query: whether the communication stream is idle. */
-static int stream_query(void *arg, struct diag *d)
-{
-	struct nccl_ctx *c = arg;
-	cudaError_t q = cudaStreamQuery(c->stream);
-
-	if (q == cudaSuccess || q == cudaErrorNotReady)
-		return q == cudaSuccess;
-	cuda_result(q, "cudaStreamQuery(communication stream)", d); /* looked at first: named here */
-	return -1;
-}
-
-/* The backend's poll hook: an asynchronous error aborts the communicator and is the
- * error of the wait that saw it. */
-static enum status nccl_poll(void *arg, struct diag *d)
-{
-	struct nccl_ctx *c = arg;
-	ncclResult_t async = ncclSuccess;
-
-	if (c->comm == NULL)
-		return c->failed ? diag_set(d, ST_RUNTIME, "NCCL communicator aborted after an error") : ST_OK;
-	if (ncclCommGetAsyncError(c->comm, &async) == ncclSuccess &&
-	    (async == ncclSuccess || async == ncclInProgress))
-		return ST_OK;
-	nccl_abort(c);
-	return nccl_result(async, "NCCL all-reduce (ncclCommGetAsyncError)", d);
-}
-
-/* Wait for the communication stream, watching NCCL's asynchronous errors and the clock;
- * a wait that failed leaves the communicator aborted. */
-static enum status wait_stream(struct nccl_ctx *c, const char *what, struct diag *d)
-{
-	const struct hostwait w = {what, c->cu->device, stream_query, c, nccl_poll, c, c->timeout_s};
-	enum status st = hostwait(&w, d);
-
-	if (st != ST_OK)
-		nccl_abort(c);
-	return st;
 }
 
 /* The communication stream waits for the work queued on the compute stream so far. */
@@ -285,7 +323,7 @@ static enum status coll_begin(struct nccl_ctx *c, const char *kind, int *observe
 		snprintf(name, sizeof name, "%s bucket %d", kind, c->n);
 		nvtxRangePushA(name);
 		cudaEventRecord(c->set[c->cur].t0[c->n], c->stream);
-		c->set[c->cur].tag[c->n] = c->obs.tag != NULL ? *c->obs.tag : 0;
+		c->set[c->cur].tag[c->n] = c->obs.tag != NULL ? *c->obs.tag : (struct comm_tag){0, -1};
 	}
 	return ST_OK;
 }
@@ -551,7 +589,7 @@ static void nccl_observe(void *ctx, const struct comm_observer *obs)
 	cudaError_t rc = cudaSuccess;
 
 	if (c->obs.done != NULL)
-		report_sets(c, 1);
+		report_sets(c, 1); /* waits only while no error was seen (wait_event) */
 	c->obs.done = NULL;
 	for (int k = 0; k < OBS_SETS; k++)
 		c->set[k].recorded = c->set[k].anchored = 0;

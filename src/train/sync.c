@@ -36,7 +36,7 @@ static enum status hook_panel_done(void *arg, int l, int j)
 /* The communicator's observer: each collective, launch to completion, into the trace and,
  * where it carries a bucket of the plan (not streamed regions, panels or validation), into
  * that bucket's figures. */
-static void observe_done(void *arg, long tag, int index, size_t n, double t0, double t1)
+static void observe_done(void *arg, struct comm_tag tag, int index, size_t n, double t0, double t1)
 {
 	struct grad_sync *s = arg;
 	struct trace_buf *tb = s->prev_tb;
@@ -45,19 +45,18 @@ static void observe_done(void *arg, long tag, int index, size_t n, double t0, do
 	/* NCCL's observer tells of a step's spans in a later step (the step before's, if it
 	 * was traced: a traced step's results are read at once, so the device is past its
 	 * collectives when the next begins); validation's are traced where they are told */
-	if (tag == s->step_tag || tag < 0) {
+	if (tag.step == s->step_tag || tag.step < 0) {
 		trace_record(s->tb, TR_ALLREDUCE, index, TRACE_ASYNC, t0, t1, (double)n * sizeof(float));
-	} else if (tag == s->step_tag - 1 && tb != NULL) {
+	} else if (tag.step == s->step_tag - 1 && tb != NULL) {
 		const int32_t now = tb->step;
 
 		tb->step = s->prev_step;
 		trace_record(tb, TR_ALLREDUCE, index, TRACE_ASYNC, t0, t1, (double)n * sizeof(float));
 		tb->step = now;
 	}
-	if (s->stream || s->p->npaneled > 0 || tag < 0 || index < 0 || index >= COMM_MAX_INFLIGHT ||
-	    s->coll_bucket[index] < 0 || s->coll_bucket[index] >= s->nbuckets)
+	if (s->stream || s->p->npaneled > 0 || tag.step < 0 || tag.item < 0 || tag.item >= s->nbuckets)
 		return;
-	b = &s->res->buckets[s->coll_bucket[index]];
+	b = &s->res->buckets[tag.item];
 	b->count++;
 	b->sum_s += t1 - t0;
 	if (b->count == 1 || t1 - t0 < b->min_s)
@@ -101,12 +100,12 @@ void grad_sync_step(struct grad_sync *s, struct trace_buf *tb)
 	s->prev_step = s->step;
 	s->tb = tb;
 	s->step = tb != NULL ? tb->step : 0;
-	s->tag = ++s->step_tag;
+	s->tag = (struct comm_tag){++s->step_tag, -1};
 }
 
 void grad_sync_validating(struct grad_sync *s, int on)
 {
-	s->tag = on ? -1 : s->step_tag;
+	s->tag.step = on ? -1 : s->step_tag;
 }
 
 void grad_sync_free(struct grad_sync *s)
@@ -171,8 +170,5 @@ enum status sync_start_last(struct grad_sync *s, enum status (*start)(struct gra
 
 void sync_next_coll(struct grad_sync *s, int k)
 {
-	int i = comm_inflight(s->c);
-
-	if (i < COMM_MAX_INFLIGHT)
-		s->coll_bucket[i] = k;
+	s->tag.item = k;
 }

@@ -70,8 +70,9 @@ struct grad_sync {
 	struct trace_buf *tb;      /* this step's trace buffer, or NULL (grad_sync_step) */
 	struct trace_buf *prev_tb; /* the step before's, or NULL, and its step number: */
 	int32_t prev_step, step;   /* a communicator may report a step's spans in the next */
-	long tag;                  /* the observer's tag of collectives starting now: */
-	long step_tag;             /* this step's (grad_sync_step counts them), or -1 in validation */
+	struct comm_tag tag;       /* the observer's tag of a collective starting now: this step's
+				    * step_tag (or -1 in validation), the bucket it carries (or -1) */
+	long step_tag;             /* grad_sync_step counts the steps */
 	struct model_hooks hooks;  /* the strategy's hooks, for model_forward and model_backward */
 	int overlap;               /* the collectives start during backward (else after it) */
 	unsigned wire;             /* COMM_WIRE for the buckets with --grad-compress, else 0 */
@@ -79,9 +80,6 @@ struct grad_sync {
 	int nbuckets;              /* the buckets the report counts: the plan's, or streaming's */
 	const struct bucket *bucket;
 	double wait;               /* host time blocked completing collectives */
-	/* by order since the last wait: the bucket each collective carries, or -1 (an
-	 * all-gather, a panel, the clipping norm), so the observer's figures go to it */
-	int coll_bucket[COMM_MAX_INFLIGHT];
 	int accumulate;            /* this micro-batch adds to the gradients of the last */
 	int syncing;               /* this backward's collectives start as it goes */
 	int gathering;             /* ZeRO: parameter all-gathers may be in flight */

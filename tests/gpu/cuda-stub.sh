@@ -114,6 +114,18 @@ short=$(stub_waits 10 $W)
 long=$(stub_waits 30 $W)
 [ "$short" = "$long" ] || fail "host waits grow with the steps under the stub: 10 steps (eager, graphs): $short; 30 steps: $long"
 echo "no host wait in an ordinary step on the real module: $long host waits in 10 and in 30 steps (eager, graphs; 2 buckets and the clipping norm, observed)"
+# The same with the device behind the host (DDPT_STUB_LAG: a query of work the host does
+# not know is done answers "not ready" once): the observer tells each span a step or more
+# late, its time through the chain of references, and waits no more; every step's
+# all-reduce of each bucket reaches the bucket table: the bucket travels with the span
+# (struct comm_tag; found by the span's index among the collectives since the last wait,
+# a span told after the clipping norm's all-reduce had begun lost it: 28 of 30 counted).
+lag=$(DDPT_STUB_LAG=1 stub_waits 30 $W)
+[ "$lag" = "$long" ] || fail "host waits with the device behind: $lag in 30 steps, against $long"
+DDPT_STUB_LAG=1 DDPTRAIN_CUDA_GRAPHS=0 clean np=2 --samples=4000 --batch-size=20 --max-steps=30 $W
+counts=$(sed -n '/^# bucket  layers/,/^# step time/p' out | awk '$1 == "#" && $2 ~ /^[0-9]+$/ { print $5 }' | tr '\n' ' ')
+[ "$counts" = "30 30 " ] || fail "bucket all-reduces counted with the device behind: $counts, not 30 30: $(cat out)"
+echo "with the device behind the host: $lag host waits in 30 steps; each bucket's 30 all-reduces counted"
 
 # 2. Each rule, broken on purpose through the module's ABI: named (the stub's line or the
 #    module's error), exit status not 0. (Section 1's runs check the teardown of an

@@ -163,6 +163,28 @@ static void count_wait(int kind)
 	pthread_mutex_unlock(&S.mu);
 }
 
+/* DDPT_STUB_LAG (cuda_stub.h). */
+static int lag_on(void)
+{
+	const char *v = getenv("DDPT_STUB_LAG");
+
+	return v != NULL && *v != '\0' && strcmp(v, "0") != 0;
+}
+
+/* Under DDPT_STUB_LAG, whether a query of s's first seq operations (done on the stub),
+ * not asked before (asked 0), answers "not ready": the host does not know them done. */
+static int lagging(cudaStream_t s, unsigned seq, int asked)
+{
+	int lag;
+
+	if (!lag_on() || asked)
+		return 0;
+	pthread_mutex_lock(&S.mu);
+	lag = S.host.c[s->id] < seq;
+	pthread_mutex_unlock(&S.mu);
+	return lag;
+}
+
 void stub_rule(const char *fmt, ...)
 {
 	char msg[600];
@@ -1157,6 +1179,10 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
 	pthread_mutex_unlock(&S.mu);
 	if (!stub_done(s, vc.c[s->id]))
 		return cudaErrorNotReady;
+	if (lagging(s, vc.c[s->id], s->lag_asked == vc.c[s->id])) {
+		s->lag_asked = vc.c[s->id];
+		return cudaErrorNotReady;
+	}
 	host_learns(&vc);
 	return cudaSuccess;
 }
@@ -1207,6 +1233,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream)
 	e->recorded = 1;
 	e->stream = s;
 	e->cap = s->cap;
+	e->lag_asked = 0;
 	if (s->cap != NULL) {
 		e->cap_nodes = s->cap->n;
 	} else {
@@ -1278,6 +1305,10 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
 		return err;
 	if (!stub_done(e->stream, e->seq))
 		return cudaErrorNotReady;
+	if (lagging(e->stream, e->seq, e->lag_asked)) {
+		e->lag_asked = 1;
+		return cudaErrorNotReady;
+	}
 	host_learns(&e->vc);
 	return cudaSuccess;
 }
@@ -1312,6 +1343,8 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b)
 		return ret(cudaErrorInvalidResourceHandle);
 	}
 	if (!stub_done(a->stream, a->seq) || !stub_done(b->stream, b->seq))
+		return ret(cudaErrorNotReady);
+	if (lagging(a->stream, a->seq, 0) || lagging(b->stream, b->seq, 0))
 		return ret(cudaErrorNotReady);
 	*ms = (float)(1e3 * (b->t - a->t));
 	return cudaSuccess;

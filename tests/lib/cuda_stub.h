@@ -55,6 +55,13 @@
  * until its communicator is aborted (a dead peer);
  * DDPT_STUB_GPUS=N devices (default 2).
  *
+ * Lag, DDPT_STUB_LAG=1: the device runs behind the host, as a real one does. A query of
+ * work the host does not know is done (its vector clock: what it waited for or was told
+ * of, and all that came before that on any stream) -- a stream's newest operations, an
+ * event -- answers cudaErrorNotReady once, then cudaSuccess; cudaEventElapsedTime of an
+ * event the host does not know is done answers cudaErrorNotReady. (The work itself
+ * still runs when it is issued.) For code that asks before it waits.
+ *
  * Counts, DDPT_STUB_STATS=DIR: at exit each rank writes DIR/stats.RANK, host_waits (every
  * host wait for the device: a stream, event or device synchronisation, a blocking copy
  * or memset, a free) and the count of each kind.
@@ -92,6 +99,7 @@ struct CUstream_st {
 	struct stub_capture *cap;   /* the capture it takes part in, or NULL */
 	size_t cap_last;            /* nodes of cap when it last added one */
 	size_t cap_joined;          /* nodes of cap when the origin last waited on it */
+	unsigned lag_asked;         /* DDPT_STUB_LAG: the count a query last answered "not ready" for */
 };
 
 struct CUevent_st {
@@ -104,6 +112,7 @@ struct CUevent_st {
 	struct stub_capture *cap;   /* recorded inside this capture, or NULL */
 	size_t cap_nodes;           /* the capture's nodes then */
 	double t;                   /* host clock when recorded (the "GPU time") */
+	int lag_asked;              /* DDPT_STUB_LAG: a query answered "not ready" since recorded */
 };
 
 /* One place an operation reads or writes. */

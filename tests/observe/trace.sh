@@ -39,6 +39,13 @@ if [ -f "$STUB" ]; then
 	DDPTRAIN_CUDA_MODULE=$STUB run_mpi 1 "${NET[@]}" --max-steps=4 --device=cuda --backend=nccl \
 		--trace="$TMPD/nccl.json" >/dev/null || fail "--trace on the stub CUDA module failed"
 	$CHECK "$TMPD/nccl.json" ddp 1 4 3 1 4 any || fail "nccl trace: the spans' steps"
+	# The device behind the host (the stub's DDPT_STUB_LAG), eager at 2 ranks: spans
+	# told a step or more late, their times through the chain of reference events; the
+	# traced steps' spans still carry their own step.
+	DDPT_STUB_LAG=1 DDPTRAIN_CUDA_GRAPHS=0 DDPTRAIN_CUDA_MODULE=$STUB run_mpi 2 "${NET[@]}" --max-steps=8 \
+		--device=cuda --backend=nccl --trace="$TMPD/lag.json" --trace-steps=3:6 >/dev/null ||
+		fail "--trace on the stub CUDA module, the device behind, failed"
+	$CHECK "$TMPD/lag.json" ddp 2 4 3 3 6 any || fail "nccl trace, the device behind: the spans' steps"
 else
 	echo "trace: no $STUB (built with the CUDA toolkit): NCCL's late spans not checked"
 fi
