@@ -474,7 +474,11 @@ fi
 if [ -z "$torch_why" ]; then
 	torch_why=$("$PY" -c 'import sys, torch
 if not torch.cuda.is_available(): sys.exit("torch %s here, but torch.cuda.is_available() is False" % torch.__version__)' 2>&1 | tail -1)
-	[ -z "$torch_why" ] || case $torch_why in *"No module named"*) torch_why="no torch for $PY here and no .gpucheck/wheels" ;; esac
+	case $torch_why in
+	"" | *"is_available() is False"*) ;;
+	*"No module named"*) torch_why="no torch for $PY here and no .gpucheck/wheels" ;;
+	*) torch_why="torch does not import for $PY: $torch_why" ;; # a broken install, say
+	esac
 fi
 # Rank 0's median step in ms, from the --metrics summary (the first steps' set-up aside).
 p50() { sed -n 's/.*"step_p50_s":\([0-9.e+-]*\).*/\1/p' "$1" | awk 'NR == 1 { printf "%.6f", 1e3 * $1 }'; }
