@@ -472,6 +472,10 @@ static void report_ddp_ranks(struct report *r, const struct replica_stats *rep, 
 /* nccl-tests' figures for each bucket's all-reduce, as rank 0 saw them. */
 static void report_buckets(struct report *r, const struct report_summary *s)
 {
+	if (s->untimed != NULL) {
+		fprintf(r->out, "# all-reduce per bucket: not timed: %s\n", s->untimed);
+		return;
+	}
 	fprintf(r->out, "# all-reduce per bucket on rank 0 (launch to completion, mean over steps; busbw = algbw x 2(n-1)/n, n = %d)\n",
 		s->replicas);
 	fprintf(r->out, "#%7s %7s %12s %7s %10s %10s %11s %11s %11s\n", "bucket", "layers", "bytes",

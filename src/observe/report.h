@@ -171,6 +171,7 @@ struct report_summary {
 	const struct replica_stats *rep;
 	const double *rss_mib;  /* ddp only, one per rank */
 	int nbuckets;           /* ddp: rank 0's all-reduce figures per bucket */
+	const char *untimed;    /* ddp: why there are none, or NULL */
 	const struct bucket_stats *buckets;
 	const struct straggler_rank *strag; /* ddp: each rank's step-time percentiles, or NULL */
 };

@@ -100,6 +100,7 @@ enum status overview_summary(const struct overview *s, struct report_summary *su
 		sum->rss_mib = rss;
 		sum->strag = strag;
 		sum->nbuckets = res->nbuckets;
+		sum->untimed = res->untimed;
 		sum->buckets = res->buckets;
 	}
 	for (int i = 0; i < sum->replicas && s->w->rank == 0; i++)

@@ -132,6 +132,11 @@ enum status ddp_setup(struct ddp *t, const struct grad_plan *p)
 		t->res->buckets[k].hi = t->sync.bucket[k].hi;
 	}
 	t->res->nbuckets = t->sync.nbuckets;
+	/* what sync.c's observer leaves out of the bucket figures, the whole run long */
+	if (t->sync.stream)
+		t->res->untimed = "the gradients stream in regions of layers as backward makes them, not whole buckets";
+	else if (t->sync.p->cfg.zero == 2)
+		t->res->untimed = "--zero=2 reduce-scatters the gradients in parts of layers as backward makes them, not in these buckets";
 	/* Steps can be device graphs with a backend that records them and a communicator whose
 	 * collectives can be recorded (NCCL), for whole, single-micro-batch steps. */
 	t->graphs = ops->graph_begin != NULL && ops->graph_reset != NULL && t->c->ops->capturable &&

@@ -79,6 +79,7 @@ struct train_result {
 	struct replica_stats rep[TRAIN_MAX_REPLICAS];
 	int nbuckets;       /* ddp: gradient buckets, each all-reduced once per step */
 	struct bucket_stats buckets[MODEL_MAX_LAYERS];
+	const char *untimed; /* ddp: why no bucket's all-reduce is timed, or NULL (they are) */
 };
 
 /* What the caller asks of a training loop beyond the options: where to start (a resumed

@@ -33,6 +33,16 @@ awk '{ for (i = 4; i <= 10; i++) if ($i !~ /^[0-9]+(\.[0-9]+)?$/) { print "not a
 # The layers column counts from 1, as --freeze does: backward fills layers 4 and 3 first.
 [ "$(awk '{ printf "%s ", $3 }' "$TMPD/rows")" = "4-3 2-2 1-1 " ] ||
 	fail "the table's layers, want 4-3 2-2 1-1 (from 1, as --freeze counts): $(cat "$TMPD/rows")"
+# Where no bucket's all-reduce is timed, one line says why instead of a table of zeros:
+# --zero=2 reduce-scatters parts of layers; the ring streams regions of layers.
+for how in "--zero=2:--zero=2 reduce-scatters" "ring:stream in regions of layers"; do
+	case ${how%%:*} in
+	ring) DDPTRAIN_ALLREDUCE=ring run_mpi 2 --layers=32,160,4 --max-steps=3 --log-every=0 >"$TMPD/nt" ;;
+	*) run_mpi 2 --layers=32,160,4 --max-steps=3 --log-every=0 "${how%%:*}" >"$TMPD/nt" ;;
+	esac || fail "${how%%:*}: the run failed"
+	grep -q "^# all-reduce per bucket: not timed: .*${how#*:}" "$TMPD/nt" && ! grep -q '^# bucket  layers' "$TMPD/nt" ||
+		fail "${how%%:*}: want the line saying the buckets are not timed: $(grep -A3 'all-reduce per bucket' "$TMPD/nt")"
+done
 "$PY" - "$TMPD/m.jsonl" <<'PYEOF' || fail "metrics: allreduce_buckets or step_times wrong"
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
