@@ -611,6 +611,14 @@ static void nccl_observe(void *ctx, const struct comm_observer *obs)
 		c->obs = *obs;
 }
 
+/* Destroy the events made of ev[0..n) (the others are NULL). */
+static void destroy_events(cudaEvent_t *ev, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (ev[i] != NULL)
+			cudaEventDestroy(ev[i]);
+}
+
 static void nccl_fini(void *ctx)
 {
 	struct nccl_ctx *c = ctx;
@@ -618,16 +626,9 @@ static void nccl_fini(void *ctx)
 	if (c == NULL)
 		return;
 	for (int k = 0; k < OBS_SETS; k++) {
-		struct span_set *x = &c->set[k];
-
-		for (int i = 0; i < COMM_MAX_INFLIGHT; i++) {
-			if (x->t0[i] != NULL)
-				cudaEventDestroy(x->t0[i]);
-			if (x->t1[i] != NULL)
-				cudaEventDestroy(x->t1[i]);
-		}
-		if (x->ref != NULL)
-			cudaEventDestroy(x->ref);
+		destroy_events(c->set[k].t0, COMM_MAX_INFLIGHT);
+		destroy_events(c->set[k].t1, COMM_MAX_INFLIGHT);
+		destroy_events(&c->set[k].ref, 1);
 	}
 	if (c->cu != NULL) {
 		/* ncclCommDestroy waits until every graph holding one of its collectives is
@@ -649,16 +650,12 @@ static void nccl_fini(void *ctx)
 		cudaStreamSynchronize(c->stream);
 		ncclCommDestroy(c->comm);
 	}
-	for (int i = 0; i < COMM_MAX_INFLIGHT; i++) {
-		if (c->ready[i] != NULL)
-			cudaEventDestroy(c->ready[i]);
-		if (c->fin[i] != NULL)
-			cudaEventDestroy(c->fin[i]);
+	destroy_events(c->ready, COMM_MAX_INFLIGHT);
+	destroy_events(c->fin, COMM_MAX_INFLIGHT);
+	destroy_events(&c->done, 1);
+	for (int i = 0; i < COMM_MAX_INFLIGHT; i++)
 		if (c->mirror[i] != NULL)
 			cudaFree(c->mirror[i]);
-	}
-	if (c->done != NULL)
-		cudaEventDestroy(c->done);
 	if (c->stream != NULL)
 		cudaStreamDestroy(c->stream);
 	free(c);
