@@ -98,17 +98,7 @@ echo "training keeps every rule and equals the CPU within 1e-6 ($nsame runs): dd
 #     host_waits: every synchronisation, blocking copy or memset, free) no more than a
 #     short one. The observer read each step's timing events waiting for them, and for
 #     the communication stream: 2 waits per eager step.
-stub_waits() { # STEPS ARGS...: host waits of rank 0 in a run of STEPS steps, eager and with graphs
-	local n=$1 g w=
-	shift
-	for g in 0 1; do
-		rm -f stats.*
-		DDPT_STUB_STATS=$PWD DDPTRAIN_CUDA_GRAPHS=$g clean np=2 --samples=4000 --batch-size=20 \
-			--max-steps=$n --log-every=0 --quiet "$@"
-		w="$w $(awk '$1 == "host_waits" { print $2 }' stats.0)"
-	done
-	echo $w
-}
+stub_waits() { DDPT_STUB_STATS=$PWD host_waits "clean np=2" "$@"; } # STEPS ARGS...: eager, then graphs
 W="--layers=10,40,40,5 --bucket-mb=0.001 --clip-grad-norm=1"
 short=$(stub_waits 10 $W)
 long=$(stub_waits 30 $W)

@@ -45,16 +45,7 @@ echo "ddp with graphs at 1, 2, 4 ranks = CPU within 1e-6, clean teardown"
 #     long run waits (DDPT_FAKE_STATS's host_waits: every synchronisation, blocking copy
 #     and event wait) no more than a short one: the set-up, the last step and the end, each
 #     counted. Evaluation and checkpoint steps read at once: each costs its waits.
-waits() { # STEPS ARGS...: host waits of rank 0 in a run of STEPS steps, eager and with graphs
-	local n=$1 g w=
-	shift
-	for g in 0 1; do
-		rm -f stats.*
-		DDPTRAIN_CUDA_GRAPHS=$g clean_run 2 --samples=4000 --batch-size=20 --max-steps=$n --log-every=0 --quiet "$@"
-		w="$w $(awk '$1 == "host_waits" { print $2 }' stats.0)"
-	done
-	echo $w
-}
+waits() { host_waits "clean_run 2" "$@"; } # STEPS ARGS...: eager, then with graphs
 short=$(waits 20 --device=cuda)
 long=$(waits 60 --device=cuda)
 [ "$short" = "$long" ] || fail "host waits grow with the steps: 20 steps (eager, graphs): $short; 60 steps: $long"

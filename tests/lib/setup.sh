@@ -151,6 +151,21 @@ expect_clean() {
 		fail "gpurules $2 on $1 ranks: $(grep -v '^[- ]' out | head -3)"
 }
 
+# host_waits RUN STEPS ARGS...: rank 0's host waits (host_waits in stats.0 here, which the
+# fake GPU or the stub CUDA runtime writes at exit where its stats variable says) in a
+# 2-rank run of STEPS steps, eager and then with graphs; RUN runs the ranks, given the
+# ddptrain arguments (a word: "clean_run 2", "clean np=2").
+host_waits() {
+	local run=$1 n=$2 g w=
+	shift 2
+	for g in 0 1; do
+		rm -f stats.*
+		DDPTRAIN_CUDA_GRAPHS=$g $run --samples=4000 --batch-size=20 --max-steps="$n" --log-every=0 --quiet "$@"
+		w="$w $(awk '$1 == "host_waits" { print $2 }' stats.0)"
+	done
+	echo $w
+}
+
 # mpirun_bg ARGS...: mpirun in the background; $bg is mpirun's pid. started: training began.
 mpirun_bg() {
 	mpirun --oversubscribe "$@" >bg.out 2>bg.err &
