@@ -60,6 +60,12 @@ struct comm_observer {
 	const struct comm_tag *tag;
 };
 
+/* What a communicator copies when a collective starts: *o->tag, or {0, -1}. */
+static inline struct comm_tag comm_observer_tag(const struct comm_observer *o)
+{
+	return o->tag != NULL ? *o->tag : (struct comm_tag){0, -1};
+}
+
 struct comm_ops {
 	const char *name;
 	int capturable; /* its collectives can be recorded into a device graph (NCCL) */

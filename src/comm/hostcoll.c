@@ -49,7 +49,7 @@ int hostcoll_obs_start(struct hostcoll_obs *o, size_t n)
 		/* Only all-reduces started while somebody watches are told (t0 < 0: not). */
 		o->t0[k] = o->to.done != NULL ? clock_now() : -1.0;
 		o->n[k] = n;
-		o->tag[k] = o->to.tag != NULL ? *o->to.tag : (struct comm_tag){0, -1};
+		o->tag[k] = comm_observer_tag(&o->to);
 	}
 	return k;
 }

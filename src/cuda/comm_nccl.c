@@ -285,7 +285,8 @@ static void observe_step(struct nccl_ctx *c)
 	}
 	x->recorded = cudaEventRecord(x->ref, c->stream) == cudaSuccess;
 	x->anchored = x->recorded && idle == cudaSuccess;
-	x->ref_host = clock_now();
+	if (x->anchored) /* else set_anchor finds it through the set before */
+		x->ref_host = clock_now();
 	c->cur = (int)(x - c->set);
 }
 
@@ -323,7 +324,7 @@ static enum status coll_begin(struct nccl_ctx *c, const char *kind, int *observe
 		snprintf(name, sizeof name, "%s bucket %d", kind, c->n);
 		nvtxRangePushA(name);
 		cudaEventRecord(c->set[c->cur].t0[c->n], c->stream);
-		c->set[c->cur].tag[c->n] = c->obs.tag != NULL ? *c->obs.tag : (struct comm_tag){0, -1};
+		c->set[c->cur].tag[c->n] = comm_observer_tag(&c->obs);
 	}
 	return ST_OK;
 }
@@ -581,6 +582,25 @@ static enum status nccl_bcast(void *ctx, float *buf, size_t n, int root, struct 
 	return st == ST_OK ? wait_stream(c, "ncclBroadcast(weights)", d) : st;
 }
 
+/* Make the timing events of ev[0..n) not made yet (NULL), until one fails. */
+static cudaError_t create_events(cudaEvent_t *ev, int n)
+{
+	cudaError_t rc = cudaSuccess;
+
+	for (int i = 0; i < n && rc == cudaSuccess; i++)
+		if (ev[i] == NULL)
+			rc = cudaEventCreate(&ev[i]);
+	return rc;
+}
+
+/* Destroy the events made of ev[0..n) (the others are NULL). */
+static void destroy_events(cudaEvent_t *ev, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (ev[i] != NULL)
+			cudaEventDestroy(ev[i]);
+}
+
 /* comm_ops.observe: timing events are made on first use; an observer that leaves is
  * told what is left (waiting for it), and the next begins with a fresh reference. */
 static void nccl_observe(void *ctx, const struct comm_observer *obs)
@@ -596,27 +616,14 @@ static void nccl_observe(void *ctx, const struct comm_observer *obs)
 	if (obs == NULL)
 		return;
 	for (int k = 0; k < OBS_SETS && rc == cudaSuccess; k++) {
-		struct span_set *x = &c->set[k];
-
-		if (x->ref == NULL)
-			rc = cudaEventCreate(&x->ref);
-		for (int i = 0; i < COMM_MAX_INFLIGHT && rc == cudaSuccess; i++) {
-			if (x->t0[i] == NULL)
-				rc = cudaEventCreate(&x->t0[i]);
-			if (rc == cudaSuccess && x->t1[i] == NULL)
-				rc = cudaEventCreate(&x->t1[i]);
-		}
+		rc = create_events(&c->set[k].ref, 1);
+		if (rc == cudaSuccess)
+			rc = create_events(c->set[k].t0, COMM_MAX_INFLIGHT);
+		if (rc == cudaSuccess)
+			rc = create_events(c->set[k].t1, COMM_MAX_INFLIGHT);
 	}
 	if (rc == cudaSuccess) /* without its events the observer is simply not told */
 		c->obs = *obs;
-}
-
-/* Destroy the events made of ev[0..n) (the others are NULL). */
-static void destroy_events(cudaEvent_t *ev, int n)
-{
-	for (int i = 0; i < n; i++)
-		if (ev[i] != NULL)
-			cudaEventDestroy(ev[i]);
 }
 
 static void nccl_fini(void *ctx)
