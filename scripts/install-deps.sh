@@ -6,10 +6,11 @@ set -eu
 # Every command the tests and scripts call is either in Debian's Essential set or
 # comes with one of these (tests/cluster/commands.sh checks that): procps gives pgrep,
 # mount gives mount/umount, man-db gives man, git is what .ci/run clones with,
-# prometheus gives promtool (tests/observe/promtool.sh).
+# prometheus gives promtool (tests/observe/promtool.sh), strace counts the writes of a
+# line (tests/failures/hangs.sh).
 PKGS="build-essential autoconf automake libtool pkg-config \
 openmpi-bin libopenmpi-dev libopenblas-dev libjansson-dev libssl-dev libcmocka-dev \
-groff-base mandoc man-db python3 perl iproute2 util-linux mount procps git gnuplot-nox valgrind time shfmt \
+groff-base mandoc man-db python3 perl iproute2 util-linux mount procps git gnuplot-nox valgrind strace time shfmt \
 prometheus slurmctld slurmd slurm-client munge"
 
 if [ "$(id -u)" -ne 0 ]; then

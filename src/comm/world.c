@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <link.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,42 +59,77 @@ struct world_watch {
 #define WATCH_TICK 0.5
 #define WATCH_LATE 1.0
 
+/* Append to a line being built; the length stays within size - 1 (cut short, never
+ * past the end). */
+static size_t line_add(char *line, size_t n, size_t size, const char *fmt, ...)
+{
+	va_list ap;
+	int k;
+
+	if (n + 1 >= size)
+		return n;
+	va_start(ap, fmt);
+	k = vsnprintf(line + n, size - n, fmt, ap);
+	va_end(ap);
+	if (k < 0)
+		return n;
+	return (size_t)k < size - n ? n + (size_t)k : size - 1;
+}
+
 /* Say why this process gives up, remove its temporary files and end it. paused: the
  * seconds of the wait this process itself did not run (not counted in waited). */
 static void give_up(struct world_watch *x, const char *why, double waited, double paused)
 {
 	char own[128] = "";
+	char line[1024];
+	size_t n = 0;
 
 	int rank = atomic_load(&x->rank);
 	int between = !(atomic_load(&x->gen) & 1); /* stuck between two marks */
 	long step = between ? atomic_load(x->now_step) : atomic_load(&x->step);
 	const char *busy = atomic_load(&x->busy);
 
+	/* One line, one write: the ranks share mpirun's stderr, and a line written in
+	 * pieces comes out interleaved with the other ranks' lines. */
 	if (rank >= 0)
-		fprintf(stderr, "ddptrain: rank %d: ", rank);
+		n = line_add(line, n, sizeof line, "ddptrain: rank %d: ", rank);
 	else
-		fputs("ddptrain: ", stderr);
+		n = line_add(line, n, sizeof line, "ddptrain: ");
 	if (step > 0)
-		fprintf(stderr, "step %ld: ", step);
+		n = line_add(line, n, sizeof line, "step %ld: ", step);
 	if (paused > 0)
 		snprintf(own, sizeof own, " (and this rank itself was stopped or not scheduled for %.0f s more)",
 			 paused);
 	if (why == NULL && between)
-		fprintf(stderr, "the step did not end within --timeout=%g s%s: this rank has been computing (or writing) for %.0f s without reaching a collective, and the others wait for it; giving up\n",
-			x->timeout, own, waited);
+		n = line_add(line, n, sizeof line,
+			     "the step did not end within --timeout=%g s%s: this rank has been computing (or writing) for %.0f s without reaching a collective, and the others wait for it; giving up\n",
+			     x->timeout, own, waited);
 	else if (why == NULL && atomic_load(&x->failed) != NULL)
 		/* This rank failed first: its reason, not only the wait, is the news. */
-		fprintf(stderr, "%s (then %s did not complete within --timeout=%g s: the other ranks are stuck, probably waiting for this one; giving up)\n",
-			atomic_load(&x->failed), atomic_load(&x->what), x->timeout);
+		n = line_add(line, n, sizeof line,
+			     "%s (then %s did not complete within --timeout=%g s: the other ranks are stuck, probably waiting for this one; giving up)\n",
+			     atomic_load(&x->failed), atomic_load(&x->what), x->timeout);
 	else if (why == NULL)
-		fprintf(stderr, "%s did not complete within --timeout=%g s%s: %s; giving up\n",
-			busy ? busy : atomic_load(&x->what), x->timeout, own,
-			busy ? "that rank is stuck or its file system is too slow"
-			     : "another rank stalled or died");
+		n = line_add(line, n, sizeof line, "%s did not complete within --timeout=%g s%s: %s; giving up\n",
+			     busy ? busy : atomic_load(&x->what), x->timeout, own,
+			     busy ? "that rank is stuck or its file system is too slow"
+				  : "another rank stalled or died");
 	else
-		fprintf(stderr, "%s, but %s has waited %.0f s for another rank%s: stopping without a checkpoint\n",
-			why, atomic_load(&x->what), waited, own);
+		n = line_add(line, n, sizeof line,
+			     "%s, but %s has waited %.0f s for another rank%s: stopping without a checkpoint\n",
+			     why, atomic_load(&x->what), waited, own);
+	if (n > 0 && line[n - 1] != '\n') /* cut short: still one whole line */
+		line[n - 1] = '\n';
 	fflush(stderr);
+	for (size_t off = 0; off < n;) {
+		ssize_t k = write(STDERR_FILENO, line + off, n - off);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			break;
+		off += (size_t)k;
+	}
 	signals_tmp_cleanup();
 	_exit(1); /* MPI_Abort is not ours to call from this thread; mpirun ends the job */
 }

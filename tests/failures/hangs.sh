@@ -48,6 +48,9 @@ hang_ends() {
 	[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "exit $rc (124: hung): $*: $(head -3 ranks.err err)"
 	[ $((t1 - t0)) -le 20 ] || fail "took $((t1 - t0)) s: $*: $(head -3 ranks.err err)"
 	grep -q -- "$want" ranks.err || fail "no '$want' in: $(cat ranks.err err)"
+	# each rank's line is written whole: two ranks giving up at once must not interleave
+	# (CI once read "ddptrain: rank 1: ddptrain: rank 0: step 1: step 1: ...")
+	! grep -q 'ddptrain: .*ddptrain: ' ranks.err || fail "interleaved lines: $(cat ranks.err)"
 }
 P="env LD_PRELOAD=$SHIM"
 # 1. A rank that never starts MPI, one stalled in the first agreement, one stalled in MPI_Finalize.
@@ -67,6 +70,20 @@ hang_ends "rank 1: step 1: the step did not end within --timeout=3 s: this rank 
 	-np 1 "$E" "$DDPTRAIN" --timeout=3 --max-steps=5 --quiet : \
 	-np 1 "$E" $P DDPT_SHIM_STALL=first-sgemm "$DDPTRAIN" --timeout=3 --max-steps=5 --quiet
 echo "a rank stuck in its first product: ended at --timeout, step named"
+# The same line is one write(2): written in three pieces (rank, step, reason), the two
+# ranks' lines interleaved whenever both gave up in the same moment.
+if command -v strace >/dev/null && strace -f -qq -o /dev/null true 2>/dev/null; then
+	hang_ends "rank 1: step 1: the step did not end" \
+		-np 1 "$E" "$DDPTRAIN" --timeout=3 --max-steps=5 --quiet : \
+		-np 1 "$E" $P DDPT_SHIM_STALL=first-sgemm strace -f -qq -e trace=write -e signal=none \
+		-o "$TMPD/writes" "$DDPTRAIN" --timeout=3 --max-steps=5 --quiet
+	w=$(grep 'write(2, ' writes) || fail "no write to stderr traced: $(cat writes)"
+	[ "$(echo "$w" | wc -l)" = 1 ] && echo "$w" | grep -q '"ddptrain: rank 1: step 1: the st' ||
+		fail "the give-up line is not one write: $w"
+	echo "the give-up line: one write(2)"
+else
+	echo "(no strace, or ptrace not allowed here: the give-up line's single write not checked)"
+fi
 
 # 4. A graceful stop while rank 0 writes a slow checkpoint (each fsync takes 3 s): the
 #    others wait for it (before: the second rank gave up after 2 s, exit 1, a temporary left).
