@@ -442,7 +442,7 @@ extern "C" enum status cuda_init(void **out, const struct backend_config *cfg, s
 	if (c->err.st != ST_OK) {
 		enum status st = diag_set(d, c->err.st, "%s", c->err.msg);
 
-		free(c); /* the process is about to exit; device resources go with it */
+		cuda_fini(c); /* what was made before the failure (fini skips what was not) */
 		return st;
 	}
 	c->allocated = ws + CUDA_PARTIALS * sizeof(float);
@@ -462,13 +462,15 @@ extern "C" void cuda_fini(void *ctx)
 	for (int i = 0; i < BACKEND_GRAPHS; i++)
 		if (c->exec[i] != NULL)
 			cudaGraphExecDestroy(c->exec[i]);
-	cublasDestroy(c->blas);
+	if (c->blas != NULL)
+		cublasDestroy(c->blas);
 	cudaFree(c->b16);
 	cudaFree(c->f32);
 	cudaFree(c->partials);
 	cudaFree(c->blas_workspace);
 	cudaFree(c->synth_idx);
-	cudaEventDestroy(c->ev);
+	if (c->ev != NULL)
+		cudaEventDestroy(c->ev);
 	for (int i = 0; i < BACKEND_MARKS; i++)
 		if (c->host_ev[i] != NULL)
 			cudaEventDestroy(c->host_ev[i]);
@@ -480,7 +482,8 @@ extern "C" void cuda_fini(void *ctx)
 	free(c->tev);
 	if (c->tref != NULL)
 		cudaEventDestroy(c->tref);
-	cudaStreamDestroy(c->stream);
+	if (c->stream != NULL) /* NULL would name the legacy default stream */
+		cudaStreamDestroy(c->stream);
 	free(c);
 }
 

@@ -114,6 +114,8 @@ static struct {
 	long host_waits;              /* DDPT_STUB_STATS: the host's waits for the device, */
 	long waits_by[5];             /* and by kind (wait_kind's names) */
 	int stats_set;
+	struct stub_capture *captures; /* every capture, kept to the end: events recorded in one
+					* point at it (a list, so leak checkers see them held) */
 } S = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static __thread int tl_dev;                     /* cudaSetDevice */
@@ -1368,6 +1370,8 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMo
 	c->origin = s;
 	c->mode = mode;
 	pthread_mutex_lock(&S.mu);
+	c->kept = S.captures;
+	S.captures = c;
 	s->cap = c;
 	s->cap_last = s->cap_joined = 0;
 	pthread_mutex_unlock(&S.mu);

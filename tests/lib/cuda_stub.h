@@ -147,6 +147,7 @@ struct stub_capture {
 	cudaError_t why;
 	struct stub_node *node;
 	size_t n, cap;
+	struct stub_capture *kept; /* the next in the list of every capture (never freed) */
 };
 
 struct CUgraph_st {
