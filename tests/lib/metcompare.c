@@ -50,6 +50,12 @@ struct run {
 
 static int errors;
 
+static void run_free(struct run *r)
+{
+	free(r->step.v);
+	free(r->eval.v);
+}
+
 static void mismatch(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void mismatch(const char *fmt, ...)
 {
@@ -313,12 +319,17 @@ int main(int argc, char **argv)
 		nprog = compare_progress(progress, &ref, ref.step.n > 0 && ref.step.v[0].has_acc == 1, tol);
 	if (errors > MAX_ERRORS)
 		printf("metcompare: ... %d disagreements in all\n", errors);
-	if (errors)
+	if (errors) {
+		run_free(&got);
+		run_free(&ref);
 		return 1;
+	}
 	printf("metcompare: %zu steps (worst loss error %.3g), %zu evals (%.3g), summary", ref.step.n, wstep,
 	       ref.eval.n, weval);
 	if (nprog >= 0)
 		printf(", %ld progress lines", nprog);
 	printf(" agree within %.3g\n", tol);
+	run_free(&got);
+	run_free(&ref);
 	return 0;
 }

@@ -453,10 +453,12 @@ int main(int argc, char **argv)
 			fprintf(stderr, "opcheck: %s\n", d.msg);
 			return 1;
 		}
-		pair_free(&x);
-		pair_free(&w);
-		pair_free(&lab);
-		pair_free(&ce);
+		{
+			struct pair *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db, &t, &loss, &acts, &lab, &ce};
+
+			for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+				pair_free(all[i]);
+		}
 	}
 	check_large();
 	check_synth();
