@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <link.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,77 +58,51 @@ struct world_watch {
 #define WATCH_TICK 0.5
 #define WATCH_LATE 1.0
 
-/* Append to a line being built; the length stays within size - 1 (cut short, never
- * past the end). */
-static size_t line_add(char *line, size_t n, size_t size, const char *fmt, ...)
-{
-	va_list ap;
-	int k;
-
-	if (n + 1 >= size)
-		return n;
-	va_start(ap, fmt);
-	k = vsnprintf(line + n, size - n, fmt, ap);
-	va_end(ap);
-	if (k < 0)
-		return n;
-	return (size_t)k < size - n ? n + (size_t)k : size - 1;
-}
-
 /* Say why this process gives up, remove its temporary files and end it. paused: the
  * seconds of the wait this process itself did not run (not counted in waited). */
 static void give_up(struct world_watch *x, const char *why, double waited, double paused)
 {
-	char own[128] = "";
-	char line[1024];
-	size_t n = 0;
+	char own[128] = "", head[64], line[1024];
+	int n, k;
 
 	int rank = atomic_load(&x->rank);
 	int between = !(atomic_load(&x->gen) & 1); /* stuck between two marks */
 	long step = between ? atomic_load(x->now_step) : atomic_load(&x->step);
 	const char *busy = atomic_load(&x->busy);
 
-	/* One line, one write: the ranks share mpirun's stderr, and a line written in
-	 * pieces comes out interleaved with the other ranks' lines. */
-	if (rank >= 0)
-		n = line_add(line, n, sizeof line, "ddptrain: rank %d: ", rank);
-	else
-		n = line_add(line, n, sizeof line, "ddptrain: ");
+	k = rank >= 0 ? snprintf(head, sizeof head, "ddptrain: rank %d: ", rank)
+		      : snprintf(head, sizeof head, "ddptrain: ");
 	if (step > 0)
-		n = line_add(line, n, sizeof line, "step %ld: ", step);
+		snprintf(head + k, sizeof head - (size_t)k, "step %ld: ", step);
 	if (paused > 0)
 		snprintf(own, sizeof own, " (and this rank itself was stopped or not scheduled for %.0f s more)",
 			 paused);
 	if (why == NULL && between)
-		n = line_add(line, n, sizeof line,
-			     "the step did not end within --timeout=%g s%s: this rank has been computing (or writing) for %.0f s without reaching a collective, and the others wait for it; giving up\n",
-			     x->timeout, own, waited);
+		n = snprintf(line, sizeof line, "%sthe step did not end within --timeout=%g s%s: this rank has been computing (or writing) for %.0f s without reaching a collective, and the others wait for it; giving up\n",
+			     head, x->timeout, own, waited);
 	else if (why == NULL && atomic_load(&x->failed) != NULL)
 		/* This rank failed first: its reason, not only the wait, is the news. */
-		n = line_add(line, n, sizeof line,
-			     "%s (then %s did not complete within --timeout=%g s: the other ranks are stuck, probably waiting for this one; giving up)\n",
-			     atomic_load(&x->failed), atomic_load(&x->what), x->timeout);
+		n = snprintf(line, sizeof line, "%s%s (then %s did not complete within --timeout=%g s: the other ranks are stuck, probably waiting for this one; giving up)\n",
+			     head, atomic_load(&x->failed), atomic_load(&x->what), x->timeout);
 	else if (why == NULL)
-		n = line_add(line, n, sizeof line, "%s did not complete within --timeout=%g s%s: %s; giving up\n",
-			     busy ? busy : atomic_load(&x->what), x->timeout, own,
+		n = snprintf(line, sizeof line, "%s%s did not complete within --timeout=%g s%s: %s; giving up\n",
+			     head, busy ? busy : atomic_load(&x->what), x->timeout, own,
 			     busy ? "that rank is stuck or its file system is too slow"
 				  : "another rank stalled or died");
 	else
-		n = line_add(line, n, sizeof line,
-			     "%s, but %s has waited %.0f s for another rank%s: stopping without a checkpoint\n",
-			     why, atomic_load(&x->what), waited, own);
-	if (n > 0 && line[n - 1] != '\n') /* cut short: still one whole line */
+		n = snprintf(line, sizeof line, "%s%s, but %s has waited %.0f s for another rank%s: stopping without a checkpoint\n",
+			     head, why, atomic_load(&x->what), waited, own);
+	if (n < 0)
+		n = 0;
+	if ((size_t)n >= sizeof line) { /* cut short: still one whole line */
+		n = (int)sizeof line - 1;
 		line[n - 1] = '\n';
-	fflush(stderr);
-	for (size_t off = 0; off < n;) {
-		ssize_t k = write(STDERR_FILENO, line + off, n - off);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			break;
-		off += (size_t)k;
 	}
+	/* One line, one write: the ranks share mpirun's stderr, and a line written in
+	 * pieces comes out interleaved with the other ranks' lines. */
+	fflush(stderr);
+	while (write(STDERR_FILENO, line, (size_t)n) < 0 && errno == EINTR)
+		;
 	signals_tmp_cleanup();
 	_exit(1); /* MPI_Abort is not ours to call from this thread; mpirun ends the job */
 }
