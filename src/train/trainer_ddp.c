@@ -33,11 +33,10 @@ enum status trainer_ddp(const struct train_config *tc, const struct grad_plan *p
 	st = loader_init(&L, ds, &lcfg, m->be, d);
 	if (st == ST_OK)
 		loader_seek(&L, ctl->start_epoch, ctl->start_mb);
-	if (!world_all(w, st == ST_OK)) {
-		if (st != ST_OK)
-			return st; /* loader_init freed what it had made */
-		loader_free(&L); /* its sampler, buffers and workers: another rank failed */
-		return diag_set(d, ST_PEER, "another rank could not start training");
+	if (!world_all(w, st == ST_OK)) { /* this rank's loader too is freed (safe twice) */
+		if (st == ST_OK)
+			st = diag_set(d, ST_PEER, "another rank could not start training");
+		goto out_loader;
 	}
 	st = ddp_setup(&t, p);
 	if (st != ST_OK)
