@@ -163,20 +163,16 @@ free_port() {
 	"$TORCH_PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-# run_ddp OUT NP ARGS...: ddptrain on NP ranks
+# run_ddp OUT NP ARGS...: ddptrain on NP ranks (BIND: more mpirun flags)
 run_ddp() {
 	local out=$1 np=$2
 	shift 2
-	$MPIRUN $(np_flags "$np") -np "$np" "$DDPTRAIN" --log-every=0 "$@" >"$out" 2>"$out.err"
+	$MPIRUN $(np_flags "$np") ${BIND:-} -np "$np" "$DDPTRAIN" --log-every=0 "$@" >"$out" 2>"$out.err"
 }
 
 # run_ddp_unbound OUT NP ARGS...: run_ddp with mpirun's binding off, so the loader's
 # threads have the machine's other cores (mpirun binds a rank to one core at np <= 2)
-run_ddp_unbound() {
-	local out=$1 np=$2
-	shift 2
-	$MPIRUN $(np_flags "$np") --bind-to none -np "$np" "$DDPTRAIN" --log-every=0 "$@" >"$out" 2>"$out.err"
-}
+run_ddp_unbound() { BIND="--bind-to none" run_ddp "$@"; }
 
 # run_dp OUT G ARGS...: ddptrain --mode=dp with G replicas
 run_dp() {
