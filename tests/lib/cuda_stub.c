@@ -88,6 +88,9 @@ struct pending {
 	uint64_t sum;
 };
 
+/* The kinds of host waits DDPT_STUB_STATS counts (wait_name names them). */
+enum wait_kind { WAIT_STREAM, WAIT_EVENT, WAIT_DEVICE, WAIT_COPY, WAIT_FREE, WAIT_KINDS };
+
 static struct {
 	pthread_mutex_t mu;
 	cudaStream_t stream[STUB_STREAMS];
@@ -112,7 +115,7 @@ static struct {
 	char said[32][200];           /* rules already printed (each once), their start */
 	int nsaid, exit_fail, atexit_set;
 	long host_waits;              /* DDPT_STUB_STATS: the host's waits for the device, */
-	long waits_by[5];             /* and by kind (wait_kind's names) */
+	long waits_by[WAIT_KINDS];    /* and by kind (wait_name) */
 	int stats_set;
 	struct stub_capture *captures; /* every capture, kept to the end: events recorded in one
 					* point at it (a list, so leak checkers see them held) */
@@ -134,8 +137,9 @@ static void at_exit(void)
 /* The host waits for the device, as DDPT_STUB_STATS=DIR counts them into DIR/stats.RANK
  * at exit: each synchronisation (stream, event, device), each blocking copy or memset
  * (the legacy stream's), each free (CUDA's frees wait for the device). */
-static const char *const wait_kind[] = {"cudaStreamSynchronize", "cudaEventSynchronize",
-					"cudaDeviceSynchronize", "cudaMemcpy/cudaMemset", "cudaFree/cudaFreeHost"};
+static const char *const wait_name[WAIT_KINDS] = {"cudaStreamSynchronize", "cudaEventSynchronize",
+						  "cudaDeviceSynchronize", "cudaMemcpy/cudaMemset",
+						  "cudaFree/cudaFreeHost"};
 
 static void write_stats(void)
 {
@@ -148,12 +152,12 @@ static void write_stats(void)
 	if (f == NULL)
 		return;
 	fprintf(f, "host_waits %ld\n", S.host_waits);
-	for (int i = 0; i < 5; i++)
-		fprintf(f, "%s %ld\n", wait_kind[i], S.waits_by[i]);
+	for (int i = 0; i < WAIT_KINDS; i++)
+		fprintf(f, "%s %ld\n", wait_name[i], S.waits_by[i]);
 	fclose(f);
 }
 
-static void count_wait(int kind)
+static void count_wait(enum wait_kind kind)
 {
 	pthread_mutex_lock(&S.mu);
 	S.host_waits++;
@@ -813,7 +817,7 @@ cudaError_t cudaDeviceSynchronize(void)
 	STICKY();
 	if (e != cudaSuccess)
 		return e;
-	count_wait(2);
+	count_wait(WAIT_DEVICE);
 	sync_device(tl_dev);
 	return cudaSuccess;
 }
@@ -915,7 +919,7 @@ cudaError_t cudaFree(void *p)
 	e = stub_unsafe("cudaFree", cudaErrorStreamCaptureUnsupported);
 	if (e != cudaSuccess)
 		return e;
-	count_wait(4);
+	count_wait(WAIT_FREE);
 	return free_block(p, 0, "cudaFree");
 }
 
@@ -949,7 +953,7 @@ cudaError_t cudaFreeHost(void *p)
 	e = stub_unsafe("cudaFreeHost", cudaErrorStreamCaptureUnsupported);
 	if (e != cudaSuccess)
 		return e;
-	count_wait(4);
+	count_wait(WAIT_FREE);
 	return free_block(p, 1, "cudaFreeHost");
 }
 
@@ -1023,7 +1027,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpy
 		return e;
 	e = cudaMemcpyAsync(dst, src, bytes, kind, NULL);
 	if (e == cudaSuccess) {
-		count_wait(3);
+		count_wait(WAIT_COPY);
 		sync_stream(stub_stream(NULL));
 	}
 	return e;
@@ -1069,7 +1073,7 @@ cudaError_t cudaMemset(void *p, int v, size_t bytes)
 
 	if (e != cudaSuccess)
 		return e;
-	count_wait(3); /* on the legacy stream, which the next operation anywhere waits for */
+	count_wait(WAIT_COPY); /* on the legacy stream, which the next operation anywhere waits for */
 	return cudaMemsetAsync(p, v, bytes, NULL);
 }
 
@@ -1161,7 +1165,7 @@ cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 		e = capturing_stream(s, "cudaStreamSynchronize");
 	if (e != cudaSuccess)
 		return e;
-	count_wait(0);
+	count_wait(WAIT_STREAM);
 	sync_stream(s);
 	return cudaSuccess;
 }
@@ -1329,7 +1333,7 @@ cudaError_t cudaEventSynchronize(cudaEvent_t e)
 		err = stub_unsafe("cudaEventSynchronize", cudaErrorStreamCaptureUnsupported);
 	if (err != cudaSuccess || e->cap != NULL)
 		return err;
-	count_wait(1);
+	count_wait(WAIT_EVENT);
 	block_until_done(e->stream, e->seq);
 	host_learns(&e->vc);
 	return cudaSuccess;
