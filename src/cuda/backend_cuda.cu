@@ -471,12 +471,8 @@ extern "C" void cuda_fini(void *ctx)
 	cudaFree(c->synth_idx);
 	if (c->ev != NULL)
 		cudaEventDestroy(c->ev);
-	for (int i = 0; i < BACKEND_MARKS; i++)
-		if (c->host_ev[i] != NULL)
-			cudaEventDestroy(c->host_ev[i]);
-	for (int i = 0; i < BACKEND_TIMERS; i++)
-		if (c->timer[i] != NULL)
-			cudaEventDestroy(c->timer[i]);
+	cuda_events_destroy(c->host_ev, BACKEND_MARKS);
+	cuda_events_destroy(c->timer, BACKEND_TIMERS);
 	for (int i = 0; i < c->tcap; i++)
 		cudaEventDestroy(c->tev[i]);
 	free(c->tev);

@@ -32,20 +32,10 @@
  * aborts the communicator (ncclCommAbort) rather than destroying it, which
  * could wait for peers that will never come.
  *
- * Observed (comm_ops.observe: --trace and the bandwidth table), each
- * collective is bracketed by two timing events on the communication stream
- * and an NVTX range, into the span set of its group (the collectives between
- * two waits: one of OBS_SETS, in turn).
- * Their times are read without waiting: at the start of each observed group,
- * every set whose last event the device has passed is told (oldest first),
- * each collective with the observer's tag from when it started; the rest wait
- * for a later step, or for the observer to leave. A set's times are relative
- * to a reference event recorded before its first collective, put on the
- * host's clock when it was recorded on an idle stream, else through the set
- * before it (its reference plus the time between the two events). The host
- * waits only when it runs OBS_SETS groups ahead of the device (it reads a
- * step's results one step late: two steps hold at most six), and once for the
- * first reference. Steps captured into a CUDA graph are not observed.
+ * Observed (comm_ops.observe: --trace and the bandwidth table), each collective
+ * is timed by the span observer (collspan.c), which reads its device events without
+ * waiting; it waits, rarely, through this file's waits. Steps captured into a CUDA
+ * graph are not observed.
  */
 #include <nccl.h>
 #include <stdint.h>
@@ -53,29 +43,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <nvtx3/nvToolsExt.h>
 
 #include "core/clock.h"
 #include "comm/comm.h"
 #include "cuda_ctx.h"
+#include "cuda/collspan.h"  /* the observer of the collectives' spans */
 #include "cuda_module.h" /* nccl_unique_id, nccl_comm_init as module.c sees them */
 #include "cuda/hostwait.h" /* hostwait: the broadcast's wait */
 #include "cuda/wire.h"     /* wire_narrow, wire_widen: the 16-bit wire's conversions */
 #include "backend/gpu.h"
-
-/* The observer's spans of one step's collectives between two waits (a step has one to
- * three such groups: buckets, the clipping norm, ZeRO's all-gathers), until they are told. */
-#define OBS_SETS 8
-struct span_set {
-	cudaEvent_t ref;      /* on the communication stream before the first span */
-	double ref_host;      /* ref on clock_now's clock, once known (anchored) */
-	int anchored;
-	int recorded;         /* ref was recorded: the next set's time may come from it */
-	struct comm_tag tag[COMM_MAX_INFLIGHT]; /* the observer's tag when each started */
-	cudaEvent_t t0[COMM_MAX_INFLIGHT], t1[COMM_MAX_INFLIGHT];
-	size_t len[COMM_MAX_INFLIGHT];
-	int n;                /* spans recorded and not yet told */
-};
 
 struct nccl_ctx {
 	ncclComm_t comm;
@@ -92,9 +68,7 @@ struct nccl_ctx {
 	int timeout_s;
 	int failed;                   /* an error was seen: abort at teardown */
 	char why[512];                /* the observer's wait that failed, if one did */
-	struct comm_observer obs;     /* obs.done NULL: not observed */
-	struct span_set set[OBS_SETS]; /* observed steps' spans, in turn */
-	int cur;                      /* the set of the step being observed */
+	struct collspan obs;          /* obs.to.done NULL: not observed */
 };
 
 /* Abort the communicator: kernels waiting for a dead peer return, nothing waits. */
@@ -185,8 +159,9 @@ static int event_query(void *arg, struct diag *d)
 /* Wait for an observer's event as the module's other waits do (the communicator polled,
  * under the timeout); whether it completed. Never after an error (the peers may be gone);
  * a failure aborts the communicator, and the next wait of the step names it (c->why). */
-static int wait_event(struct nccl_ctx *c, cudaEvent_t ev)
+static int wait_event(void *arg, cudaEvent_t ev)
 {
+	struct nccl_ctx *c = arg;
 	struct diag d = {0};
 	const struct hostwait w = {"the all-reduce observer's timing event", c->cu->device, event_query, ev,
 				   nccl_poll, c, c->timeout_s};
@@ -200,94 +175,20 @@ static int wait_event(struct nccl_ctx *c, cudaEvent_t ev)
 	return 0;
 }
 
-/* Put set x's reference on the host's clock from the set recorded before it, whose
- * reference still stands (a set is recorded again only once the set after it has its
- * time: observe_step). block: wait for x's reference, else only if the device passed it.
- * Returns whether x's time is known. */
-static int set_anchor(struct nccl_ctx *c, struct span_set *x, int block)
+/* Wait for the communication stream to be idle, for the observer's first reference
+ * (collspan_waits.stream): never after an error; a failure is named by the next wait of
+ * the step (c->why). */
+static int wait_first_ref(void *arg)
 {
-	const struct span_set *p = &c->set[(x - c->set + OBS_SETS - 1) % OBS_SETS];
-	float ms = 0.0f;
+	struct nccl_ctx *c = arg;
+	struct diag d = {0};
 
-	if (x->anchored || !x->recorded)
-		return x->anchored;
-	if (!p->anchored || (block && !wait_event(c, x->ref)) ||
-	    cudaEventElapsedTime(&ms, p->ref, x->ref) != cudaSuccess) {
-		cudaGetLastError(); /* not ready yet is no error */
+	if (c->failed)
 		return 0;
-	}
-	x->ref_host = p->ref_host + 1e-3 * ms;
-	x->anchored = 1;
-	return 1;
-}
-
-/* Tell the observer of set x's spans, once the device is past them: at once, or, block,
- * after waiting for them. Returns whether none is left. */
-static int report_set(struct nccl_ctx *c, struct span_set *x, int block)
-{
-	if (x->n == 0)
+	if (wait_stream(c, "the all-reduce observer's first reference", &d) == ST_OK)
 		return 1;
-	if (block ? !wait_event(c, x->t1[x->n - 1]) : cudaEventQuery(x->t1[x->n - 1]) != cudaSuccess) {
-		cudaGetLastError();
-		return 0;
-	}
-	if (!set_anchor(c, x, block))
-		return 0;
-	for (int i = 0; i < x->n; i++) {
-		float a = 0.0f, b = 0.0f;
-
-		if (cudaEventElapsedTime(&a, x->ref, x->t0[i]) != cudaSuccess ||
-		    cudaEventElapsedTime(&b, x->ref, x->t1[i]) != cudaSuccess) {
-			cudaGetLastError();
-			continue;
-		}
-		c->obs.done(c->obs.arg, x->tag[i], i, x->len[i], x->ref_host + 1e-3 * a,
-			    x->ref_host + 1e-3 * b);
-	}
-	x->n = 0;
-	return 1;
-}
-
-/* Tell the observer of every set, oldest first, as far as the device has passed them
- * (block: waiting for all of them). */
-static void report_sets(struct nccl_ctx *c, int block)
-{
-	for (int k = 1; k <= OBS_SETS; k++)
-		if (!report_set(c, &c->set[(c->cur + k) % OBS_SETS], block))
-			return;
-}
-
-/* Before an observed group's first collective: tell what the device has done, and begin
- * the next set with its reference. */
-static void observe_step(struct nccl_ctx *c)
-{
-	struct span_set *x = &c->set[(c->cur + 1) % OBS_SETS];
-	struct span_set *after = &c->set[(c->cur + 2) % OBS_SETS]; /* its time comes from x's */
-	cudaError_t idle;
-	int first = 1;
-
-	report_sets(c, 0);
-	report_set(c, x, 1); /* the host is OBS_SETS groups ahead of the device: wait */
-	set_anchor(c, after, 1);
-	for (int k = 0; k < OBS_SETS; k++)
-		first &= !c->set[k].recorded;
-	idle = cudaStreamQuery(c->stream);
-	if (idle != cudaSuccess) {
-		cudaGetLastError();
-		if (first && !c->failed) { /* nothing to take the time from: the first reference waits */
-			struct diag d = {0};
-
-			if (wait_stream(c, "the all-reduce observer's first reference", &d) == ST_OK)
-				idle = cudaSuccess;
-			else
-				snprintf(c->why, sizeof c->why, "%s", d.msg);
-		}
-	}
-	x->recorded = cudaEventRecord(x->ref, c->stream) == cudaSuccess;
-	x->anchored = x->recorded && idle == cudaSuccess;
-	if (x->anchored) /* else set_anchor finds it through the set before */
-		x->ref_host = clock_now();
-	c->cur = (int)(x - c->set);
+	snprintf(c->why, sizeof c->why, "%s", d.msg);
+	return 0;
 }
 
 /* The communication stream waits for the work queued on the compute stream so far. */
@@ -310,22 +211,14 @@ static enum status coll_begin(struct nccl_ctx *c, const char *kind, int *observe
 		st = after_compute(c, c->ready[c->n], d);
 	if (st != ST_OK)
 		return st;
-	if (c->obs.done != NULL) {
+	if (c->obs.to.done != NULL) {
 		enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
 
 		cudaStreamIsCapturing(c->cu->stream, &cap);
 		*observed = cap == cudaStreamCaptureStatusNone;
 	}
-	if (*observed) {
-		char name[48];
-
-		if (c->n == 0)
-			observe_step(c);
-		snprintf(name, sizeof name, "%s bucket %d", kind, c->n);
-		nvtxRangePushA(name);
-		cudaEventRecord(c->set[c->cur].t0[c->n], c->stream);
-		c->set[c->cur].tag[c->n] = comm_observer_tag(&c->obs);
-	}
+	if (*observed)
+		collspan_begin(&c->obs, c->n, kind);
 	return ST_OK;
 }
 
@@ -334,14 +227,8 @@ static enum status coll_begin(struct nccl_ctx *c, const char *kind, int *observe
 static enum status coll_end(struct nccl_ctx *c, size_t n, int observed, enum status st,
 			    struct diag *d)
 {
-	if (observed) {
-		struct span_set *x = &c->set[c->cur];
-
-		cudaEventRecord(x->t1[c->n], c->stream);
-		nvtxRangePop();
-		x->len[c->n] = n;
-		x->n = c->n + 1;
-	}
+	if (observed)
+		collspan_end(&c->obs, c->n, n);
 	if (st != ST_OK)
 		return st;
 	st = CHECK(cudaEventRecord(c->fin[c->n], c->stream), d);
@@ -582,48 +469,10 @@ static enum status nccl_bcast(void *ctx, float *buf, size_t n, int root, struct 
 	return st == ST_OK ? wait_stream(c, "ncclBroadcast(weights)", d) : st;
 }
 
-/* Make the timing events of ev[0..n) not made yet (NULL), until one fails. */
-static cudaError_t create_events(cudaEvent_t *ev, int n)
-{
-	cudaError_t rc = cudaSuccess;
-
-	for (int i = 0; i < n && rc == cudaSuccess; i++)
-		if (ev[i] == NULL)
-			rc = cudaEventCreate(&ev[i]);
-	return rc;
-}
-
-/* Destroy the events made of ev[0..n) (the others are NULL). */
-static void destroy_events(cudaEvent_t *ev, int n)
-{
-	for (int i = 0; i < n; i++)
-		if (ev[i] != NULL)
-			cudaEventDestroy(ev[i]);
-}
-
-/* comm_ops.observe: timing events are made on first use; an observer that leaves is
- * told what is left (waiting for it), and the next begins with a fresh reference. */
+/* comm_ops.observe */
 static void nccl_observe(void *ctx, const struct comm_observer *obs)
 {
-	struct nccl_ctx *c = ctx;
-	cudaError_t rc = cudaSuccess;
-
-	if (c->obs.done != NULL)
-		report_sets(c, 1); /* waits only while no error was seen (wait_event) */
-	c->obs.done = NULL;
-	for (int k = 0; k < OBS_SETS; k++)
-		c->set[k].recorded = c->set[k].anchored = 0;
-	if (obs == NULL)
-		return;
-	for (int k = 0; k < OBS_SETS && rc == cudaSuccess; k++) {
-		rc = create_events(&c->set[k].ref, 1);
-		if (rc == cudaSuccess)
-			rc = create_events(c->set[k].t0, COMM_MAX_INFLIGHT);
-		if (rc == cudaSuccess)
-			rc = create_events(c->set[k].t1, COMM_MAX_INFLIGHT);
-	}
-	if (rc == cudaSuccess) /* without its events the observer is simply not told */
-		c->obs = *obs;
+	collspan_observe(&((struct nccl_ctx *)ctx)->obs, obs);
 }
 
 static void nccl_fini(void *ctx)
@@ -632,11 +481,7 @@ static void nccl_fini(void *ctx)
 
 	if (c == NULL)
 		return;
-	for (int k = 0; k < OBS_SETS; k++) {
-		destroy_events(c->set[k].t0, COMM_MAX_INFLIGHT);
-		destroy_events(c->set[k].t1, COMM_MAX_INFLIGHT);
-		destroy_events(&c->set[k].ref, 1);
-	}
+	collspan_free(&c->obs);
 	if (c->cu != NULL) {
 		/* ncclCommDestroy waits until every graph holding one of its collectives is
 		 * destroyed: they go first (the trainer normally did this already). */
@@ -657,9 +502,9 @@ static void nccl_fini(void *ctx)
 		cudaStreamSynchronize(c->stream);
 		ncclCommDestroy(c->comm);
 	}
-	destroy_events(c->ready, COMM_MAX_INFLIGHT);
-	destroy_events(c->fin, COMM_MAX_INFLIGHT);
-	destroy_events(&c->done, 1);
+	cuda_events_destroy(c->ready, COMM_MAX_INFLIGHT);
+	cuda_events_destroy(c->fin, COMM_MAX_INFLIGHT);
+	cuda_events_destroy(&c->done, 1);
 	for (int i = 0; i < COMM_MAX_INFLIGHT; i++)
 		if (c->mirror[i] != NULL)
 			cudaFree(c->mirror[i]);
@@ -721,6 +566,8 @@ enum status nccl_comm_init(struct comm *out, struct backend *be,
 		st = CHECK(cudaSetDevice(((struct cuda_ctx *)be->ctx)->device), d);
 		if (st == ST_OK)
 			st = CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), d);
+		if (st == ST_OK)
+			collspan_init(&c->obs, c->stream, &(struct collspan_waits){wait_event, wait_first_ref, c});
 		for (int i = 0; i < COMM_MAX_INFLIGHT && st == ST_OK; i++) {
 			st = CHECK(cudaEventCreateWithFlags(&c->ready[i], cudaEventDisableTiming), d);
 			if (st == ST_OK)

@@ -22,6 +22,25 @@ static inline int cuda_blocks(size_t n)
 	return (int)(b < 4096 ? (b ? b : 1) : 4096);
 }
 
+/* Make the events of ev[0..n) not made yet (NULL), until one fails. */
+static inline cudaError_t cuda_events_create(cudaEvent_t *ev, int n)
+{
+	cudaError_t rc = cudaSuccess;
+
+	for (int i = 0; i < n && rc == cudaSuccess; i++)
+		if (ev[i] == NULL)
+			rc = cudaEventCreate(&ev[i]);
+	return rc;
+}
+
+/* Destroy the events made of ev[0..n) (the others are NULL). */
+static inline void cuda_events_destroy(cudaEvent_t *ev, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (ev[i] != NULL)
+			cudaEventDestroy(ev[i]);
+}
+
 struct cuda_ctx {
 	int device;
 	cudaStream_t stream;          /* all compute, in order */
