@@ -158,7 +158,8 @@ mpirun --oversubscribe -np 2 -x LD_PRELOAD="$FAULTSHIM" -x DDPT_SHIM_SLOW_FSYNC=
 	--checkpoint-every=1 --checkpoint="$J/c.st" --quiet >"$J/a.out" 2>"$J/a.err" &
 a=$!
 for _ in $(seq 1 300); do ls "$J"/c.st.tmp.* >/dev/null 2>&1 && break; sleep 0.1; done
-inflight=$(ls "$J"/c.st.tmp.* 2>/dev/null) || fail "the first job wrote no checkpoint: $(cat "$J/a.err")"
+inflight=$(ls "$J"/c.st.tmp.* 2>/dev/null) ||
+	fail "the first job wrote no checkpoint in 30 s (job $(kill -0 $a 2>/dev/null && echo running || echo ended); in $J: $(ls "$J" | tr '\n' ' ')): $(cat "$J/a.err" "$J/a.out")"
 expect_fail 2 "--checkpoint: $J/c.st: another ddptrain is writing it (host $(hostname), pid " 2 \
 	--max-steps=2 --checkpoint="$J/c.st"
 [ -e "$inflight" ] || [ -e "$J/c.st" ] || fail "the refused job removed the first job's temporary"
