@@ -90,6 +90,11 @@ static enum status gather_state(struct persist *p, float *host)
 		st = comm_all_gather_start(p->c, scratch, m->ntrainable, cuts, p->d);
 		if (st == ST_OK)
 			st = comm_wait_all(p->c, p->d);
+		/* the host waits here, watched: a read into pageable memory (ckpt_host) queued
+		 * behind the all-gather would block inside the driver, where a dead peer is never
+		 * noticed */
+		if (st == ST_OK)
+			st = ops->sync(m->be->ctx, p->d);
 		world_watch_end(p->w);
 		if (st == ST_OK && p->w->rank == 0)
 			st = ops->to_host(m->be->ctx, host + model_state_floats(m, 0, k), scratch,
