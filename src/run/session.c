@@ -248,8 +248,10 @@ void session_end(struct session *s, enum status st)
 	/* Failed in the set-up: a refused run (exit 2) leaves its outputs alone. */
 	if (s->outputs_checked && (st == ST_RUNTIME || st == ST_PEER))
 		observers_end_early(&s->ob, &s->o, session_replicas(s), &s->w, &s->ctl, &s->res, &s->r, st);
+	/* the trainers set res.total as training begins, res.steps as it ends */
 	report_end(&s->r, status_exit_code(st),
-		   st == ST_INTERRUPTED ? "stopped by a signal" : s->d.st != ST_OK ? s->d.msg : NULL);
+		   st == ST_INTERRUPTED ? "stopped by a signal" : s->d.st != ST_OK ? s->d.msg : NULL,
+		   s->res.total > 0 ? s->res.steps : -1);
 	persist_free(&s->per);
 	observers_free(&s->ob);
 	report_free(&s->r);
