@@ -221,6 +221,23 @@ enum status persist_start(struct persist *p)
 	return agree(p, st);
 }
 
+enum status persist_keep_start(struct persist *p, const struct train_ctl *ctl)
+{
+	const struct loader_config here = trainer_loader_config(p->tc, p->o->mode == MODE_DP, p->replicas, 0);
+	enum status st = ST_OK;
+	long last;
+
+	if (p->o->checkpoint == NULL || p->kept.keep == 0)
+		return ST_OK;
+	if (p->w->rank == 0) { /* a stop may come after any step this run takes */
+		last = trainer_total_steps(ctl, loader_epoch_length(p->ds->n, &here), p->tc->grad_accum,
+					   p->tc->epochs, p->tc->max_steps);
+		st = checkpoint_rotation_start(&p->kept, p->o->checkpoint, p->lineage, ctl->start_step + 1,
+					       last, p->d);
+	}
+	return agree(p, st);
+}
+
 /* Rank 0: pos against the epochs of this run's data and batches (checkpoint_check_position):
  * an epoch's length at the checkpoint's world size, and at world size 1, the longest. */
 static enum status check_position(struct persist *p, const struct ckpt_pos *pos)

@@ -170,6 +170,8 @@ enum status session_setup(struct session *s)
 	st = persist_start(&s->per);
 	if (st == ST_OK && o->resume != NULL)
 		st = persist_resume(&s->per, &s->ctl, &s->opt);
+	if (st == ST_OK)
+		st = persist_keep_start(&s->per, &s->ctl);
 	if (st != ST_OK)
 		return st;
 	settings_config_text(o, &s->ds, text, sizeof text, 1);
