@@ -681,15 +681,19 @@ enum status report_finish(struct report *r, const struct report_summary *s, int 
 	return st;
 }
 
-void report_end(struct report *r, int exit_code, const char *why)
+void report_end(struct report *r, int exit_code, const char *why, long step)
 {
+	json_t *rec;
+
 	if (r->metrics_path == NULL || r->ended || (r->finished && exit_code == 0))
 		return;
 	r->ended = 1;
 	if (exit_code == 2 && r->metrics_fd < 0)
 		return; /* refused before its first record: the file is not touched */
-	metrics_line(r, json_pack("{s:s, s:i, s:o?}", "type", "end", "exit_code", exit_code,
-				  "reason", json_text(why)));
+	rec = json_pack("{s:s, s:i, s:o?}", "type", "end", "exit_code", exit_code, "reason", json_text(why));
+	if (rec != NULL && step >= 0) /* (jansson 2.10 has no "o*", which would leave it out) */
+		json_object_set_new(rec, "step", json_integer(step));
+	metrics_line(r, rec);
 }
 
 void report_free(struct report *r)

@@ -191,9 +191,10 @@ double report_peak_rss_mib(void);
 enum status report_finish(struct report *r, const struct report_summary *s, int success,
 			  struct diag *d);
 /* A run that did not end as its summary said: its last metrics record,
- * {"type":"end","exit_code":...,"reason":why (may be NULL)}. Nothing for exit 0 after
- * report_finish, nothing twice. */
-void report_end(struct report *r, int exit_code, const char *why);
+ * {"type":"end","exit_code":...,"reason":why (may be NULL),"step":step (the optimizer
+ * steps done, counted from the first run: after a stop, the checkpoint's; left out where
+ * step < 0, training not begun)}. Nothing for exit 0 after report_finish, nothing twice. */
+void report_end(struct report *r, int exit_code, const char *why, long step);
 /* Safe to call twice. */
 void report_free(struct report *r);
 

@@ -90,6 +90,11 @@ static enum status gather_state(struct persist *p, float *host)
 		st = comm_all_gather_start(p->c, scratch, m->ntrainable, cuts, p->d);
 		if (st == ST_OK)
 			st = comm_wait_all(p->c, p->d);
+		/* the host waits here, watched: a read into pageable memory (ckpt_host) queued
+		 * behind the all-gather would block inside the driver, where a dead peer is never
+		 * noticed */
+		if (st == ST_OK)
+			st = ops->sync(m->be->ctx, p->d);
 		world_watch_end(p->w);
 		if (st == ST_OK && p->w->rank == 0)
 			st = ops->to_host(m->be->ctx, host + model_state_floats(m, 0, k), scratch,
@@ -213,6 +218,23 @@ enum status persist_start(struct persist *p)
 		free(host);
 	}
 	world_expect_wait(p->w, "the --init read on rank 0");
+	return agree(p, st);
+}
+
+enum status persist_keep_start(struct persist *p, const struct train_ctl *ctl)
+{
+	const struct loader_config here = trainer_loader_config(p->tc, p->o->mode == MODE_DP, p->replicas, 0);
+	enum status st = ST_OK;
+	long last;
+
+	if (p->o->checkpoint == NULL || p->kept.keep == 0)
+		return ST_OK;
+	if (p->w->rank == 0) { /* a stop may come after any step this run takes */
+		last = trainer_total_steps(ctl, loader_epoch_length(p->ds->n, &here), p->tc->grad_accum,
+					   p->tc->epochs, p->tc->max_steps);
+		st = checkpoint_rotation_start(&p->kept, p->o->checkpoint, p->lineage, ctl->start_step + 1,
+					       last, p->d);
+	}
 	return agree(p, st);
 }
 

@@ -53,6 +53,12 @@ void persist_init(struct persist *p, struct train_ctl *ctl);
  * from --seed (--resume: nothing here; persist_resume reads them). Agreed. */
 enum status persist_start(struct persist *p);
 
+/* --keep-checkpoints, before training (after persist_resume: the lineage and the first
+ * step are the run's): rank 0 reads the directory, and refuses the run (ST_USAGE naming
+ * it) if a file that is not this run's holds the rotation name of a step it may write.
+ * Agreed. */
+enum status persist_keep_start(struct persist *p, const struct train_ctl *ctl);
+
 /* --resume: rank 0 reads and checks the checkpoint; every rank gets the position (into
  * ctl and opt), the optimizer state and -- through the weight broadcast that follows --
  * the weights. ST_STOP when the checkpoint is already complete (after writing --save

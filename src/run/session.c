@@ -170,6 +170,8 @@ enum status session_setup(struct session *s)
 	st = persist_start(&s->per);
 	if (st == ST_OK && o->resume != NULL)
 		st = persist_resume(&s->per, &s->ctl, &s->opt);
+	if (st == ST_OK)
+		st = persist_keep_start(&s->per, &s->ctl);
 	if (st != ST_OK)
 		return st;
 	settings_config_text(o, &s->ds, text, sizeof text, 1);
@@ -248,8 +250,10 @@ void session_end(struct session *s, enum status st)
 	/* Failed in the set-up: a refused run (exit 2) leaves its outputs alone. */
 	if (s->outputs_checked && (st == ST_RUNTIME || st == ST_PEER))
 		observers_end_early(&s->ob, &s->o, session_replicas(s), &s->w, &s->ctl, &s->res, &s->r, st);
+	/* the trainers set res.total as training begins, res.steps as it ends */
 	report_end(&s->r, status_exit_code(st),
-		   st == ST_INTERRUPTED ? "stopped by a signal" : s->d.st != ST_OK ? s->d.msg : NULL);
+		   st == ST_INTERRUPTED ? "stopped by a signal" : s->d.st != ST_OK ? s->d.msg : NULL,
+		   s->res.total > 0 ? s->res.steps : -1);
 	persist_free(&s->per);
 	observers_free(&s->ob);
 	report_free(&s->r);

@@ -173,23 +173,24 @@ static const char *meta_get(json_t *md, const char *key)
 	return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
-/* Is path a checkpoint of this lineage? Unreadable files and other runs' are not. */
-static int same_lineage(const char *path, const char *lineage)
+/* Whose is path: 1 a checkpoint of this lineage, 0 another run's (a checkpoint with another
+ * lineage), -1 no run's (unreadable, not a checkpoint). */
+static int lineage_owner(const char *path, const char *lineage)
 {
 	struct diag ignore = {0};
 	struct st_file f;
 	json_t *root;
 	const char *l;
-	int same;
+	int owner;
 
 	if (st_open(&f, path, "--keep-checkpoints", &ignore) != ST_OK)
-		return 0;
+		return -1;
 	root = header_json(&f);
 	l = meta_get(json_object_get(root, "__metadata__"), "lineage");
-	same = l != NULL && strcmp(l, lineage) == 0;
+	owner = l == NULL ? -1 : strcmp(l, lineage) == 0;
 	json_decref(root);
 	st_close(&f);
-	return same;
+	return owner;
 }
 
 /* The step of "BASE.step-DIGITS" (any number of digits), or -1 for another name. */
@@ -283,29 +284,86 @@ static int rotation_add(struct ckpt_rotation *rot, char *name, long step)
 	return 1;
 }
 
-/* The lineage's copies beside target (dir/base), read once: files of another run (another
- * lineage, or not a checkpoint) are left alone and not counted, so a stale set cannot push
- * out the current run's. */
-static enum status rotation_list(struct ckpt_rotation *rot, const char *dir, const char *base,
-				 const char *lineage, struct diag *d)
+/* The lineage's copies beside target (its directory, as target.step-N), read once: files
+ * of another run (another lineage, or not a checkpoint) are left alone and not counted, so
+ * a stale set cannot push out the current run's. One of them under the rotation name of a
+ * step from first to last (this run may write any: a stop comes after any step) is
+ * refused, ST_USAGE naming it: that step's checkpoint would replace it, and the rotation
+ * then remove it. */
+static enum status rotation_list(struct ckpt_rotation *rot, const char *target, const char *lineage,
+				 long first, long last, struct diag *d)
 {
-	DIR *dp = opendir(dir);
+	char *dcopy = strdup(target), *bcopy = strdup(target), *base, *dir;
+	const char *slash = strrchr(target, '/');
+	/* names as keep_numbered makes them: target's directory as written, then the name */
+	const int dlen = slash != NULL ? (int)(slash - target + 1) : 0;
+	char in_way[4200] = "", more[64] = "";
+	long way_step = -1, nway = 0;
+	int ok = 1, way_owner = -1;
+	enum status st = ST_OK;
 	struct dirent *e;
-	int ok = 1;
+	DIR *dp;
 
-	if (dp == NULL)
-		return diag_errno(d, errno, "--keep-checkpoints: %s", dir);
+	if (dcopy == NULL || bcopy == NULL) {
+		st = diag_set(d, ST_RUNTIME, "--keep-checkpoints: out of memory");
+		goto out_free;
+	}
+	base = basename(bcopy);
+	dir = dirname(dcopy);
+	dp = opendir(dir);
+	if (dp == NULL) {
+		st = diag_errno(d, errno, "--keep-checkpoints: %s", dir);
+		goto out_free;
+	}
 	while (ok && (e = readdir(dp)) != NULL) {
 		long s = checkpoint_numbered_step(e->d_name, base);
-		char full[4200];
+		char full[4200], name[NAME_MAX + 32];
+		int owner;
 
-		snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
-		if (s >= 0 && same_lineage(full, lineage))
+		if (s < 0)
+			continue;
+		snprintf(full, sizeof full, "%.*s%s", dlen, target, e->d_name);
+		owner = lineage_owner(full, lineage);
+		snprintf(name, sizeof name, ROTATION_FORMAT, base, s);
+		if (owner == 1) {
 			ok = rotation_add(rot, strdup(full), s);
+		} else if (s >= first && s <= last && strcmp(name, e->d_name) == 0) {
+			nway++;
+			if (way_step < 0 || s < way_step) { /* the lowest step: readdir has no order */
+				snprintf(in_way, sizeof in_way, "%s", full);
+				way_step = s;
+				way_owner = owner;
+			}
+		}
 	}
 	closedir(dp);
 	rot->listed = 1;
-	return ok ? ST_OK : diag_set(d, ST_RUNTIME, "--keep-checkpoints: out of memory");
+	if (!ok) {
+		st = diag_set(d, ST_RUNTIME, "--keep-checkpoints: out of memory");
+	} else if (nway > 0) {
+		if (nway > 1)
+			snprintf(more, sizeof more, " (and %ld more such files)", nway - 1);
+		st = diag_set(d, ST_USAGE, "--keep-checkpoints: %s%s is not this run's (%s): this run's checkpoint of step %ld would replace it, and the rotation remove it; move it away or give --checkpoint another name%s",
+			      in_way, more, way_owner == 0 ? "another run's checkpoint" : "not a ddptrain checkpoint",
+			      way_step, way_owner == 0 ? ", or --resume that run" : "");
+	}
+out_free:
+	free(dcopy);
+	free(bcopy);
+	return st;
+}
+
+enum status checkpoint_rotation_start(struct ckpt_rotation *rot, const char *path, const char *lineage,
+				      long first, long last, struct diag *d)
+{
+	char *target = outfile_target(path);
+	enum status st;
+
+	if (target == NULL)
+		return diag_errno(d, errno, "--keep-checkpoints: %s", path);
+	st = rotation_list(rot, target, lineage, first, last, d);
+	free(target);
+	return st;
 }
 
 /* Keep the newest rot->keep copies: link the new one, then remove the oldest by step. When
@@ -314,38 +372,36 @@ static enum status rotation_list(struct ckpt_rotation *rot, const char *dir, con
 static enum status keep_numbered(const char *path, long step, struct ckpt_rotation *rot,
 				 const char *lineage, struct diag *d)
 {
-	char numbered[4200], *target = outfile_target(path), *dcopy = NULL, *bcopy = NULL;
+	char numbered[4200], *target = outfile_target(path);
 	enum status st = ST_OK;
+	int mine = 0;
 
 	if (target == NULL)
 		return diag_errno(d, errno, "--keep-checkpoints: %s", path);
-	dcopy = strdup(target);
-	bcopy = strdup(target);
-	if (dcopy == NULL || bcopy == NULL) {
-		st = diag_set(d, ST_RUNTIME, "--keep-checkpoints: out of memory");
-		goto out;
-	}
 	snprintf(numbered, sizeof numbered, ROTATION_FORMAT, target, step);
-	unlink(numbered);
+	/* read at the start (checkpoint_rotation_start), or here the first time */
+	if (!rot->listed && (st = rotation_list(rot, target, lineage, 1, 0, d)) != ST_OK)
+		goto out;
+	/* The new copy replaces only this run's of the same name (a step taken again after a
+	 * resume); a file of that name that is not this run's (made since the start) never. */
+	for (size_t i = rot->n; i-- > 0 && rot->copy[i].step >= step && !mine;)
+		if (strcmp(rot->copy[i].name, numbered) == 0) {
+			mine = 1;
+			free(rot->copy[i].name);
+			memmove(rot->copy + i, rot->copy + i + 1, (rot->n - i - 1) * sizeof *rot->copy);
+			rot->n--;
+		}
+	if (mine)
+		unlink(numbered);
 	if (link(target, numbered) != 0) {
-		st = diag_errno(d, errno, "--keep-checkpoints: %s", numbered);
+		st = errno == EEXIST ?
+			diag_set(d, ST_RUNTIME, "--keep-checkpoints: %s appeared during the run and is not this run's: not replaced (%s holds the checkpoint of step %ld)",
+				 numbered, path, step) :
+			diag_errno(d, errno, "--keep-checkpoints: %s", numbered);
 		goto out;
 	}
-	/* The first time, the new copy is among those listed; later it joins the list, in
-	 * place of a copy of the same name (a step taken again after a resume). */
-	if (!rot->listed) {
-		st = rotation_list(rot, dirname(dcopy), basename(bcopy), lineage, d);
-	} else {
-		for (size_t i = rot->n; i-- > 0 && rot->copy[i].step >= step;)
-			if (strcmp(rot->copy[i].name, numbered) == 0) {
-				free(rot->copy[i].name);
-				memmove(rot->copy + i, rot->copy + i + 1, (rot->n - i - 1) * sizeof *rot->copy);
-				rot->n--;
-				break;
-			}
-		if (!rotation_add(rot, strdup(numbered), step))
-			st = diag_set(d, ST_RUNTIME, "--keep-checkpoints: out of memory");
-	}
+	if (!rotation_add(rot, strdup(numbered), step))
+		st = diag_set(d, ST_RUNTIME, "--keep-checkpoints: out of memory");
 	if (rot->n > (size_t)rot->keep) {
 		size_t drop = rot->n - (size_t)rot->keep;
 
@@ -358,8 +414,6 @@ static enum status keep_numbered(const char *path, long step, struct ckpt_rotati
 	}
 out:
 	free(target);
-	free(dcopy);
-	free(bcopy);
 	return st;
 }
 

@@ -49,9 +49,10 @@ struct ckpt_pos {
 
 /* --keep-checkpoints: a run's numbered copies path.step-N of its checkpoints (names of the
  * same file), the newest `keep` of its lineage kept (files of other runs are never
- * removed). The directory is read once, at the run's first checkpoint (a resumed run
- * finds its lineage's earlier copies there); after that the list lives here, so a
- * checkpoint opens no other file. A zeroed struct keeps none; the caller owns it. */
+ * replaced or removed). The directory is read once, at the run's start
+ * (checkpoint_rotation_start; else at its first checkpoint): a resumed run finds its
+ * lineage's earlier copies there; after that the list lives here, so a checkpoint opens
+ * no other file. A zeroed struct keeps none; the caller owns it. */
 struct ckpt_rotation {
 	int keep;          /* copies to keep; 0: none */
 	int listed;        /* the directory has been read */
@@ -63,11 +64,18 @@ struct ckpt_rotation {
 };
 /* Safe to call twice. */
 void checkpoint_rotation_free(struct ckpt_rotation *rot);
+/* Rank 0, before a run of lineage `lineage` whose checkpoints (at --checkpoint path) may
+ * come after any step from first to last: read the directory into rot. ST_USAGE naming it
+ * if a file that is not this lineage's checkpoint (another run's, or no checkpoint) holds
+ * the rotation name of one of those steps: writing that step would replace it. */
+enum status checkpoint_rotation_start(struct ckpt_rotation *rot, const char *path, const char *lineage,
+				      long first, long last, struct diag *d);
 
 /* Write path: m's whole state dict (every arena) from host, the arenas one after another
  * (model_state_to_host(m, 0, m->narenas, host)); config is the "--flag=value" lines that
  * must match on resume. With rot (NULL: none) also path.step-NNNNNNNN, pruned to the last
- * rot->keep checkpoints of pos->lineage. */
+ * rot->keep checkpoints of pos->lineage; ST_RUNTIME if a file that is not one of them
+ * holds that name (path is written, the file left as it is). */
 enum status checkpoint_save(const char *path, struct ckpt_rotation *rot, const struct model *m,
 			    const float *host, const struct ckpt_pos *pos, const char *config,
 			    struct diag *d);

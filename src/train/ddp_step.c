@@ -186,7 +186,9 @@ static enum status ddp_observe_step(struct ddp *t, struct step_clock *clk, long 
 
 /* Read step p's slots (a query first: by now the device has usually passed them; a host
  * wait, watched, only if not), then its work. now: nothing is queued after it; else the
- * next step is, and a stop it asks for waits for that one (read at once). */
+ * next step is, and a stop it asks for waits for that one (read at once): this step's work
+ * is an ordinary step's, since the weights already hold the next one's update, and a stop
+ * (its checkpoint, its "stopped after step N") here would name this step over them. */
 static enum status ddp_read(struct ddp *t, const struct train_loop *loop, long *step,
 			    const struct ddp_late *p, int now)
 {
@@ -213,7 +215,7 @@ static enum status ddp_read(struct ddp *t, const struct train_loop *loop, long *
 	}
 	st = trainer_after_step(loop, step,
 				&(struct step_end){&p->b, slots[MODEL_SLOT_LOSS], slots[MODEL_SLOT_ACC], p->lr,
-						   p->consumed, stop || t->stop_seen},
+						   p->consumed, stop || (now && t->stop_seen)},
 				t->d);
 	if (st == ST_OK)
 		st = ddp_observe_step(t, loop->clk, *step, slots[MODEL_SLOT_LOSS], p->consumed);

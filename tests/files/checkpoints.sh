@@ -1,8 +1,10 @@
 #!/bin/bash
 # Checkpoint integrity and rotation. The SHA-256 covers the header as well as the data: an
 # edited position is refused, and every integer in the header is range-checked even when
-# the checksum is recomputed, the position against the epoch's length and itself. --keep-checkpoints prunes only this run's lineage, by the
-# parsed step whatever its digit count, and never another run's files or a non-checkpoint.
+# the checksum is recomputed, the position against the epoch's length and itself.
+# --keep-checkpoints prunes only this run's lineage, by the parsed step whatever its digit
+# count, and never replaces or removes another run's files or a non-checkpoint: a run that
+# could write one's name is refused before step 1 (issue 34, item 2).
 . "$(dirname "$0")/../lib/setup.sh"
 EDIT="perl $TOP_SRCDIR/tests/lib/ckpt-edit.pl"
 cd "$TMPD"
@@ -59,12 +61,32 @@ done
 K="--checkpoint=k.st --quiet"
 run_mpi 1 --max-steps=16 --checkpoint-every=4 --keep-checkpoints=10 $K || fail "run A"
 echo "not a checkpoint" >k.st.step-99
-# Run B, a new run of the same name, keeps its own newest 2 and leaves A's alone.
+# Run B, a new run of the same name to step 6, would write A's k.st.step-00000004 (any
+# step can be a stop's) and the user's k.st.step-00000002: refused before step 1, on
+# every rank, naming the lowest (before: both overwritten, then removed as B's own).
+echo "the user's notes" >k.st.step-00000002
+sums() { sha256sum k.st k.st.step-* | tr '\n' ' '; }
+before=$(sums)
+expect_fail 2 "--keep-checkpoints: k.st.step-00000002 (and 1 more such files) is not this run's (not a ddptrain checkpoint): this run's checkpoint of step 2 would replace it, and the rotation remove it; move it away or give --checkpoint another name" \
+	2 --max-steps=6 --checkpoint-every=2 --keep-checkpoints=2 $K --metrics=b.jsonl
+rm k.st.step-00000002
+expect_fail 2 "--keep-checkpoints: k.st.step-00000004 is not this run's (another run's checkpoint): this run's checkpoint of step 4 would replace it, and the rotation remove it; move it away or give --checkpoint another name, or --resume that run" \
+	1 --max-steps=6 --checkpoint-every=2 --keep-checkpoints=2 $K
+[ "$(sums)" = "$(echo "$before" | sed 's/[^ ]*  k.st.step-00000002 //')" ] && [ ! -e b.jsonl ] ||
+	fail "a refused run changed the files: $before -> $(sums)"
+# Without --keep-checkpoints nothing is refused: the numbered names are not written.
+run_mpi 1 --max-steps=6 --checkpoint=n.st --quiet || fail "the same names without rotation"
+# Once A's step 4 is moved away, run B keeps its own newest 2 and leaves A's alone.
+mv k.st.step-00000004 a4.st
 run_mpi 2 --max-steps=6 --checkpoint-every=2 --keep-checkpoints=2 $K || fail "run B"
 have=$(LC_ALL=C ls k.st.step-* | tr '\n' ' ')
 [ "$have" = "k.st.step-00000004 k.st.step-00000006 k.st.step-00000008 k.st.step-00000012 k.st.step-00000016 k.st.step-99 " ] ||
 	fail "after run B: $have"
 cmp -s k.st k.st.step-00000006 || fail "k.st.step-00000006 is not run B's last checkpoint"
+# Resumed to step 8, B would replace A's step 8: refused as well; a copy of B's own is not.
+expect_fail 2 "--keep-checkpoints: k.st.step-00000008 is not this run's (another run's checkpoint)" \
+	2 --max-steps=8 --checkpoint-every=2 --keep-checkpoints=2 --resume=k.st $K
+mv k.st.step-00000008 a8.st
 # Steps past 99,999,999 (more digits) are parsed and pruned like the others: B's lineage,
 # resumed, with two copies of its checkpoint named as steps 123456789 and 1000000000.
 cp k.st k.st.step-123456789
@@ -73,6 +95,9 @@ run_mpi 2 --max-steps=8 --checkpoint-every=2 --keep-checkpoints=2 --resume=k.st 
 have=$(LC_ALL=C ls k.st.step-* | tr '\n' ' ')
 [ "$have" = "k.st.step-00000012 k.st.step-00000016 k.st.step-1000000000 k.st.step-123456789 k.st.step-99 " ] ||
 	fail "after run B resumed: $have"
+[ "$(sha256sum <a4.st | cut -d' ' -f1)" = "$(grep -o '[0-9a-f]*  k.st.step-00000004' <<<"$before" | cut -d' ' -f1)" ] ||
+	fail "run A's step 4 changed"
+echo "--keep-checkpoints: a run refuses another run's or a user's file under a name it may write (exit 2, before step 1); rotates only its own"
 
 # Through a symbolic link the kept checkpoints are names of the file it names, beside it:
 # each its own step (link(2) on the link itself made every one the link, so all read the

@@ -15,6 +15,7 @@
 #include <math.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,6 +117,7 @@ static struct {
 	int nsaid, exit_fail, atexit_set;
 	long host_waits;              /* DDPT_STUB_STATS: the host's waits for the device, */
 	long waits_by[WAIT_KINDS];    /* and by kind (wait_name) */
+	long calls;                   /* calls into the device (signal_tick): DDPT_STUB_SIGNAL */
 	int stats_set;
 	struct stub_capture *captures; /* every capture, kept to the end: events recorded in one
 					* point at it (a list, so leak checkers see them held) */
@@ -154,11 +156,32 @@ static void write_stats(void)
 	fprintf(f, "host_waits %ld\n", S.host_waits);
 	for (int i = 0; i < WAIT_KINDS; i++)
 		fprintf(f, "%s %ld\n", wait_name[i], S.waits_by[i]);
+	fprintf(f, "calls %ld\n", S.calls);
 	fclose(f);
+}
+
+/* One more call into the device -- an operation issued, captured or replayed, a query, a
+ * host wait -- counted; DDPT_STUB_SIGNAL=N[@R]'s N-th (on rank R) raises SIGUSR1 first,
+ * whose handler has run when raise returns: a stop that lands at a known point of a step.
+ * Called without S.mu. */
+static void signal_tick(void)
+{
+	const char *v = getenv("DDPT_STUB_SIGNAL"), *at;
+	long n;
+
+	pthread_mutex_lock(&S.mu);
+	n = ++S.calls;
+	pthread_mutex_unlock(&S.mu);
+	if (v == NULL || n != strtol(v, NULL, 10))
+		return;
+	at = strchr(v, '@');
+	if (at == NULL || atoi(at + 1) == stub_rank())
+		raise(SIGUSR1);
 }
 
 static void count_wait(enum wait_kind kind)
 {
+	signal_tick();
 	pthread_mutex_lock(&S.mu);
 	S.host_waits++;
 	S.waits_by[kind]++;
@@ -415,6 +438,7 @@ unsigned stub_issue(cudaStream_t s, const char *what, const struct stub_touch *t
 {
 	unsigned seq;
 
+	signal_tick();
 	pthread_mutex_lock(&S.mu);
 	if (s->cap != NULL) {
 		struct stub_capture *c = s->cap;
@@ -1177,6 +1201,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream)
 	struct stub_vc vc;
 
 	STICKY();
+	signal_tick();
 	e = capturing_stream(s, "cudaStreamQuery");
 	if (e != cudaSuccess)
 		return e;
@@ -1302,6 +1327,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e)
 	cudaError_t err;
 
 	STICKY();
+	signal_tick();
 	if (e == NULL)
 		return ret(cudaErrorInvalidResourceHandle);
 	if (!e->recorded)

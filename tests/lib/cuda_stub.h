@@ -55,6 +55,11 @@
  * until its communicator is aborted (a dead peer);
  * DDPT_STUB_GPUS=N devices (default 2).
  *
+ * Stop, DDPT_STUB_SIGNAL=N[@R]: the N-th call into the device (an operation issued,
+ * captured or replayed -- a copy, memset, kernel, SGEMM or collective --, a stream or event
+ * query, a host wait) on world rank R (default every rank) raises SIGUSR1 in the process
+ * first, as a stop signal landing exactly there would (tests/failures/stops.sh sweeps N).
+ *
  * Lag, DDPT_STUB_LAG=1: the device runs behind the host, as a real one does. A query of
  * work the host does not know is done (its vector clock: what it waited for or was told
  * of, and all that came before that on any stream) -- a stream's newest operations, an
@@ -64,7 +69,7 @@
  *
  * Counts, DDPT_STUB_STATS=DIR: at exit each rank writes DIR/stats.RANK, host_waits (every
  * host wait for the device: a stream, event or device synchronisation, a blocking copy
- * or memset, a free) and the count of each kind.
+ * or memset, a free) and the count of each kind, and calls (DDPT_STUB_SIGNAL's count).
  */
 #ifndef DDPT_CUDA_STUB_H
 #define DDPT_CUDA_STUB_H

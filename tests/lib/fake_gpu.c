@@ -69,13 +69,18 @@
  *   DDPT_FAKE_LAUNCH_FAIL=N[@D]   the N-th kernel launch issued outside a capture (on
  *                                 device D) fails (too many resources requested): the
  *                                 instance's error, reported by its next wait
+ *   DDPT_FAKE_SIGNAL=N[@R]        the N-th call into the device (on rank R) -- a copy, kernel
+ *                                 launch, collective, mark, capture, graph launch or host wait
+ *                                 -- raises SIGUSR1 in the process first: a stop signal that
+ *                                 lands at a known point of a step (stats' entries counts them)
  *   DDPT_FAKE_STATS=DIR           at exit, write DIR/stats.RANK: captures, replays, ..., host_waits
- *                                 (every synchronisation, blocking copy and event wait)
+ *                                 (every synchronisation, blocking copy and event wait), entries
  */
 #include <cblas.h>
 #include <math.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -207,6 +212,7 @@ static struct {
 	long captures, replays, eager_allreduces, graph_allreduces, failed_captures;
 	long host_allocs, allocs, launches;
 	long host_waits;                     /* synchronisations, blocking copies, event waits */
+	long entries;                        /* calls into the device (enter): DDPT_FAKE_SIGNAL */
 	int capturing;                       /* instances capturing now */
 	struct { const float *p; size_t n; } pinned[256]; /* host_alloc's blocks */
 	int npinned;
@@ -250,9 +256,10 @@ static void write_stats(void)
 	f = fopen(path, "w");
 	if (f == NULL)
 		return;
-	fprintf(f, "captures %ld\nfailed_captures %ld\nreplays %ld\neager_allreduces %ld\ngraph_allreduces %ld\ncopies %ld\nhost_allocs %ld\nallocs %ld\nlaunches %ld\nh2d_floats %ld\nsynth_rows %ld\nhost_waits %ld\n",
+	fprintf(f, "captures %ld\nfailed_captures %ld\nreplays %ld\neager_allreduces %ld\ngraph_allreduces %ld\ncopies %ld\nhost_allocs %ld\nallocs %ld\nlaunches %ld\nh2d_floats %ld\nsynth_rows %ld\nhost_waits %ld\nentries %ld\n",
 		G.captures, G.failed_captures, G.replays, G.eager_allreduces, G.graph_allreduces,
-		G.copies, G.host_allocs, G.allocs, G.launches, G.h2d_floats, G.synth_rows, G.host_waits);
+		G.copies, G.host_allocs, G.allocs, G.launches, G.h2d_floats, G.synth_rows, G.host_waits,
+		G.entries);
 	fclose(f);
 }
 
@@ -766,9 +773,17 @@ static enum status wait_status(struct fk_ctx *c, struct diag *d)
 }
 
 /* The checks every operation's issue makes, then the device becomes current (as the
- * CUDA backend's cudaSetDevice in each operation). */
+ * CUDA backend's cudaSetDevice in each operation); DDPT_FAKE_SIGNAL's count. */
 static void enter(struct fk_ctx *c, const char *what)
 {
+	long n;
+
+	pthread_mutex_lock(&G.mu);
+	n = ++G.entries;
+	pthread_mutex_unlock(&G.mu);
+	/* raise: the handler has run when it returns, so the stop lands exactly here */
+	if (getenv("DDPT_FAKE_SIGNAL") != NULL && fault_hits("DDPT_FAKE_SIGNAL", n, n, mpi_world_rank(), 1))
+		raise(SIGUSR1);
 	if (fk_current < 0)
 		rule("%s on device %d from a thread that never selected a device (cudaSetDevice): the thread's work would go to the wrong GPU",
 		     what, c->device);

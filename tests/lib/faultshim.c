@@ -12,6 +12,10 @@
  *   DDPT_SHIM_STOP=first-collective   a second into its first MPI_Allreduce (waiting, as for
  *                                     a slow rank), the process stops itself (SIGSTOP, as
  *                                     kill -STOP or a suspended job would); SIGCONT continues it
+ *   DDPT_SHIM_SIGNAL=N[@R]            the N-th cblas_sgemm (the CPU backend's products, in
+ *                                     forward and backward; on world rank R, default every rank)
+ *                                     raises SIGUSR1 first: a stop signal that lands at a known
+ *                                     point of a step (tests/failures/stops.sh)
  *   DDPT_SHIM_SLOW_FSYNC=SECONDS      every fsync takes that long (a slow file system)
  *   DDPT_SHIM_SLOW_INIT=SECONDS       MPI_Init_thread takes that much longer (a slow start)
  *   DDPT_SHIM_NO_SHARED_WINDOW=1      MPI_Win_allocate_shared fails with MPI_ERR_NO_MEM, as
@@ -34,7 +38,8 @@
 #include <stdio.h>       /* snprintf */
 #include <sys/statvfs.h> /* statvfs */
 #include <mpi.h>         /* PMPI_Allreduce, PMPI_Finalize */
-#include <signal.h>      /* raise, SIGSTOP */
+#include <signal.h>      /* raise, SIGSTOP, SIGUSR1 */
+#include <stdatomic.h>   /* atomic_long: dp's replicas multiply on threads of their own */
 #include <stdlib.h>      /* getenv, atof */
 #include <string.h>      /* strcmp */
 #include <sys/mman.h>    /* MAP_SHARED, MAP_FAILED */
@@ -152,8 +157,16 @@ void cblas_sgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE ta, co
 			    const blasint, const blasint, const blasint, const float, const float *,
 			    const blasint, const float *, const blasint, const float, float *, const blasint);
 
+	static atomic_long calls;
+	const char *sig = getenv("DDPT_SHIM_SIGNAL"), *at = sig != NULL ? strchr(sig, '@') : NULL;
+	const char *rank = getenv("OMPI_COMM_WORLD_RANK"); /* as mpirun starts the process */
+
 	if (stall_at("first-sgemm"))
 		stall();
+	/* raise: the handler has run when it returns, so the stop lands exactly here */
+	if (atomic_fetch_add(&calls, 1) + 1 == (sig != NULL ? atol(sig) : 0) &&
+	    (at == NULL || atoi(at + 1) == (rank != NULL ? atoi(rank) : 0)))
+		raise(SIGUSR1);
 	if (real == NULL)
 		*(void **)&real = dlsym(RTLD_NEXT, "cblas_sgemm");
 	real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

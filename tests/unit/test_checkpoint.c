@@ -273,13 +273,83 @@ static void test_rotation_reads_the_kept_checkpoints_once(void **state)
 
 		assert_int_equal(checkpoint_save(path, &rot, &a.m, a.host, &pos, config, &d), ST_OK);
 		if (s == 4)
-			assert_int_equal(opened, 4); /* the three before and the new one */
+			assert_int_equal(opened, 3); /* the three before (the new one is this run's) */
 	}
-	assert_int_equal(opened, 4);
+	assert_int_equal(opened, 3);
 	for (long s = 1; s <= 30; s++) {
 		snprintf(name, sizeof name, "%s.step-%08ld", path, s);
 		assert_int_equal(access(name, F_OK), s > 25 ? 0 : -1);
 	}
+	checkpoint_rotation_free(&rot);
+	rig_free(&a);
+}
+
+/* A file under the rotation name of a step the run may write that is not its lineage's
+ * (another run's checkpoint, any other file) is never replaced: refused at the start,
+ * naming the lowest such step's file, and at a checkpoint if it appeared since. Other
+ * names (another digit count) and steps out of the run's range are no obstacle. */
+static void test_rotation_never_replaces_another_runs_file(void **state)
+{
+	struct rig a;
+	struct diag d = {0};
+	struct ckpt_rotation rot = {.keep = 5};
+	char path[160], name[160], text[32] = "";
+	FILE *f;
+
+	snprintf(path, sizeof path, "%s", path_in_dir("own.st")); /* path_in_dir's buffers turn over */
+	rig_init(&a, widths, 2, 0.0f, 1.0f);
+	for (long s = 1; s <= 2; s++) { /* another run's kept checkpoints of steps 1 and 2 */
+		struct ckpt_pos pos = {s, 0, s, 1, "fedcba9876543210fedcba9876543210"};
+
+		assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, &d), ST_OK);
+		snprintf(name, sizeof name, "%s.step-%08ld", path, s);
+		assert_int_equal(link(path, name), 0);
+	}
+	f = fopen(path_in_dir("own.st.step-00000003"), "w"); /* a file of the user's */
+	assert_non_null(f);
+	fputs("notes\n", f);
+	fclose(f);
+	f = fopen(path_in_dir("own.st.step-4"), "w"); /* not the name step 4 is written under */
+	assert_non_null(f);
+	fclose(f);
+	assert_int_equal(checkpoint_rotation_start(&rot, path, LINEAGE, 3, 10, &d), ST_USAGE);
+	assert_non_null(strstr(d.msg, "--keep-checkpoints: "));
+	assert_non_null(strstr(d.msg, "/own.st.step-00000003 is not this run's (not a ddptrain checkpoint): this run's checkpoint of step 3 would replace it, and the rotation remove it; move it away or give --checkpoint another name"));
+	checkpoint_rotation_free(&rot);
+	d = (struct diag){0};
+	assert_int_equal(checkpoint_rotation_start(&rot, path, LINEAGE, 1, 10, &d), ST_USAGE);
+	assert_non_null(strstr(d.msg, "/own.st.step-00000001 (and 2 more such files) is not this run's (another run's checkpoint): this run's checkpoint of step 1 would replace it, and the rotation remove it; move it away or give --checkpoint another name, or --resume that run"));
+	checkpoint_rotation_free(&rot);
+	d = (struct diag){0};
+	assert_int_equal(checkpoint_rotation_start(&rot, path, LINEAGE, 4, 10, &d), ST_OK);
+	/* Made since the start, under a step's name: the checkpoint is written, the file kept. */
+	for (long s = 4; s <= 5; s++) {
+		struct ckpt_pos pos = {s, 0, s, 1, LINEAGE};
+
+		if (s == 5) {
+			f = fopen(path_in_dir("own.st.step-00000005"), "w");
+			assert_non_null(f);
+			fputs("made now\n", f);
+			fclose(f);
+		}
+		assert_int_equal(checkpoint_save(path, &rot, &a.m, a.host, &pos, config, &d), s == 4 ? ST_OK : ST_RUNTIME);
+	}
+	assert_non_null(strstr(d.msg, "/own.st.step-00000005 appeared during the run and is not this run's: not replaced"));
+	f = fopen(path_in_dir("own.st.step-00000005"), "r");
+	assert_non_null(f);
+	assert_non_null(fgets(text, sizeof text, f));
+	fclose(f);
+	assert_string_equal(text, "made now\n");
+	for (long s = 1; s <= 4; s++) { /* every file as it was; step 4 this run's */
+		snprintf(name, sizeof name, "%s.step-%08ld", path, s);
+		assert_int_equal(access(name, F_OK), 0);
+	}
+	assert_int_equal(access(path_in_dir("own.st.step-4"), F_OK), 0);
+	f = fopen(path_in_dir("own.st.step-00000003"), "r");
+	assert_non_null(f);
+	assert_non_null(fgets(text, sizeof text, f));
+	fclose(f);
+	assert_string_equal(text, "notes\n");
 	checkpoint_rotation_free(&rot);
 	rig_free(&a);
 }
@@ -374,6 +444,7 @@ int main(void)
 		cmocka_unit_test(test_numbered_step_parses_any_digit_count),
 		cmocka_unit_test(test_position_fits_the_epochs_length_and_itself),
 		cmocka_unit_test(test_rotation_reads_the_kept_checkpoints_once),
+		cmocka_unit_test(test_rotation_never_replaces_another_runs_file),
 		cmocka_unit_test(test_init_reads_the_weights_of_save_and_of_a_checkpoint),
 		cmocka_unit_test(test_init_is_strict_about_names_and_shapes),
 		cmocka_unit_test(test_config_diff_names_every_differing_or_missing_line_flags_first),

@@ -76,7 +76,7 @@ static void test_report_records_are_json_whatever_bytes_the_paths_hold(void **st
 	report_init(&r, 1, 1, 0);
 	assert_int_equal(report_open_metrics(&r, path, 0, config, NULL), ST_OK);
 	report_training_starts(&r);
-	report_end(&r, 1, "--checkpoint: c\xff.st: write: No space left on device (cut: caf\xc3");
+	report_end(&r, 1, "--checkpoint: c\xff.st: write: No space left on device (cut: caf\xc3", 12);
 	report_free(&r);
 
 	n = read_records(rec, 8);
@@ -91,6 +91,7 @@ static void test_report_records_are_json_whatever_bytes_the_paths_hold(void **st
 	assert_int_equal(json_integer_value(json_object_get(rec[1], "exit_code")), 1);
 	assert_string_equal(text_at(rec[1], "reason"),
 			    "--checkpoint: c\\xff.st: write: No space left on device (cut: caf\\xc3");
+	assert_int_equal(json_integer_value(json_object_get(rec[1], "step")), 12);
 	for (int i = 0; i < n; i++)
 		json_decref(rec[i]);
 }
@@ -104,12 +105,13 @@ static void test_report_refuses_overlong_forms_and_surrogates(void **state)
 	report_init(&r, 1, 1, 0);
 	assert_int_equal(report_open_metrics(&r, path, 0, "--save=\xc0\xaf\xed\xa0\x80\xf4\x90\x80\x80\n", NULL),
 			 ST_OK);
-	report_end(&r, 1, NULL);
+	report_end(&r, 1, NULL, -1);
 	report_free(&r);
 	assert_int_equal(read_records(rec, 4), 2);
 	assert_string_equal(text_at(json_object_get(rec[0], "config"), "save"),
 			    "\\xc0\\xaf\\xed\\xa0\\x80\\xf4\\x90\\x80\\x80");
 	assert_true(json_is_null(json_object_get(rec[1], "reason"))); /* as before: no reason, null */
+	assert_null(json_object_get(rec[1], "step")); /* training never began: no step */
 	json_decref(rec[0]);
 	json_decref(rec[1]);
 }
@@ -181,7 +183,7 @@ static void test_report_warns_once_when_metrics_fail_and_the_run_goes_on(void **
 	assert_int_equal(report_lost(&r, names, sizeof names), 1);
 	assert_string_equal(names, "--metrics");
 	assert_string_equal(stderr_of(finish, &r), "");
-	report_end(&r, 4, "lost"); /* nothing more is tried */
+	report_end(&r, 4, "lost", -1); /* nothing more is tried */
 	report_free(&r);
 }
 
