@@ -16,22 +16,27 @@
 #include "core/signals.h"
 #include "comm/world.h"
 
-/* The watchdog: the main thread marks the start and end of each blocking collective with
- * two atomic stores (no lock, no system call, nothing that wakes a thread); this thread
- * looks twice a second, and ends the process when the same collective has been in
- * progress for longer than the timeout. Nothing is polled in the step.
+/* The watchdog: the main thread marks the start and end of each blocking wait with two
+ * atomic stores (no lock, no system call, nothing that wakes a thread); this thread looks
+ * twice a second, and ends the process when the same wait has been in progress for longer
+ * than the timeout. Nothing is polled in the step.
  *
  * It runs from before MPI_Init to after MPI_Finalize, so start-up and shutdown are
  * watched as the steps are. When a stop signal is pending, a collective that waits
  * much longer than the collectives before it means a rank is gone or stuck and the
  * stop cannot complete: the process gives up after a short grace (2 s plus twice the
  * longest wait seen so far), unless the wait was declared one for a rank that is busy
- * writing (world_expect_wait), which only --timeout ends.
+ * writing (world_expect_wait, world_expect_busy), which only --timeout ends.
  *
  * While training runs (world_watch_training), the time between two marks is watched as
  * well: every step marks its host synchronisation, so a rank that marks nothing for
  * --timeout is stuck outside any collective (a product that never returns, a write that
  * never ends) and would otherwise leave the others waiting and itself spinning.
+ *
+ * --timeout bounds a stall, not work that goes on: an evaluation batch done or a piece
+ * of a file written (world_watch_progress) starts the count again, and so does, for a
+ * rank waiting in the agreement after rank 0's write, each notice rank 0 sends of its
+ * progress (world_expect_wait).
  *
  * Time this process itself did not run (SIGSTOP and SIGCONT, a suspended job, a
  * machine too busy to schedule it) is no other rank's fault: the thread sees it as a
@@ -41,22 +46,29 @@ struct world_watch {
 	pthread_mutex_t mu;   /* for quit, timeout and the tick's timed wait */
 	pthread_cond_t cv;
 	double timeout;
-	atomic_ulong gen;     /* odd: inside a marked collective; each mark adds 1 */
+	atomic_ulong gen;     /* odd: inside a marked wait; each mark adds 1 */
+	atomic_ulong progress; /* world_watch_progress calls: each starts the count again */
 	atomic_long step;
 	const char *_Atomic what;
+	atomic_int thread_wait; /* the marked wait is for a thread of this process */
 	const char *_Atomic busy; /* the marked collective waits for this (or NULL) */
+	const char *_Atomic standing; /* world_expect_busy's: every wait is for this (or NULL) */
 	const char *_Atomic failed; /* this rank's own failure, on its way to the others */
 	atomic_int patient;   /* no grace for a pending stop: MPI start-up, or busy set */
-	atomic_int training;  /* the time between marks is watched too */
+	const char *_Atomic who; /* training: what computes between the marks; NULL: not training */
 	_Atomic long *now_step; /* the world's step, read when a rank is stuck between marks */
 	atomic_int rank;      /* -1 until MPI says */
+	atomic_int size;      /* 1 until MPI says */
 	int quit;
 };
 
 /* The watchdog looks this often (seconds); a look this much later than due means the
- * process did not run in between. */
+ * process did not run in between. Rank 0 sends its progress notices at most this often. */
 #define WATCH_TICK 0.5
 #define WATCH_LATE 1.0
+
+/* The tags of rank 0's notices on world.notice: progress while busy, then done. */
+enum { NOTICE_PROGRESS = 1, NOTICE_DONE = 2 };
 
 /* Say why this process gives up, remove its temporary files and end it. paused: the
  * seconds of the wait this process itself did not run (not counted in waited). */
@@ -69,7 +81,12 @@ static void give_up(struct world_watch *x, const char *why, double waited, doubl
 	int between = !(atomic_load(&x->gen) & 1); /* stuck between two marks */
 	long step = between ? atomic_load(x->now_step) : atomic_load(&x->step);
 	const char *busy = atomic_load(&x->busy);
+	const char *what = atomic_load(&x->what);
+	const char *who = atomic_load(&x->who);
+	const int thread = atomic_load(&x->thread_wait);
 
+	if (busy == NULL)
+		busy = atomic_load(&x->standing);
 	k = rank >= 0 ? snprintf(head, sizeof head, "ddptrain: rank %d: ", rank)
 		      : snprintf(head, sizeof head, "ddptrain: ");
 	if (step > 0)
@@ -78,20 +95,28 @@ static void give_up(struct world_watch *x, const char *why, double waited, doubl
 		snprintf(own, sizeof own, " (and this rank itself was stopped or not scheduled for %.0f s more)",
 			 paused);
 	if (why == NULL && between)
-		n = snprintf(line, sizeof line, "%sthe step did not end within --timeout=%g s%s: this rank has been computing (or writing) for %.0f s without reaching a collective, and the others wait for it; giving up\n",
-			     head, x->timeout, own, waited);
+		n = snprintf(line, sizeof line, "%sthe step did not end within --timeout=%g s%s: %s has been computing (or writing) for %.0f s without reaching a collective or making progress (an evaluation batch, a piece of a file written)%s; giving up\n",
+			     head, x->timeout, own, who != NULL ? who : "this rank", waited,
+			     atomic_load(&x->size) > 1 ? ", and the others wait for it" : "");
 	else if (why == NULL && atomic_load(&x->failed) != NULL)
 		/* This rank failed first: its reason, not only the wait, is the news. */
 		n = snprintf(line, sizeof line, "%s%s (then %s did not complete within --timeout=%g s: the other ranks are stuck, probably waiting for this one; giving up)\n",
-			     head, atomic_load(&x->failed), atomic_load(&x->what), x->timeout);
+			     head, atomic_load(&x->failed), what, x->timeout);
+	else if (why == NULL && busy != NULL)
+		n = snprintf(line, sizeof line, "%s%s made no progress for --timeout=%g s%s: that rank is stuck or its file system is too slow; giving up\n",
+			     head, busy, x->timeout, own);
+	else if (why == NULL && thread)
+		n = snprintf(line, sizeof line, "%s%s did not end within --timeout=%g s%s: its thread is stuck (in a product that never returns, or on a device that does not answer); giving up\n",
+			     head, what, x->timeout, own);
 	else if (why == NULL)
-		n = snprintf(line, sizeof line, "%s%s did not complete within --timeout=%g s%s: %s; giving up\n",
-			     head, busy ? busy : atomic_load(&x->what), x->timeout, own,
-			     busy ? "that rank is stuck or its file system is too slow"
-				  : "another rank stalled or died");
+		n = snprintf(line, sizeof line, "%s%s did not complete within --timeout=%g s%s: another rank stalled or died; giving up\n",
+			     head, what, x->timeout, own);
+	else if (thread)
+		n = snprintf(line, sizeof line, "%s%s, but %s has not ended after %.0f s%s: stopping without a checkpoint\n",
+			     head, why, what, waited, own);
 	else
 		n = snprintf(line, sizeof line, "%s%s, but %s has waited %.0f s for another rank%s: stopping without a checkpoint\n",
-			     head, why, atomic_load(&x->what), waited, own);
+			     head, why, what, waited, own);
 	if (n < 0)
 		n = 0;
 	if ((size_t)n >= sizeof line) { /* cut short: still one whole line */
@@ -110,13 +135,13 @@ static void give_up(struct world_watch *x, const char *why, double waited, doubl
 static void *watchdog_main(void *arg)
 {
 	struct world_watch *x = arg;
-	unsigned long seen = 0;
+	unsigned long seen = 0, seen_progress = 0;
 	double since = 0.0, longest = 0.0, looked = clock_now(), paused = 0.0;
 
 	pthread_mutex_lock(&x->mu);
 	while (!x->quit) {
 		struct timespec tick;
-		unsigned long gen;
+		unsigned long gen, progress;
 		double now;
 
 		clock_gettime(CLOCK_MONOTONIC, &tick);
@@ -129,28 +154,30 @@ static void *watchdog_main(void *arg)
 		if (x->quit)
 			break;
 		gen = atomic_load(&x->gen);
+		progress = atomic_load(&x->progress);
 		now = clock_now();
 		if (now - looked > WATCH_TICK + WATCH_LATE) { /* this process did not run */
 			since += now - looked - WATCH_TICK;
 			paused += now - looked - WATCH_TICK;
 		}
 		looked = now;
-		if (gen != seen) { /* a mark since the last look */
-			if ((seen & 1) && now - since > longest)
+		if (gen != seen || progress != seen_progress) { /* a mark or progress since the last look */
+			if (gen != seen && (seen & 1) && now - since > longest)
 				longest = now - since; /* the one seen in progress has ended */
 			seen = gen;
+			seen_progress = progress;
 			since = now;
 			paused = 0.0;
 			continue;
 		}
-		if (!(gen & 1)) { /* between collectives: watched only while training */
-			if (x->timeout > 0 && atomic_load(&x->training) && now - since >= x->timeout)
+		if (!(gen & 1)) { /* between marks: watched only while training */
+			if (x->timeout > 0 && atomic_load(&x->who) != NULL && now - since >= x->timeout)
 				give_up(x, NULL, now - since, paused);
 			continue;
 		}
 		if (x->timeout > 0 && now - since >= x->timeout)
 			give_up(x, NULL, now - since, paused);
-		if (signals_pending() && !atomic_load(&x->patient) &&
+		if (signals_pending() && !atomic_load(&x->patient) && atomic_load(&x->standing) == NULL &&
 		    now - since >= 2.0 + 2.0 * longest)
 			give_up(x, "asked to stop", now - since, paused);
 	}
@@ -176,12 +203,16 @@ enum status world_watchdog_start(struct world *w, double timeout_s, struct diag 
 		return diag_set(d, ST_RUNTIME, "watchdog: out of memory");
 	x->timeout = timeout_s;
 	atomic_init(&x->rank, w->comm != MPI_COMM_NULL ? w->rank : -1);
+	atomic_init(&x->size, w->size > 0 ? w->size : 1);
 	atomic_init(&x->gen, 0);
+	atomic_init(&x->progress, 0);
 	atomic_init(&x->step, 0);
 	atomic_init(&x->what, "");
+	atomic_init(&x->thread_wait, 0);
 	atomic_init(&x->busy, NULL);
+	atomic_init(&x->standing, NULL);
 	atomic_init(&x->patient, 0);
-	atomic_init(&x->training, 0);
+	atomic_init(&x->who, NULL);
 	x->now_step = &w->step;
 	pthread_mutex_init(&x->mu, NULL);
 	pthread_condattr_init(&ca);
@@ -202,25 +233,39 @@ void world_failed(struct world *w, const char *msg)
 		atomic_store(&w->watch->failed, msg);
 }
 
-void world_watch_begin(struct world *w, const char *what)
+/* A marked wait begins: for another rank (thread 0) or for a thread of this process. */
+static void watch_begin(struct world *w, const char *what, int thread)
 {
 	struct world_watch *x = w->watch;
 
 	if (x == NULL)
 		return;
 	atomic_store_explicit(&x->what, what, memory_order_relaxed);
+	atomic_store_explicit(&x->thread_wait, thread, memory_order_relaxed);
 	atomic_store_explicit(&x->step, w->step, memory_order_relaxed);
 	atomic_fetch_add_explicit(&x->gen, 1, memory_order_release); /* now odd */
 }
 
-void world_watch_training(struct world *w, int on)
+void world_watch_begin(struct world *w, const char *what)
+{
+	watch_begin(w, what, 0);
+}
+
+void world_watch_thread(struct world *w, const char *what)
+{
+	watch_begin(w, what, 1);
+}
+
+void world_watch_training(struct world *w, const char *who)
 {
 	struct world_watch *x = w->watch;
 
 	if (x == NULL)
 		return;
 	atomic_fetch_add(&x->gen, 2); /* a mark of its own: the wait starts now */
-	atomic_store(&x->training, on);
+	atomic_store(&x->who, who);
+	if (who == NULL) /* what rank 0 was busy with during training is over */
+		atomic_store(&x->standing, NULL);
 }
 
 void world_watch_end(struct world *w)
@@ -234,12 +279,57 @@ void world_watch_end(struct world *w)
 	atomic_fetch_add_explicit(&x->gen, 1, memory_order_release); /* now even */
 }
 
+/* Rank 0 tells every other rank (tag: NOTICE_PROGRESS or NOTICE_DONE). The sends are
+ * small, so they leave at once; each is matched by the agreement's receives (agree_relayed)
+ * before that agreement returns. */
+static void notice_all(struct world *w, int tag)
+{
+	static const int word = 0;
+
+	for (int r = 1; r < w->size; r++) {
+		MPI_Request rq;
+
+		if (MPI_Isend(&word, 1, MPI_INT, r, tag, w->notice, &rq) == MPI_SUCCESS)
+			(void)MPI_Request_free(&rq); /* completes on its own; a lost notice only shortens the others' patience */
+	}
+}
+
+void world_watch_progress(struct world *w)
+{
+	double now;
+
+	if (w == NULL)
+		return;
+	if (w->watch != NULL)
+		atomic_fetch_add_explicit(&w->watch->progress, 1, memory_order_relaxed);
+	if (!w->relay || w->rank != 0 || w->size < 2)
+		return;
+	now = clock_now();
+	if (now - w->noticed >= WATCH_TICK) {
+		w->noticed = now;
+		notice_all(w, NOTICE_PROGRESS);
+	}
+}
+
+void world_progress(void *arg)
+{
+	world_watch_progress(arg);
+}
+
 void world_expect_wait(struct world *w, const char *busy)
 {
+	w->relay = w->comm != MPI_COMM_NULL && w->notice != MPI_COMM_NULL;
+	w->noticed = 0.0;
 	if (w->watch != NULL) {
 		atomic_store_explicit(&w->watch->busy, busy, memory_order_relaxed);
 		atomic_store_explicit(&w->watch->patient, 1, memory_order_relaxed);
 	}
+}
+
+void world_expect_busy(struct world *w, const char *busy)
+{
+	if (w->watch != NULL)
+		atomic_store(&w->watch->standing, busy);
 }
 
 static void watchdog_stop(struct world *w)
@@ -278,6 +368,7 @@ enum status world_init(struct world *w, int *argc, char ***argv, struct diag *d)
 	w->watch = watch;
 	w->comm = MPI_COMM_NULL;
 	w->local = MPI_COMM_NULL;
+	w->notice = MPI_COMM_NULL;
 	if (gethostname(w->host, sizeof w->host - 1) != 0)
 		snprintf(w->host, sizeof w->host, "?");
 	world_watch_begin(w, "MPI start-up");
@@ -306,12 +397,16 @@ enum status world_init(struct world *w, int *argc, char ***argv, struct diag *d)
 		world_watch_end(w);
 		return world_mpi_error(d, rc, "MPI_Comm_set_errhandler/MPI_Comm_rank/MPI_Comm_size(MPI_COMM_WORLD)");
 	}
-	if (watch != NULL)
+	if (watch != NULL) {
 		atomic_store(&watch->rank, w->rank);
+		atomic_store(&watch->size, w->size);
+	}
 	rc = MPI_Comm_split_type(w->comm, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &w->local);
+	if (rc == MPI_SUCCESS && (rc = MPI_Comm_dup(w->comm, &w->notice)) != MPI_SUCCESS)
+		w->notice = MPI_COMM_NULL;
 	world_watch_end(w);
 	if (rc != MPI_SUCCESS)
-		return world_mpi_error(d, rc, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+		return world_mpi_error(d, rc, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)/MPI_Comm_dup");
 	if ((rc = MPI_Comm_rank(w->local, &w->local_rank)) != MPI_SUCCESS ||
 	    (rc = MPI_Comm_size(w->local, &w->local_size)) != MPI_SUCCESS)
 		return world_mpi_error(d, rc, "MPI_Comm_rank/MPI_Comm_size(node)");
@@ -374,6 +469,42 @@ static int severity(enum status st)
 	return 5;
 }
 
+/* The agreement after rank 0's busy work (world_expect_wait): rank 0 tells every other
+ * rank it is done, behind its progress notices (MPI keeps one sender's messages on one
+ * communicator in order), and agrees; the others agree while taking those notices, each
+ * starting their wait's count again, until both the agreement and the done notice are in
+ * (so no notice is left for a later agreement). */
+static int agree_relayed(struct world *w, const void *in, void *out)
+{
+	MPI_Request rq[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+	int rc, word, done = w->rank == 0;
+
+	if (w->rank == 0)
+		notice_all(w, NOTICE_DONE);
+	rc = MPI_Iallreduce(in, out, 1, MPI_2INT, MPI_MINLOC, w->comm, &rq[0]);
+	if (rc == MPI_SUCCESS && !done)
+		rc = MPI_Irecv(&word, 1, MPI_INT, 0, MPI_ANY_TAG, w->notice, &rq[1]);
+	while (rc == MPI_SUCCESS && (rq[0] != MPI_REQUEST_NULL || !done)) {
+		MPI_Status s;
+		int i;
+
+		rc = MPI_Waitany(2, rq, &i, &s);
+		if (rc != MPI_SUCCESS || i != 1)
+			continue;
+		if (s.MPI_TAG == NOTICE_DONE) {
+			done = 1;
+		} else {
+			world_watch_progress(w); /* rank 0 goes on: the wait counts again */
+			rc = MPI_Irecv(&word, 1, MPI_INT, 0, MPI_ANY_TAG, w->notice, &rq[1]);
+		}
+	}
+	if (rq[1] != MPI_REQUEST_NULL) { /* failed: nothing is left to arrive in word */
+		(void)MPI_Cancel(&rq[1]);
+		(void)MPI_Request_free(&rq[1]);
+	}
+	return rc;
+}
+
 enum status world_agree(struct world *w, enum status mine, int *reporter)
 {
 	/* MINLOC over (-severity, rank): the most severe status, lowest rank on ties. */
@@ -384,7 +515,11 @@ enum status world_agree(struct world *w, enum status mine, int *reporter)
 	int rc;
 
 	world_watch_begin(w, "the ranks' agreement on the outcome");
-	rc = MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, w->comm);
+	if (w->relay && w->size > 1)
+		rc = agree_relayed(w, &in, &out);
+	else
+		rc = MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, w->comm);
+	w->relay = 0;
 	world_watch_end(w);
 	if (rc != MPI_SUCCESS) {
 		*reporter = mine != ST_OK;
@@ -506,7 +641,9 @@ void world_free(struct world *w)
 {
 	if (w->local != MPI_COMM_NULL)
 		(void)MPI_Comm_free(&w->local); /* teardown: nobody to tell of a failure */
-	w->local = MPI_COMM_NULL;
+	if (w->notice != MPI_COMM_NULL)
+		(void)MPI_Comm_free(&w->notice);
+	w->local = w->notice = MPI_COMM_NULL;
 	if (w->inited) {
 		/* A rank that never arrives makes MPI_Finalize wait forever: watched too. */
 		world_watch_begin(w, "MPI_Finalize");

@@ -20,6 +20,9 @@ struct world {
 	int local_rank, local_size; /* on this node (MPI_COMM_TYPE_SHARED split) */
 	MPI_Comm comm;              /* MPI_COMM_WORLD */
 	MPI_Comm local;             /* this node's ranks */
+	MPI_Comm notice;            /* a duplicate of comm: rank 0's progress notices (world_expect_wait) */
+	int relay;                  /* world_expect_wait was called: the next world_agree relays them */
+	double noticed;             /* rank 0: clock_now() of the last progress notice sent */
 	int inited;                 /* we called MPI_Init_thread, so we finalize */
 	_Atomic long step;          /* the optimizer step in progress (the watchdog reads it) */
 	char host[64];              /* this process's host name (gethostname; "?" if none) */
@@ -59,22 +62,44 @@ enum status world_bcast(struct world *w, void *buf, size_t len, int root, struct
  * start-up too; called again, it sets the timeout. It stops in world_free, after
  * MPI_Finalize. */
 enum status world_watchdog_start(struct world *w, double timeout_s, struct diag *d);
-/* Training starts (on: 1) or ends (0): while it runs, a rank that neither begins nor ends
- * a marked collective for --timeout (stuck in a product, as OpenBLAS's allocator spins
- * under a tight ulimit -v, or in a write) is ended too, naming its step. Every step marks
- * at least one collective (the step's host synchronisation). */
-void world_watch_training(struct world *w, int on);
+/* Training starts (who: what computes between the marks, "this rank", or dp's main
+ * thread) or ends (NULL): while it runs, a rank that neither begins nor ends a marked wait
+ * nor makes progress (world_watch_progress) for --timeout (stuck in a product, as
+ * OpenBLAS's allocator spins under a tight ulimit -v, or in a write) is ended too, naming
+ * its step. Every step marks at least one wait (the step's host synchronisation, or dp's
+ * wait for its replicas). */
+void world_watch_training(struct world *w, const char *who);
 /* Mark the start and end of a blocking collective (what: e.g. "gradient all-reduce"). */
 void world_watch_begin(struct world *w, const char *what);
+/* The same for a wait for another thread of this process (what: e.g. "replica 1's forward
+ * pass", dp's worker): the give-up line says that thread is stuck, not another rank.
+ * Ended by world_watch_end. */
+void world_watch_thread(struct world *w, const char *what);
 /* This rank has failed with msg (which must live until it is replaced, or forgotten with
  * NULL): if the collective it then waits in times out (the others stuck waiting for it),
  * the watchdog prints msg first. */
 void world_failed(struct world *w, const char *msg);
 void world_watch_end(struct world *w);
-/* The next marked collective waits for a rank that is busy (busy: e.g. "the checkpoint
- * write on rank 0"): only --timeout ends it, not the short grace a pending stop signal
- * gives a wait. Call on every rank; cleared by world_watch_end. */
+/* Work that is no collective goes on (an evaluation batch done, a piece of a file
+ * written): --timeout counts again from now, whether this rank is between marks or
+ * waiting. On rank 0 between world_expect_wait and the agreement after it, the other
+ * ranks, waiting in that agreement for it, hear of it too (at most twice a second), and
+ * their wait counts again from then. Main thread only; w may be NULL. */
+void world_watch_progress(struct world *w);
+/* world_watch_progress for a struct progress (core/outfile.h): arg is the struct world. */
+void world_progress(void *arg);
+/* Rank 0 is about to be busy (busy: e.g. "the checkpoint write on rank 0") and the next
+ * agreement (world_agree) waits for it: that agreement has no short grace for a pending
+ * stop signal, only --timeout ends it, and rank 0's progress while busy reaches the
+ * others there (world_watch_progress), so a write that goes on for longer than --timeout
+ * is not taken for a stall. Call on every rank, before rank 0's work (or, for work that
+ * makes no progress calls, after it), with no world_agree in between. */
 void world_expect_wait(struct world *w, const char *busy);
+/* Rank 0 is busy outside any agreement (busy: e.g. "the --prometheus write on rank 0",
+ * while the others go on into the next step's collectives): until this is called again
+ * with NULL, every marked wait of this rank is patient as world_expect_wait's agreement
+ * is, and a timeout names busy. */
+void world_expect_busy(struct world *w, const char *busy);
 /* Gather len bytes from every rank of this node into all (local_size * len bytes) on each. */
 enum status world_local_allgather(struct world *w, const void *mine, size_t len, void *all,
 				  struct diag *d);

@@ -546,10 +546,26 @@ enum status outfile_open(struct outfile *of, const char *path, const char *flag,
 	return ST_OK;
 }
 
+/* A piece of the file is written: tell whoever watches. */
+static void told(const struct outfile *of)
+{
+	if (of->progress != NULL && of->progress->tick != NULL)
+		of->progress->tick(of->progress->arg);
+}
+
 enum status outfile_write(struct outfile *of, const void *buf, size_t len, struct diag *d)
 {
-	if (len > 0 && fwrite(buf, 1, len, of->f) != len)
-		return outfile_write_failed(d, errno, of->what);
+	const char *p = buf;
+
+	while (len > 0) {
+		size_t n = len < OUTFILE_PIECE ? len : OUTFILE_PIECE;
+
+		if (fwrite(p, 1, n, of->f) != n)
+			return outfile_write_failed(d, errno, of->what);
+		p += n;
+		len -= n;
+		told(of);
+	}
 	return ST_OK;
 }
 
@@ -567,6 +583,8 @@ enum status outfile_sync(struct outfile *of, struct diag *d)
 		st = diag_set(d, ST_RUNTIME, "%s: write failed", of->what);
 	else if (fsync(fileno(of->f)) != 0)
 		st = diag_errno(d, errno, "%s: fsync", of->what);
+	else
+		told(of);
 	if (fclose(of->f) != 0 && st == ST_OK)
 		st = diag_errno(d, errno, "%s: close", of->what);
 	of->f = NULL;

@@ -75,6 +75,14 @@ enum status outfile_distinct(const struct named_path *p, int n, int allow_a, int
  * them, dangling or not) finally names. Caller frees; NULL with errno set on failure. */
 char *outfile_target(const char *path);
 
+/* Whom to tell that a long write goes on, after each piece of it and after its fsync (the
+ * watchdog: comm/world.h's world_progress), so that a write that keeps going for longer
+ * than --timeout is not taken for a stall. */
+struct progress {
+	void (*tick)(void *arg);
+	void *arg;
+};
+
 /* One output file being written: every file ddptrain writes whole (--save, --save-best,
  * --checkpoint, --trace, --prometheus) goes through it. outfile_open creates the
  * temporary beside outfile_target(path) and registers it for removal on every exit;
@@ -87,11 +95,15 @@ struct outfile {
 	char *tmp;         /* owned: the temporary's name; NULL once renamed or removed */
 	int slot;          /* the temporary's entry in the signal handlers' table, or -1 */
 	char what[DIAG_WHAT_LEN]; /* "--trace: path": names the file in messages */
+	const struct progress *progress; /* borrowed, set after outfile_open; NULL: nobody told */
 };
+
+#define OUTFILE_PIECE ((size_t)8 << 20)
 
 /* Create the temporary; `flag` names the file in messages. On failure nothing is left. */
 enum status outfile_open(struct outfile *of, const char *path, const char *flag, struct diag *d);
-/* Write len bytes to the temporary (binary writers; text writers use of->f). */
+/* Write len bytes to the temporary (binary writers; text writers use of->f), in pieces of
+ * at most OUTFILE_PIECE bytes, of->progress told after each. */
 enum status outfile_write(struct outfile *of, const void *buf, size_t len, struct diag *d);
 /* Flush, fsync and close the temporary: the bytes are on disk, only the rename is left.
  * On failure the temporary is removed. */

@@ -151,7 +151,7 @@ static const struct opt_def opt_table[] = {
 	{"checkpoint-every", "N", "0", "optimizer steps between checkpoints (0 = only at the end and on a stop)", C, LONG(checkpoint_every, 0, LONG_MAX)},
 	{"keep-checkpoints", "K", "0", "also keep the last K checkpoints as FILE.step-NNNNNNNN (0 = none)", C, LONG(keep_checkpoints, 0, 1000000)},
 	{"resume", "FILE", NULL, "continue from this checkpoint: weights, momentum, step and data position", C, FILE_(resume, OPT_PATH_IN)},
-	{"timeout", "SECONDS", "600", "give up when a collective waits this long for another rank, or a step runs this long (0 = never)", 0, REAL(timeout, 0, 1e9)},
+	{"timeout", "SECONDS", "600", "give up after this long without progress: a collective (or a dp replica) waited for, a step that does not end; each evaluation batch or piece of a file written is progress (0 = never)", 0, REAL(timeout, 0, 1e9)},
 	{"mode", "ddp|dp", "ddp", "ddp: one process per replica; dp: threads in one process", R, CHOICE(mode, options_mode_names)},
 	{"replicas", "G", "auto", "--mode=dp worker threads, one replica each (auto: one per GPU, else 2)", C, INT(replicas, 1, OPT_MAX_REPLICAS), HOOKS(parse_replicas, format_replicas)},
 	{"device", "auto|cpu|cuda", "auto", "where the model runs (auto: a GPU if one is visible, else the CPU)", C, CHOICE(device, options_device_names)},

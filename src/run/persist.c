@@ -14,7 +14,8 @@ static enum status agree(struct persist *p, enum status st)
 }
 
 enum status persist_save_weights(const struct model *m, const char *path, const char *flag, long step,
-				 const struct train_config *tc, struct st_pending *stage, struct diag *d)
+				 const struct train_config *tc, struct st_pending *stage,
+				 const struct progress *pr, struct diag *d)
 {
 	float *host = malloc(m->nparams * sizeof *host);
 	enum status st;
@@ -30,9 +31,9 @@ enum status persist_save_weights(const struct model *m, const char *path, const 
 		st = diag_set(d, ST_RUNTIME, "training diverged: the weights are not finite after step %ld; lower --lr (%s: %s was not written)",
 			      step, flag, path);
 	else if (st == ST_OK && stage != NULL)
-		st = checkpoint_stage_weights(path, flag, m, host, stage, d);
+		st = checkpoint_stage_weights(path, flag, m, host, stage, pr, d);
 	else if (st == ST_OK)
-		st = checkpoint_write_weights(path, flag, m, host, d);
+		st = checkpoint_write_weights(path, flag, m, host, pr, d);
 	free(host);
 	return st;
 }
@@ -141,6 +142,9 @@ static enum status write_checkpoint(void *arg, long step, long epoch, long next_
 	 * at another world size), gathered first */
 	if (sharded(p))
 		st = gather_state(p, p->ckpt_host);
+	/* Waiting for rank 0 to write a big checkpoint is not a stall, even when stopping: the
+	 * others wait in the agreement, hearing of its progress. */
+	world_expect_wait(p->w, "the checkpoint write on rank 0");
 	if (p->w->rank == 0 && st == ST_OK) {
 		settings_resume_text(p->o, p->ds, text, sizeof text);
 		st = model_state_to_host(p->m, 0, sharded(p) ? 1 : p->m->narenas, p->ckpt_host, d);
@@ -151,10 +155,8 @@ static enum status write_checkpoint(void *arg, long step, long epoch, long next_
 				      step, trainer_fp16_overflow(p->tc), p->o->checkpoint);
 		if (st == ST_OK)
 			st = checkpoint_save(p->o->checkpoint, &p->kept, p->m, p->ckpt_host,
-					     &pos, text, d);
+					     &pos, text, &p->progress, d);
 	}
-	/* Waiting for rank 0 to write a big checkpoint is not a stall, even when stopping. */
-	world_expect_wait(p->w, "the checkpoint write on rank 0");
 	return agree(p, st);
 }
 
@@ -169,8 +171,11 @@ static enum status keep_best(void *arg, long step, long epoch, double loss, stru
 		return ST_OK;
 	p->have_best = 1;
 	p->best_loss = loss;
+	/* As for a checkpoint: the weights are rank 0's to write, a stop waits for them. */
+	world_expect_wait(p->w, "the --save-best write on rank 0");
 	if (p->w->rank == 0) {
-		st = persist_save_weights(p->m, p->o->save_best, "--save-best", step, p->tc, NULL, d);
+		st = persist_save_weights(p->m, p->o->save_best, "--save-best", step, p->tc, NULL,
+					  &p->progress, d);
 		if (st == ST_OK)
 			report_note(p->r, "--save-best: %s now holds the weights after step %ld (validation loss %.6f)",
 				    p->o->save_best, step, loss);
@@ -182,6 +187,7 @@ void persist_init(struct persist *p, struct train_ctl *ctl)
 {
 	const struct options *o = p->o;
 
+	p->progress = (struct progress){world_progress, p->w};
 	if (o->checkpoint != NULL) {
 		checkpoint_new_lineage(p->lineage); /* --resume replaces it with the checkpoint's */
 		p->kept.keep = (int)o->keep_checkpoints;
@@ -317,9 +323,10 @@ enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct opti
 	if (pos.epoch >= o->epochs || (o->max_steps > 0 && pos.step >= o->max_steps)) {
 		/* Nothing to train, but --save still gets the finished weights: a batch script
 		 * that retries a run killed after its last checkpoint must not lose the model. */
-		if (o->save != NULL && p->w->rank == 0)
-			st = persist_save_weights(m, o->save, "--save", pos.step, p->tc, NULL, p->d);
 		world_expect_wait(p->w, "the --save write on rank 0");
+		if (o->save != NULL && p->w->rank == 0)
+			st = persist_save_weights(m, o->save, "--save", pos.step, p->tc, NULL, &p->progress,
+						  p->d);
 		st = agree(p, st);
 		if (st != ST_OK)
 			return st;
@@ -337,9 +344,10 @@ enum status persist_stage_save(struct persist *p, long steps)
 {
 	enum status st = ST_OK;
 
-	if (p->o->save != NULL && p->w->rank == 0)
-		st = persist_save_weights(p->m, p->o->save, "--save", steps, p->tc, &p->saved, p->d);
 	world_expect_wait(p->w, "the --save write on rank 0");
+	if (p->o->save != NULL && p->w->rank == 0)
+		st = persist_save_weights(p->m, p->o->save, "--save", steps, p->tc, &p->saved, &p->progress,
+					  p->d);
 	return agree(p, st);
 }
 

@@ -43,6 +43,8 @@ struct persist {
 	int have_best;
 	struct st_pending saved;   /* rank 0: --save, written and waiting for the run's success */
 	struct ckpt_rotation kept; /* rank 0: --keep-checkpoints' numbered copies */
+	struct progress progress;  /* rank 0's writes tell w's watchdog, and through it the
+				    * ranks waiting for them (world_expect_wait), as they go */
 };
 
 /* Set up p over what it borrows (its fields up to `ckpt_host` filled in by the caller)
@@ -67,9 +69,11 @@ enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct opti
 
 /* Rank 0: m's weights to path as safetensors, refused if not finite (training diverged
  * after `step`, or tc's fp16 wire overflowed: trainer_fp16_overflow). stage NULL: written now; else written beside path and left in *stage
- * for st_commit. flag names the option in messages. */
+ * for st_commit. flag names the option in messages; pr (NULL: nobody) is told as the
+ * write goes on. */
 enum status persist_save_weights(const struct model *m, const char *path, const char *flag, long step,
-				 const struct train_config *tc, struct st_pending *stage, struct diag *d);
+				 const struct train_config *tc, struct st_pending *stage,
+				 const struct progress *pr, struct diag *d);
 
 /* --save after training: staged now (agreed), committed by persist_commit once the run
  * has succeeded, so that a run that fails leaves no new file. */

@@ -208,15 +208,17 @@ enum status session_run(struct session *s)
 	const struct overview v = overview_of(s);
 
 	overview_header(&v);
-	if (s->o.mode == MODE_DP)
-		st = trainer_dp(&s->tc, s->pl.replicas, &s->m, &s->opt, &s->cfg, &s->ds, &s->ctl, &s->r,
-				&s->res, &s->d);
-	else {
-		world_watch_training(&s->w, 1); /* a rank stuck in a step ends at --timeout too */
+	/* a rank (or dp's main thread) stuck in a step ends at --timeout too */
+	if (s->o.mode == MODE_DP) {
+		world_watch_training(&s->w, "the main thread (replica 0, and the gather, loss, reduce and optimizer step)");
+		st = trainer_dp(&s->tc, s->pl.replicas, &s->w, &s->m, &s->opt, &s->cfg, &s->ds, &s->ctl,
+				&s->r, &s->res, &s->d);
+	} else {
+		world_watch_training(&s->w, "this rank");
 		st = trainer_ddp(&s->tc, &s->plan, &s->w, &s->m, &s->opt, &s->c, &s->ds, &s->ctl, &s->r,
 				 &s->res, &s->d);
-		world_watch_training(&s->w, 0);
 	}
+	world_watch_training(&s->w, NULL);
 	st = session_agree(s, st);
 	if (st == ST_OK)
 		st = persist_stage_save(&s->per, s->res.steps);

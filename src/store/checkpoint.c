@@ -132,7 +132,7 @@ enum status checkpoint_read_weights(const char *path, const struct model *m, flo
 }
 
 enum status checkpoint_write_weights(const char *path, const char *flag, const struct model *m,
-				     const float *host, struct diag *d)
+				     const float *host, const struct progress *pr, struct diag *d)
 {
 	struct model_tensor t[2 * MODEL_MAX_LAYERS];
 	struct st_entry e[2 * MODEL_MAX_LAYERS];
@@ -140,11 +140,12 @@ enum status checkpoint_write_weights(const char *path, const char *flag, const s
 	int n = model_state_dict(m, 0, 1, t);
 
 	tensor_entries(m, t, n, 0, host, e);
-	return st_save(path, flag, e, (size_t)n, meta, 2, d);
+	return st_save(path, flag, e, (size_t)n, meta, 2, pr, d);
 }
 
 enum status checkpoint_stage_weights(const char *path, const char *flag, const struct model *m,
-				     const float *host, struct st_pending *out, struct diag *d)
+				     const float *host, struct st_pending *out, const struct progress *pr,
+				     struct diag *d)
 {
 	struct model_tensor t[2 * MODEL_MAX_LAYERS];
 	struct st_entry e[2 * MODEL_MAX_LAYERS];
@@ -152,7 +153,7 @@ enum status checkpoint_stage_weights(const char *path, const char *flag, const s
 	int n = model_state_dict(m, 0, 1, t);
 
 	tensor_entries(m, t, n, 0, host, e);
-	return st_write(out, path, flag, e, (size_t)n, meta, 2, d);
+	return st_write(out, path, flag, e, (size_t)n, meta, 2, pr, d);
 }
 
 /* The JSON header of an opened safetensors file (st_open validated its length). */
@@ -443,7 +444,7 @@ static const char sha_zeros[SHA_HEX] =
 
 enum status checkpoint_save(const char *path, struct ckpt_rotation *rot, const struct model *m,
 			    const float *host, const struct ckpt_pos *pos, const char *config,
-			    struct diag *d)
+			    const struct progress *pr, struct diag *d)
 {
 	struct model_tensor t[MAX_TENSORS];
 	struct st_entry e[MAX_TENSORS];
@@ -499,7 +500,7 @@ enum status checkpoint_save(const char *path, struct ckpt_rotation *rot, const s
 	if (!ok)
 		return diag_set(d, ST_RUNTIME, "--checkpoint: SHA-256 failed");
 	meta[nm - 1] = sha;
-	st = st_save(path, "--checkpoint", e, (size_t)n, meta, (size_t)nm / 2, d);
+	st = st_save(path, "--checkpoint", e, (size_t)n, meta, (size_t)nm / 2, pr, d);
 	if (st == ST_OK && rot != NULL && rot->keep > 0)
 		st = keep_numbered(path, pos->step, rot, pos->lineage, d);
 	return st;

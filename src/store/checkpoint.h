@@ -22,7 +22,7 @@
 #include <stddef.h>
 
 #include "train/model.h"
-#include "store/safetensors.h" /* struct st_pending */
+#include "store/safetensors.h" /* struct st_pending, struct progress */
 #include "core/status.h"
 
 /* 2: the SHA-256 covers the header (format 1 covered only the tensor data). */
@@ -78,7 +78,7 @@ enum status checkpoint_rotation_start(struct ckpt_rotation *rot, const char *pat
  * holds that name (path is written, the file left as it is). */
 enum status checkpoint_save(const char *path, struct ckpt_rotation *rot, const struct model *m,
 			    const float *host, const struct ckpt_pos *pos, const char *config,
-			    struct diag *d);
+			    const struct progress *pr, struct diag *d);
 
 /* ST_RUNTIME naming --checkpoint if its rotation names (path.step-NNNNNNNN beside the
  * file path names) are too long for its file system: checked at start-up, so the first
@@ -116,13 +116,15 @@ enum status checkpoint_read_weights(const char *path, const struct model *m, flo
 				    struct diag *d);
 
 /* --save (or --save-best, as `flag` says in messages): m's weights (arena 0, from host)
- * as a safetensors file, atomically. */
+ * as a safetensors file, atomically. The writers here tell pr (NULL: nobody) after each
+ * piece written (core/outfile.h). */
 enum status checkpoint_write_weights(const char *path, const char *flag, const struct model *m,
-				     const float *host, struct diag *d);
+				     const float *host, const struct progress *pr, struct diag *d);
 /* The same, written to a temporary file beside path's target and put in place by
  * st_commit(out) (or removed by st_discard(out)): --save, once the whole run succeeded. */
 enum status checkpoint_stage_weights(const char *path, const char *flag, const struct model *m,
-				     const float *host, struct st_pending *out, struct diag *d);
+				     const float *host, struct st_pending *out, const struct progress *pr,
+				     struct diag *d);
 
 /* Every line of `want` that `have` lacks ("(no --flag)") or sets differently, as
  * "--flag=value" for both, the flags before the other lines (data=...), joined by ", "

@@ -303,7 +303,7 @@ char *st_header(const struct st_entry *e, size_t n, const char *const *meta,
 
 enum status st_write(struct st_pending *p, const char *path, const char *flag,
 		     const struct st_entry *e, size_t n, const char *const *meta, size_t nmeta,
-		     struct diag *d)
+		     const struct progress *pr, struct diag *d)
 {
 	unsigned char lenbuf[8];
 	size_t hlen = 0;
@@ -316,6 +316,7 @@ enum status st_write(struct st_pending *p, const char *path, const char *flag,
 	st = outfile_open(&p->of, path, flag, d);
 	if (st != ST_OK)
 		goto out_header;
+	p->of.progress = pr;
 	for (int b = 0; b < 8; b++)
 		lenbuf[b] = (unsigned char)((uint64_t)hlen >> (8 * b));
 	st = outfile_write(&p->of, lenbuf, 8, d);
@@ -348,10 +349,10 @@ void st_discard(struct st_pending *p)
 }
 
 enum status st_save(const char *path, const char *flag, const struct st_entry *e, size_t n,
-		    const char *const *meta, size_t nmeta, struct diag *d)
+		    const char *const *meta, size_t nmeta, const struct progress *pr, struct diag *d)
 {
 	struct st_pending p;
-	enum status st = st_write(&p, path, flag, e, n, meta, nmeta, d);
+	enum status st = st_write(&p, path, flag, e, n, meta, nmeta, pr, d);
 
 	if (st == ST_OK)
 		st = st_commit(&p, d);

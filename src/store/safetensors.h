@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/outfile.h" /* struct outfile */
+#include "core/outfile.h" /* struct outfile, struct progress */
 #include "core/status.h"
 
 #define ST_MAX_DIMS 8
@@ -71,10 +71,11 @@ struct st_pending {
 };
 
 /* Write n tensors (and optional string metadata pairs, meta[2k]=key, meta[2k+1]=value)
- * to a temporary file beside path's target, and fsync it. On failure nothing is left. */
+ * to a temporary file beside path's target, and fsync it, telling pr (NULL: nobody) after
+ * each piece (core/outfile.h). On failure nothing is left. */
 enum status st_write(struct st_pending *p, const char *path, const char *flag,
 		     const struct st_entry *e, size_t n, const char *const *meta, size_t nmeta,
-		     struct diag *d);
+		     const struct progress *pr, struct diag *d);
 /* Rename the written file over the target and make that durable (outfile_commit); on
  * failure the temporary file is removed and the target is untouched. */
 enum status st_commit(struct st_pending *p, struct diag *d);
@@ -83,6 +84,6 @@ void st_discard(struct st_pending *p);
 
 /* st_write then st_commit: path written atomically. On failure nothing is left behind. */
 enum status st_save(const char *path, const char *flag, const struct st_entry *e, size_t n,
-		    const char *const *meta, size_t nmeta, struct diag *d);
+		    const char *const *meta, size_t nmeta, const struct progress *pr, struct diag *d);
 
 #endif

@@ -15,6 +15,11 @@
 #include "train/trainer.h"
 
 #define DDP_MARK 3 /* host_mark slots 3, 4: the step reads (0 .. 2 are the loader's) */
+/* What rank 0 adds to a step's stop slot (the ranks' stop flags, summed) when it will write
+ * --prometheus once it has read that step: every rank then knows that rank 0 is busy
+ * outside the step, and a pending stop waits for it (exact in float32 beside any count of
+ * stop flags below 2^23). */
+#define DDP_OBSERVE 1048576.0f
 
 struct ddp {
 	const struct train_config *tc;
@@ -46,6 +51,10 @@ struct ddp {
 		int ring;               /* its parity: slots[ring], mark DDP_MARK + ring */
 	} late;
 	int stop_seen;              /* a read step asked to stop: the next one stops, read at once */
+	int observe_planned;        /* rank 0: a queued step carries DDP_OBSERVE, not read yet */
+	long busy_until;            /* not rank 0: rank 0 writes --prometheus; every wait is patient
+				     * until the read of this step, the first it queued after the
+				     * write (0: none) */
 	int graphs;                 /* steps may be device graphs */
 	int graph_off;              /* no (more) graphs: unsupported, or a capture failed */
 	int graph_buf[LOADER_BUFFERS]; /* the loader's buffer i has a captured step (graph slot i) */
@@ -67,6 +76,10 @@ enum status ddp_teardown(struct ddp *t, enum status st);
 void ddp_result(const struct ddp *t, long step, double seconds, double consumed);
 void ddp_free(struct ddp *t);
 
+/* The value this rank puts in the stop slot of the micro-batch it queues (the step's when
+ * sync): 1 if asked to stop, plus on rank 0 DDP_OBSERVE when --prometheus is due after
+ * the step. */
+float ddp_stop_slot(struct ddp *t, int sync);
 /* One micro-batch: load, forward, backward; on the step's last (sync) also the optimizer.
  * accumulate: the gradients add to the last micro-batch's; scale: the loss seed's. */
 enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulate, int sync, float scale);

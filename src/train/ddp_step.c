@@ -8,6 +8,7 @@
  * --grad-compress: one small float32 all-reduce, plan.h).
  */
 #include "core/clock.h"
+#include "core/signals.h" /* signals_pending */
 #include "train/ddp.h"
 
 /* load: the micro-batch onto the device. */
@@ -159,11 +160,46 @@ static void say_note(void *r, const char *line)
 	report_note(r, "%s", line);
 }
 
-/* After trainer_after_step: the straggler samples (and check), and --prometheus when due
- * (whose failure is a warning: rank 0 alone writes it, and must not leave the others in
- * the next step's all-reduce). */
+float ddp_stop_slot(struct ddp *t, int sync)
+{
+	const struct train_ctl *ctl = t->ctl;
+	float v = signals_pending() ? 1.0f : 0.0f;
+
+	if (sync && !t->observe_planned && ctl->prom != NULL && prometheus_due(ctl->prom, clock_now())) {
+		t->observe_planned = 1; /* one write at a time: the next is planned once it is read */
+		v += DDP_OBSERVE;
+	}
+	return v;
+}
+
+/* A step's stop slot, read (step `read`, counted from 1; now: read at once): whether a
+ * rank asked to stop (*stop) and whether rank 0 writes --prometheus after it (returned).
+ * The other ranks then wait for rank 0 patiently -- a pending stop waits for its write,
+ * within --timeout -- until they have read the first step rank 0 queues after writing:
+ * the next one if this one is read at once, else the one after (the next is queued). */
+static int read_stop_slot(struct ddp *t, float v, long read, int now, int *stop)
+{
+	const int observe = v >= DDP_OBSERVE;
+
+	*stop = (observe ? v - DDP_OBSERVE : v) != 0.0f;
+	if (observe) /* rank 0's plan, read: it writes now, and may plan the next */
+		t->observe_planned = 0;
+	if (t->busy_until > 0 && read >= t->busy_until) {
+		t->busy_until = 0;
+		world_expect_busy(t->w, NULL);
+	}
+	if (observe && t->w->rank != 0) {
+		t->busy_until = read + (now ? 1 : 2);
+		world_expect_busy(t->w, "the --prometheus write on rank 0");
+	}
+	return observe;
+}
+
+/* After trainer_after_step: the straggler samples (and check), and --prometheus when the
+ * step said so (observe; whose failure is a warning: rank 0 alone writes it, and must not
+ * leave the others in the next step's all-reduce). */
 static enum status ddp_observe_step(struct ddp *t, struct step_clock *clk, long step, float loss,
-				    double consumed)
+				    double consumed, int observe)
 {
 	const struct train_ctl *ctl = t->ctl;
 	const double wait = t->sync.wait;
@@ -174,7 +210,7 @@ static enum status ddp_observe_step(struct ddp *t, struct step_clock *clk, long 
 	clk->wait_step = wait;
 	if (ctl->straggler != NULL)
 		st = straggler_step(ctl->straggler, t->w, step, step_s, step_s - waited, say_note, t->r, t->d);
-	if (st == ST_OK && ctl->prom != NULL && prometheus_due(ctl->prom, now)) {
+	if (st == ST_OK && ctl->prom != NULL && observe) {
 		double el = now - clk->t0;
 
 		t->res->wait_s = wait;
@@ -195,7 +231,7 @@ static enum status ddp_read(struct ddp *t, const struct train_loop *loop, long *
 	const struct backend_ops *ops = t->m->be->ops;
 	const float *slots = t->slots + p->ring * MODEL_SLOTS;
 	enum status st = ST_OK;
-	int done = 1, stop;
+	int done = 1, stop, observe;
 
 	/* watched as the read behind the step's collectives was: a test double's device may
 	 * run them, and wait for a peer, inside the query */
@@ -208,7 +244,7 @@ static enum status ddp_read(struct ddp *t, const struct train_loop *loop, long *
 	if (st != ST_OK)
 		return st;
 	trace_resolve(p->tb);
-	stop = slots[MODEL_SLOT_STOP] != 0.0f;
+	observe = read_stop_slot(t, slots[MODEL_SLOT_STOP], *step + 1, now, &stop);
 	if (stop && !now) {
 		t->stop_seen = 1;
 		stop = 0;
@@ -218,7 +254,7 @@ static enum status ddp_read(struct ddp *t, const struct train_loop *loop, long *
 						   p->consumed, stop || (now && t->stop_seen)},
 				t->d);
 	if (st == ST_OK)
-		st = ddp_observe_step(t, loop->clk, *step, slots[MODEL_SLOT_LOSS], p->consumed);
+		st = ddp_observe_step(t, loop->clk, *step, slots[MODEL_SLOT_LOSS], p->consumed, observe);
 	return st;
 }
 

@@ -249,6 +249,7 @@ enum status trainer_evaluate(const struct train_config *tc, struct model *m, con
 		loss_apply(&tc->loss, m->be, m->dbuf[0], slots, m->act[m->nlayers], m->target, n,
 			   m->widths[m->nlayers], (float)n / (float)val->n, 1);
 		st = ops->sync(bc, d); /* hx and hy are refilled for the next batch */
+		world_watch_progress(w); /* an evaluation longer than --timeout is no stall */
 	}
 	if (c != NULL) {
 		enum status cst;

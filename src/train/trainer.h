@@ -104,8 +104,9 @@ struct train_ctl {
 
 /* dp: G replicas on worker threads; the replica-0 model m0 holds the weights to train
  * (and is the one saved), and opt steps it; replica i is created here on an instance of
- * m0's backend on device cfg->device + i. */
-enum status trainer_dp(const struct train_config *tc, int replicas, struct model *m0,
+ * m0's backend on device cfg->device + i. w's watchdog watches the waits for the
+ * replicas (world_watch_thread) and w->step names the step. */
+enum status trainer_dp(const struct train_config *tc, int replicas, struct world *w, struct model *m0,
 		       struct optimizer *opt, const struct backend_config *cfg,
 		       const struct dataset *ds, const struct train_ctl *ctl, struct report *r,
 		       struct train_result *res, struct diag *d);
@@ -208,7 +209,8 @@ enum status trainer_after_step(const struct train_loop *lp, long *step, const st
  * [rank V / world, (rank + 1) V / world) in micro-batches of up to m->max_batch rows --
  * and, with a communicator, sum the shares over the ranks: the exact mean loss over all
  * V rows (and the accuracy) in *loss and *acc (NaN without one). Uses act, target, dbuf
- * and the gradient slots as scratch: call it between steps. Collective when c is set. */
+ * and the gradient slots as scratch: call it between steps. Collective when c is set.
+ * Each batch is progress for w's watchdog (w may be NULL). */
 enum status trainer_evaluate(const struct train_config *tc, struct model *m, const struct dataset *val,
 			     int rank, int world, struct comm *c, struct world *w, double *loss,
 			     double *acc, struct diag *d);

@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "core/clock.h"
-#include "core/signals.h"
 #include "train/ddp.h"
 
 enum status trainer_ddp(const struct train_config *tc, const struct grad_plan *p, struct world *w,
@@ -61,7 +60,7 @@ enum status trainer_ddp(const struct train_config *tc, const struct grad_plan *p
 		res->epochs = b.epoch + 1;
 		w->step = k + 1;
 		t.step = k;
-		t.stop_host[b.buf] = signals_pending() ? 1.0f : 0.0f;
+		t.stop_host[b.buf] = ddp_stop_slot(&t, sync);
 		m->trace = trace_buf_for(ctl->trace, 0, k + 1);
 		grad_sync_step(&t.sync, m->trace);
 		if (t.graphs && b.n == tc->batch_size && t.sync.tb == NULL) /* traced steps run eagerly */

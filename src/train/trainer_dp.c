@@ -13,6 +13,12 @@
  * 1..G-1 each have a thread that waits at a barrier for the next job. No MPI
  * call is made here.
  *
+ * The watchdog watches the replicas as ddp's watches the ranks: the main thread's
+ * wait for each replica's job (and device) is a marked wait naming that replica,
+ * so a replica stuck in a product ends the run at --timeout, named, and a stop
+ * signal that cannot complete (the step never ends) gives up after the short
+ * grace instead of waiting for ever.
+ *
  * Every replica's time per phase, the bytes it moved and the memory it holds
  * are counted, so the report shows where DP spends its time (the serial
  * gather, loss and reduce on replica 0, and the per-step replication).
@@ -29,6 +35,7 @@
 #include "train/trainer.h"
 
 enum dp_job { JOB_FORWARD, JOB_BACKWARD, JOB_QUIT };
+enum { WAIT_FORWARD, WAIT_BACKWARD, WAIT_DEVICE, WAITS }; /* what the main thread waits for */
 
 #define DP_MAX_SPANS (BACKEND_TIMERS / 2)
 
@@ -45,6 +52,8 @@ struct dp_replica {
 	int n;                /* rows of this micro-batch's chunk; 0 = sits out */
 	size_t row0;          /* first row of the chunk in the batch */
 	int accumulate;       /* backward adds to the gradients (replica 0 inside a group) */
+	unsigned long done;   /* the last job (struct dp's jobs) this replica finished; under mu */
+	char waiting[WAITS][48]; /* the watchdog's names of the waits for it ("replica 1's forward pass") */
 	struct replica_stats *st;
 	struct diag err;      /* the first error of this replica's device */
 	struct dp_span {      /* a phase between two timer marks, not yet read */
@@ -60,10 +69,14 @@ struct dp {
 	const struct train_ctl *ctl;
 	struct report *r;
 	struct diag *d;
+	struct world *w;      /* its watchdog watches the waits for the replicas */
 	int ydim;             /* target columns: the output width, or 1 (class labels) */
 	int g;
 	struct dp_replica rep[TRAIN_MAX_REPLICAS];
-	pthread_barrier_t go, done;
+	pthread_barrier_t go;  /* the workers start the next job */
+	pthread_mutex_t mu;    /* a worker's done, and cv, on which the main thread waits for it */
+	pthread_cond_t cv;
+	unsigned long jobs;    /* jobs dispatched */
 	enum dp_job job;
 	float *outputs;       /* replica 0: (batch, out) gathered outputs */
 	float *targets;       /* replica 0: (batch, out) */
@@ -157,9 +170,11 @@ static enum status dp_sync_all(struct dp *dp, struct diag *d)
 	for (int i = 0; i < dp->g; i++) {
 		struct dp_replica *r = &dp->rep[i];
 
+		world_watch_thread(dp->w, r->waiting[WAIT_DEVICE]);
 		dp_collect(r);
 		if (r->err.st == ST_OK)
 			r->m->be->ops->sync(r->m->be->ctx, &r->err);
+		world_watch_end(dp->w);
 	}
 	return dp_status(dp, d);
 }
@@ -206,20 +221,35 @@ static void *worker_main(void *arg)
 		if (job == JOB_QUIT)
 			break;
 		run_job(r, job);
-		pthread_barrier_wait(&dp->done);
+		pthread_mutex_lock(&dp->mu);
+		r->done = dp->jobs;
+		pthread_cond_broadcast(&dp->cv);
+		pthread_mutex_unlock(&dp->mu);
 	}
 	return NULL;
 }
 
-/* Run a job on every replica: the workers on their threads, replica 0 here. */
+/* Run a job on every replica: the workers on their threads, replica 0 here; then wait for
+ * each worker in turn, a marked wait naming it (a barrier could not say which one is
+ * stuck). */
 static void dispatch(struct dp *dp, enum dp_job job)
 {
 	dp->job = job;
+	dp->jobs++; /* the workers read it after the barrier */
 	pthread_barrier_wait(&dp->go);
 	if (job == JOB_QUIT)
 		return;
 	run_job(&dp->rep[0], job);
-	pthread_barrier_wait(&dp->done);
+	for (int i = 1; i < dp->g; i++) {
+		struct dp_replica *r = &dp->rep[i];
+
+		world_watch_thread(dp->w, r->waiting[job == JOB_FORWARD ? WAIT_FORWARD : WAIT_BACKWARD]);
+		pthread_mutex_lock(&dp->mu);
+		while (r->done != dp->jobs)
+			pthread_cond_wait(&dp->cv, &dp->mu);
+		pthread_mutex_unlock(&dp->mu);
+		world_watch_end(dp->w);
+	}
 }
 
 /* torch.chunk(n, G) along dim 0: chunks of ceil(n/G), the last smaller, maybe fewer than G. */
@@ -403,7 +433,8 @@ static void dp_free(struct dp *dp)
 				pthread_join(dp->rep[i].thread, NULL);
 		}
 		pthread_barrier_destroy(&dp->go);
-		pthread_barrier_destroy(&dp->done);
+		pthread_mutex_destroy(&dp->mu);
+		pthread_cond_destroy(&dp->cv);
 	}
 	for (int i = 1; i < TRAIN_MAX_REPLICAS; i++) {
 		model_free(&dp->rep[i].own);
@@ -437,6 +468,9 @@ static enum status dp_init(struct dp *dp, int g, struct model *m0, int max_batch
 		dp->rep[i].dp = dp;
 		dp->rep[i].id = i;
 		dp->rep[i].st = &res->rep[i];
+		snprintf(dp->rep[i].waiting[WAIT_FORWARD], sizeof dp->rep[i].waiting[0], "replica %d's forward pass", i);
+		snprintf(dp->rep[i].waiting[WAIT_BACKWARD], sizeof dp->rep[i].waiting[0], "replica %d's backward pass", i);
+		snprintf(dp->rep[i].waiting[WAIT_DEVICE], sizeof dp->rep[i].waiting[0], "replica %d's device work", i);
 	}
 	dp->outputs = ops->alloc(m0->be->ctx, gathered);
 	dp->targets = ops->alloc(m0->be->ctx, gathered);
@@ -472,7 +506,8 @@ static enum status dp_init(struct dp *dp, int g, struct model *m0, int max_batch
 	}
 	dp->g = g;
 	pthread_barrier_init(&dp->go, NULL, (unsigned)g);
-	pthread_barrier_init(&dp->done, NULL, (unsigned)g);
+	pthread_mutex_init(&dp->mu, NULL);
+	pthread_cond_init(&dp->cv, NULL);
 	for (int i = 1; i < g; i++) {
 		if (pthread_create(&dp->rep[i].thread, NULL, worker_main, &dp->rep[i]) != 0) {
 			diag_set(d, ST_RUNTIME, "dp: cannot start worker thread %d", i);
@@ -494,7 +529,7 @@ static enum status dp_eval(void *arg, long step, long epoch)
 	long span = trace_begin(dp->rep[0].tb, TR_VALIDATION, -1);
 	enum status st;
 
-	st = trainer_evaluate(dp->tc, dp->rep[0].m, dp->ctl->val, 0, 1, NULL, NULL, &loss, &acc, dp->d);
+	st = trainer_evaluate(dp->tc, dp->rep[0].m, dp->ctl->val, 0, 1, NULL, dp->w, &loss, &acc, dp->d);
 	trace_end(dp->rep[0].tb, span);
 	if (st != ST_OK)
 		return st;
@@ -547,7 +582,7 @@ static enum status dp_step(struct dp *dp, struct optimizer *opt, const struct tr
 	return st;
 }
 
-enum status trainer_dp(const struct train_config *tc, int replicas, struct model *m0,
+enum status trainer_dp(const struct train_config *tc, int replicas, struct world *w, struct model *m0,
 		       struct optimizer *opt, const struct backend_config *cfg,
 		       const struct dataset *ds, const struct train_ctl *ctl, struct report *r,
 		       struct train_result *res, struct diag *d)
@@ -583,6 +618,7 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 	dp.ctl = ctl;
 	dp.r = r;
 	dp.d = d;
+	dp.w = w;
 	dp.ydim = ds->out;
 	dp.trace = ctl->trace;
 	steps_per_epoch = trainer_steps_per_epoch(L.nmicro, tc->grad_accum);
@@ -598,6 +634,7 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 		long gi, group = trainer_group(b.mb, L.nmicro, tc->grad_accum, &gi);
 
 		res->epochs = b.epoch + 1;
+		w->step = step + 1; /* the watchdog names it */
 		st = dp_micro_batch(&dp, &L, &b, 1.0f / (float)group, gi == 0, step + 1, d);
 		if (st != ST_OK)
 			break;

@@ -1,6 +1,7 @@
 /*
  * faultshim.c - an LD_PRELOAD library that makes one process misbehave the way a
- * sick cluster node does, for the reliability tests (tests/failures/hangs.sh, tests/failures/signals.sh).
+ * sick cluster node does, for the reliability tests (tests/failures/hangs.sh,
+ * tests/failures/signals.sh, tests/failures/bounds.sh).
  * Nothing in ddptrain knows about it. Set in the environment of the process:
  *
  *   DDPT_SHIM_STALL=first-collective  the first MPI_Allreduce (the ranks' agreement
@@ -9,6 +10,9 @@
  *   DDPT_SHIM_STALL=first-sgemm       the first cblas_sgemm never returns (as OpenBLAS's
  *                                     allocator retries forever under a tight ulimit -v):
  *                                     a rank stuck in computation, in no collective
+ *   DDPT_SHIM_STALL=worker-sgemm      the first cblas_sgemm on a thread other than the
+ *                                     process's first never returns (--mode=dp: a replica
+ *                                     stuck in a product on its worker thread)
  *   DDPT_SHIM_STOP=first-collective   a second into its first MPI_Allreduce (waiting, as for
  *                                     a slow rank), the process stops itself (SIGSTOP, as
  *                                     kill -STOP or a suspended job would); SIGCONT continues it
@@ -17,6 +21,13 @@
  *                                     raises SIGUSR1 first: a stop signal that lands at a known
  *                                     point of a step (tests/failures/stops.sh)
  *   DDPT_SHIM_SLOW_FSYNC=SECONDS      every fsync takes that long (a slow file system)
+ *   DDPT_SHIM_SLOW_FSYNC_FIRST=N      ... only the first N fsyncs of the process do (the
+ *                                     first file written is slow, the rest are not)
+ *   DDPT_SHIM_SLOW_WRITE=SECONDS      every fwrite to a regular file takes that much longer
+ *                                     (a slow file system that keeps up: a big file whose
+ *                                     write goes on)
+ *   DDPT_SHIM_SLOW_SGEMM=SECONDS      every cblas_sgemm takes that much longer (a slow
+ *                                     machine: an evaluation of many batches)
  *   DDPT_SHIM_SLOW_INIT=SECONDS       MPI_Init_thread takes that much longer (a slow start)
  *   DDPT_SHIM_NO_SHARED_WINDOW=1      MPI_Win_allocate_shared fails with MPI_ERR_NO_MEM, as
  *                                     it does where /dev/shm is small (a container); set it
@@ -43,7 +54,8 @@
 #include <stdlib.h>      /* getenv, atof */
 #include <string.h>      /* strcmp */
 #include <sys/mman.h>    /* MAP_SHARED, MAP_FAILED */
-#include <sys/syscall.h> /* SYS_mmap */
+#include <sys/stat.h>    /* fstat, S_ISREG */
+#include <sys/syscall.h> /* SYS_mmap, SYS_gettid */
 #include <time.h>        /* nanosleep */
 #include <unistd.h>      /* pause, syscall */
 
@@ -161,8 +173,9 @@ void cblas_sgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE ta, co
 	const char *sig = getenv("DDPT_SHIM_SIGNAL"), *at = sig != NULL ? strchr(sig, '@') : NULL;
 	const char *rank = getenv("OMPI_COMM_WORLD_RANK"); /* as mpirun starts the process */
 
-	if (stall_at("first-sgemm"))
+	if (stall_at("first-sgemm") || (stall_at("worker-sgemm") && syscall(SYS_gettid) != getpid()))
 		stall();
+	sleep_for("DDPT_SHIM_SLOW_SGEMM");
 	/* raise: the handler has run when it returns, so the stop lands exactly here */
 	if (atomic_fetch_add(&calls, 1) + 1 == (sig != NULL ? atol(sig) : 0) &&
 	    (at == NULL || atoi(at + 1) == (rank != NULL ? atoi(rank) : 0)))
@@ -172,12 +185,27 @@ void cblas_sgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE ta, co
 	real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
+size_t fwrite(const void *buf, size_t size, size_t n, FILE *f)
+{
+	static size_t (*real)(const void *, size_t, size_t, FILE *);
+	struct stat sb;
+
+	if (real == NULL)
+		*(void **)&real = dlsym(RTLD_NEXT, "fwrite");
+	if (getenv("DDPT_SHIM_SLOW_WRITE") != NULL && fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode))
+		sleep_for("DDPT_SHIM_SLOW_WRITE");
+	return real(buf, size, n, f);
+}
+
 int fsync(int fd)
 {
 	static int (*real)(int);
+	static long calls;
+	const char *first = getenv("DDPT_SHIM_SLOW_FSYNC_FIRST");
 
 	if (real == NULL)
 		real = (int (*)(int))dlsym(RTLD_NEXT, "fsync");
-	sleep_for("DDPT_SHIM_SLOW_FSYNC");
+	if (first == NULL || calls++ < atol(first))
+		sleep_for("DDPT_SHIM_SLOW_FSYNC");
 	return real(fd);
 }

@@ -91,7 +91,7 @@ static void test_checkpoint_round_trips_weights_momentum_and_position(void **sta
 	rig_init(&a, widths, 2, 0.9f, 1.0f);
 	rig_init(&b, widths, 2, 0.9f, -5.0f);
 	assert_int_equal(a.m.narenas, 2);
-	assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, &d), ST_OK);
+	assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, NULL, &d), ST_OK);
 	assert_int_equal(checkpoint_load(path, &b.m, config, b.host, &got, &d), ST_OK);
 	assert_memory_equal(b.host, a.host, a.m.nparams * 2 * sizeof(float));
 	assert_int_equal(got.step, 7);
@@ -113,7 +113,7 @@ static void test_checkpoint_without_momentum_loads_zero_momentum(void **state)
 
 	rig_init(&a, widths, 2, 0.0f, 1.0f);
 	rig_init(&b, widths, 2, 0.9f, -5.0f);
-	assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, &d), ST_OK);
+	assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, NULL, &d), ST_OK);
 	assert_int_equal(checkpoint_load(path, &b.m, config, b.host, &got, &d), ST_OK);
 	assert_memory_equal(b.host, a.host, a.m.nparams * sizeof(float));
 	for (size_t i = 0; i < b.m.nparams; i++)
@@ -130,7 +130,7 @@ static void test_checkpoint_refuses_another_configuration_naming_the_flag(void *
 	const char *path = path_in_dir("cfg.st");
 
 	rig_init(&a, widths, 2, 0.9f, 1.0f);
-	assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, &d), ST_OK);
+	assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, NULL, &d), ST_OK);
 	assert_int_equal(checkpoint_load(path, &a.m, "--layers=4,3,2\n--lr=0.2\n", a.host, &got, &d),
 			 ST_USAGE);
 	assert_non_null(strstr(d.msg, "was written with --lr=0.1; this run has --lr=0.2"));
@@ -147,7 +147,7 @@ static void test_checkpoint_detects_corrupt_tensor_data(void **state)
 	long size;
 
 	rig_init(&a, widths, 2, 0.9f, 1.0f);
-	assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, &d), ST_OK);
+	assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, NULL, &d), ST_OK);
 	f = fopen(path, "r+b");
 	assert_non_null(f);
 	fseek(f, 0, SEEK_END);
@@ -169,7 +169,7 @@ static void test_checkpoint_is_not_written_from_non_finite_state(void **state)
 
 	rig_init(&a, widths, 2, 0.9f, 1.0f);
 	a.host[a.m.nparams + 2] = NAN; /* in the momentum buffer */
-	assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, &d), ST_RUNTIME);
+	assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, NULL, &d), ST_RUNTIME);
 	assert_non_null(strstr(d.msg, "training diverged: the weights are not finite after step 3"));
 	assert_int_equal(access(path, F_OK), -1);
 	rig_free(&a);
@@ -186,7 +186,7 @@ static void test_checkpoint_keeps_the_last_k_numbered_copies(void **state)
 	for (long s = 1; s <= 3; s++) {
 		struct ckpt_pos pos = {s, 0, s, 1, LINEAGE};
 
-		assert_int_equal(checkpoint_save(path, &rot, &a.m, a.host, &pos, config, &d), ST_OK);
+		assert_int_equal(checkpoint_save(path, &rot, &a.m, a.host, &pos, config, NULL, &d), ST_OK);
 	}
 	checkpoint_rotation_free(&rot);
 	checkpoint_rotation_free(&rot); /* safe twice */
@@ -263,7 +263,7 @@ static void test_rotation_reads_the_kept_checkpoints_once(void **state)
 	for (long s = 1; s <= 3; s++) { /* an earlier attempt of this run: step-1 to step-3 */
 		struct ckpt_pos pos = {s, 0, s, 1, LINEAGE};
 
-		assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, &d), ST_OK);
+		assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, NULL, &d), ST_OK);
 		snprintf(name, sizeof name, "%s.step-%08ld", path, s);
 		assert_int_equal(link(path, name), 0);
 	}
@@ -271,7 +271,7 @@ static void test_rotation_reads_the_kept_checkpoints_once(void **state)
 	for (long s = 4; s <= 30; s++) {
 		struct ckpt_pos pos = {s, 0, s, 1, LINEAGE};
 
-		assert_int_equal(checkpoint_save(path, &rot, &a.m, a.host, &pos, config, &d), ST_OK);
+		assert_int_equal(checkpoint_save(path, &rot, &a.m, a.host, &pos, config, NULL, &d), ST_OK);
 		if (s == 4)
 			assert_int_equal(opened, 3); /* the three before (the new one is this run's) */
 	}
@@ -374,11 +374,11 @@ static void test_init_reads_the_weights_of_save_and_of_a_checkpoint(void **state
 
 	rig_init(&a, widths, 2, 0.9f, 1.0f);
 	rig_init(&b, widths, 2, 0.0f, -5.0f);
-	assert_int_equal(checkpoint_write_weights(path_in_dir("w.st"), "--save", &a.m, a.host, &d), ST_OK);
+	assert_int_equal(checkpoint_write_weights(path_in_dir("w.st"), "--save", &a.m, a.host, NULL, &d), ST_OK);
 	assert_int_equal(checkpoint_read_weights(path_in_dir("w.st"), &b.m, b.host, &d), ST_OK);
 	assert_memory_equal(b.host, a.host, a.m.nparams * sizeof(float));
 	/* A checkpoint's momentum buffers are not weights: skipped, not refused. */
-	assert_int_equal(checkpoint_save(path_in_dir("c.st"), NULL, &a.m, a.host, &pos, config, &d), ST_OK);
+	assert_int_equal(checkpoint_save(path_in_dir("c.st"), NULL, &a.m, a.host, &pos, config, NULL, &d), ST_OK);
 	memset(b.host, 0, b.m.nparams * sizeof(float));
 	assert_int_equal(checkpoint_read_weights(path_in_dir("c.st"), &b.m, b.host, &d), ST_OK);
 	assert_memory_equal(b.host, a.host, a.m.nparams * sizeof(float));
@@ -395,7 +395,7 @@ static void test_init_is_strict_about_names_and_shapes(void **state)
 	rig_init(&a, widths, 2, 0.0f, 1.0f);
 	rig_init(&deep, deeper, 3, 0.0f, 1.0f);
 	rig_init(&wide, wider, 2, 0.0f, 1.0f);
-	assert_int_equal(checkpoint_write_weights(path_in_dir("deep.st"), "--save", &deep.m, deep.host, &d), ST_OK);
+	assert_int_equal(checkpoint_write_weights(path_in_dir("deep.st"), "--save", &deep.m, deep.host, NULL, &d), ST_OK);
 	assert_int_equal(checkpoint_read_weights(path_in_dir("deep.st"), &a.m, a.host, &d), ST_RUNTIME);
 	assert_non_null(strstr(d.msg, "unexpected tensor 'net3.weight': --layers has net1 to net2"));
 	memset(&d, 0, sizeof d); /* a diag keeps its first message */

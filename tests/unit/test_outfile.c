@@ -109,6 +109,34 @@ static void test_commit_puts_the_bytes_in_place_and_leaves_no_temporary(void **s
 	assert_file_holds(in_dir("out"), "new\n");
 }
 
+/* A write's progress, counted (struct progress's tick). */
+static void count_tick(void *arg)
+{
+	++*(int *)arg;
+}
+
+static void test_a_long_write_tells_its_progress_after_each_piece_and_the_fsync(void **state)
+{
+	const size_t len = 2 * OUTFILE_PIECE + 5; /* three pieces */
+	char *buf = calloc(len, 1);
+	int ticks = 0;
+	const struct progress pr = {count_tick, &ticks};
+	struct outfile of;
+	struct diag d = {0};
+	struct stat sb;
+
+	assert_non_null(buf);
+	assert_int_equal(outfile_open(&of, in_dir("big"), "--checkpoint", &d), ST_OK);
+	of.progress = &pr;
+	assert_int_equal(outfile_write(&of, buf, len, &d), ST_OK);
+	assert_int_equal(ticks, 3);
+	assert_int_equal(outfile_commit(&of, &d), ST_OK);
+	assert_int_equal(ticks, 4); /* and once the bytes are on disk */
+	assert_int_equal(stat(in_dir("big"), &sb), 0);
+	assert_int_equal((size_t)sb.st_size, len);
+	free(buf);
+}
+
 static void test_abort_removes_the_temporary_and_keeps_the_previous_file(void **state)
 {
 	struct outfile of;
@@ -332,6 +360,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_commit_puts_the_bytes_in_place_and_leaves_no_temporary, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_a_long_write_tells_its_progress_after_each_piece_and_the_fsync, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_abort_removes_the_temporary_and_keeps_the_previous_file, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_a_missing_directory_names_the_flag_and_leaves_nothing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_writes_through_a_link_and_a_dangling_link_and_keeps_both, setup, teardown),

@@ -67,7 +67,7 @@ static void test_st_round_trip_keeps_names_shapes_and_values(void **state)
 	const struct st_tensor *t;
 	struct stat sb;
 
-	assert_int_equal(st_save(path, "--save", e, 2, meta, 1, &d), ST_OK);
+	assert_int_equal(st_save(path, "--save", e, 2, meta, 1, NULL, &d), ST_OK);
 	assert_int_equal(count_files(), 1); /* no temporary file left */
 	assert_int_equal(stat(path, &sb), 0);
 	assert_int_equal(sb.st_size % 8, 0); /* header padded to 8, data 32 bytes */
@@ -97,7 +97,7 @@ static void test_st_save_into_missing_directory_fails_and_leaves_nothing(void **
 	char bad[200];
 
 	snprintf(bad, sizeof bad, "%s/no/such/dir/w.safetensors", dir);
-	assert_int_equal(st_save(bad, "--save", e, 1, NULL, 0, &d), ST_RUNTIME);
+	assert_int_equal(st_save(bad, "--save", e, 1, NULL, 0, NULL, &d), ST_RUNTIME);
 	assert_non_null(strstr(d.msg, "--save"));
 	assert_int_equal(count_files(), 0);
 }
@@ -109,9 +109,9 @@ static void test_st_save_replaces_an_existing_file_whole(void **state)
 	struct st_file f;
 	struct diag d = {0};
 
-	assert_int_equal(st_save(path, "--save", e, 1, NULL, 0, &d), ST_OK);
+	assert_int_equal(st_save(path, "--save", e, 1, NULL, 0, NULL, &d), ST_OK);
 	e[0].data = b;
-	assert_int_equal(st_save(path, "--save", e, 1, NULL, 0, &d), ST_OK);
+	assert_int_equal(st_save(path, "--save", e, 1, NULL, 0, NULL, &d), ST_OK);
 	assert_int_equal(count_files(), 1);
 	assert_int_equal(st_open(&f, path, "--init", &d), ST_OK);
 	assert_int_equal(st_read_f32(&f, st_find(&f, "t"), out, 2, "x", &d), ST_OK);
