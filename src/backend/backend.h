@@ -41,8 +41,16 @@ struct adamw_hparams {
  * torch.autocast's bfloat16: linear_forward, linear_backward and linear_grad_rows round
  * their matrix operands to bf16 (nearest even), sum in float32 and round each result to
  * bf16, which they store in the float32 buffer (the bias is rounded and added before that
- * rounding; dw and db are bf16 values, added in float32 when accumulating). Every other
- * kernel runs in float32 on what it is given. */
+ * rounding; dw and db are bf16 values times the gradient scale, in float32, added in
+ * float32 when accumulating). Every other kernel runs in float32 on what it is given.
+ *
+ * Where the mean over ranks and micro-batches is taken: the loss kernels scale the
+ * gradient's seed by dscale and linear_backward and linear_grad_rows their weight and
+ * bias gradients by gscale. In float32 the trainer puts it in the seed (gscale 1); in
+ * bf16 after the backward (dscale 1), where PyTorch takes it: DDP divides the float32
+ * gradient by the world size, and the accumulating loop the gradient summed over the
+ * micro-batches by their count. A scale in the seed would change every bf16 rounding of
+ * the backward when it is not a power of two (issue 34). */
 enum precision { PRECISION_FP32, PRECISION_TF32, PRECISION_BF16 };
 
 /* What a backend instance is created for. */
@@ -97,26 +105,29 @@ struct backend_ops {
 	 * b (out). The bias and the ReLU are one pass over y. */
 	void (*linear_forward)(void *ctx, float *y, const float *x, const float *w, const float *b,
 			       int n, int in, int out, int relu);
-	/* From dy (n, out): dw (out, in) and db (out) are set (accumulate = 0) or added to
-	 * (accumulate = 1) unless dw is NULL (a frozen layer: db is then ignored too);
-	 * dx (n, in) = dy @ w is set unless dx is NULL. */
+	/* From dy (n, out): dw (out, in) = gscale dy^T @ x and db (out) = gscale times the
+	 * column sums of dy are set (accumulate = 0) or added to (accumulate = 1) unless dw is
+	 * NULL (a frozen layer: db is then ignored too); dx (n, in) = dy @ w is set unless dx
+	 * is NULL (never scaled). */
 	void (*linear_backward)(void *ctx, float *dx, float *dw, float *db, const float *dy,
-				const float *x, const float *w, int n, int in, int out, int accumulate);
+				const float *x, const float *w, int n, int in, int out, float gscale,
+				int accumulate);
 	/* Rows [r0, r1) of linear_backward's weight and bias gradients from dy (n, out) and
 	 * x (n, in), set (never added), each element with the arithmetic linear_backward uses
-	 * for it: dw (r1 - r0, in) = dy[:, r0:r1]^T @ x unless dw is NULL, db (r1 - r0) = the
-	 * sums of dy[:, r0:r1] over the n rows unless db is NULL. ZeRO-2 computes a layer larger
-	 * than a bucket in row panels with it, each into a reused bucket buffer. */
+	 * for it: dw (r1 - r0, in) = gscale dy[:, r0:r1]^T @ x unless dw is NULL, db (r1 - r0)
+	 * = gscale times the sums of dy[:, r0:r1] over the n rows unless db is NULL. ZeRO-2
+	 * computes a layer larger than a bucket in row panels with it, each into a reused
+	 * bucket buffer. */
 	void (*linear_grad_rows)(void *ctx, float *dw, float *db, const float *dy, const float *x,
-				 int n, int in, int out, int r0, int r1);
+				 int n, int in, int out, int r0, int r1, float gscale);
 	/* y = max(y, 0), in place. */
 	void (*relu_forward)(void *ctx, float *y, size_t n);
 	/* dy *= (y > 0), in place; y is the ReLU output. */
 	void (*relu_backward)(void *ctx, float *dy, const float *y, size_t n);
 	/* MSE over n rows of `width`: *loss = scale * mean((y - t)^2), added to *loss when
-	 * accumulate is set, and dy = scale * 2 (y - t) / (n * width). loss is device memory. */
+	 * accumulate is set, and dy = dscale * 2 (y - t) / (n * width). loss is device memory. */
 	void (*mse)(void *ctx, float *dy, float *loss, const float *y, const float *t, int n,
-		    int width, float scale, int accumulate);
+		    int width, float scale, float dscale, int accumulate);
 	/* y = a y + c (x + b z) element-wise over n floats, as (x + b z) rounded first; z may
 	 * be NULL (then y = a y + c x) and may be y itself. The optimizers' fused update. */
 	void (*axpbz)(void *ctx, float *y, float a, float c, const float *x, float b,
@@ -124,10 +135,10 @@ struct backend_ops {
 	/* Softmax cross-entropy over n rows of `classes` logits with class labels (n) stored as
 	 * floats: out[0] = scale * mean(logsumexp(z) - z[label]) and out[1] = scale * the
 	 * fraction of rows whose first largest logit is the label (torch.argmax), each added
-	 * to when accumulate is set; dy = scale * (softmax(z) - onehot(label)) / n. out is
+	 * to when accumulate is set; dy = dscale * (softmax(z) - onehot(label)) / n. out is
 	 * device memory (2). Labels are in range (checked when the data is loaded). */
 	void (*cross_entropy)(void *ctx, float *dy, float *out, const float *z, const float *labels,
-			      int n, int classes, float scale, int accumulate);
+			      int n, int classes, float scale, float dscale, int accumulate);
 	/* torch.optim.AdamW on n parameters: p *= decay; m = beta1 m + (1 - beta1) g;
 	 * v = beta2 v + (1 - beta2) g^2; p -= step_size * m / (sqrt(v) / bc2_sqrt + eps). */
 	void (*adamw)(void *ctx, float *p, const float *g, float *m, float *v, size_t n,

@@ -111,11 +111,12 @@ static void bf16_linear_forward(struct cpu *c, float *y, const float *x, const f
 }
 
 /* Rows [r0, r1) of the bf16 weight and bias gradients from dyb (n, out) and xb (n, in),
- * both already bf16: dw rows = bf16(dyb[:, r0:r1]^T @ xb), db = bf16(the float32 column
- * sums), set or (accumulate) added to in float32, as autocast's bf16 gradient is added to
- * a float32 .grad. prod has room for (r1 - r0) * in floats. */
+ * both already bf16: dw rows = gscale bf16(dyb[:, r0:r1]^T @ xb), db = gscale bf16(the
+ * float32 column sums), in float32, set or (accumulate) added to in float32, as
+ * autocast's bf16 gradient is added to a float32 .grad and then averaged. prod has room
+ * for (r1 - r0) * in floats. */
 static void bf16_grad_rows(float *dw, float *db, const float *dyb, const float *xb, float *prod,
-			   int n, int in, int out, int r0, int r1, int accumulate)
+			   int n, int in, int out, int r0, int r1, float gscale, int accumulate)
 {
 	size_t len = (size_t)(r1 - r0) * in;
 
@@ -123,7 +124,7 @@ static void bf16_grad_rows(float *dw, float *db, const float *dyb, const float *
 		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, in, n, 1.0f, dyb + r0,
 			    out, xb, in, 0.0f, prod, in);
 		for (size_t j = 0; j < len; j++) {
-			float v = half_value(half_round(prod[j], HALF_BF16), HALF_BF16);
+			float v = gscale * half_value(half_round(prod[j], HALF_BF16), HALF_BF16);
 
 			dw[j] = accumulate ? dw[j] + v : v;
 		}
@@ -134,7 +135,7 @@ static void bf16_grad_rows(float *dw, float *db, const float *dyb, const float *
 
 			for (int i = 0; i < n; i++)
 				s += dyb[(size_t)i * out + k];
-			v = half_value(half_round(s, HALF_BF16), HALF_BF16);
+			v = gscale * half_value(half_round(s, HALF_BF16), HALF_BF16);
 			db[k - r0] = accumulate ? db[k - r0] + v : v;
 		}
 }
@@ -267,10 +268,21 @@ static void cpu_linear_forward(void *ctx, float *y, const float *x, const float 
 	}
 }
 
-/* db (rows) = dy[:, r0:r0 + rows] summed over the n rows of dy (n, out), in row order; set,
- * or added to when accumulate is set. */
-static void bias_grad(float *db, const float *dy, int n, int out, int r0, int rows, int accumulate)
+/* db (rows) = gscale times dy[:, r0:r0 + rows] summed over the n rows of dy (n, out), in
+ * row order; set, or added to when accumulate is set. */
+static void bias_grad(float *db, const float *dy, int n, int out, int r0, int rows, float gscale,
+		      int accumulate)
 {
+	if (gscale != 1.0f) { /* the sums first, then scaled and added */
+		for (int k = 0; k < rows; k++) {
+			float s = 0.0f;
+
+			for (int i = 0; i < n; i++)
+				s += dy[(size_t)i * out + r0 + k];
+			db[k] = (accumulate ? db[k] : 0.0f) + gscale * s;
+		}
+		return;
+	}
 	if (!accumulate)
 		memset(db, 0, (size_t)rows * sizeof(float));
 	for (int i = 0; i < n; i++) {
@@ -286,7 +298,7 @@ static void bias_grad(float *db, const float *dy, int n, int out, int r0, int ro
  * for the loss, and a no-op on the bf16 gradients the layers above pass down), each of
  * dw, db and dx a bf16 result; the same panels and progress calls as in float32. */
 static void bf16_linear_backward(struct cpu *c, float *dx, float *dw, float *db, const float *dy,
-				 const float *x, const float *w, int n, int in, int out,
+				 const float *x, const float *w, int n, int in, int out, float gscale,
 				 int accumulate)
 {
 	size_t ny = (size_t)n * out, nx = (size_t)n * in, nw = (size_t)out * in;
@@ -305,11 +317,11 @@ static void bf16_linear_backward(struct cpu *c, float *dx, float *dw, float *db,
 			int rows = out - o < step ? out - o : step;
 
 			bf16_grad_rows(dw + (size_t)o * in, NULL, dyb, xb, prod, n, in, out, o, o + rows,
-				       accumulate);
+				       gscale, accumulate);
 			if (step < out)
 				c->progress(c->arg, dw + (size_t)o * in, (size_t)rows * in);
 		}
-		bf16_grad_rows(NULL, db, dyb, NULL, NULL, n, in, out, 0, out, accumulate);
+		bf16_grad_rows(NULL, db, dyb, NULL, NULL, n, in, out, 0, out, gscale, accumulate);
 	}
 	if (dx == NULL)
 		return;
@@ -327,14 +339,14 @@ static void bf16_linear_backward(struct cpu *c, float *dx, float *dw, float *db,
 }
 
 static void cpu_linear_backward(void *ctx, float *dx, float *dw, float *db, const float *dy,
-				const float *x, const float *w, int n, int in, int out,
+				const float *x, const float *w, int n, int in, int out, float gscale,
 				int accumulate)
 {
 	struct cpu *c = ctx;
 	int step = panel_rows(c, out, 2.0 * in * n);
 
 	if (c != NULL && c->bf16) {
-		bf16_linear_backward(c, dx, dw, db, dy, x, w, n, in, out, accumulate);
+		bf16_linear_backward(c, dx, dw, db, dy, x, w, n, in, out, gscale, accumulate);
 		return;
 	}
 
@@ -343,12 +355,12 @@ static void cpu_linear_backward(void *ctx, float *dx, float *dw, float *db, cons
 		for (int o = 0; o < out; o += step) {
 			int rows = out - o < step ? out - o : step;
 
-			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, in, n, 1.0f, dy + o,
+			cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, rows, in, n, gscale, dy + o,
 				    out, x, in, accumulate ? 1.0f : 0.0f, dw + (size_t)o * in, in);
 			if (step < out)
 				c->progress(c->arg, dw + (size_t)o * in, (size_t)rows * in);
 		}
-		bias_grad(db, dy, n, out, 0, out, accumulate);
+		bias_grad(db, dy, n, out, 0, out, gscale, accumulate);
 	}
 	/* dx (n, in) = dy (n, out) @ w (out, in), in panels of dx's rows */
 	if (dx == NULL)
@@ -367,7 +379,7 @@ static void cpu_linear_backward(void *ctx, float *dx, float *dw, float *db, cons
 /* dw's rows [r0, r1) are the product linear_backward's panels take for them (the same
  * depth n, unblocked: the same sums per element). */
 static void cpu_linear_grad_rows(void *ctx, float *dw, float *db, const float *dy, const float *x,
-				 int n, int in, int out, int r0, int r1)
+				 int n, int in, int out, int r0, int r1, float gscale)
 {
 	struct cpu *c = ctx;
 
@@ -382,15 +394,15 @@ static void cpu_linear_grad_rows(void *ctx, float *dw, float *db, const float *d
 		round_bf16(dyb, dy, ny);
 		if (dw != NULL)
 			round_bf16(dyb + ny, x, nx);
-		bf16_grad_rows(dw, NULL, dyb, dyb + ny, dyb + ny + nx, n, in, out, r0, r1, 0);
-		bf16_grad_rows(NULL, db, dyb, NULL, NULL, n, in, out, r0, r1, 0);
+		bf16_grad_rows(dw, NULL, dyb, dyb + ny, dyb + ny + nx, n, in, out, r0, r1, gscale, 0);
+		bf16_grad_rows(NULL, db, dyb, NULL, NULL, n, in, out, r0, r1, gscale, 0);
 		return;
 	}
 	if (dw != NULL)
-		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, in, n, 1.0f, dy + r0, out,
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, r1 - r0, in, n, gscale, dy + r0, out,
 			    x, in, 0.0f, dw, in);
 	if (db != NULL)
-		bias_grad(db, dy, n, out, r0, r1 - r0, 0);
+		bias_grad(db, dy, n, out, r0, r1 - r0, gscale, 0);
 }
 
 /* torch.relu: NaN passes through (fmaxf would turn it into 0 and hide bad data). */
@@ -409,10 +421,10 @@ static void cpu_relu_backward(void *ctx, float *restrict dy, const float *restri
 }
 
 static void cpu_mse(void *ctx, float *restrict dy, float *loss, const float *restrict y,
-		    const float *restrict t, int n, int width, float scale, int accumulate)
+		    const float *restrict t, int n, int width, float scale, float dscale, int accumulate)
 {
 	size_t m = (size_t)n * (size_t)width, i = 0;
-	float g = 2.0f * scale / (float)m;
+	float g = 2.0f * dscale / (float)m;
 	double part[8] = {0.0}, sum = 0.0;
 
 	/* The loss in eight running sums, element i into part[i % 8], added in order at the
@@ -439,9 +451,9 @@ static void cpu_mse(void *ctx, float *restrict dy, float *loss, const float *res
 
 static void cpu_cross_entropy(void *ctx, float *restrict dy, float *out, const float *restrict z,
 			      const float *restrict labels, int n, int classes, float scale,
-			      int accumulate)
+			      float dscale, int accumulate)
 {
-	const float g = scale / (float)n;
+	const float g = dscale / (float)n;
 	double sum = 0.0;
 	long correct = 0;
 

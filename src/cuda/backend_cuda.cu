@@ -164,12 +164,13 @@ __global__ void k_bias_rows_bf16(float *y, const float *b, int n, int out, int r
 	}
 }
 
-/* dst = bf16(src) (dst may be src), or dst += bf16(src) when accumulate is set. */
-__global__ void k_round_bf16(float *dst, const float *src, size_t n, int accumulate)
+/* dst = scale bf16(src) (dst may be src), or dst += scale bf16(src) when accumulate is
+ * set; two roundings, never fused (the CPU backend's arithmetic). */
+__global__ void k_round_bf16(float *dst, const float *src, size_t n, float scale, int accumulate)
 {
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x)
-		dst[i] = (accumulate ? dst[i] : 0.0f) + bf16r(src[i]);
+		dst[i] = __fadd_rn(accumulate ? dst[i] : 0.0f, __fmul_rn(scale, bf16r(src[i])));
 }
 
 /* db[k] (+)= sum over rows of dy[:, k] (k < cols; dy's rows ld apart), parallel over rows as well as columns: a block
@@ -191,10 +192,11 @@ __device__ __forceinline__ float bg_load(__nv_bfloat16 x)
 	return __bfloat162float(x);
 }
 
-/* The body of both bias-gradient kernels: db[k] (+)= the float32 sum of column k of dy,
- * rounded to bf16 with ROUND (autocast's bias gradient of bf16 gradients). */
+/* The body of both bias-gradient kernels: db[k] (+)= scale times the float32 sum of column
+ * k of dy, rounded to bf16 with ROUND (autocast's bias gradient of bf16 gradients). */
 template <typename T, int ROUND>
-__device__ __forceinline__ void bias_grad(float *db, const T *dy, int n, int cols, int ld, int accumulate)
+__device__ __forceinline__ void bias_grad(float *db, const T *dy, int n, int cols, int ld, float scale,
+					  int accumulate)
 {
 	__shared__ float part[BG_LANES][BG_COLS + 1]; /* + 1: no bank conflicts */
 	int k = blockIdx.x * BG_COLS + threadIdx.x;
@@ -211,18 +213,20 @@ __device__ __forceinline__ void bias_grad(float *db, const T *dy, int n, int col
 		__syncthreads();
 	}
 	if (threadIdx.y == 0 && k < cols)
-		db[k] = (accumulate ? db[k] : 0.0f) + (ROUND ? bf16r(part[0][threadIdx.x]) : part[0][threadIdx.x]);
+		db[k] = __fadd_rn(accumulate ? db[k] : 0.0f,
+				  __fmul_rn(scale, ROUND ? bf16r(part[0][threadIdx.x]) : part[0][threadIdx.x]));
 }
 
-__global__ void k_bias_grad(float *db, const float *dy, int n, int cols, int ld, int accumulate)
+__global__ void k_bias_grad(float *db, const float *dy, int n, int cols, int ld, float scale,
+			    int accumulate)
 {
-	bias_grad<float, 0>(db, dy, n, cols, ld, accumulate);
+	bias_grad<float, 0>(db, dy, n, cols, ld, scale, accumulate);
 }
 
 __global__ void k_bias_grad_bf16(float *db, const __nv_bfloat16 *dy, int n, int cols, int ld,
-				 int accumulate)
+				 float scale, int accumulate)
 {
-	bias_grad<__nv_bfloat16, 1>(db, dy, n, cols, ld, accumulate);
+	bias_grad<__nv_bfloat16, 1>(db, dy, n, cols, ld, scale, accumulate);
 }
 
 /* The sum of every thread's s over the block (CUDA_THREADS threads), in a fixed order, so the
@@ -695,10 +699,11 @@ static void forward_bf16(struct cuda_ctx *c, float *y, const float *x, const flo
 	LAUNCH_CHECK(c, "k_bias_rows_bf16");
 }
 
-/* Rows [r0, r1) of dw and db from the bf16 dyb (n, out) and xb (n, in), set or added to. */
+/* Rows [r0, r1) of dw and db from the bf16 dyb (n, out) and xb (n, in), times gscale, set
+ * or added to. */
 static void grad_rows_bf16(struct cuda_ctx *c, float *dw, float *db, const __nv_bfloat16 *dyb,
 			   const __nv_bfloat16 *xb, int n, int in, int out, int r0, int r1,
-			   int accumulate)
+			   float gscale, int accumulate)
 {
 	const int rows = r1 - r0;
 	size_t len = (size_t)rows * in;
@@ -710,18 +715,20 @@ static void grad_rows_bf16(struct cuda_ctx *c, float *dw, float *db, const __nv_
 			return;
 		gemm_bf16(c, CUBLAS_OP_N, CUBLAS_OP_T, in, rows, n, xb, in, dyb + r0, out, prod, in,
 			  "cublasGemmEx(weight grad, bf16)");
-		k_round_bf16<<<cuda_blocks(len), CUDA_THREADS, 0, c->stream>>>(dw, prod, len, accumulate);
+		k_round_bf16<<<cuda_blocks(len), CUDA_THREADS, 0, c->stream>>>(dw, prod, len, gscale,
+									      accumulate);
 		LAUNCH_CHECK(c, "k_round_bf16");
 	}
 	if (db != NULL) {
 		k_bias_grad_bf16<<<(rows + BG_COLS - 1) / BG_COLS, dim3(BG_COLS, BG_LANES), 0, c->stream>>>(
-			db, dyb + r0, n, rows, out, accumulate);
+			db, dyb + r0, n, rows, out, gscale, accumulate);
 		LAUNCH_CHECK(c, "k_bias_grad_bf16");
 	}
 }
 
 static void backward_bf16(struct cuda_ctx *c, float *dx, float *dw, float *db, const float *dy,
-			  const float *x, const float *w, int n, int in, int out, int accumulate)
+			  const float *x, const float *w, int n, int in, int out, float gscale,
+			  int accumulate)
 {
 	size_t ny = (size_t)n * out, nx = (size_t)n * in, nw = (size_t)out * in;
 	__nv_bfloat16 *dyb = (__nv_bfloat16 *)grow(c, &c->b16, &c->b16_n, ny + nx + nw, sizeof *dyb);
@@ -731,14 +738,14 @@ static void backward_bf16(struct cuda_ctx *c, float *dx, float *dw, float *db, c
 	to_bf16(c, dyb, dy, ny);
 	if (dw != NULL) {
 		to_bf16(c, dyb + ny, x, nx);
-		grad_rows_bf16(c, dw, db, dyb, dyb + ny, n, in, out, 0, out, accumulate);
+		grad_rows_bf16(c, dw, db, dyb, dyb + ny, n, in, out, 0, out, gscale, accumulate);
 	}
 	if (dx == NULL)
 		return;
 	to_bf16(c, dyb + ny + nx, w, nw);
 	gemm_bf16(c, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, dyb + ny + nx, in, dyb, out, dx, in,
 		  "cublasGemmEx(input grad, bf16)");
-	k_round_bf16<<<cuda_blocks(nx), CUDA_THREADS, 0, c->stream>>>(dx, dx, nx, 0);
+	k_round_bf16<<<cuda_blocks(nx), CUDA_THREADS, 0, c->stream>>>(dx, dx, nx, 1.0f, 0);
 	LAUNCH_CHECK(c, "k_round_bf16");
 }
 
@@ -763,23 +770,23 @@ extern "C" void cuda_linear_forward(void *ctx, float *y, const float *x, const f
 
 extern "C" void cuda_linear_backward(void *ctx, float *dx, float *dw, float *db, const float *dy,
 				     const float *x, const float *w, int n, int in, int out,
-				     int accumulate)
+				     float gscale, int accumulate)
 {
 	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
 	const float one = 1.0f, zero = 0.0f;
 
 	use(c);
 	if (c->bf16) {
-		backward_bf16(c, dx, dw, db, dy, x, w, n, in, out, accumulate);
+		backward_bf16(c, dx, dw, db, dy, x, w, n, in, out, gscale, accumulate);
 		return;
 	}
 	/* dw (out, in) row-major = (in, out) column-major = x^T (in, n) dy (n, out); none for a
 	 * frozen layer (dw NULL) */
 	if (dw != NULL) {
-		blas_note(c, cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy,
-					 out, accumulate ? &one : &zero, dw, in), "cublasSgemm(weight grad)");
+		blas_note(c, cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &gscale, x, in,
+					 dy, out, accumulate ? &one : &zero, dw, in), "cublasSgemm(weight grad)");
 		k_bias_grad<<<(out + BG_COLS - 1) / BG_COLS, dim3(BG_COLS, BG_LANES), 0, c->stream>>>(
-			db, dy, n, out, out, accumulate);
+			db, dy, n, out, out, gscale, accumulate);
 		LAUNCH_CHECK(c, "k_bias_grad");
 	}
 	/* dx (n, in) row-major = (in, n) column-major = w^T (in, out) dy^T (out, n) */
@@ -794,10 +801,11 @@ extern "C" void cuda_linear_backward(void *ctx, float *dx, float *dw, float *db,
  * may pick another kernel for the narrower product, so a panel is not promised the
  * whole product's bits on a GPU. */
 extern "C" void cuda_linear_grad_rows(void *ctx, float *dw, float *db, const float *dy,
-				      const float *x, int n, int in, int out, int r0, int r1)
+				      const float *x, int n, int in, int out, int r0, int r1,
+				      float gscale)
 {
 	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
-	const float one = 1.0f, zero = 0.0f;
+	const float zero = 0.0f;
 	const int rows = r1 - r0;
 
 	if (rows <= 0)
@@ -812,15 +820,15 @@ extern "C" void cuda_linear_grad_rows(void *ctx, float *dw, float *db, const flo
 		to_bf16(c, dyb, dy, ny);
 		if (dw != NULL)
 			to_bf16(c, dyb + ny, x, nx);
-		grad_rows_bf16(c, dw, db, dyb, dyb + ny, n, in, out, r0, r1, 0);
+		grad_rows_bf16(c, dw, db, dyb, dyb + ny, n, in, out, r0, r1, gscale, 0);
 		return;
 	}
 	if (dw != NULL)
-		blas_note(c, cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, rows, n, &one, x, in,
+		blas_note(c, cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, rows, n, &gscale, x, in,
 					 dy + r0, out, &zero, dw, in), "cublasSgemm(weight grad rows)");
 	if (db != NULL) {
 		k_bias_grad<<<(rows + BG_COLS - 1) / BG_COLS, dim3(BG_COLS, BG_LANES), 0, c->stream>>>(
-			db, dy + r0, n, rows, out, 0);
+			db, dy + r0, n, rows, out, gscale, 0);
 		LAUNCH_CHECK(c, "k_bias_grad");
 	}
 }
@@ -844,14 +852,14 @@ extern "C" void cuda_relu_backward(void *ctx, float *dy, const float *y, size_t 
 }
 
 extern "C" void cuda_mse(void *ctx, float *dy, float *loss, const float *y, const float *t, int n,
-			 int width, float scale, int accumulate)
+			 int width, float scale, float dscale, int accumulate)
 {
 	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
 	size_t m = (size_t)n * width;
 
 	use(c);
 	k_mse_pass1<<<CUDA_PARTIALS, CUDA_THREADS, 0, c->stream>>>(dy, c->partials, y, t, m,
-							       2.0f * scale / (float)m);
+							       2.0f * dscale / (float)m);
 	LAUNCH_CHECK(c, "k_mse_pass1");
 	k_mse_pass2<<<1, CUDA_THREADS, 0, c->stream>>>(loss, c->partials, CUDA_PARTIALS, (double)m, scale,
 						  accumulate);
@@ -859,13 +867,14 @@ extern "C" void cuda_mse(void *ctx, float *dy, float *loss, const float *y, cons
 }
 
 extern "C" void cuda_cross_entropy(void *ctx, float *dy, float *out, const float *z,
-				   const float *labels, int n, int classes, float scale, int accumulate)
+				   const float *labels, int n, int classes, float scale, float dscale,
+				   int accumulate)
 {
 	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
 
 	use(c);
 	k_xent_pass1<<<CUDA_PARTIALS, CUDA_THREADS, 0, c->stream>>>(dy, c->partials, z, labels, n, classes,
-								scale / (float)n);
+								dscale / (float)n);
 	LAUNCH_CHECK(c, "k_xent_pass1");
 	k_xent_pass2<<<1, CUDA_THREADS, 0, c->stream>>>(out, c->partials, CUDA_PARTIALS, (double)n, scale,
 						   accumulate);

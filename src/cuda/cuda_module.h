@@ -38,15 +38,16 @@ void cuda_add(void *ctx, float *dst, const float *src, size_t n);
 void cuda_linear_forward(void *ctx, float *y, const float *x, const float *w, const float *b,
 			 int n, int in, int out, int relu);
 void cuda_linear_backward(void *ctx, float *dx, float *dw, float *db, const float *dy,
-			  const float *x, const float *w, int n, int in, int out, int accumulate);
+			  const float *x, const float *w, int n, int in, int out, float gscale,
+			  int accumulate);
 void cuda_linear_grad_rows(void *ctx, float *dw, float *db, const float *dy, const float *x,
-			   int n, int in, int out, int r0, int r1);
+			   int n, int in, int out, int r0, int r1, float gscale);
 void cuda_relu_forward(void *ctx, float *y, size_t n);
 void cuda_relu_backward(void *ctx, float *dy, const float *y, size_t n);
 void cuda_mse(void *ctx, float *dy, float *loss, const float *y, const float *t, int n, int width,
-	      float scale, int accumulate);
+	      float scale, float dscale, int accumulate);
 void cuda_cross_entropy(void *ctx, float *dy, float *out, const float *z, const float *labels,
-			int n, int classes, float scale, int accumulate);
+			int n, int classes, float scale, float dscale, int accumulate);
 void cuda_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n,
 		const struct adamw_hparams *h);
 void cuda_sumsq(void *ctx, float *out, const float *x, size_t n, int accumulate);

@@ -35,6 +35,7 @@ void settings_apply(const struct options *o, struct optimizer_hparams *hp, struc
 	tc->zero = o->zero;
 	tc->compress = o->grad_compress != COMM_WIRE_F32;
 	tc->compress_fp16 = o->grad_compress == COMM_WIRE_F16;
+	tc->mean_after_backward = o->precision == PRECISION_BF16;
 	tc->graphs = graphs == NULL || strcmp(graphs, "0") != 0;
 }
 

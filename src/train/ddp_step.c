@@ -1,9 +1,11 @@
 /*
  * ddp_step.c - one ddp micro-batch as its phases, and the step as a device graph.
  *
- * Averaging: the loss gradient's seed is scaled by 1 / (world * micro-batches in this
- * step), so the summed gradient is already the mean over ranks and micro-batches, with
- * no extra pass over the gradients. The loss rides in the gradient's slots (model.h), so
+ * Averaging: the micro-batch's share of the step's mean, 1 / (world * micro-batches in
+ * this step), scales the loss gradient's seed (float32) or the weight gradients as the
+ * backward makes them (bf16: trainer_mean_scales), so the summed gradient is already the
+ * mean over ranks and micro-batches, with no extra pass over the gradients. The loss
+ * value is scaled alike, and rides in the gradient's slots (model.h), so
  * the mean loss over ranks costs no collective of its own (with ZeRO or
  * --grad-compress: one small float32 all-reduce, plan.h).
  */
@@ -29,7 +31,8 @@ static void step_load(struct ddp *t, const struct batch *b)
 }
 
 /* forward (ZeRO: each layer waits for its all-gather), then the loss and its gradient. */
-static enum status step_forward(struct ddp *t, const struct batch *b, int accumulate, float scale)
+static enum status step_forward(struct ddp *t, const struct batch *b, int accumulate, float scale,
+				float dscale)
 {
 	struct model *m = t->m;
 	enum status st = model_forward(m, b->n, &t->sync.hooks);
@@ -39,14 +42,15 @@ static enum status step_forward(struct ddp *t, const struct batch *b, int accumu
 		return st;
 	span = trace_begin(t->sync.tb, TR_LOSS, -1);
 	loss_apply(&t->tc->loss, m->be, m->dbuf[0], m->slots + MODEL_SLOT_LOSS, m->act[m->nlayers], m->target,
-		   b->n, m->widths[m->nlayers], scale, accumulate);
+		   b->n, m->widths[m->nlayers], scale, dscale, accumulate);
 	trace_end(t->sync.tb, span);
 	return ST_OK;
 }
 
 /* backward, with the gradient sync starting collectives as layers finish; with sync the
  * reduced gradient is complete at the end. */
-static enum status step_backward(struct ddp *t, const struct batch *b, int accumulate, int sync)
+static enum status step_backward(struct ddp *t, const struct batch *b, float gscale, int accumulate,
+				 int sync)
 {
 	struct grad_sync *s = &t->sync;
 	struct model *m = t->m;
@@ -57,7 +61,7 @@ static enum status step_backward(struct ddp *t, const struct batch *b, int accum
 	s->accumulate = accumulate;
 	st = s->ops->begin(s, sync);
 	if (st == ST_OK)
-		st = model_backward(m, b->n, s->accumulate, &s->hooks);
+		st = model_backward(m, b->n, gscale, s->accumulate, &s->hooks);
 	if (st == ST_OK)
 		return s->ops->finish(s, sync);
 	s->syncing = 0;
@@ -82,11 +86,13 @@ static enum status step_optimizer(struct ddp *t)
 enum status ddp_micro(struct ddp *t, const struct batch *b, int accumulate, int sync, float scale)
 {
 	enum status st;
+	float dscale, gscale;
 
+	trainer_mean_scales(t->tc, scale, &dscale, &gscale);
 	step_load(t, b);
-	st = step_forward(t, b, accumulate, scale);
+	st = step_forward(t, b, accumulate, scale, dscale);
 	if (st == ST_OK)
-		st = step_backward(t, b, accumulate, sync);
+		st = step_backward(t, b, gscale, accumulate, sync);
 	/* the loader refills b's buffer once the step has queued it (loader_copied), and the
 	 * evaluation copies into the model's own input */
 	model_read_input(t->m, NULL, NULL);

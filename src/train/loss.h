@@ -27,10 +27,11 @@ struct loss {
 /* Floats per target row for a model with `out` outputs (MSE: out; cross-entropy: 1). */
 int loss_target_width(const struct loss *l, int out);
 /* From y and t (n rows): value[0] = scale * loss (added to if accumulate; value is backend
- * memory), for cross-entropy value[1] = scale * accuracy likewise, and dy = scale * dL/dy,
+ * memory), for cross-entropy value[1] = scale * accuracy likewise, and dy = dscale * dL/dy,
  * all queued on be. */
 void loss_apply(const struct loss *l, const struct backend *be, float *dy, float *value,
-		const float *y, const float *t, int n, int width, float scale, int accumulate);
+		const float *y, const float *t, int n, int width, float scale, float dscale,
+		int accumulate);
 /* "MSE" or "cross-entropy" for the run header. */
 const char *loss_name(const struct loss *l);
 

@@ -344,7 +344,7 @@ void model_panel_range(const struct model *m, int l, size_t cap, int j, size_t *
 
 /* Layer l's weight and bias gradients from dy, part by part (model_panel_range), each
  * into the place h->panel_dst gives and handed over by h->panel_done. */
-static enum status backward_panels(struct model *m, int l, int n, const float *dy,
+static enum status backward_panels(struct model *m, int l, int n, const float *dy, float gscale,
 				   const struct model_hooks *h)
 {
 	const struct backend_ops *ops = m->be->ops;
@@ -360,10 +360,10 @@ static enum status backward_panels(struct model *m, int l, int n, const float *d
 		model_panel_range(m, l, h->panel_cap, j, &a, &b);
 		if (a < wf) /* weight rows [a / in, b / in) */
 			ops->linear_grad_rows(m->be->ctx, dst, NULL, dy, m->act[l], n, in, out,
-					      (int)(a / (size_t)in), (int)((b < wf ? b : wf) / (size_t)in));
+					      (int)(a / (size_t)in), (int)((b < wf ? b : wf) / (size_t)in), gscale);
 		if (b > wf) /* bias rows: what is left of the part */
 			ops->linear_grad_rows(m->be->ctx, NULL, dst + (a < wf ? wf - a : 0), dy, m->act[l],
-					      n, in, out, (int)((a > wf ? a : wf) - wf), (int)(b - wf));
+					      n, in, out, (int)((a > wf ? a : wf) - wf), (int)(b - wf), gscale);
 		st = h->panel_done != NULL ? h->panel_done(h->arg, l, j) : ST_OK;
 		if (st != ST_OK)
 			return st;
@@ -371,7 +371,8 @@ static enum status backward_panels(struct model *m, int l, int n, const float *d
 	return ST_OK;
 }
 
-enum status model_backward(struct model *m, int n, int accumulate, const struct model_hooks *h)
+enum status model_backward(struct model *m, int n, float gscale, int accumulate,
+			   const struct model_hooks *h)
 {
 	const struct backend_ops *ops = m->be->ops;
 	void *c = m->be->ctx;
@@ -390,7 +391,7 @@ enum status model_backward(struct model *m, int n, int accumulate, const struct 
 
 		/* panels first: their reduce-scatters move while dx is computed */
 		if (panels)
-			st = backward_panels(m, l, n, m->dbuf[cur], h);
+			st = backward_panels(m, l, n, m->dbuf[cur], gscale, h);
 		if (st != ST_OK) {
 			trace_end(m->trace, span);
 			return st;
@@ -398,7 +399,7 @@ enum status model_backward(struct model *m, int n, int accumulate, const struct 
 		if (dx != NULL || dw != NULL)
 			ops->linear_backward(c, dx, dw, dw != NULL ? dw + (m->b_off[l] - m->w_off[l]) : NULL,
 					     m->dbuf[cur], m->act[l], m->params + m->w_off[l], n, in, out,
-					     accumulate);
+					     gscale, accumulate);
 		/* the activation before this layer is part of its backward span */
 		if (dx != NULL && m->act_fn[l - 1] == ACT_RELU)
 			ops->relu_backward(c, dx, m->act[l], (size_t)n * (size_t)in);

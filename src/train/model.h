@@ -174,10 +174,12 @@ void model_read_input(struct model *m, const float *x, const float *y);
 /* Forward n rows of act[0]; the output is act[nlayers]. h may be NULL. */
 enum status model_forward(struct model *m, int n, const struct model_hooks *h);
 /* Backward from dbuf[0] (n, widths[nlayers]) = dL/dout. Layers run last to first, down to
- * the first trainable one, calling h's hooks (h may be NULL). accumulate adds to the
- * gradients. A frozen layer passes the gradient through to the layers before it but gets
- * none itself (its slice of grads is left as it was). */
-enum status model_backward(struct model *m, int n, int accumulate, const struct model_hooks *h);
+ * the first trainable one, calling h's hooks (h may be NULL). The weight and bias
+ * gradients come out times gscale (backend.h), set, or added to with accumulate. A
+ * frozen layer passes the gradient through to the layers before it but gets none itself
+ * (its slice of grads is left as it was). */
+enum status model_backward(struct model *m, int n, float gscale, int accumulate,
+			   const struct model_hooks *h);
 /* Safe to call twice. */
 void model_free(struct model *m);
 

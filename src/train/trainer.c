@@ -173,6 +173,12 @@ const char *trainer_fp16_overflow(const struct train_config *tc)
 	return "with --grad-compress=fp16: a gradient beyond fp16's range (65504) becomes infinite on the wire; use --grad-compress=bf16 (float32's range) or none, or scale the data or the loss down (lower --lr only if the run diverges without compression too)";
 }
 
+void trainer_mean_scales(const struct train_config *tc, float share, float *dscale, float *gscale)
+{
+	*dscale = tc->mean_after_backward ? 1.0f : share;
+	*gscale = tc->mean_after_backward ? share : 1.0f;
+}
+
 long trainer_schedule_steps(const struct train_config *tc, long total)
 {
 	return tc->schedule_steps > 0 ? tc->schedule_steps : total;
@@ -247,7 +253,7 @@ enum status trainer_evaluate(const struct train_config *tc, struct model *m, con
 		model_forward(m, n, NULL);
 		/* Each batch adds its share of the mean over all V rows. */
 		loss_apply(&tc->loss, m->be, m->dbuf[0], slots, m->act[m->nlayers], m->target, n,
-			   m->widths[m->nlayers], (float)n / (float)val->n, 1);
+			   m->widths[m->nlayers], (float)n / (float)val->n, 1.0f, 1);
 		st = ops->sync(bc, d); /* hx and hy are refilled for the next batch */
 		world_watch_progress(w); /* an evaluation longer than --timeout is no stall */
 	}

@@ -65,6 +65,9 @@ struct train_config {
 	long schedule_steps;       /* the lr schedule's length in optimizer steps as a resumed
 				    * checkpoint wrote it (kept at another world size, as
 				    * LambdaLR's would be); 0: the run's own total */
+	int mean_after_backward;   /* the mean over ranks and micro-batches is taken on the
+				    * float32 gradients after the backward (bf16 autocast), not
+				    * in the loss's seed: trainer_mean_scales */
 };
 
 struct train_result {
@@ -142,6 +145,11 @@ const char *trainer_fp16_overflow(const struct train_config *tc);
 /* The lr schedule's length: the one a resumed checkpoint fixed (tc->schedule_steps), else
  * the run's total. */
 long trainer_schedule_steps(const struct train_config *tc, long total);
+/* A micro-batch whose gradient is `share` of the step's (1 / (ranks x micro-batches) in
+ * ddp, 1 / micro-batches in dp): the factor of the loss's seed (*dscale, for loss_apply)
+ * and of the weight gradients (*gscale, for model_backward). One of them is share, the
+ * other 1 (backend.h says where each precision takes the mean, and why). */
+void trainer_mean_scales(const struct train_config *tc, float share, float *dscale, float *gscale);
 
 /* The optimizer step both loops take once the gradient of step `step` (0-based) of
  * `total` is complete in the model's gradients: clip_grad_norm_ over the trainable

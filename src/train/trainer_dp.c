@@ -52,6 +52,7 @@ struct dp_replica {
 	int n;                /* rows of this micro-batch's chunk; 0 = sits out */
 	size_t row0;          /* first row of the chunk in the batch */
 	int accumulate;       /* backward adds to the gradients (replica 0 inside a group) */
+	float gscale;         /* backward's factor of the weight gradients (trainer_mean_scales) */
 	unsigned long done;   /* the last job (struct dp's jobs) this replica finished; under mu */
 	char waiting[WAITS][48]; /* the watchdog's names of the waits for it ("replica 1's forward pass") */
 	struct replica_stats *st;
@@ -201,7 +202,7 @@ static void run_job(struct dp_replica *r, enum dp_job job)
 		phase_end(dp, r, DP_FORWARD, t);
 	} else if (job == JOB_BACKWARD) {
 		t = phase_begin(dp, r);
-		model_backward(r->m, r->n, r->accumulate, NULL);
+		model_backward(r->m, r->n, r->gscale, r->accumulate, NULL);
 		phase_end(dp, r, DP_BACKWARD, t);
 	}
 }
@@ -304,8 +305,9 @@ static void dp_scatter_inputs(struct dp *dp, const struct batch *b)
 	r0->st->bytes_in += (double)b->n * (b->synth != NULL ? sizeof(uint32_t) : dp->ydim * sizeof(float));
 }
 
-/* Gather the outputs onto replica 0, and the loss over the whole batch there. */
-static void dp_gather_loss(struct dp *dp, int n, float scale, int first_in_group)
+/* Gather the outputs onto replica 0, and the loss over the whole batch there, its seed
+ * times dscale. */
+static void dp_gather_loss(struct dp *dp, int n, float scale, float dscale, int first_in_group)
 {
 	struct dp_replica *r0 = &dp->rep[0];
 	struct model *m0 = r0->m;
@@ -325,7 +327,7 @@ static void dp_gather_loss(struct dp *dp, int n, float scale, int first_in_group
 	phase_end(dp, r0, DP_GATHER, t);
 	t = phase_begin(dp, r0);
 	loss_apply(&dp->tc->loss, m0->be, dp->dout, m0->grads + m0->nparams + MODEL_SLOT_LOSS, dp->outputs,
-		   dp->targets, n, out, scale, !first_in_group);
+		   dp->targets, n, out, scale, dscale, !first_in_group);
 	phase_end(dp, r0, DP_LOSS, t);
 }
 
@@ -384,6 +386,7 @@ static enum status dp_micro_batch(struct dp *dp, struct loader *l, const struct 
 {
 	struct dp_replica *r0 = &dp->rep[0];
 	enum status st;
+	float dscale, gscale;
 	long span;
 
 	/* Each replica's thread records into its own buffer; this thread is replica 0's. */
@@ -403,9 +406,12 @@ static enum status dp_micro_batch(struct dp *dp, struct loader *l, const struct 
 	st = dp_status(dp, d);
 	if (st != ST_OK)
 		return st;
-	dp_gather_loss(dp, b->n, scale, first_in_group);
+	trainer_mean_scales(dp->tc, scale, &dscale, &gscale);
+	dp_gather_loss(dp, b->n, scale, dscale, first_in_group);
 	dp_scatter_grad(dp);
 	r0->accumulate = !first_in_group;
+	for (int i = 0; i < dp->g; i++)
+		dp->rep[i].gscale = gscale;
 	for (int i = 0; i < dp->g; i++) /* each replica's share of the products */
 		dp->rep[i].st->flops += model_flops(dp->rep[i].m, dp->rep[i].n);
 	dispatch(dp, JOB_BACKWARD);

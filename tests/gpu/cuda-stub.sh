@@ -53,6 +53,10 @@ nsame=0
 #    shapes, clipping, AdamW).
 "$TESTS_BUILDDIR/lib/opcheck" >oc 2>&1 || fail "opcheck under the stub: $(grep -vE ' ok$' oc | head -5)"
 echo "opcheck: $(tail -1 oc)"
+#    And --precision=bf16's kernels (the bf16 roundings, the weight gradients' scale after
+#    them), within one bf16 unit of the CPU's.
+"$TESTS_BUILDDIR/lib/opcheck" --bf16 >oc 2>&1 || fail "opcheck --bf16 under the stub: $(grep -vE ' ok$' oc | head -5)"
+echo "opcheck --bf16: $(tail -1 oc)"
 
 # 1. Training that keeps every rule and computes what the CPU does: ddp with graphs
 #    (captured on steps 2 and 3, then replayed with their data; the teardown with graphs

@@ -125,7 +125,7 @@ struct fk_op {
 	size_t n;
 	int rows, in, out, flag;
 	int r0, r1;           /* K_LIN_ROWS: the gradient rows */
-	float scale, a, b;
+	float scale, a, b;    /* K_MSE, K_XENT: a is dscale; K_LIN_BWD, K_LIN_ROWS: scale is gscale */
 	struct adamw_hparams ah;
 	struct synth_spec sp; /* K_SYNTH: the generator; s1 its sample indices (pinned, rows) */
 	struct fk_comm *comm;
@@ -543,12 +543,12 @@ static void run_op(struct fk_queue *q, struct fk_op *o)
 		break;
 	case K_LIN_BWD:
 		cpu->linear_backward(c->cpu, o->dst, o->o2, o->o3, o->s1, o->s2, o->s3, o->rows, o->in,
-				     o->out, o->flag);
+				     o->out, o->scale, o->flag);
 		cpu->sync(c->cpu, &c->err);
 		break;
 	case K_LIN_ROWS:
 		cpu->linear_grad_rows(c->cpu, o->dst, o->o2, o->s1, o->s2, o->rows, o->in, o->out, o->r0,
-				      o->r1);
+				      o->r1, o->scale);
 		cpu->sync(c->cpu, &c->err); /* bf16: its scratch could not grow (sticky) */
 		break;
 	case K_RELU_FWD:
@@ -558,13 +558,14 @@ static void run_op(struct fk_queue *q, struct fk_op *o)
 		cpu->relu_backward(NULL, o->dst, o->s1, o->n);
 		break;
 	case K_MSE:
-		cpu->mse(NULL, o->dst, o->o2, o->s1, o->s2, o->rows, o->out, o->scale, o->flag);
+		cpu->mse(NULL, o->dst, o->o2, o->s1, o->s2, o->rows, o->out, o->scale, o->a, o->flag);
 		break;
 	case K_AXPBZ:
 		cpu->axpbz(NULL, o->dst, o->a, o->scale, o->s1, o->b, o->s2, o->n);
 		break;
 	case K_XENT:
-		cpu->cross_entropy(NULL, o->dst, o->o2, o->s1, o->s2, o->rows, o->out, o->scale, o->flag);
+		cpu->cross_entropy(NULL, o->dst, o->o2, o->s1, o->s2, o->rows, o->out, o->scale, o->a,
+				   o->flag);
 		break;
 	case K_ADAMW:
 		cpu->adamw(NULL, o->dst, o->s1, o->o2, o->o3, o->n, &o->ah);
@@ -1137,19 +1138,20 @@ static void fk_linear_forward(void *ctx, float *y, const float *x, const float *
 }
 
 static void fk_linear_backward(void *ctx, float *dx, float *dw, float *db, const float *dy,
-			       const float *x, const float *w, int n, int in, int out, int accumulate)
+			       const float *x, const float *w, int n, int in, int out, float gscale,
+			       int accumulate)
 {
 	struct fk_op o = {.k = K_LIN_BWD, .dst = dx, .o2 = dw, .o3 = db, .s1 = dy, .s2 = x, .s3 = w,
-			  .rows = n, .in = in, .out = out, .flag = accumulate};
+			  .rows = n, .in = in, .out = out, .scale = gscale, .flag = accumulate};
 
 	issue(ctx, &o, "cublasSgemm(backward)");
 }
 
 static void fk_linear_grad_rows(void *ctx, float *dw, float *db, const float *dy, const float *x,
-				int n, int in, int out, int r0, int r1)
+				int n, int in, int out, int r0, int r1, float gscale)
 {
 	struct fk_op o = {.k = K_LIN_ROWS, .dst = dw, .o2 = db, .s1 = dy, .s2 = x, .rows = n,
-			  .in = in, .out = out, .r0 = r0, .r1 = r1};
+			  .in = in, .out = out, .r0 = r0, .r1 = r1, .scale = gscale};
 
 	issue(ctx, &o, "cublasSgemm(weight grad rows)");
 }
@@ -1169,10 +1171,10 @@ static void fk_relu_backward(void *ctx, float *dy, const float *y, size_t n)
 }
 
 static void fk_mse(void *ctx, float *dy, float *loss, const float *y, const float *t, int n,
-		   int width, float scale, int accumulate)
+		   int width, float scale, float dscale, int accumulate)
 {
 	struct fk_op o = {.k = K_MSE, .dst = dy, .o2 = loss, .s1 = y, .s2 = t, .rows = n,
-			  .out = width, .scale = scale, .flag = accumulate};
+			  .out = width, .scale = scale, .a = dscale, .flag = accumulate};
 
 	issue(ctx, &o, "k_mse");
 }
@@ -1187,10 +1189,11 @@ static void fk_axpbz(void *ctx, float *y, float a, float c, const float *x, floa
 }
 
 static void fk_cross_entropy(void *ctx, float *dy, float *out, const float *z,
-			     const float *labels, int n, int classes, float scale, int accumulate)
+			     const float *labels, int n, int classes, float scale, float dscale,
+			     int accumulate)
 {
 	struct fk_op o = {.k = K_XENT, .dst = dy, .o2 = out, .s1 = z, .s2 = labels, .rows = n,
-			  .out = classes, .scale = scale, .flag = accumulate};
+			  .out = classes, .scale = scale, .a = dscale, .flag = accumulate};
 
 	issue(ctx, &o, "k_cross_entropy");
 }

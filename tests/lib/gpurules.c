@@ -78,7 +78,7 @@ static int step(struct rig *r, int without_wait, struct diag *d)
 {
 	r->ops->to_device(r->bc, r->x, r->hx, (size_t)N * IN);
 	r->ops->linear_forward(r->bc, r->y, r->x, r->w, r->b, N, IN, OUT, 1);
-	r->ops->linear_backward(r->bc, NULL, r->dw, r->dw + OUT * IN, r->y, r->x, r->w, N, IN, OUT, 0);
+	r->ops->linear_backward(r->bc, NULL, r->dw, r->dw + OUT * IN, r->y, r->x, r->w, N, IN, OUT, 1.0f, 0);
 	if (check(r, comm_allreduce_start(&r->c, r->dw, OUT * IN + OUT, COMM_LAST, d), d))
 		return 1;
 	return !without_wait && check(r, comm_wait_all(&r->c, d), d);

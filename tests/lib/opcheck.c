@@ -149,9 +149,10 @@ static void pair_dyadic(struct pair *p, int q)
 	gpu.ops->to_device(gpu.ctx, p->g, p->h, p->n);
 }
 
-/* linear_backward writing dx, dw, db, then accumulating into dw and db, then
- * linear_grad_rows rewriting a middle panel of dw's and db's rows (of 1 row if out is
- * small) and db's last rows alone; each check's name starts with size. */
+/* linear_backward writing dx, dw, db, then accumulating into dw and db times a third (a
+ * gradient scale that is not a power of two), then linear_grad_rows rewriting a middle
+ * panel of dw's and db's rows (of 1 row if out is small, times a third) and db's last
+ * rows alone; each check's name starts with size. */
 static void check_backward(const char *size, struct pair *dx, struct pair *dw, struct pair *db,
 			   const struct pair *dy, const struct pair *x, const struct pair *w, int n,
 			   int in, int out)
@@ -159,8 +160,10 @@ static void check_backward(const char *size, struct pair *dx, struct pair *dw, s
 	char what[64];
 
 	for (int acc = 0; acc < 2; acc++) {
-		cpu.ops->linear_backward(cpu.ctx, dx->c, dw->c, db->c, dy->c, x->c, w->c, n, in, out, acc);
-		gpu.ops->linear_backward(gpu.ctx, dx->g, dw->g, db->g, dy->g, x->g, w->g, n, in, out, acc);
+		const float gs = acc ? 1.0f / 3.0f : 1.0f;
+
+		cpu.ops->linear_backward(cpu.ctx, dx->c, dw->c, db->c, dy->c, x->c, w->c, n, in, out, gs, acc);
+		gpu.ops->linear_backward(gpu.ctx, dx->g, dw->g, db->g, dy->g, x->g, w->g, n, in, out, gs, acc);
 		snprintf(what, sizeof what, "%slinear_backward dx%s", size, acc ? " (acc)" : "");
 		check(what, dx);
 		snprintf(what, sizeof what, "%slinear_backward dw%s", size, acc ? " (acc)" : "");
@@ -172,11 +175,11 @@ static void check_backward(const char *size, struct pair *dx, struct pair *dw, s
 		const int r0 = out / 3, r1 = out / 3 + (out / 3 > 0 ? out / 3 : 1);
 
 		cpu.ops->linear_grad_rows(cpu.ctx, dw->c + (size_t)r0 * in, db->c + r0, dy->c, x->c, n,
-					  in, out, r0, r1);
+					  in, out, r0, r1, 1.0f / 3.0f);
 		gpu.ops->linear_grad_rows(gpu.ctx, dw->g + (size_t)r0 * in, db->g + r0, dy->g, x->g, n,
-					  in, out, r0, r1);
-		cpu.ops->linear_grad_rows(cpu.ctx, NULL, db->c + r1, dy->c, x->c, n, in, out, r1, out);
-		gpu.ops->linear_grad_rows(gpu.ctx, NULL, db->g + r1, dy->g, x->g, n, in, out, r1, out);
+					  in, out, r0, r1, 1.0f / 3.0f);
+		cpu.ops->linear_grad_rows(cpu.ctx, NULL, db->c + r1, dy->c, x->c, n, in, out, r1, out, 1.0f);
+		gpu.ops->linear_grad_rows(gpu.ctx, NULL, db->g + r1, dy->g, x->g, n, in, out, r1, out, 1.0f);
 		snprintf(what, sizeof what, "%slinear_grad_rows dw", size);
 		check(what, dw);
 		snprintf(what, sizeof what, "%slinear_grad_rows db", size);
@@ -288,12 +291,12 @@ static void check_large(void)
 	cpu.ops->relu_backward(cpu.ctx, dy.c, y.c, dy.n);
 	gpu.ops->relu_backward(gpu.ctx, dy.g, y.g, dy.n);
 	check("large relu_backward", &dy);
-	cpu.ops->mse(cpu.ctx, dy.c, loss.c, y.c, t.c, R, OUT, 0.5f, 0);
-	gpu.ops->mse(gpu.ctx, dy.g, loss.g, y.g, t.g, R, OUT, 0.5f, 0);
+	cpu.ops->mse(cpu.ctx, dy.c, loss.c, y.c, t.c, R, OUT, 0.5f, 0.5f, 0);
+	gpu.ops->mse(gpu.ctx, dy.g, loss.g, y.g, t.g, R, OUT, 0.5f, 0.5f, 0);
 	check("large mse loss", &loss);
 	check("large mse gradient", &dy);
-	cpu.ops->cross_entropy(cpu.ctx, dy.c, ce.c, y.c, lab.c, R, OUT, 0.5f, 0);
-	gpu.ops->cross_entropy(gpu.ctx, dy.g, ce.g, y.g, lab.g, R, OUT, 0.5f, 0);
+	cpu.ops->cross_entropy(cpu.ctx, dy.c, ce.c, y.c, lab.c, R, OUT, 0.5f, 0.5f, 0);
+	gpu.ops->cross_entropy(gpu.ctx, dy.g, ce.g, y.g, lab.g, R, OUT, 0.5f, 0.5f, 0);
 	check("large cross_entropy loss+acc", &ce);
 	check_xent_gradient("large cross_entropy gradient", &dy, y.c, R, OUT, 0.5f);
 	check_vectors("large ", E, 42);
@@ -423,8 +426,8 @@ int main(int argc, char **argv)
 		gpu.ops->linear_forward(gpu.ctx, y.g, x.g, w.g, b.g, N, IN, OUT, 0);
 		check("linear_forward", &y);
 		/* a frozen layer: dx only, dw and db untouched */
-		cpu.ops->linear_backward(cpu.ctx, dx.c, NULL, db.c, dy.c, x.c, w.c, N, IN, OUT, 0);
-		gpu.ops->linear_backward(gpu.ctx, dx.g, NULL, db.g, dy.g, x.g, w.g, N, IN, OUT, 0);
+		cpu.ops->linear_backward(cpu.ctx, dx.c, NULL, db.c, dy.c, x.c, w.c, N, IN, OUT, 1.0f, 0);
+		gpu.ops->linear_backward(gpu.ctx, dx.g, NULL, db.g, dy.g, x.g, w.g, N, IN, OUT, 1.0f, 0);
 		check("linear_backward dx (frozen)", &dx);
 		check("linear_backward db untouched", &db);
 		check_backward("", &dx, &dw, &db, &dy, &x, &w, N, IN, OUT);
@@ -436,17 +439,19 @@ int main(int argc, char **argv)
 		cpu.ops->relu_backward(cpu.ctx, dy.c, acts.c, dy.n);
 		gpu.ops->relu_backward(gpu.ctx, dy.g, acts.g, dy.n);
 		check("relu_backward", &dy);
-		for (int acc = 0; acc < 2; acc++) {
-			cpu.ops->mse(cpu.ctx, dy.c, loss.c, y.c, t.c, N, OUT, 0.5f, acc);
-			gpu.ops->mse(gpu.ctx, dy.g, loss.g, y.g, t.g, N, OUT, 0.5f, acc);
+		for (int acc = 0; acc < 2; acc++) { /* the seed's scale apart from the value's */
+			cpu.ops->mse(cpu.ctx, dy.c, loss.c, y.c, t.c, N, OUT, 0.5f, acc ? 0.25f : 0.5f, acc);
+			gpu.ops->mse(gpu.ctx, dy.g, loss.g, y.g, t.g, N, OUT, 0.5f, acc ? 0.25f : 0.5f, acc);
 			check(acc ? "mse loss (accumulate)" : "mse loss", &loss);
 			check("mse gradient", &dy);
 		}
 		for (int acc = 0; acc < 2; acc++) {
-			cpu.ops->cross_entropy(cpu.ctx, dy.c, ce.c, y.c, lab.c, N, OUT, 0.5f, acc);
-			gpu.ops->cross_entropy(gpu.ctx, dy.g, ce.g, y.g, lab.g, N, OUT, 0.5f, acc);
+			const float ds = acc ? 0.25f : 0.5f;
+
+			cpu.ops->cross_entropy(cpu.ctx, dy.c, ce.c, y.c, lab.c, N, OUT, 0.5f, ds, acc);
+			gpu.ops->cross_entropy(gpu.ctx, dy.g, ce.g, y.g, lab.g, N, OUT, 0.5f, ds, acc);
 			check(acc ? "cross_entropy loss+acc (acc)" : "cross_entropy loss+acc", &ce);
-			check_xent_gradient("cross_entropy gradient", &dy, y.c, N, OUT, 0.5f);
+			check_xent_gradient("cross_entropy gradient", &dy, y.c, N, OUT, ds);
 		}
 		check_vectors("", 5000, 11);
 		if (gpu.ops->sync(gpu.ctx, &d) != ST_OK) {

@@ -17,6 +17,12 @@
         (worst tensor) or |loss_a - loss_b| / |loss_b| (worst evaluation)
         exceeds 1e-5, or an accuracy differs by more than rounding (1e-6).
 
+    torch_crosscheck.py same NEW OLD
+        Exits 1 naming each file of what gen wrote in NEW that OLD does not hold
+        as well: the case list, the data sets and the initial weights byte for
+        byte, the weights (CASE.torch, CASE.fp32) and the records (CASE.ref.jsonl)
+        within SAME (float32's roundings depend on the CPU's BLAS kernels).
+
 PyTorch runs in one process and emulates DistributedDataParallel: each step
 it computes every rank's mean-loss gradient on that rank's batch (the
 rank's DistributedSampler index list, cut into consecutive batches), averages
@@ -29,7 +35,7 @@ have requires_grad=False and are not given to the optimizer.  DataParallel
 (--mode=dp with G replicas) trains exactly as one process on batches of B*G:
 its loss is the mean over the whole gathered batch.
 
-The cases with --zero or --grad-compress run real DistributedDataParallel instead:
+The cases with --zero (in float32) or --grad-compress run real DistributedDataParallel instead:
 one process per rank (spawned), gloo over a rendezvous file, the same batches;
 with grad-accum the group's first micro-batches under no_sync() and each
 micro-batch's loss divided by the group size.  --zero=1 and --zero=2 train with
@@ -47,14 +53,25 @@ far the emulation with ddptrain's order and with per-rank gradients taken
 in float64 (another float32 rounding of the same gradient) ends from the
 reference: the size of the disagreement an honest implementation can show.
 
-The --precision=bf16 cases train under torch.autocast("cpu", dtype=torch.bfloat16): each
-Linear's operands and output in bfloat16 (float32 sums), the ReLU on bfloat16, the loss
-in float32, float32 weights, gradients and optimizer.  gen also writes what float32
-training ends with (CASE.fp32.safetensors: tests/numerics/torch-ref.sh checks that ddptrain's bf16
-run is nearer autocast than that) and prints how far two other runs end from the
-reference: float32, and autocast's arithmetic with every float32 sum taken in float64
-(another order of the same sums, each rounded to float32 then bfloat16: the
-disagreement an honest implementation can show, which TOL_BF16 is derived from).
+The --precision=bf16 cases are torch.autocast("cpu", dtype=torch.bfloat16) training: each
+Linear's operands and output in bfloat16 with float32 sums, the ReLU on bfloat16, the
+loss in float32, float32 weights, gradients and optimizer; the mean over the ranks and
+the micro-batches taken on the float32 gradients after the backward, as DDP takes 1/W
+and as this emulation takes 1/K (a script that divides its loss by K before backward
+rounds its bf16 gradients otherwise where K is not a power of two).  The float32 sums are autocast's on GPUs, in oneDNN and in torch 2's CPU kernels, but not
+in torch 1.13's CPU kernels, which round the backward's products and partial sums to
+bfloat16 (at every size on a CPU without AVX-512, at m n k <= 4096 on one with it).
+So the reference is that arithmetic with every sum taken exactly (float64), rounded to
+float32 and then to bfloat16 (Bf16Linear; the rest is torch's own autograd, loss,
+optimizer and schedule): the same on every machine, and bit for bit what torch 2.15's
+autocast ends with on these cases.  gen trains four more runs and prints how far each
+ends from it: this torch's own autocast (which gen requires to be within TOL of that
+arithmetic or, emulated alike, of torch 1.13's bf16 sums in the backward; it is, bit for
+bit, on 2.15 and on 1.13), the float32 sums taken in a plain loop's order instead
+(another order of the same sums: TOL holds for bf16 as for float32 only if that ends
+within TOL/2), every sum moved within its float32 error bound (information), and float32
+training (CASE.fp32.safetensors: tests/numerics/torch-ref.sh
+checks that ddptrain's bf16 run is at least 4x nearer the reference than that).
 
 Validation (--val-inputs/--val-targets) is evaluated after every --eval-every
 steps, at the end of every epoch and at the end of training: the mean loss
@@ -75,16 +92,13 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data.distributed import DistributedSampler
 
+# Also for the --precision=bf16 cases: an implementation with autocast's operands and
+# roundings may sum in another order, which flips a bf16 rounding where a sum lies within
+# its float32 error of a rounding boundary (2^-8 relative, carried through training). At
+# these sizes that does not happen: the products of bf16 values are exact in float32 and
+# their short sums nearly so; gen shows it for each case with the sums in another order
+# (a plain loop's), and fails if that run ends beyond TOL/2 from the reference.
 TOL = 1e-5
-# --precision=bf16 cases. An implementation with the same operands and roundings as
-# autocast's may still sum in another order; a float32 sum of K terms is then off by up to
-# K 2^-24 relative, which flips the bf16 rounding of a sum that lies that close to a
-# rounding boundary: 2^-8 relative, carried through training. gen trains autocast's
-# arithmetic with every sum moved at random within that bound: it ends 3.3e-4 to 8.8e-4
-# from the reference (with exact sums: 0, no rounding flips at these sizes), and float32
-# training 1.7e-2 to 4.6e-2. TOL_BF16 is above twice the first and below half the second
-# (gen fails when a case breaks that order).
-TOL_BF16 = 2e-3
 
 
 # ---- safetensors, F32 only -------------------------------------------------
@@ -163,46 +177,73 @@ def to_bf16(t):
     return t.to(torch.bfloat16).double()
 
 
-# Bf16LinearF64's sums: None, exact (float64); else a torch.Generator: each sum of K
-# terms is moved by a relative error drawn uniformly from +-K 2^-24, the bound on the
-# error of a float32 sum of K terms in any order (Higham's gamma_K), before its roundings.
-SUM_ERROR = None
+def sum_exact(a, b):
+    """a @ b (float32 operands of bf16 values, whose products are exact in float32) summed
+    exactly (float64), then rounded to float32 and to bfloat16, as float32."""
+    return to_bf16((a.double() @ b.double()).float()).float()
 
 
-def sum_bf16(t, k):
-    """The float64 sums t (of k terms each) as a float32 sum in some order gives them (see
-    SUM_ERROR), rounded to float32 and then to bfloat16, as float32."""
-    if SUM_ERROR is not None:
-        u = torch.rand(t.shape, generator=SUM_ERROR, dtype=torch.float64)
-        t = t * (1 + (2 * u - 1) * k * 2.0 ** -24)
-    return to_bf16(t.float()).float()
+def sum_loop(a, b):
+    """a @ b with each float32 sum taken in a plain loop's order (k = 0, 1, ...), rounded
+    to bfloat16, as float32: another order of the sums sum_exact takes."""
+    acc = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float32)
+    for k in range(a.shape[1]):
+        acc = acc + a[:, k:k + 1] * b[k:k + 1, :]
+    return to_bf16(acc).float()
 
 
-class Bf16LinearF64(torch.autograd.Function):
-    """autocast's Linear with each float32 sum taken in float64 (and moved as SUM_ERROR
-    says), then rounded to float32 and to bfloat16: the same operands and roundings as
-    autocast's, another order of the same sums."""
+def sum_bf16(a, b):
+    """a @ b as torch 1.13's CPU kernels compute the backward's bfloat16 products: each
+    product rounded to bfloat16 and added in a loop (k = 0, 1, ...) to a bfloat16 sum,
+    rounded after every addition."""
+    acc = torch.zeros(a.shape[0], b.shape[1], dtype=torch.float32)
+    for k in range(a.shape[1]):
+        acc = to_bf16(acc + to_bf16(a[:, k:k + 1] * b[k:k + 1, :]).float()).float()
+    return acc
+
+
+def sum_moved(gen):
+    """sum_exact with each sum of K terms moved by a relative error drawn uniformly from
+    +-K 2^-24 by the torch.Generator gen (before its roundings): any order's float32 sum is
+    within that of the exact one (Higham's gamma_K), so this is what a bf16 run with its
+    float32 sums in an order far from torch's may come to (scripts/gpu-check.sh holds a
+    GPU's bf16 run to the CPU's by it; gen prints it, information only)."""
+    def sums(a, b):
+        t = a.double() @ b.double()
+        u = torch.rand(t.shape, generator=gen, dtype=torch.float64)
+        return to_bf16((t * (1 + (2 * u - 1) * a.shape[1] * 2.0 ** -24)).float()).float()
+    return sums
+
+
+class Bf16Linear(torch.autograd.Function):
+    """autocast's Linear: operands rounded to bfloat16, each product summed by `sums`
+    (sum_exact, sum_loop; the backward's weight and input gradients by `bsums`, the same
+    unless given), its result rounded to bfloat16; the weight and bias gradients are
+    bfloat16 values in float32, as autocast's cast backward gives them."""
     @staticmethod
-    def forward(ctx, x, w, b):
-        xb, wb = to_bf16(x), to_bf16(w)
+    def forward(ctx, x, w, b, sums, bsums):
+        xb, wb = to_bf16(x).float(), to_bf16(w).float()
         ctx.save_for_backward(xb, wb)
-        return sum_bf16(xb @ wb.T + to_bf16(b), xb.shape[1] + 1)
+        ctx.sums, ctx.bsums = sums, bsums or sums
+        ones = torch.ones(xb.shape[0], 1)
+        return sums(torch.cat([xb, ones], 1), torch.cat([wb.T, to_bf16(b).float()[None, :]], 0))
 
     @staticmethod
     def backward(ctx, gy):
         xb, wb = ctx.saved_tensors
-        g = to_bf16(gy)
-        n, k = g.shape
-        return sum_bf16(g @ wb, k), sum_bf16(g.T @ xb, n), sum_bf16(g.sum(0), n)
+        g = to_bf16(gy).float()
+        ones = torch.ones(1, g.shape[0])
+        return ctx.bsums(g, wb), ctx.bsums(g.T, xb), ctx.sums(ones, g)[0], None, None
 
 
-def forward_bf16_f64(model):
-    """model's forward through Bf16LinearF64 (ReLU between the layers, on bf16 values)."""
+def forward_bf16(model, sums=sum_exact, bsums=None):
+    """model's forward through Bf16Linear (ReLU between the layers, on bf16 values)."""
     layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
 
     def fwd(x):
+        x = x.float()
         for i, lin in enumerate(layers):
-            x = Bf16LinearF64.apply(x, lin.weight, lin.bias)
+            x = Bf16Linear.apply(x, lin.weight, lin.bias, sums, bsums)
             if i + 1 < len(layers):
                 x = torch.relu(x)
         return x
@@ -213,10 +254,11 @@ def loss_of(kind, out, y):
     return F.cross_entropy(out, y) if kind == "cross-entropy" else F.mse_loss(out, y)
 
 
-def evaluate(model, kind, Xv, Yv, c=None):
-    """Mean loss over the whole validation set and (cross-entropy) the accuracy."""
-    with torch.no_grad(), autocast(c or {}):
-        out = model(Xv).float()
+def evaluate(model, kind, Xv, Yv, c=None, fwd=None):
+    """Mean loss over the whole validation set and (cross-entropy) the accuracy; fwd, if
+    given, is the forward to use instead of model's (without autocast)."""
+    with torch.no_grad(), autocast(c or {}, fwd is None):
+        out = (fwd or model)(Xv).float()
         if kind == "cross-entropy":
             loss = F.cross_entropy(out.double(), Yv, reduction="sum").item() / Xv.shape[0]
             acc = (out.argmax(1) == Yv).double().mean().item()
@@ -270,7 +312,7 @@ def train(model, c, X, Y, Xv, Yv, norms=None, fwd=None):
 
     def do_eval(step, epoch):
         if Xv is not None and (not evals or evals[-1][0] != step):
-            evals.append((step, epoch) + evaluate(model, c["loss"], Xv, Yv, c))
+            evals.append((step, epoch) + evaluate(model, c["loss"], Xv, Yv, c, fwd))
 
     steps = 0
     for epoch in range(c["epochs"]):
@@ -596,13 +638,26 @@ CASES = [
     case("bf16-np2-ce", "cls96", "8,16,4", np=2, loss="cross-entropy", seed=29, compress="bf16"),
     case("zero1-bf16-np2-adamw", "deep95", "6,16,16,3", np=2, optimizer="adamw", lr=0.01,
          seed=30, zero=1, compress="bf16"),
-    # --precision=bf16: torch.autocast's bfloat16 (see the top), compared at TOL_BF16.
+    # --precision=bf16: torch.autocast's bfloat16 with float32 sums (see the top).
     case("autocast-np1-sgd", "deep95", "6,16,16,3", np=1, momentum=0.9, seed=31,
          precision="bf16"),
     case("autocast-np2-adamw", "deep95", "6,16,16,3", np=2, optimizer="adamw", lr=0.01,
          val="deep30", eval_every=4, seed=32, precision="bf16"),
     case("autocast-np2-ce-accum2", "cls96", "8,16,16,4", np=2, batch=6, loss="cross-entropy",
          momentum=0.9, lr=0.1, accum=2, epochs=4, seed=33, precision="bf16"),
+    # Issue 34: means over ranks times micro-batches that are not powers of two (3, 3, 12,
+    # 6, 3), taken after the bf16 backward; ZeRO-1, ZeRO-2 and dp too.
+    case("autocast-np3-sgd", "deep95", "6,16,16,3", np=3, momentum=0.9, seed=34,
+         precision="bf16"),
+    case("autocast-np1-accum3-adamw", "deep95", "6,16,16,3", np=1, batch=6, optimizer="adamw",
+         lr=0.01, accum=3, seed=35, precision="bf16"),
+    case("autocast-np3-zero1-ce-accum4", "cls96", "8,16,16,4", np=3, batch=6,
+         loss="cross-entropy", momentum=0.9, lr=0.1, accum=4, epochs=4, seed=36, zero=1,
+         precision="bf16"),
+    case("autocast-np2-zero2-accum3", "deep95", "6,16,16,3", np=2, batch=5, momentum=0.9,
+         accum=3, val="deep30", eval_every=3, seed=37, zero=2, precision="bf16"),
+    case("autocast-dp1-accum3", "deep95", "6,16,16,3", mode="dp", replicas=1, batch=7,
+         momentum=0.9, accum=3, seed=38, precision="bf16"),
 ]
 
 # name: rows, inputs, outputs (classes for "cls")
@@ -714,58 +769,68 @@ def gen(d, names):
         torch.manual_seed(1000 + ci)
         model = ToyModel([int(w) for w in c["layers"].split(",")])
         st_write(os.path.join(d, c["name"] + ".init.safetensors"), model.state_dict())
-        shadow, plain = None, None
+        shadow, plain, bf16 = None, None, c["precision"] == "bf16"
+        # The real DistributedDataParallel run; ZeRO under bf16 trains the emulation (ZeRO
+        # does not change the arithmetic, and the emulation is where Bf16Linear is).
+        dist = c["compress"] or (c["zero"] and not bf16)
+        X, Y = data[c["ds"]]
+        Xv, Yv = data[c["val"]] if c["val"] else (None, None)
         if c["compress"]:
-            shadow = emulate_compressed(model, c, *data[c["ds"]])
-        if c["precision"] == "bf16":
+            shadow = emulate_compressed(model, c, X, Y)
+        if bf16:
             import copy
-            global SUM_ERROR
-            exact_m, shadow_m, plain_m = (copy.deepcopy(model) for _ in range(3))
-            vd = data[c["val"]] if c["val"] else (None, None)
-            train(exact_m, c, *data[c["ds"]], *vd, fwd=forward_bf16_f64(exact_m))
-            SUM_ERROR = torch.Generator().manual_seed(ci)
-            train(shadow_m, c, *data[c["ds"]], *vd, fwd=forward_bf16_f64(shadow_m))
-            SUM_ERROR = None
-            train(plain_m, dict(c, precision="fp32"), *data[c["ds"]], *vd)
-            exact, shadow, plain = exact_m.state_dict(), shadow_m.state_dict(), plain_m.state_dict()
+            model_init, loop_m, moved_m, auto_m, plain_m = (copy.deepcopy(model) for _ in range(5))
+            train(loop_m, c, X, Y, Xv, Yv, fwd=forward_bf16(loop_m, sum_loop))
+            train(moved_m, c, X, Y, Xv, Yv, fwd=forward_bf16(moved_m, sum_moved(torch.Generator().manual_seed(ci))))
+            train(auto_m, c, X, Y, Xv, Yv)
+            train(plain_m, dict(c, precision="fp32"), X, Y, Xv, Yv)
+            plain = plain_m.state_dict()
             st_write(os.path.join(d, c["name"] + ".fp32.safetensors"), plain)
-        if c["zero"] or c["compress"]:
+        if dist:
             # The emulation in float32 without ZeRO: ZeRO changes nothing but rounding; the
             # compression must change more than the test's tolerance, or it tests nothing.
             import copy
             plain = copy.deepcopy(model)
-            train(plain, c, *data[c["ds"]], *(data[c["val"]] if c["val"] else (None, None)))
+            train(plain, c, X, Y, Xv, Yv)
             plain = plain.state_dict()
-        X, Y = data[c["ds"]]
-        Xv, Yv = data[c["val"]] if c["val"] else (None, None)
         norms = []
-        if c["zero"] or c["compress"]:
+        if dist:
             records, evals = train_dist(model, c, X, Y, Xv, Yv, norms)
         else:
-            records, evals = train(model, c, X, Y, Xv, Yv, norms)
-        st_write(os.path.join(d, c["name"] + ".torch.safetensors"), model.state_dict())
+            records, evals = train(model, c, X, Y, Xv, Yv, norms, fwd=forward_bf16(model) if bf16 else None)
+        ref = model.state_dict()
+        st_write(os.path.join(d, c["name"] + ".torch.safetensors"), ref)
         with open(os.path.join(d, c["name"] + ".ref.jsonl"), "w") as f:
             f.write(ref_records(records, evals))
         np_ = 1 if c["mode"] == "dp" else c["np"]
         lines.append(" ".join([c["name"], str(np_), ",".join(c["env"]) or "-"] + ddptrain_args(c)))
+        if bf16:
+            loop, moved, auto, fp32 = (worst_rel(m.state_dict(), ref) for m in (loop_m, moved_m, auto_m, plain_m))
+            kind = "float32 sums"
+            if auto > TOL:  # torch 1.13's CPU kernels? Their arithmetic, emulated:
+                old_m = copy.deepcopy(model_init)
+                train(old_m, c, X, Y, Xv, Yv, fwd=forward_bf16(old_m, sum_exact, sum_bf16))
+                old = worst_rel(old_m.state_dict(), auto_m.state_dict())
+                kind = "bf16 sums in its backward (as emulated: %.2e)" % old
+                if old > TOL:
+                    sys.exit("gen: %s: this torch's autocast ends %.2e from autocast with float32 sums"
+                             " and %.2e from torch 1.13's bf16 sums in the backward: its arithmetic is"
+                             " neither; teach torch_crosscheck.py what it is" % (c["name"], auto, old))
         print("torch: %-32s %d ranks, %d steps, %d evaluations%s"
               % (c["name"], np_, len(records), len(evals),
                  ", clipped %d of %d steps (norms %.3g to %.3g)"
                  % (sum(x > c["clip"] for x in norms), len(norms), min(norms), max(norms))
                  if c["clip"] else "")
-              + (", ddptrain's order in float64 ends %.2e from it" % worst_rel(shadow, model.state_dict())
-                 if shadow is not None and c["precision"] == "fp32" else "")
-              + (", its sums exact end %.2e from it, off by their float32 error bound %.2e"
-                 % (worst_rel(exact, model.state_dict()), worst_rel(shadow, model.state_dict()))
-                 if c["precision"] == "bf16" else "")
-              + (", float32 DDP ends %.2e from it" % worst_rel(plain, model.state_dict())
+              + (", ddptrain's order in float64 ends %.2e from it" % worst_rel(shadow, ref)
+                 if shadow is not None else "")
+              + (", this torch's autocast (%s) ends %.2e from it, its sums in a loop's order %.2e,"
+                 " moved within their error bound %.2e" % (kind, auto, loop, moved) if bf16 else "")
+              + (", float32 DDP ends %.2e from it" % worst_rel(plain, ref)
                  if plain is not None else ""))
-        if c["precision"] == "bf16":
-            ref = model.state_dict()
-            honest, fp32 = worst_rel(shadow, ref), worst_rel(plain, ref)
-            if not 2 * honest <= TOL_BF16 <= fp32 / 2:
-                sys.exit("gen: %s: TOL_BF16 %g is not between 2x the sum-error-bound run's %.2e and"
-                         " half the float32 run's %.2e: derive it again" % (c["name"], TOL_BF16, honest, fp32))
+        if bf16 and not 2 * loop <= TOL:
+            sys.exit("gen: %s: autocast's arithmetic with its float32 sums in another order ends %.2e"
+                     " from the reference: TOL %g holds only for an implementation with the"
+                     " reference's order of sums; choose a smaller case" % (c["name"], loop, TOL))
     with open(os.path.join(d, "cases.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -841,7 +906,7 @@ def compare(d, names):
                 worst, wname = rel, tname
             dworst = max(dworst, drel)
         else:
-            tol = TOL_BF16 if c["precision"] == "bf16" else TOL
+            tol = TOL
             ok = worst <= tol
             ev = ""
             if c["val"]:
@@ -859,14 +924,69 @@ def compare(d, names):
     return 1 if bad else 0
 
 
+# `same`: how far a reference may be from what gen makes of its case on another machine.
+# torch's float32 products run on the CPU's BLAS kernels (OpenBLAS picks them by CPU), whose
+# sums round in other orders: the references made on one x86-64 CPU end up to 2.2e-7 from
+# those made on another (torch 1.13, all cases); 2.15's references for the first three
+# autocast cases end 8.7e-8 from 1.13's. A changed case differs by far more, and its
+# command line (cases.txt), data and initial weights are compared byte for byte.
+SAME = TOL / 4
+
+
+def same_records(a, b):
+    """The worst relative difference of two ref.jsonl files' numbers, or a string saying
+    how their records differ otherwise."""
+    ra, rb = (read_jsonl(p, "step") + read_jsonl(p, "eval") for p in (a, b))
+    worst = 0.0
+    for x, y in zip(ra, rb):
+        if sorted(x) != sorted(y) or any(x[k] != y[k] for k in x if not isinstance(x[k], float)):
+            return "record %s, want %s" % (json.dumps(x), json.dumps(y))
+        for k in x:
+            if isinstance(x[k], float):
+                worst = max(worst, abs(x[k] - y[k]) / max(abs(y[k]), 1e-30))
+    return "%d records, want %d" % (len(ra), len(rb)) if len(ra) != len(rb) else worst
+
+
+def same(new, old):
+    bad = []
+    for f in sorted(os.listdir(new)):
+        a, b = os.path.join(new, f), os.path.join(old, f)
+        if not (f == "cases.txt" or f.endswith((".npy", ".init.safetensors", ".torch.safetensors",
+                                                ".fp32.safetensors", ".ref.jsonl"))):
+            continue
+        if not os.path.exists(b):
+            bad.append("%s (missing)" % f)
+        elif f.endswith((".torch.safetensors", ".fp32.safetensors")):
+            ta, tb = st_read(a), st_read(b)
+            if sorted(ta) != sorted(tb) or any(ta[k].shape != tb[k].shape for k in ta):
+                bad.append("%s (other tensors)" % f)
+                continue
+            rel = max(np.max(np.abs(ta[k] - tb[k])) / max(np.max(np.abs(tb[k])), 1e-30) for k in tb)
+            if not rel <= SAME:
+                bad.append("%s (%.2e)" % (f, rel))
+        elif f.endswith(".ref.jsonl"):
+            r = same_records(a, b)
+            if isinstance(r, str) or r > SAME:
+                bad.append("%s (%s)" % (f, r if isinstance(r, str) else "%.2e" % r))
+        else:
+            with open(a, "rb") as fa, open(b, "rb") as fb:
+                if fa.read() != fb.read():
+                    bad.append(f)
+    for f in bad:
+        print("%s is not what gen makes of its case today: %s" % (old, f))
+    return 1 if bad else 0
+
+
 def main():
-    if len(sys.argv) < 3 or sys.argv[1] not in ("gen", "compare"):
-        print("usage: torch_crosscheck.py gen|compare DIR [CASE...]", file=sys.stderr)
+    if len(sys.argv) < 3 or sys.argv[1] not in ("gen", "compare", "same"):
+        print("usage: torch_crosscheck.py gen|compare DIR [CASE...] | same NEW OLD", file=sys.stderr)
         return 2
     names = sys.argv[3:]
     if sys.argv[1] == "gen":
         gen(sys.argv[2], names)
         return 0
+    if sys.argv[1] == "same":
+        return same(sys.argv[2], sys.argv[3]) if len(sys.argv) == 4 else 2
     return compare(sys.argv[2], names)
 
 

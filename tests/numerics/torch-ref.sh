@@ -11,12 +11,15 @@
 # lines on standard output with metcompare (1e-5). A reference that is missing or
 # unreadable fails; this test never skips.
 #
-# The --precision=bf16 cases are PyTorch's torch.autocast bfloat16 runs, compared at
-# TOL_BF16: the same bf16 roundings summed in another order can flip one, and
-# torch_crosscheck.py's gen shows that an implementation doing so (every float32 sum
-# off by its error bound, K 2^-24) ends up to 8.8e-4 from autocast, and float32 training
-# 1.7e-2 or more (TOL_BF16 there says how it was chosen). Each must also end at least 4x
-# nearer autocast's weights than float32 PyTorch's (CASE.fp32.safetensors).
+# The --precision=bf16 cases are torch.autocast's bfloat16 with float32 sums (the
+# arithmetic of GPUs, oneDNN and torch 2's CPU kernels; torch_crosscheck.py says how it is
+# made on any torch), compared at the same 1e-5: at these sizes the float32 sums of bf16
+# products round to the same bf16 values in another order too (torch_crosscheck.py's gen
+# checks a plain loop's for each case), so what is left is float32 rounding. The
+# cases take the mean over 1, 2, 3, 6 and 12 ranks times micro-batches, in ddp, ZeRO-1,
+# ZeRO-2 and dp: with the mean taken before the bf16 backward (as before issue 34) the five
+# whose mean is not a power of two end 6.3e-4 to 4.6e-2 away. Each must also end at least
+# 4x nearer autocast's weights than float32 PyTorch's (CASE.fp32.safetensors).
 #
 # TORCH_REF=DIR compares with another directory of the same shape, and TORCH_REF_OUT=DIR
 # keeps ddptrain's outputs there (torch-crosscheck.sh points both at references it has
@@ -26,7 +29,6 @@
 REF=${TORCH_REF:-$TOP_SRCDIR/tests/torch-ref}
 OUT=${TORCH_REF_OUT:-$TMPD}
 TOL=1e-5
-TOL_BF16=2e-3
 
 [ -r "$REF/cases.txt" ] || fail "no reference list $REF/cases.txt (tests/lib/torch_crosscheck.py gen DIR writes it)"
 [ -s "$REF/cases.txt" ] || fail "reference list $REF/cases.txt is empty"
@@ -35,8 +37,8 @@ ncase=0 bad=0
 while read -r name np envs args; do
 	[ -n "$name" ] || continue
 	ncase=$((ncase + 1)) ok=1
-	tol=$TOL refs="init.safetensors torch.safetensors ref.jsonl"
-	case " $args " in *" --precision=bf16 "*) tol=$TOL_BF16 refs="$refs fp32.safetensors" ;; esac
+	bf16=0 refs="init.safetensors torch.safetensors ref.jsonl"
+	case " $args " in *" --precision=bf16 "*) bf16=1 refs="$refs fp32.safetensors" ;; esac
 	for f in $refs; do
 		[ -r "$REF/$name.$f" ] || fail "$name: reference $REF/$name.$f is missing or unreadable"
 	done
@@ -49,17 +51,17 @@ while read -r name np envs args; do
 	env "${envv[@]}" timeout -k 5 120 mpirun --oversubscribe -np "$np" "$DDPTRAIN" $args \
 		</dev/null >"$TMPD/$name.out" 2>"$TMPD/$name.err" ||
 		fail "$name: ddptrain exited $? (${envv[*]} mpirun -np $np ddptrain $args): $(head -n 3 "$TMPD/$name.err")"
-	w=$("$STCOMPARE" "$OUT/$name.ddp.safetensors" "$REF/$name.torch.safetensors" $tol) || {
+	w=$("$STCOMPARE" "$OUT/$name.ddp.safetensors" "$REF/$name.torch.safetensors" $TOL) || {
 		rc=$?
 		[ $rc = 1 ] || fail "$name: stcompare could not compare (exit $rc): $w"
 		ok=0
 	}
-	l=$("$METCOMPARE" --progress "$TMPD/$name.out" "$OUT/$name.metrics.jsonl" "$REF/$name.ref.jsonl" $tol) || {
+	l=$("$METCOMPARE" --progress "$TMPD/$name.out" "$OUT/$name.metrics.jsonl" "$REF/$name.ref.jsonl" $TOL) || {
 		rc=$?
 		[ $rc = 1 ] || fail "$name: metcompare could not compare (exit $rc): $l"
 		ok=0
 	}
-	if [ "$tol" = "$TOL_BF16" ]; then
+	if [ $bf16 = 1 ]; then
 		# The weights' distance to autocast's and to float32's: "max relative error X (...)".
 		f=$("$STCOMPARE" "$OUT/$name.ddp.safetensors" "$REF/$name.fp32.safetensors" 1e30) ||
 			fail "$name: stcompare could not compare with $REF/$name.fp32.safetensors: $f"

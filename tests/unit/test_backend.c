@@ -4,8 +4,8 @@
  * naive loops, finite differences and hand-computed values. Backward in panels
  * equals backward whole bit for bit where the BLAS computes a row panel as it
  * computes those rows of the whole product (tests/lib/blasrows.h asks it), else
- * within the rounding of a dot product summed in another order. The loss kernels
- * are in test_loss.c.
+ * within the rounding of a dot product summed in another order. The gradient scale
+ * comes after the bf16 roundings. The loss kernels are in test_loss.c.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -84,7 +84,7 @@ static void test_linear_backward_matches_finite_differences(void **state)
 	fill(w, OUT * IN, 5);
 	fill(b, OUT, 6);
 	fill(r, N * OUT, 7);
-	ops->linear_backward(NULL, dx, dw, db, r, x, w, N, IN, OUT, 0);
+	ops->linear_backward(NULL, dx, dw, db, r, x, w, N, IN, OUT, 1.0f, 0);
 	for (int v = 0; v < 3; v++)
 		for (int i = 0; i < sizes[v]; i++) {
 			float keep = vars[v][i];
@@ -107,14 +107,68 @@ static void test_linear_backward_accumulates_weight_and_bias_gradients(void **st
 	fill(x, N * IN, 8);
 	fill(w, OUT * IN, 9);
 	fill(r, N * OUT, 10);
-	ops->linear_backward(NULL, NULL, dw1, db1, r, x, w, N, IN, OUT, 0);
+	ops->linear_backward(NULL, NULL, dw1, db1, r, x, w, N, IN, OUT, 1.0f, 0);
 	memcpy(dw2, dw1, sizeof dw1);
 	memcpy(db2, db1, sizeof db1);
-	ops->linear_backward(NULL, NULL, dw2, db2, r, x, w, N, IN, OUT, 1);
+	ops->linear_backward(NULL, NULL, dw2, db2, r, x, w, N, IN, OUT, 1.0f, 1);
 	for (int i = 0; i < OUT * IN; i++)
 		assert_float_equal(dw2[i], 2 * dw1[i], 1e-6);
 	for (int i = 0; i < OUT; i++)
 		assert_float_equal(db2[i], 2 * db1[i], 1e-6);
+}
+
+/* gscale multiplies the weight and bias gradients, never dx: in float32 as SGEMM's alpha
+ * (within rounding), in bf16 each bf16 result times gscale in float32, bit for bit, set
+ * and then added to. A third is not a power of two: the same factor in dy, before the
+ * bf16 roundings, gives other values (the case is not vacuous). */
+static void test_linear_backward_scales_weight_gradients_after_bf16_rounding(void **state)
+{
+	enum { N = 6, IN = 5, OUT = 7 };
+	const float third = 1.0f / 3.0f;
+	float x[N * IN], w[OUT * IN], dy[N * OUT], dy3[N * OUT];
+	float dx[2][N * IN], dw[3][OUT * IN], db[3][OUT];
+	int differ = 0;
+
+	fill(x, N * IN, 31);
+	fill(w, OUT * IN, 32);
+	fill(dy, N * OUT, 33);
+	for (int i = 0; i < N * OUT; i++)
+		dy3[i] = third * dy[i];
+	for (int p = 0; p < 2; p++) {
+		struct backend be;
+		struct backend_config cfg = {.precision = p ? PRECISION_BF16 : PRECISION_FP32};
+		struct diag d = {0};
+
+		assert_int_equal(backend_init(&be, ops, &cfg, &d), ST_OK);
+		ops->linear_backward(be.ctx, dx[0], dw[0], db[0], dy, x, w, N, IN, OUT, 1.0f, 0);
+		ops->linear_backward(be.ctx, dx[1], dw[1], db[1], dy, x, w, N, IN, OUT, third, 0);
+		assert_memory_equal(dx[0], dx[1], sizeof dx[0]);
+		for (int i = 0; i < OUT * IN + OUT; i++) {
+			float a = i < OUT * IN ? dw[0][i] : db[0][i - OUT * IN];
+			float b = i < OUT * IN ? dw[1][i] : db[1][i - OUT * IN];
+
+			if (p)
+				assert_true(b == third * a);
+			else
+				assert_float_equal(b, third * a, 1e-6);
+		}
+		/* accumulating: the scaled gradient added in float32 */
+		memcpy(dw[2], dw[1], sizeof dw[1]);
+		memcpy(db[2], db[1], sizeof db[1]);
+		ops->linear_backward(be.ctx, NULL, dw[2], db[2], dy, x, w, N, IN, OUT, third, 1);
+		for (int i = 0; i < OUT * IN; i++)
+			assert_float_equal(dw[2][i], dw[1][i] + dw[1][i], p ? 0 : 1e-6);
+		for (int i = 0; i < OUT; i++)
+			assert_float_equal(db[2][i], db[1][i] + db[1][i], p ? 0 : 1e-6);
+		if (p) { /* the third in the seed instead */
+			ops->linear_backward(be.ctx, NULL, dw[2], db[2], dy3, x, w, N, IN, OUT, 1.0f,
+					     0);
+			for (int i = 0; i < OUT * IN; i++)
+				differ += dw[2][i] != dw[1][i];
+			assert_true(differ > 0);
+		}
+		backend_free(&be);
+	}
 }
 
 /* What the progress hook saw: dw's rows reported in increasing order, without gaps. */
@@ -163,10 +217,10 @@ static void test_linear_backward_in_panels_matches_whole_and_reports_rows_in_ord
 	fill(x, N * IN, 11);
 	fill(w, OUT * IN, 12);
 	fill(dy, N * OUT, 13);
-	ops->linear_backward(be.ctx, dx[0], dw[0], db[0], dy, x, w, N, IN, OUT, 0);
+	ops->linear_backward(be.ctx, dx[0], dw[0], db[0], dy, x, w, N, IN, OUT, 1.0f, 0);
 	s.dw = dw[1];
 	ops->set_progress(be.ctx, record, &s, 16e6);
-	ops->linear_backward(be.ctx, dx[1], dw[1], db[1], dy, x, w, N, IN, OUT, 0);
+	ops->linear_backward(be.ctx, dx[1], dw[1], db[1], dy, x, w, N, IN, OUT, 1.0f, 0);
 	ops->set_progress(be.ctx, NULL, NULL, 0);
 	assert_true(s.calls > 2); /* it did split */
 	assert_int_equal(s.gaps, 0);
@@ -248,6 +302,7 @@ int main(void)
 		cmocka_unit_test(test_linear_forward_fuses_relu),
 		cmocka_unit_test(test_linear_backward_matches_finite_differences),
 		cmocka_unit_test(test_linear_backward_accumulates_weight_and_bias_gradients),
+		cmocka_unit_test(test_linear_backward_scales_weight_gradients_after_bf16_rounding),
 		cmocka_unit_test(test_linear_backward_in_panels_matches_whole_and_reports_rows_in_order),
 		cmocka_unit_test(test_relu_forward_and_backward),
 		cmocka_unit_test(test_relu_propagates_nan_like_torch),

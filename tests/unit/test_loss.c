@@ -18,16 +18,20 @@ static void test_mse_matches_hand_computed_values(void **state)
 	const float y[4] = {2, 0, 1, 4}, t[4] = {1, 2, 1, 1};
 	float dy[4], loss = 100.0f;
 
-	ops->mse(NULL, dy, &loss, y, t, 2, 2, 1.0f, 0);
+	ops->mse(NULL, dy, &loss, y, t, 2, 2, 1.0f, 1.0f, 0);
 	assert_float_equal(loss, 3.5, 1e-6);
 	assert_float_equal(dy[0], 0.5, 1e-7);
 	assert_float_equal(dy[1], -1.0, 1e-7);
 	assert_float_equal(dy[2], 0.0, 1e-7);
 	assert_float_equal(dy[3], 1.5, 1e-7);
 	/* scaled and accumulated: loss += 0.25 * 3.5 */
-	ops->mse(NULL, dy, &loss, y, t, 2, 2, 0.25f, 1);
+	ops->mse(NULL, dy, &loss, y, t, 2, 2, 0.25f, 0.25f, 1);
 	assert_float_equal(loss, 3.5 + 0.875, 1e-6);
 	assert_float_equal(dy[3], 0.375, 1e-7);
+	/* the seed's scale apart from the value's (bf16 takes the mean after its backward) */
+	ops->mse(NULL, dy, &loss, y, t, 2, 2, 0.25f, 1.0f, 0);
+	assert_float_equal(loss, 0.875, 1e-6);
+	assert_float_equal(dy[3], 1.5, 1e-7);
 }
 
 /* Two rows of 3 logits: [1, 2, 3] with label 2 (right) and [0, 0, 0] with label 1 (wrong:
@@ -44,14 +48,18 @@ static void test_cross_entropy_matches_hand_computed_values(void **state)
 				0.25 / 3, 0.25 * (1.0 / 3 - 1), 0.25 / 3};
 	float dy[6], out[2] = {7, 7};
 
-	ops->cross_entropy(NULL, dy, out, z, labels, 2, 3, 0.5f, 0);
+	ops->cross_entropy(NULL, dy, out, z, labels, 2, 3, 0.5f, 0.5f, 0);
 	assert_float_equal(out[0], 0.37655456, 1e-7);
 	assert_float_equal(out[1], 0.25, 1e-7);
 	for (int i = 0; i < 6; i++)
 		assert_float_equal(dy[i], want[i], 1e-7);
-	ops->cross_entropy(NULL, dy, out, z, labels, 2, 3, 0.5f, 1); /* accumulates */
+	ops->cross_entropy(NULL, dy, out, z, labels, 2, 3, 0.5f, 0.5f, 1); /* accumulates */
 	assert_float_equal(out[0], 2 * 0.37655456, 2e-7);
 	assert_float_equal(out[1], 0.5, 1e-7);
+	ops->cross_entropy(NULL, dy, out, z, labels, 2, 3, 0.5f, 1.0f, 0); /* the seed unscaled */
+	assert_float_equal(out[0], 0.37655456, 1e-7);
+	for (int i = 0; i < 6; i++)
+		assert_float_equal(dy[i], 2 * want[i], 2e-7);
 }
 
 /* A large logit does not overflow: the max is taken out before exp. */
@@ -60,7 +68,7 @@ static void test_cross_entropy_is_stable_for_large_logits(void **state)
 	const float z[2] = {1000, 0}, labels[1] = {1};
 	float dy[2], out[2];
 
-	ops->cross_entropy(NULL, dy, out, z, labels, 1, 2, 1.0f, 0);
+	ops->cross_entropy(NULL, dy, out, z, labels, 1, 2, 1.0f, 1.0f, 0);
 	assert_float_equal(out[0], 1000.0, 1e-3);
 	assert_float_equal(out[1], 0.0, 0);
 	assert_float_equal(dy[0], 1.0, 1e-7);

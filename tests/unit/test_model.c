@@ -26,7 +26,7 @@ static double model_loss(struct model *m, int n)
 
 	model_forward(m, n, NULL);
 	ops->mse(NULL, m->dbuf[0], &loss, m->act[m->nlayers], m->target, n, m->widths[m->nlayers],
-		 1.0f, 0);
+		 1.0f, 1.0f, 0);
 	return loss;
 }
 
@@ -48,7 +48,7 @@ static void test_model_backward_matches_finite_differences(void **state)
 	fill(m.act[0], (size_t)n * 3, 12);
 	fill(m.target, (size_t)n * 2, 13);
 	model_loss(&m, n);
-	model_backward(&m, n, 0, NULL);
+	model_backward(&m, n, 1.0f, 0, NULL);
 	for (size_t p = 0; p < m.nparams; p++) {
 		float keep = m.params[p], g = m.grads[p];
 		double up, down;
@@ -165,13 +165,13 @@ static void test_frozen_layer_passes_gradients_through_and_gets_none(void **stat
 	fill(m.act[0], (size_t)n * 3, 12);
 	fill(m.target, (size_t)n * 2, 13);
 	model_loss(&m, n);
-	model_backward(&m, n, 0, NULL);
+	model_backward(&m, n, 1.0f, 0, NULL);
 	memcpy(want, m.grads, m.nparams * sizeof *want);
 	model_freeze(&m, frozen);
 	for (size_t p = 0; p < m.nparams; p++)
 		m.grads[p] = 42.0f;
 	model_loss(&m, n);
-	model_backward(&m, n, 0, NULL);
+	model_backward(&m, n, 1.0f, 0, NULL);
 	for (size_t p = 0; p < m.nparams; p++) {
 		if (p >= m.w_off[1] && p < m.w_off[2])
 			assert_true(m.grads[p] == 42.0f);

@@ -461,7 +461,7 @@ static void check_panels_match_whole(const int *w, int nlayers, int n, size_t ca
 	model_forward(&m, n, NULL);
 	fill(m.dbuf[0], (size_t)n * (size_t)w[nlayers], 5);
 	dys.m = &m;
-	assert_int_equal(model_backward(&m, n, 0, &(struct model_hooks){.arg = &dys, .layer_done = keep_dy}),
+	assert_int_equal(model_backward(&m, n, 1.0f, 0, &(struct model_hooks){.arg = &dys, .layer_done = keep_dy}),
 			 ST_OK);
 	memcpy(ref, m.grads, m.nparams * sizeof *ref);
 
@@ -471,7 +471,7 @@ static void check_panels_match_whole(const int *w, int nlayers, int n, size_t ca
 	s.whole = whole;
 	s.cap = cap;
 	fill(m.dbuf[0], (size_t)n * (size_t)w[nlayers], 5);
-	assert_int_equal(model_backward(&m, n, 0,
+	assert_int_equal(model_backward(&m, n, 1.0f, 0,
 					&(struct model_hooks){.arg = &s, .layer_done = seen_layer, .panel_cap = cap,
 							      .panel_dst = seen_dst, .panel_done = seen_done}),
 			 ST_OK);
