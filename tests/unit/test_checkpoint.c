@@ -301,7 +301,7 @@ static void test_rotation_never_replaces_another_runs_file(void **state)
 	for (long s = 1; s <= 2; s++) { /* another run's kept checkpoints of steps 1 and 2 */
 		struct ckpt_pos pos = {s, 0, s, 1, "fedcba9876543210fedcba9876543210"};
 
-		assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, &d), ST_OK);
+		assert_int_equal(checkpoint_save(path, NULL, &a.m, a.host, &pos, config, NULL, &d), ST_OK);
 		snprintf(name, sizeof name, "%s.step-%08ld", path, s);
 		assert_int_equal(link(path, name), 0);
 	}
@@ -332,7 +332,7 @@ static void test_rotation_never_replaces_another_runs_file(void **state)
 			fputs("made now\n", f);
 			fclose(f);
 		}
-		assert_int_equal(checkpoint_save(path, &rot, &a.m, a.host, &pos, config, &d), s == 4 ? ST_OK : ST_RUNTIME);
+		assert_int_equal(checkpoint_save(path, &rot, &a.m, a.host, &pos, config, NULL, &d), s == 4 ? ST_OK : ST_RUNTIME);
 	}
 	assert_non_null(strstr(d.msg, "/own.st.step-00000005 appeared during the run and is not this run's: not replaced"));
 	f = fopen(path_in_dir("own.st.step-00000005"), "r");
