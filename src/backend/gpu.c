@@ -173,7 +173,9 @@ static int try_load(struct gpu *g, const char *path, char *why, size_t len)
 		const char *e = dlerror();
 
 		/* dlerror names the descriptor: name the file */
-		if (strncmp(e, by_fd, strlen(by_fd)) == 0)
+		if (e == NULL)
+			snprintf(why, len, "%s: dlopen failed", path);
+		else if (strncmp(e, by_fd, strlen(by_fd)) == 0)
 			snprintf(why, len, "%s%s", path, e + strlen(by_fd));
 		else
 			snprintf(why, len, "%s", e);
