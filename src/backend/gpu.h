@@ -68,6 +68,7 @@ struct gpu_module {
 
 struct gpu {
 	void *handle;                 /* dlopen handle, or NULL */
+	int fd;                       /* the module file, open while it is loaded (-1: none) */
 	const struct gpu_module *mod; /* entry points, or NULL */
 	char path[4096];              /* the module file that was loaded */
 };
@@ -79,8 +80,17 @@ int gpu_visible_count(const char *proc_dir, const char *cuda_visible_devices);
 
 /* dlopen the module: $DDPTRAIN_CUDA_MODULE, else ddptrain-cuda.so beside the executable
  * (the build tree), else in the installed package library directory. It is never
- * unloaded: CUDA and NCCL keep threads and exit handlers in it. */
+ * unloaded: CUDA and NCCL keep threads and exit handlers in it. ST_RUNTIME naming the file
+ * and what is wrong where it is not a regular file (refused before it is opened for
+ * loading: a FIFO would block), its entry is not a function, or gpu_module_check refuses
+ * what the entry returns. */
 enum status gpu_load(struct gpu *g, struct diag *d);
+
+/* Whether m, what a module's entry returned, can be called through: not NULL, this ABI,
+ * and every entry of its tables that a caller calls without looking (struct gpu_module's
+ * and its backend's; the optional ones of backend.h all or none of each group).
+ * ST_RUNTIME with one line naming the missing entry if not. */
+enum status gpu_module_check(const struct gpu_module *m, struct diag *d);
 
 /* The first two of n ranks that hold the same GPU UUID: returns 1 and sets *a < *b. */
 int gpu_find_duplicate(const unsigned char (*uuid)[GPU_UUID_BYTES], int n, int *a, int *b);

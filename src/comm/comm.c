@@ -4,6 +4,7 @@
  * with its algorithms relies on them; the count of what is in flight; the
  * release of whichever communicator was set up.
  */
+#include "core/opstable.h" /* opstable_check: a communicator the CUDA module made */
 #include "comm/comm.h"
 
 const char *const comm_wire_names[] = {"fp32", "fp16", "bf16", NULL};
@@ -141,6 +142,26 @@ int comm_inflight(const struct comm *c)
 void comm_describe(const struct comm *c, char *buf, size_t len)
 {
 	c->ops->describe(c->ctx, buf, len);
+}
+
+/* The entries of struct comm_ops: the doors above check reduce_scatter_start,
+ * all_gather_start, wait_first and observe before calling them; the rest they call. */
+#define ROW(m, group) OPSTABLE_ROW(comm_ops, "comm.", m, group)
+static const struct opstable_row comm_rows[] = {
+	ROW(allreduce_start, OPSTABLE_REQUIRED), ROW(reduce_scatter_start, OPSTABLE_OPTIONAL),
+	ROW(all_gather_start, OPSTABLE_OPTIONAL), ROW(progress, OPSTABLE_REQUIRED),
+	ROW(wait_first, OPSTABLE_OPTIONAL), ROW(wait_all, OPSTABLE_REQUIRED),
+	ROW(bcast, OPSTABLE_REQUIRED), ROW(fini, OPSTABLE_REQUIRED),
+	ROW(observe, OPSTABLE_OPTIONAL), ROW(describe, OPSTABLE_REQUIRED),
+};
+OPSTABLE_COVERS(comm_rows, comm_ops, allreduce_start);
+#undef ROW
+
+enum status comm_ops_check(const struct comm_ops *ops, struct diag *d)
+{
+	if (ops == NULL)
+		return diag_set(d, ST_RUNTIME, "its communicator has no table (comm.ops is NULL)");
+	return opstable_check(ops, comm_rows, (int)(sizeof comm_rows / sizeof comm_rows[0]), d);
 }
 
 void comm_free(struct comm *c)

@@ -161,6 +161,10 @@ int comm_inflight(const struct comm *c);
 /* The per-rank table's text for the communicator (comm_ops.describe). */
 void comm_describe(const struct comm *c, char *buf, size_t len);
 
+/* Whether ops, a table from outside the program (the CUDA module's NCCL communicator), has
+ * every entry the doors call without looking (the others may be NULL: the doors say "not
+ * supported"). ST_RUNTIME naming the first missing one ("its entry comm.bcast is NULL"). */
+enum status comm_ops_check(const struct comm_ops *ops, struct diag *d);
 /* Safe to call twice. */
 void comm_free(struct comm *c);
 

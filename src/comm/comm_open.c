@@ -46,5 +46,15 @@ enum status comm_open(struct comm *c, enum comm_kind kind, struct world *w, stru
 		if (r.watching)
 			world_watch_end(w);
 	}
+	/* The module's table, seen only now: one it lacks an entry of is refused before the
+	 * doors call through it (every rank loaded the same module: all refuse). */
+	if (st == ST_OK && comm_ops_check(c->ops, d) != ST_OK) {
+		if (c->ops != NULL && c->ops->fini != NULL)
+			c->ops->fini(c->ctx);
+		c->ops = NULL;
+		c->ctx = NULL;
+		diag_prefix(d, "the CUDA module (%s): ", mod->path);
+		st = ST_RUNTIME;
+	}
 	return st;
 }

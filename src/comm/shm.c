@@ -78,8 +78,11 @@ static int param_file_value(const char *file, const char *key, char *out, size_t
 
 /* The directory Open MPI's osc/sm puts the window's backing file in: its
  * osc_sm_backing_directory as Open MPI reads it (the environment, which mpirun --mca also
- * sets, over the parameter files), else /dev/shm if it may write there, as osc/sm chooses.
- * "" when neither says (another MPI, no /dev/shm). Not read through MPI_T: its
+ * sets, over the parameter files), else /dev/shm if it may write there, else Open MPI's
+ * session directory, as osc/sm chooses (Open MPI 4.1: the node's first rank's own
+ * directory under the job family's, which mpirun names in the environment; the family's
+ * is on the same file system and is what is checked). "" when none says (another MPI or
+ * launcher, no /dev/shm). Not read through MPI_T: its
  * MPI_T_init_thread registers every MCA component, 0.21 s per call, which was the whole of
  * the shared-memory all-reduce's extra start-up (issue 30). The check it serves is a
  * forecast; shm_init's taking of the pages is the authority. */
@@ -90,7 +93,12 @@ static void backing_dir(char *dir, size_t len)
 	const char *files = getenv("OMPI_MCA_mca_base_param_files");
 	char list[2 * PATH_MAX], *save = NULL;
 
-	snprintf(dir, len, "%s", access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "");
+	const char *session = getenv("OMPI_MCA_orte_jobfam_session_dir");
+
+	if (access("/dev/shm", W_OK) == 0)
+		snprintf(dir, len, "/dev/shm");
+	else
+		snprintf(dir, len, "%s", session != NULL ? session : "");
 	if (env != NULL && env[0] != '\0') {
 		snprintf(dir, len, "%s", env);
 		return;
@@ -112,14 +120,44 @@ static void backing_dir(char *dir, size_t len)
 	}
 }
 
+/* Whether osc/sm can make the window's backing file in dir: a directory this process may
+ * write, with an inode free. Open MPI 4.1 makes the file on the node's first rank alone,
+ * and where that fails it leaves the others inside MPI_Win_allocate_shared (issue 34), so
+ * this is asked before, on every rank. ST_RUNTIME with one line naming dir if not. */
+static enum status dir_takes_file(const char *dir, struct diag *d)
+{
+	struct stat st;
+	struct statvfs vfs;
+	char why[128] = "";
+
+	if (stat(dir, &st) != 0)
+		snprintf(why, sizeof why, "%s", errno == ENOENT ? "it does not exist" : strerror(errno));
+	else if (!S_ISDIR(st.st_mode))
+		snprintf(why, sizeof why, "it is not a directory");
+	else if (access(dir, W_OK | X_OK) != 0) /* what osc/sm's open(O_CREAT) needs */
+		snprintf(why, sizeof why, "%s", errno == EROFS ? "it is read-only" : strerror(errno));
+	/* f_files 0: a file system without an inode count (nothing to run out of). Root may
+	 * take the inodes reserved from others (f_ffree), a user only f_favail. */
+	else if (statvfs(dir, &vfs) == 0 && vfs.f_files > 0 &&
+		 (geteuid() == 0 ? vfs.f_ffree : vfs.f_favail) == 0)
+		snprintf(why, sizeof why, "it has no free inodes (df -i)");
+	if (why[0] == '\0')
+		return ST_OK;
+	return diag_set(d, ST_RUNTIME, "the shared-memory window's backing file cannot be made in %s: %s",
+			dir, why);
+}
+
 enum status shm_fits(int local_size, size_t n, size_t later_bytes, struct diag *d)
 {
 	double window = (double)parts_bytes(local_size, n) + OSC_SM_EXTRA;
 	char dir[PATH_MAX];
 	struct statvfs vfs;
 	double limit = vmspace_limit();
+	enum status st;
 
 	backing_dir(dir, sizeof dir);
+	if (dir[0] != '\0' && (st = dir_takes_file(dir, d)) != ST_OK)
+		return st;
 	/* osc/sm refuses (on the rank that creates the file only) below the file's size + 5%. */
 	if (dir[0] != '\0' && statvfs(dir, &vfs) == 0 &&
 	    (double)vfs.f_bavail * (double)vfs.f_frsize < window * 1.05)

@@ -88,8 +88,9 @@ struct shm {
 };
 
 /* Whether this rank can have a window of n floats per rank over local_size ranks, asked
- * before MPI is: room for the backing file where Open MPI's osc/sm puts it (/dev/shm, or
- * its osc_sm_backing_directory), and address space under RLIMIT_AS for the whole window
+ * before MPI is: a directory this process may write, with a free inode and room, for the
+ * backing file where Open MPI's osc/sm puts it (its osc_sm_backing_directory, /dev/shm,
+ * or its session directory), and address space under RLIMIT_AS for the whole window
  * (every rank maps every rank's part) and later_bytes that training still maps after it.
  * ST_RUNTIME with one line naming the directory or the limit and the sizes if not. Local:
  * no communication. */

@@ -4,7 +4,8 @@
  *
  * The core/ wing (floor 0): what every other wing uses and nothing of theirs:
  * status and messages, the clock, signals, random numbers, digests, build facts,
- * file mapping, the atomic output writer and trace buffers. It knows nothing of
+ * file mapping, the atomic output writer, trace buffers and the check of an entry-point
+ * table loaded at run time. It knows nothing of
  * MPI, models or options.
  *
  * Library code never prints and never exits: it fills a struct diag and

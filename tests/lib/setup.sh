@@ -22,6 +22,8 @@ OPCHECK=$TESTS_BUILDDIR/lib/opcheck
 GPURULES=$TESTS_BUILDDIR/lib/gpurules
 FAULTSHIM=$TESTS_BUILDDIR/lib/faultshim.so
 FAKE_GPU=$TESTS_BUILDDIR/lib/fake-gpu.so
+BAD_GPU=$TESTS_BUILDDIR/lib/bad-gpu.so
+BAD_GPU_DATA=$TESTS_BUILDDIR/lib/bad-gpu-data.so
 BLASROWS=$TESTS_BUILDDIR/lib/blasrows
 
 # CI runs as root; Open MPI refuses root without these.

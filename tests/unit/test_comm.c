@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -312,6 +313,40 @@ static void test_comm_refuses_what_the_communicator_lacks(void **state)
 	refused(&d, comm_wait_first(&c, 0, &d), "the fake communicator cannot wait for some");
 }
 
+/* A communicator's table from outside the program (the CUDA module's) is checked entry by
+ * entry, the struct walked as its slots: each entry the doors call without looking refuses
+ * with a line of its own when NULL; the ones they check first (reduce-scatter, all-gather,
+ * wait_first, observe) may be NULL. */
+static void test_comm_ops_check_refuses_each_missing_entry(void **state)
+{
+	char first[sizeof(((struct diag *)0)->msg)] = "";
+	struct diag d = {0};
+	int refused = 0;
+
+	assert_int_equal(comm_ops_check(&fake_ops, &d), ST_OK);
+	for (size_t o = offsetof(struct comm_ops, allreduce_start); o < sizeof fake_ops; o += sizeof(void *)) {
+		struct comm_ops one = fake_ops;
+		void (*none)(void) = NULL;
+
+		memcpy((char *)&one + o, &none, sizeof none);
+		memset(&d, 0, sizeof d);
+		if (o == offsetof(struct comm_ops, reduce_scatter_start) ||
+		    o == offsetof(struct comm_ops, all_gather_start) ||
+		    o == offsetof(struct comm_ops, wait_first) || o == offsetof(struct comm_ops, observe)) {
+			assert_int_equal(comm_ops_check(&one, &d), ST_OK);
+			continue;
+		}
+		assert_int_equal(comm_ops_check(&one, &d), ST_RUNTIME);
+		assert_non_null(strstr(d.msg, "its entry comm."));
+		assert_string_not_equal(d.msg, first); /* each names its own (in order: the last) */
+		snprintf(first, sizeof first, "%s", d.msg);
+		refused++;
+	}
+	assert_int_equal(refused, 6);
+	memset(&d, 0, sizeof d);
+	assert_int_equal(comm_ops_check(NULL, &d), ST_RUNTIME);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -323,6 +358,7 @@ int main(void)
 		cmocka_unit_test(test_comm_refuses_bad_cuts),
 		cmocka_unit_test(test_comm_refuses_wait_first_beyond_what_is_in_flight),
 		cmocka_unit_test(test_comm_refuses_what_the_communicator_lacks),
+		cmocka_unit_test(test_comm_ops_check_refuses_each_missing_entry),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
