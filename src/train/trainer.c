@@ -147,6 +147,16 @@ struct loader_config trainer_loader_config(const struct train_config *tc, int dp
 				      .batch = tc->batch_size, .epochs = tc->epochs};
 }
 
+struct loader_config trainer_run_loader_config(const struct train_config *tc, int dp, int replicas, int rank,
+					       int node_ranks)
+{
+	struct loader_config c = trainer_loader_config(tc, dp, replicas, rank);
+
+	if (!dp) /* the workers share the CPUs with the node's other ranks */
+		c.node_ranks = node_ranks;
+	return c;
+}
+
 long trainer_total_steps(const struct train_ctl *ctl, long nmicro, long grad_accum, long epochs,
 			 long max_steps)
 {

@@ -129,6 +129,10 @@ long trainer_steps_per_epoch(long nmicro, long grad_accum);
 /* The loader a training loop reads through: ddp's rank `rank` of `replicas` ranks, or
  * dp's one loader of batches for all `replicas` threads (rank 0). */
 struct loader_config trainer_loader_config(const struct train_config *tc, int dp, int replicas, int rank);
+/* The loader trainer_ddp starts on rank `rank` of `replicas`, whose node runs node_ranks
+ * of them, or the one trainer_dp starts (dp: node_ranks unused). */
+struct loader_config trainer_run_loader_config(const struct train_config *tc, int dp, int replicas, int rank,
+					       int node_ranks);
 
 /* The step number training ends at: the resumed position plus the steps left in its epoch
  * and the epochs after it, capped by max_steps (0: no cap). */

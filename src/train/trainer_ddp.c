@@ -19,7 +19,7 @@ enum status trainer_ddp(const struct train_config *tc, const struct grad_plan *p
 {
 	struct ddp t = {.tc = tc, .w = w, .m = m, .opt = opt, .c = c, .d = d, .ctl = ctl, .r = r,
 			.ydim = ds->out, .res = res};
-	struct loader_config lcfg = trainer_loader_config(tc, 0, w->size, w->rank);
+	struct loader_config lcfg = trainer_run_loader_config(tc, 0, w->size, w->rank, w->local_size);
 	struct loader L;
 	struct batch b;
 	struct step_clock clk = {0};
@@ -29,7 +29,6 @@ enum status trainer_ddp(const struct train_config *tc, const struct grad_plan *p
 	enum status st;
 
 	memset(res, 0, sizeof *res);
-	lcfg.node_ranks = w->local_size;
 	st = loader_init(&L, ds, &lcfg, m->be, d);
 	if (st == ST_OK)
 		loader_seek(&L, ctl->start_epoch, ctl->start_mb);

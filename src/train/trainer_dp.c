@@ -566,7 +566,7 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct model
 	memset(res, 0, sizeof *res);
 	res->nreplicas = replicas;
 	/* One process: the sampler sees one replica; --drop-last drops the short last batch. */
-	lcfg = trainer_loader_config(tc, 1, replicas, 0);
+	lcfg = trainer_run_loader_config(tc, 1, replicas, 0, 0);
 	st = loader_init(&L, ds, &lcfg, m0->be, d);
 	if (st != ST_OK) {
 		if (st == ST_USAGE)
