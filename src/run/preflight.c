@@ -207,8 +207,5 @@ enum status preflight_address_space(const struct options *o, const struct placem
 
 enum status preflight_finite(const struct dataset *ds, const struct world *w, struct diag *d)
 {
-	size_t first = ds->n * (size_t)w->rank / (size_t)w->size;
-	size_t end = ds->n * (size_t)(w->rank + 1) / (size_t)w->size;
-
-	return data_check_finite(ds, first, end - first, d);
+	return data_check_finite_share(ds, w->rank, w->size, d);
 }

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"      /* struct comm */
+#include "comm/world.h"     /* struct world */
 #include "data/data.h"      /* struct dataset */
 #include "data/loader.h"    /* struct batch */
 #include "train/loss.h"      /* struct loss */
@@ -185,6 +186,11 @@ struct train_loop {
 	 * parameters, both stages) before anything reads them outside the next forward:
 	 * evaluation, a checkpoint; or NULL. */
 	enum status (*settle)(void *eval_arg);
+	/* The training data, scanned again for a non-finite number when the loss is not finite
+	 * (a file rewritten in place after the scan at start-up), and ddp's ranks, which share
+	 * what one of them finds (dp: NULL); ds NULL: no scan. */
+	const struct dataset *ds;
+	struct world *w;
 };
 
 /* What one optimizer step ended with. */
