@@ -13,6 +13,7 @@
 
 #include "core/signals.h"  /* signals_install */
 #include "core/status.h"   /* status_exit_code */
+#include "core/vmspace.h"  /* vmspace_init */
 #include "comm/world.h"    /* world_launch_size, world_watchdog_start, world_init */
 #include "run/options.h"   /* options_parse, options_print_help, options_print_version */
 #include "run/preflight.h" /* preflight_launch */
@@ -53,6 +54,8 @@ int main(int argc, char **argv)
 	memset(&s, 0, sizeof s);
 	/* Handlers first: a stop signal during MPI's start-up is a graceful stop too. */
 	signals_install();
+	/* Before MPI starts its threads: under ulimit -v, what a rank maps does not depend on it. */
+	vmspace_init();
 	/* The command line alone decides --help, --version (ST_STOP) and usage errors. */
 	st = options_parse(&s.o, argc, argv, &s.d);
 	if (st == ST_OK && (s.o.help || s.o.version))

@@ -154,6 +154,14 @@ enum status data_check_finite(const struct dataset *ds, size_t first, size_t cou
 	return ST_OK;
 }
 
+enum status data_check_finite_share(const struct dataset *ds, int part, int parts, struct diag *d)
+{
+	size_t first = ds->n * (size_t)part / (size_t)parts;
+	size_t end = ds->n * (size_t)(part + 1) / (size_t)parts;
+
+	return data_check_finite(ds, first, end - first, d);
+}
+
 void data_fill(const struct dataset *ds, const uint32_t *idx, size_t count, float *x, float *y)
 {
 	float *scratch;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/vmspace.h" /* vmspace_thread_bytes */
 #include "data/loader.h"
 
 long loader_epoch_length(size_t n, const struct loader_config *cfg)
@@ -124,6 +125,24 @@ int loader_workers(int node_ranks)
 	return cpus - 1 < 1 ? 1 : cpus - 1 > LOADER_THREADS ? LOADER_THREADS : cpus - 1;
 }
 
+int loader_threads(const struct dataset *ds, const struct loader_config *cfg)
+{
+	int threads = cfg->threads > 0 ? cfg->threads
+		      : (size_t)cfg->batch * ((size_t)ds->in + (size_t)ds->out) >= LOADER_INLINE_VALUES
+			      ? loader_workers(cfg->node_ranks)
+			      : 0;
+
+	return threads > LOADER_THREADS ? LOADER_THREADS : threads;
+}
+
+size_t loader_map_bytes(const struct dataset *ds, const struct loader_config *cfg)
+{
+	size_t row = (size_t)ds->in + (size_t)ds->out + 1; /* x, y and the index, 4 bytes each */
+
+	return LOADER_BUFFERS * (size_t)cfg->batch * row * sizeof(float) +
+	       (size_t)loader_threads(ds, cfg) * vmspace_thread_bytes();
+}
+
 enum status loader_init(struct loader *l, const struct dataset *ds, const struct loader_config *cfg,
 			struct backend *be, struct diag *d)
 {
@@ -168,13 +187,8 @@ enum status loader_init(struct loader *l, const struct dataset *ds, const struct
 		goto out;
 	}
 	l->sync_init = 1;
-	threads = cfg->threads > 0 ? cfg->threads
-		  : (size_t)batch * ((size_t)ds->in + (size_t)ds->out) >= LOADER_INLINE_VALUES
-			  ? loader_workers(cfg->node_ranks)
-			  : 0;
-	if (threads > LOADER_THREADS)
-		threads = LOADER_THREADS;
-	for (; l->nthreads < threads && !l->on_device; l->nthreads++) {
+	threads = l->on_device ? 0 : loader_threads(ds, cfg);
+	for (; l->nthreads < threads; l->nthreads++) {
 		e = pthread_create(&l->thread[l->nthreads], NULL, worker, l);
 		if (e != 0) {
 			st = diag_set(d, ST_RUNTIME, "loader: pthread_create: %s", strerror(e));

@@ -108,6 +108,12 @@ struct loader_config {
  * ranks mpirun did not bind), at least 1 and at most LOADER_THREADS. mpirun binds each
  * rank to one core where it starts two or fewer: there the one worker shares it. */
 int loader_workers(int node_ranks);
+/* The workers a loader of cfg over ds starts when it makes its rows on the host. */
+int loader_threads(const struct dataset *ds, const struct loader_config *cfg);
+/* Bytes a loader of cfg over ds maps on the host when it makes its rows there (not on a
+ * device): its buffers and its workers' stacks; what an address-space limit must leave
+ * room for. */
+size_t loader_map_bytes(const struct dataset *ds, const struct loader_config *cfg);
 enum status loader_init(struct loader *l, const struct dataset *ds, const struct loader_config *cfg,
 			struct backend *be, struct diag *d);
 /* Micro-batches per epoch of n samples under cfg (the loader's nmicro); 0: none. */

@@ -482,9 +482,6 @@ static enum status check_combinations(struct options *o, struct diag *d)
 	if ((o->save_best != NULL || o->eval_every > 0) && o->val_inputs == NULL && o->val_samples == 0)
 		return diag_set(d, ST_USAGE, "%s needs a validation set (--val-inputs and --val-targets, or --val-samples)",
 				o->save_best != NULL ? "--save-best" : "--eval-every");
-	if (o->loss == LOSS_CROSS_ENTROPY && o->widths[o->nlayers] < 2)
-		return diag_set(d, ST_USAGE, "--loss=cross-entropy needs at least 2 classes: --layers ends with width %d",
-				o->widths[o->nlayers]);
 	if (o->optimizer == OPTIM_ADAMW && o->momentum != 0.0)
 		return diag_set(d, ST_USAGE, "--momentum applies to --optimizer=sgd (AdamW takes --betas)");
 	if (o->optimizer == OPTIM_ADAMW && o->nesterov)

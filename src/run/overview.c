@@ -49,6 +49,8 @@ void overview_header(const struct overview *s)
 	if (s->pl->device == DEVICE_CUDA)
 		report_note(s->r, "%s, TF32 %s%s", s->pl->info, o->precision == PRECISION_TF32 ? "on" : "off",
 			    o->precision == PRECISION_BF16 ? ", bf16 autocast" : "");
+	else if (o->precision == PRECISION_TF32) /* accepted (a job script may run either way), but not silently */
+		report_note(s->r, "precision tf32: fp32 on the CPU (TF32 is cuBLAS's tensor-core mode; OpenBLAS computes float32)");
 	print_ranks(s);
 	report_note(s->r, "model %s (%zu parameters), data %s (%zu samples), batch %ld per %s x %d %ss x %ld accum = %ld per step",
 		    widths, s->m->nparams, s->ds->synthetic ? "synthetic" : o->inputs, s->ds->n, o->batch_size,

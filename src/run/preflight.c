@@ -4,11 +4,13 @@
 #include <string.h>
 
 #include "core/outfile.h" /* outfile_distinct, outfile_check, outfile_release */
-#include "core/vmspace.h" /* vmspace_used, vmspace_limit */
+#include "core/vmspace.h" /* vmspace_used, vmspace_peak, vmspace_limit, vmspace_thread_bytes */
 #include "run/preflight.h"
 #include "store/checkpoint.h" /* checkpoint_check_rotation */
 #include "train/model.h"  /* model_layout, model_bytes_needed */
 #include "train/plan.h"   /* grad_plan_block_floats */
+#include "train/trainer.h" /* trainer_run_loader_config */
+#include "data/loader.h"  /* loader_map_bytes */
 
 enum status preflight_launch(const struct options *o, struct world *w, struct diag *d)
 {
@@ -96,35 +98,114 @@ enum status preflight_memory(const struct options *o, const struct optimizer_hpa
 	return placement_check_memory(pl, o, w, need, d);
 }
 
-size_t preflight_later_bytes(const struct options *o, const struct placement *pl)
+/* What a rank maps on the host after the address-space check, host copies aside (some are
+ * made only when a flag uses them), and what it is made of. */
+struct later_maps {
+	double bytes;
+	int blas;      /* OpenBLAS's work buffers: one per thread that computes at once (CPU) */
+	int allreduce; /* MPI's all-reduce temporaries are counted */
+	int workers;   /* the loader's worker threads */
+};
+
+/* On the CPU: OpenBLAS's work buffers (dp: each replica's), --precision=bf16's operand
+ * scratch of each, MPI's all-reduce temporaries (ddp), dp's further replicas (models and
+ * threads); everywhere, the loader's batches and workers. */
+static struct later_maps mapped_later(const struct options *o, const struct placement *pl,
+				      const struct train_config *tc, const struct world *w,
+				      const struct dataset *ds)
 {
-	return host_copies_bytes(o) + (pl->device == DEVICE_CPU ? BLAS_BUFFER_BYTES : 0);
+	const int dp = o->mode == MODE_DP, reps = dp ? pl->replicas : 1;
+	const struct loader_config lc = trainer_run_loader_config(tc, dp, dp ? reps : w->size, dp ? 0 : w->rank,
+								   w->local_size);
+	struct later_maps m = {.bytes = (double)loader_map_bytes(ds, &lc), .workers = loader_threads(ds, &lc)};
+
+	if (pl->device != DEVICE_CPU)
+		return m;
+	m.blas = reps;
+	m.bytes += (double)reps * (double)BLAS_BUFFER_BYTES;
+	if (o->precision == PRECISION_BF16) { /* backend_cpu.c's scratch: the largest layer's operands */
+		double most = 0.0;
+
+		for (int l = 0; l < o->nlayers; l++) {
+			double in = o->widths[l], out = o->widths[l + 1];
+			double f = (double)o->batch_size * (in + out) + 2.0 * in * out;
+
+			most = f > most ? f : most;
+		}
+		m.bytes += reps * most * sizeof(float);
+	}
+	m.allreduce = !dp && w->size > 1;
+	if (m.allreduce) { /* at most the gradient once more, in the buckets in flight */
+		struct model lay;
+
+		model_layout(&lay, o->widths, o->nlayers);
+		m.bytes += (double)lay.nparams * sizeof(float);
+	}
+	if (dp) /* replicas 1..G-1: their models (batches of --batch-size) and threads */
+		m.bytes += (reps - 1) * ((double)model_bytes_needed(o->widths, o->nlayers, (int)o->batch_size, 0,
+								    o->frozen, 1) +
+					 (double)vmspace_thread_bytes());
+	return m;
 }
 
-enum status preflight_address_space(const struct placement *pl, struct diag *d)
+size_t preflight_later_bytes(const struct options *o, const struct placement *pl, const struct train_config *tc,
+			     const struct world *w, const struct dataset *ds)
 {
-	const double mib = 1048576.0, blas = (double)BLAS_BUFFER_BYTES;
-	double limit = vmspace_limit(), used;
+	return host_copies_bytes(o) + (size_t)mapped_later(o, pl, tc, w, ds).bytes;
+}
+
+/* Room kept beyond what is counted: the few MiB MPI, the C library and the trainer map as
+ * they go (a peer's shared-memory segment, dp's gathered batch). */
+#define ADDRESS_SLACK_BYTES ((double)(16 << 20))
+/* What start-up may have left unmapped when it came this near the limit: MPI skips a
+ * plug-in whose library does not fit (libicudata's 30 MiB for a process started without
+ * mpirun) and a helper thread whose stack does not, quietly. */
+#define ADDRESS_SKIPPED_BYTES ((double)(64 << 20))
+
+enum status preflight_address_space(const struct options *o, const struct placement *pl,
+				    const struct train_config *tc, const struct world *w, const struct dataset *ds,
+				    struct diag *d)
+{
+	const double mib = 1048576.0;
+	double limit = vmspace_limit(), used, need;
+	struct later_maps later;
+	char what[200];
+	int n;
 
 	if (limit <= 0 || pl->device != DEVICE_CPU)
 		return ST_OK;
 	used = vmspace_used();
-	if (used <= 0 || used + blas <= limit)
+	later = mapped_later(o, pl, tc, w, ds);
+	need = used + later.bytes + ADDRESS_SLACK_BYTES;
+	if (used <= 0 || need <= limit)
 		return ST_OK;
-	/* Past this, OpenBLAS's allocator retries its mmap forever instead of failing: only
-	 * the buffer is counted here (a host copy that does not fit fails on its own). The
-	 * limit named is rounded up to 64 MiB: the ranks' use differs by a few pages, and
-	 * threads' stacks come later. */
+	/* Past this, OpenBLAS's allocator retries its mmap forever instead of failing, at the
+	 * first product (after the loader's workers have started). */
+	if (later.blas > 1)
+		n = snprintf(what, sizeof what, "OpenBLAS's %d work buffers of %.0f MiB (one per replica)",
+			     later.blas, (double)BLAS_BUFFER_BYTES / mib);
+	else
+		n = snprintf(what, sizeof what, "OpenBLAS's %.0f MiB work buffer", (double)BLAS_BUFFER_BYTES / mib);
+	if (later.allreduce)
+		n += snprintf(what + n, sizeof what - (size_t)n, ", MPI's all-reduce buffers");
+	if (later.workers > 0)
+		snprintf(what + n, sizeof what - (size_t)n, ", the loader's %d worker thread%s and its batches",
+			 later.workers, later.workers > 1 ? "s" : "");
+	else
+		snprintf(what + n, sizeof what - (size_t)n, " and the loader's batches");
+	/* The limit named is what is in use, what is to come and the slack, rounded up to 64 MiB,
+	 * with what start-up may have skipped under this limit added where it came near it: a
+	 * run at the limit named maps those too, and then trains, instead of being refused
+	 * again with a larger number. */
+	if (limit - vmspace_peak() < ADDRESS_SKIPPED_BYTES)
+		need += ADDRESS_SKIPPED_BYTES;
 	return diag_set(d, ST_RUNTIME,
-			"the address-space limit (ulimit -v %.0f, %.1f MiB) cannot hold OpenBLAS's %.0f MiB work buffer: %.1f MiB are in use; raise ulimit -v to at least %.0f",
-			limit / 1024.0, limit / mib, blas / mib, used / mib,
-			ceil((used + blas) / (64 * mib) + 0.25) * 64 * 1024.0);
+			"the address-space limit (ulimit -v %.0f, %.1f MiB) cannot hold the %.1f MiB training still maps (%s): %.1f MiB are in use; raise ulimit -v to at least %.0f",
+			limit / 1024.0, limit / mib, later.bytes / mib, what, used / mib,
+			ceil(need / (64 * mib)) * 64 * 1024.0);
 }
 
 enum status preflight_finite(const struct dataset *ds, const struct world *w, struct diag *d)
 {
-	size_t first = ds->n * (size_t)w->rank / (size_t)w->size;
-	size_t end = ds->n * (size_t)(w->rank + 1) / (size_t)w->size;
-
-	return data_check_finite(ds, first, end - first, d);
+	return data_check_finite_share(ds, w->rank, w->size, d);
 }

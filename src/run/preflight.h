@@ -18,6 +18,7 @@
 #include "run/placement.h"   /* struct placement */
 #include "train/optimizer.h" /* struct optimizer_hparams */
 #include "train/plan.h"      /* struct grad_plan */
+#include "train/trainer.h"   /* struct train_config */
 
 /* Modes, devices and backends this build and launch can run; the rest fail clearly. */
 enum status preflight_launch(const struct options *o, struct world *w, struct diag *d);
@@ -38,15 +39,21 @@ enum status preflight_memory(const struct options *o, const struct optimizer_hpa
 			     const struct grad_plan *plan, struct diag *d);
 
 /* What a rank still maps after its communicator is set up, once the model and its
- * optimizer are: the host copies above and, on the CPU, the BLAS library's work buffer
- * (mapped at the first product). The shared-memory all-reduce's window leaves room for it
- * under an address-space limit (ulimit -v). */
-size_t preflight_later_bytes(const struct options *o, const struct placement *pl);
+ * optimizer are: the host copies above, the loader's batches and worker threads and, on
+ * the CPU, the BLAS library's work buffer of each thread that computes (mapped at its first
+ * product), --precision=bf16's operand scratch and dp's further replicas. The
+ * shared-memory all-reduce's window leaves room for it under an address-space limit
+ * (ulimit -v). */
+size_t preflight_later_bytes(const struct options *o, const struct placement *pl, const struct train_config *tc,
+			     const struct world *w, const struct dataset *ds);
 
-/* Once the communicator is set up, on the CPU: the BLAS library's work buffer fits under
- * the address-space limit (ulimit -v), whose allocator otherwise retries forever at the
- * first product; ST_RUNTIME naming the limit and one that would do if not. */
-enum status preflight_address_space(const struct placement *pl, struct diag *d);
+/* Once the communicator is set up, on the CPU: what training still maps (the above but the
+ * host copies, some of which only a flag makes) fits under the address-space limit
+ * (ulimit -v), whose BLAS allocator otherwise retries forever at the first product;
+ * ST_RUNTIME naming the limit, what does not fit and a limit that would do if not. */
+enum status preflight_address_space(const struct options *o, const struct placement *pl,
+				    const struct train_config *tc, const struct world *w, const struct dataset *ds,
+				    struct diag *d);
 
 /* This rank's share of ds's rows holds only finite numbers. */
 enum status preflight_finite(const struct dataset *ds, const struct world *w, struct diag *d);

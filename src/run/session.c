@@ -133,10 +133,10 @@ static enum status build_model(struct session *s)
 	s->c.outside = o->zero > 0 ? s->m.nparams : 0;
 	if (st == ST_OK)
 		st = session_agree(s, comm_open(&s->c, s->pl.comm, &s->w, &s->be, &s->pl.module, s->m.gmem,
-						s->m.gfloats, preflight_later_bytes(o, &s->pl),
+						s->m.gfloats, preflight_later_bytes(o, &s->pl, &s->tc, &s->w, &s->ds),
 						o->timeout, &s->d));
 	if (st == ST_OK)
-		st = session_agree(s, preflight_address_space(&s->pl, &s->d));
+		st = session_agree(s, preflight_address_space(o, &s->pl, &s->tc, &s->w, &s->ds, &s->d));
 	if (st == ST_OK && s->c.grads != NULL) /* the shared-memory all-reduce reads them where they are */
 		model_move_grads(&s->m, s->c.grads);
 	return st;

@@ -31,6 +31,28 @@ int trainer_step_reads_weights(const struct train_loop *lp, long step, const str
 	return step == lp->total || eval_due(lp, step, b) || checkpoint_due(lp, step, 0);
 }
 
+/* The loss is not finite, on every rank (it is their mean): was a training file rewritten
+ * in place with a non-finite number after the scan at start-up (its rows are read from its
+ * map)? Each rank scans its share again -- only on this path, so the loader's copies cost
+ * nothing more -- and the lowest rank that finds one tells every rank: ST_RUNTIME naming
+ * the file, row and column, and *d has it; ST_OK if none did (a divergence). */
+static enum status nonfinite_input(const struct train_loop *lp, long step, float loss, struct diag *d)
+{
+	struct diag met = {0};
+
+	if (lp->ds != NULL &&
+	    data_check_finite_share(lp->ds, lp->w != NULL ? lp->w->rank : 0, lp->w != NULL ? lp->w->size : 1,
+				    &met) != ST_OK)
+		diag_append(&met, " (the file changed after ddptrain checked it at start-up; the loss became %f at step %ld)",
+			    (double)loss, step);
+	if (lp->w != NULL)
+		world_share_failure(lp->w, &met);
+	if (met.st == ST_OK)
+		return ST_OK;
+	*d = met;
+	return met.st;
+}
+
 enum status trainer_after_step(const struct train_loop *lp, long *step, const struct step_end *e,
 			       struct diag *d)
 {
@@ -44,6 +66,8 @@ enum status trainer_after_step(const struct train_loop *lp, long *step, const st
 	int logged;
 	enum status st;
 
+	if (!isfinite(loss) && (st = nonfinite_input(lp, *step + 1, loss, d)) != ST_OK)
+		return st;
 	if (!isfinite(loss) && trainer_fp16_overflow(tc) != NULL)
 		return diag_set(d, ST_RUNTIME, "loss is %f at step %ld (epoch %ld) %s",
 				(double)loss, *step + 1, b->epoch + 1, trainer_fp16_overflow(tc));
@@ -145,6 +169,16 @@ struct loader_config trainer_loader_config(const struct train_config *tc, int dp
 	return (struct loader_config){.world = replicas, .rank = rank, .shuffle = tc->shuffle,
 				      .sampler_drop_last = tc->drop_last, .seed = tc->seed,
 				      .batch = tc->batch_size, .epochs = tc->epochs};
+}
+
+struct loader_config trainer_run_loader_config(const struct train_config *tc, int dp, int replicas, int rank,
+					       int node_ranks)
+{
+	struct loader_config c = trainer_loader_config(tc, dp, replicas, rank);
+
+	if (!dp) /* the workers share the CPUs with the node's other ranks */
+		c.node_ranks = node_ranks;
+	return c;
 }
 
 long trainer_total_steps(const struct train_ctl *ctl, long nmicro, long grad_accum, long epochs,

@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"      /* struct comm */
+#include "comm/world.h"     /* struct world */
 #include "data/data.h"      /* struct dataset */
 #include "data/loader.h"    /* struct batch */
 #include "train/loss.h"      /* struct loss */
@@ -133,6 +134,10 @@ long trainer_steps_per_epoch(long nmicro, long grad_accum);
 /* The loader a training loop reads through: ddp's rank `rank` of `replicas` ranks, or
  * dp's one loader of batches for all `replicas` threads (rank 0). */
 struct loader_config trainer_loader_config(const struct train_config *tc, int dp, int replicas, int rank);
+/* The loader trainer_ddp starts on rank `rank` of `replicas`, whose node runs node_ranks
+ * of them, or the one trainer_dp starts (dp: node_ranks unused). */
+struct loader_config trainer_run_loader_config(const struct train_config *tc, int dp, int replicas, int rank,
+					       int node_ranks);
 
 /* The step number training ends at: the resumed position plus the steps left in its epoch
  * and the epochs after it, capped by max_steps (0: no cap). */
@@ -190,6 +195,11 @@ struct train_loop {
 	 * parameters, both stages) before anything reads them outside the next forward:
 	 * evaluation, a checkpoint; or NULL. */
 	enum status (*settle)(void *eval_arg);
+	/* The training data, scanned again for a non-finite number when the loss is not finite
+	 * (a file rewritten in place after the scan at start-up), and ddp's ranks, which share
+	 * what one of them finds (dp: NULL); ds NULL: no scan. */
+	const struct dataset *ds;
+	struct world *w;
 };
 
 /* What one optimizer step ended with. */

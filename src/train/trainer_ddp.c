@@ -18,7 +18,7 @@ enum status trainer_ddp(const struct train_config *tc, const struct grad_plan *p
 {
 	struct ddp t = {.tc = tc, .w = w, .m = m, .opt = opt, .c = c, .d = d, .ctl = ctl, .r = r,
 			.ydim = ds->out, .res = res};
-	struct loader_config lcfg = trainer_loader_config(tc, 0, w->size, w->rank);
+	struct loader_config lcfg = trainer_run_loader_config(tc, 0, w->size, w->rank, w->local_size);
 	struct loader L;
 	struct batch b;
 	struct step_clock clk = {0};
@@ -28,7 +28,6 @@ enum status trainer_ddp(const struct train_config *tc, const struct grad_plan *p
 	enum status st;
 
 	memset(res, 0, sizeof *res);
-	lcfg.node_ranks = w->local_size;
 	st = loader_init(&L, ds, &lcfg, m->be, d);
 	if (st == ST_OK)
 		loader_seek(&L, ctl->start_epoch, ctl->start_mb);
@@ -45,7 +44,7 @@ enum status trainer_ddp(const struct train_config *tc, const struct grad_plan *p
 		ctl->trace->buf[0].dev_ctx = m->be->ctx;
 	}
 	t.total = res->total = trainer_total_steps(ctl, L.nmicro, tc->grad_accum, tc->epochs, tc->max_steps);
-	loop = (struct train_loop){ctl, tc, res, r, &clk, t.total, L.nmicro, ddp_eval, &t, ddp_settle};
+	loop = (struct train_loop){ctl, tc, res, r, &clk, t.total, L.nmicro, ddp_eval, &t, ddp_settle, ds, w};
 	report_training_starts(r); /* nothing refuses the run now: the metrics stream opens */
 	ddp_describe(&t, trainer_steps_per_epoch(L.nmicro, tc->grad_accum));
 	clk.t0 = clk.t_last = clk.t_step = clock_now();

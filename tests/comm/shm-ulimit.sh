@@ -13,9 +13,10 @@ private_shm 2g
 # One OpenBLAS thread (ddptrain computes on one anyway): each further thread adds its
 # stack and buffers to the address space, and the limit is sized for this.
 export OPENBLAS_NUM_THREADS=1
-# 4 ranks of 32.6 M parameters: 521 MiB in use at the window, which needs 497 MiB more
-# (4 x 124 MiB), so that the window cannot be mapped below about 1040000 KiB, while MPI's
-# all-reduce trains from about 820000 KiB (--no-overlap: one bucket's temporary at a time).
+# 4 ranks of 32.6 M parameters: 392 MiB in use at the window, which needs 497 MiB more
+# (4 x 124 MiB), and training maps up to 625 MiB after it (OpenBLAS's work buffer, MPI's
+# all-reduce buffers, the host copies), so that the window is refused below about
+# 1550000 KiB, while MPI's all-reduce trains from about 680000 KiB.
 limit=930000
 args="--layers=10,5700,5700,5 --samples=16 --batch-size=2 --epochs=1 --log-every=0 --no-overlap --timeout=20"
 printf '#!/bin/sh\nulimit -v %s && exec "%s" "$@"\n' "$limit" "$DDPTRAIN" >"$TMPD/limited"

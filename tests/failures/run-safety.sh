@@ -67,22 +67,52 @@ grep -q "ddptrain: --inputs: bx.npy: the file became shorter while training read
 	fail "truncated input message: $(cat bus.err)"
 echo "input truncated during training: exit 1 naming it"
 
-# Issue 30 item 3. An address-space limit (ulimit -v) that cannot hold OpenBLAS's 128 MiB
-#    work buffer: refused before training on every rank, exit 1, naming the limit and what
-#    would do (before: both ranks spun forever in OpenBLAS's blas_memory_alloc, past
-#    --timeout=10). The limit it names is enough: the same job trains under it.
-(
-	ulimit -v 300000
-	expect_fail 1 "the address-space limit (ulimit -v 300000, 293.0 MiB) cannot hold OpenBLAS's 128 MiB work buffer: " 2 \
-		--max-steps=5 --timeout=10
-)
-enough=$(sed -n 's/.*raise ulimit -v to at least \([0-9]*\)$/\1/p' "$TMPD/stderr")
-[ -n "$enough" ] || fail "no limit named: $(cat "$TMPD/stderr")"
-(
-	ulimit -v "$enough"
-	run_mpi 2 --max-steps=5 --timeout=10 --quiet
-) || fail "the job does not train under the limit the refusal named (ulimit -v $enough)"
-echo "ulimit -v 300000: exit 1 before training, naming the limit; ulimit -v $enough (named) trains"
+# Issue 30 item 3, issue 34 item 6. An address-space limit (ulimit -v) that cannot hold
+#    what training still maps -- OpenBLAS's 128 MiB work buffer, mapped at the first product
+#    (its allocator then retries forever), MPI's all-reduce buffers, and the loader's worker
+#    threads and batches, which start after the check -- is refused before training on every rank, exit 1,
+#    naming the limit and one that would do. The limit named is enough: the same job trains
+#    under it; 64 MiB below it the job is refused again, naming no larger limit. A batch of
+#    2000 x 15 values starts loader workers (before: the named limit left no room for their
+#    stacks and malloc arenas, and both ranks spun in OpenBLAS until --timeout=10; and
+#    whether a thread's 64 MiB arena was mapped depended on the limit, so a process started
+#    without mpirun was told 458752 at ulimit -v 300000, then 589824 at 458752).
+#    The limit is set in ddptrain's own process (mpirun keeps its own).
+limited() { # limited KIB: $TMPD/limited runs ddptrain under ulimit -v KIB
+	printf '#!/bin/sh\nulimit -v %s && exec "%s" "$@"\n' "$1" "$DDPTRAIN" >"$TMPD/limited"
+	chmod +x "$TMPD/limited"
+}
+aspace="--batch-size=2000 --max-steps=5 --timeout=10"
+limited 200000
+DDPTRAIN=$TMPD/limited expect_fail 1 "the address-space limit (ulimit -v 200000, 195.3 MiB) cannot hold " 2 $aspace
+cp "$TMPD/stderr" as.err
+enough=$(sed -n 's/.*raise ulimit -v to at least \([0-9]*\)$/\1/p' as.err)
+[ -n "$enough" ] || fail "no limit named: $(cat as.err)"
+limited "$enough"
+DDPTRAIN=$TMPD/limited run_mpi 2 $aspace >as.out 2>&1 ||
+	fail "the job does not train under the limit the refusal named (ulimit -v $enough): $(grep -m1 ddptrain: as.out)"
+grep -q "^# done: 5 steps" as.out || fail "not 5 steps under ulimit -v $enough: $(cat as.out)"
+grep -qE "cannot hold the [0-9.]+ MiB training still maps \(OpenBLAS's 128 MiB work buffer, MPI's all-reduce buffers, the loader's [0-9]+ worker threads? and its batches\): [0-9.]+ MiB are in use; raise ulimit -v to at least [0-9]+$" as.err ||
+	fail "the refusal does not name the work buffer and the loader's workers: $(cat as.err)"
+limited $((enough - 65536))
+DDPTRAIN=$TMPD/limited expect_fail 1 "the address-space limit (ulimit -v $((enough - 65536)), " 2 $aspace
+again=$(sed -n 's/.*raise ulimit -v to at least \([0-9]*\)$/\1/p' "$TMPD/stderr")
+[ -n "$again" ] && [ "$again" -le "$enough" ] ||
+	fail "64 MiB below the limit named ($enough), another is named: $(cat "$TMPD/stderr")"
+echo "ulimit -v 200000, loader workers: exit 1 before training naming $enough; $((enough - 65536)): refused, naming $again; $enough trains"
+# The same started without mpirun (MPI's singleton maps more, its helper threads' arenas
+# among it: before, 200000 named 327680, which named 458752, which hung). OpenBLAS's own
+# threads, started as the library loads and idle in ddptrain, map 136 MiB each: one
+# thread, as under mpirun's binding, on every machine.
+limited 200000
+OPENBLAS_NUM_THREADS=1 DDPTRAIN=$TMPD/limited expect_fail 1 "the address-space limit (ulimit -v 200000, 195.3 MiB) cannot hold the " alone $aspace
+alone=$(sed -n 's/.*raise ulimit -v to at least \([0-9]*\)$/\1/p' "$TMPD/stderr")
+[ -n "$alone" ] || fail "alone: no limit named: $(cat "$TMPD/stderr")"
+limited "$alone"
+OPENBLAS_NUM_THREADS=1 timeout -k 5 60 "$TMPD/limited" $aspace >as.out 2>&1 ||
+	fail "alone: the job does not train under the limit the refusal named (ulimit -v $alone): $(grep -m1 ddptrain: as.out)"
+grep -q "^# done: 5 steps" as.out || fail "alone: not 5 steps under ulimit -v $alone: $(cat as.out)"
+echo "without mpirun: ulimit -v 200000 names $alone, which trains"
 
 # 17, 11. Standard output on a full device: the write error is reported, exit 1, and
 #     no --save is written (before: exit 0, output lost).

@@ -33,4 +33,36 @@ for np in 1 2; do
 		$np --inputs=xhuge.npy --targets=ytiny.npy --max-steps=1 --lr=1e6 --checkpoint=c.st
 done
 [ ! -e w.st ] && [ ! -e c.st ] || fail "non-finite weights were written"
-echo "nonfinite: 10 cases refused with the right message"
+
+# Issue 34 item 10. A file rewritten in place with a non-finite number after the scan at
+#    start-up (the file is mapped: training reads the new bytes) is named -- file, row,
+#    column -- when the loss turns non-finite, in one line, exit 1 on every rank (before:
+#    "loss is nan at step N (epoch E): training diverged; lower --lr"). The element is
+#    written with dd once the run header is out (the scan is behind it), where the clean
+#    file and the one mknpy made with the bad number differ.
+rewrite() { # rewrite WANT NP FILE BAD ARGS...: FILE takes BAD's element while training runs
+	local want=$1 np=$2 file=$3 bad=$4 at rc=0
+	shift 4
+	at=$(cmp "$file" "$bad" | sed -n 's/.*differ: byte \([0-9]*\),.*/\1/p')
+	[ -n "$at" ] || fail "$bad does not differ from $file"
+	rm -f rw.out rw.err
+	timeout -k 5 60 mpirun --oversubscribe -np "$np" "$DDPTRAIN" --epochs=100000 --log-every=0 "$@" >rw.out 2>rw.err &
+	for _ in $(seq 1 300); do grep -q "^# buckets:" rw.out 2>/dev/null && break; sleep 0.1; done
+	grep -q "^# buckets:" rw.out || fail "no run header in 30 s: $(cat rw.err)"
+	# the whole 4-byte element (the header is a multiple of 64 bytes long)
+	dd if="$bad" of="$file" bs=4 skip=$(((at - 1) / 4)) seek=$(((at - 1) / 4)) count=1 conv=notrunc status=none
+	wait $! || rc=$?
+	[ $rc -eq 1 ] || fail "np=$np: $file rewritten: exit $rc: $(cat rw.err)"
+	[ "$(grep -c '^ddptrain:' rw.err)" = 1 ] && grep -qE "^ddptrain: $want \(the file changed after ddptrain checked it at start-up; the loss became -?(nan|inf) at step [0-9]+\)$" rw.err ||
+		fail "np=$np: $file rewritten: want one line naming it: $(grep ddptrain: rw.err)"
+}
+for np in 1 2; do
+	"$MKNPY" rx.npy 2000 10 f4 1 && "$MKNPY" ry.npy 2000 5 f4 2
+	"$MKNPY" rxnan.npy 2000 10 f4 1 1 nan:1717:3 && "$MKNPY" ryinf.npy 2000 5 f4 2 1 inf:404:2
+	rewrite "--inputs: rx.npy: row 1717, column 3 \(counting from 0\) is nan: ddptrain refuses non-finite data" \
+		$np rx.npy rxnan.npy --inputs=rx.npy --targets=ry.npy
+	"$MKNPY" rx.npy 2000 10 f4 1
+	rewrite "--targets: ry.npy: row 404, column 2 \(counting from 0\) is -inf: ddptrain refuses non-finite data" \
+		$np ry.npy ryinf.npy --inputs=rx.npy --targets=ry.npy
+done
+echo "nonfinite: 10 cases refused with the right message; files rewritten with nan and -inf while training: named at 1 and 2 ranks"

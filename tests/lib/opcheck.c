@@ -314,6 +314,45 @@ static void check_large(void)
 	pair_free(&loss);
 }
 
+/* Cross-entropy over one class, as torch.nn.functional.cross_entropy takes it: every row's
+ * softmax is 1, so the loss is exactly 0, the accuracy 1 and the gradient exactly 0, on
+ * the device as on the CPU, whatever the logits (rows past one grid of threads). */
+static void check_one_class(void)
+{
+	enum { R = 70001 };
+	struct pair z, lab, dy, ce;
+	float *back = malloc(R * sizeof *back), out[2] = {-1, -1};
+	struct diag d = {0};
+	int bad = 0;
+
+	pair_init(&z, R, 51);
+	pair_init(&lab, R, 52);
+	pair_init(&dy, R, 53);
+	pair_init(&ce, 2, 54);
+	memset(lab.c, 0, R * sizeof(float)); /* label 0, the only class */
+	memset(lab.h, 0, R * sizeof(float));
+	gpu.ops->to_device(gpu.ctx, lab.g, lab.h, R);
+	cpu.ops->cross_entropy(cpu.ctx, dy.c, ce.c, z.c, lab.c, R, 1, 0.5f, 0);
+	gpu.ops->cross_entropy(gpu.ctx, dy.g, ce.g, z.g, lab.g, R, 1, 0.5f, 0);
+	if (gpu.ops->to_host(gpu.ctx, back, dy.g, R, &d) != ST_OK ||
+	    gpu.ops->to_host(gpu.ctx, out, ce.g, 2, &d) != ST_OK) {
+		printf("%-32s FAIL: %s\n", "one-class cross_entropy", d.msg);
+		bad = 1;
+	} else {
+		for (size_t i = 0; i < R; i++)
+			bad += back[i] != 0.0f || dy.c[i] != 0.0f;
+		bad += out[0] != 0.0f || ce.c[0] != 0.0f || out[1] != 0.5f || ce.c[1] != 0.5f;
+		printf("%-32s loss %g %g, accuracy %g %g, %d gradients not 0 %s\n", "one-class cross_entropy",
+		       out[0], ce.c[0], out[1], ce.c[1], bad, bad ? "FAIL" : "ok");
+	}
+	failures += bad > 0;
+	free(back);
+	pair_free(&z);
+	pair_free(&lab);
+	pair_free(&dy);
+	pair_free(&ce);
+}
+
 /* The synthetic generator: the CUDA kernels against the CPU's, bit for bit (tolerance 0,
  * TF32 or not: no product in it), regression targets and labels, at sizes past one grid
  * of the element-wise kernels (grid-stride loops), with indices up to 2^32 - 1. */
@@ -466,6 +505,7 @@ int main(int argc, char **argv)
 		}
 	}
 	check_large();
+	check_one_class();
 	check_synth();
 	printf("# %s\n", failures ? "FAILED" : "all operations agree");
 	return failures ? 1 : 0;

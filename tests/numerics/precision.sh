@@ -118,6 +118,20 @@ run_mpi 1 $W32 --precision=tf32 --save=ptf32.st 2>err || fail "--precision=tf32:
 "$STCOMPARE" --exact fp32.st ptf32.st >/dev/null || fail "--precision=tf32 on the CPU differs from float32"
 ! "$STCOMPARE" --exact fp32.st np1.cpu.st >/dev/null 2>&1 || fail "--precision=bf16 trained float32's bits"
 echo "fp32, --tf32 and --precision=tf32 the same bits on the CPU; bf16 differs"
+# Issue 34 item 12. The CPU's float32 for TF32 is said in the run header, once, as
+#    --device=auto says where it went (before: nothing; the result equalled fp32 silently);
+#    not for fp32, nor on a GPU, whose line says "TF32 on".
+tf32_note="# precision tf32: fp32 on the CPU (TF32 is cuBLAS's tensor-core mode; OpenBLAS computes float32)"
+for args in "--precision=tf32" "--tf32 --device=cpu" "--tf32 --mode=dp"; do
+	run_mpi 1 ${W32% --quiet} --max-steps=1 $args >out 2>&1 || fail "$args: $(head -3 out)"
+	[ "$(grep -cxF -- "$tf32_note" out)" = 1 ] || fail "$args on the CPU: no one tf32 line in the header: $(grep '^#' out)"
+done
+run_mpi 2 ${W32% --quiet} --max-steps=1 --precision=tf32 >out 2>&1 || fail "tf32 at 2 ranks: $(head -3 out)"
+[ "$(grep -cxF -- "$tf32_note" out)" = 1 ] || fail "2 ranks: not one tf32 line: $(grep '^#' out)"
+run_mpi 1 ${W32% --quiet} --max-steps=1 >out 2>&1 && ! grep -q "precision tf32" out || fail "fp32 says tf32: $(grep '^#' out)"
+DDPTRAIN_CUDA_MODULE=$FAKE_GPU run_mpi 1 ${W32% --quiet} --max-steps=1 --device=cuda --precision=tf32 >out 2>&1 &&
+	grep -q ", TF32 on" out && ! grep -q "precision tf32" out || fail "tf32 on the fake GPU: $(grep '^#' out)"
+echo "--precision=tf32 and --tf32 on the CPU (ddp at 1 and 2 ranks, dp): one header line '$tf32_note'"
 
 # 4. --grad-compress=bf16 still narrows the wire under --precision=bf16 (the gradients are
 #    bf16 values per rank, their 2-rank sum is not): not the bits of the float32 wire.

@@ -128,12 +128,21 @@ expect_fail 1 "--targets: y4.npy: dtype '<f4' is not supported for class labels"
 	--layers=8,4 --loss=cross-entropy --inputs=x4.npy --targets=y4.npy
 expect_fail 2 "--freeze: layer 4 is not one of the 3 layers" 2 --layers=8,16,16,4 --freeze=4
 expect_fail 2 "--freeze=1,2 freezes every layer" 1 --layers=8,16,4 --freeze=1,2
-expect_fail 2 "--loss=cross-entropy needs at least 2 classes: --layers ends with width 1" 1 --layers=8,1 --loss=cross-entropy
 expect_fail 2 "--nesterov needs --momentum greater than 0" 1 --nesterov
 expect_fail 2 "--momentum applies to --optimizer=sgd" 1 --optimizer=adamw --momentum=0.9
 expect_fail 2 "--save-best needs a validation set" 1 --save-best=b.st
 expect_fail 2 "--betas: 0.9,1: each must be in [0, 1)" 1 --betas=0.9,1
 expect_fail 2 "--lr-schedule: 'step' is not one of constant|linear|cosine" 1 --lr-schedule=step
+# Issue 34 item 13. Cross-entropy over one class, as PyTorch takes it (loss 0, zero
+#    gradients): trains at 2 ranks with loss 0 and accuracy 100 %, and SGD with momentum
+#    leaves the weights byte-identical to --init (before: exit 2, "--loss=cross-entropy
+#    needs at least 2 classes: --layers ends with width 1").
+run_mpi 1 --layers=8,16,1 --max-steps=1 --save=c1.st --quiet || fail "one class: initial weights"
+run_mpi 2 --layers=8,16,1 --loss=cross-entropy --momentum=0.9 --max-steps=4 --log-every=2 --init=c1.st \
+	--save=c4.st >c.out 2>&1 || fail "one class: $(cat c.out)"
+grep -qE "^ +1 +4/4 +0\.000000 +100\.00 " c.out || fail "one class: not loss 0, accuracy 100 %: $(cat c.out)"
+"$STCOMPARE" --exact c1.st c4.st >/dev/null || fail "one class: the weights changed: $("$STCOMPARE" --exact c1.st c4.st)"
+echo "cross-entropy over one class: loss 0, accuracy 100 %, weights unchanged at 2 ranks"
 # 5. --lr=0, as PyTorch takes it (a pipeline check): every optimizer, schedule, warmup and
 #    clipping leaves the weights byte-identical to --init, on 2 ranks and in dp mode (AdamW's
 #    decoupled decay is scaled by lr too; before: exit 2, "--lr: 0 is out of range (0, 1e+06]").

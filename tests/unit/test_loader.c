@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "core/vmspace.h"
 #include "data/data.h"
 #include "data/loader.h"
 
@@ -365,6 +366,31 @@ static void test_loader_workers_follow_the_affinity_mask(void **state)
 	assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
 }
 
+/* What an address-space limit must leave room for is what loader_init starts: the workers
+ * it runs (none below LOADER_INLINE_VALUES, the asked-for count otherwise) and three
+ * buffers of rows and indices. */
+static void test_loader_map_bytes_counts_the_workers_it_starts(void **state)
+{
+	const long big = LOADER_INLINE_VALUES / (IN + OUT) + 1;
+	const struct loader_config cfgs[3] = {{.world = 1, .batch = 2, .epochs = 1},
+					      {.world = 1, .batch = big, .epochs = 1, .node_ranks = 1},
+					      {.world = 1, .batch = big, .epochs = 1, .threads = 3}};
+	const int want[3] = {0, loader_workers(1), 3};
+
+	for (int i = 0; i < 3; i++) {
+		struct loader l;
+		struct diag d = {0};
+
+		assert_int_equal(loader_init(&l, &ds, &cfgs[i], &be, &d), ST_OK);
+		assert_int_equal(l.nthreads, want[i]);
+		assert_int_equal(loader_threads(&ds, &cfgs[i]), l.nthreads);
+		assert_int_equal(loader_map_bytes(&ds, &cfgs[i]),
+				 LOADER_BUFFERS * (size_t)cfgs[i].batch * (IN + OUT + 1) * sizeof(float) +
+					 (size_t)l.nthreads * vmspace_thread_bytes());
+		loader_free(&l);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -377,6 +403,7 @@ int main(void)
 		cmocka_unit_test(test_loader_makes_two_batches_ahead_and_counts_the_wait),
 		cmocka_unit_test(test_loader_threads_make_the_same_batches),
 		cmocka_unit_test(test_loader_workers_follow_the_affinity_mask),
+		cmocka_unit_test(test_loader_map_bytes_counts_the_workers_it_starts),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

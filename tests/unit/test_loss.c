@@ -62,6 +62,21 @@ static void test_cross_entropy_matches_hand_computed_values(void **state)
 		assert_float_equal(dy[i], 2 * want[i], 2e-7);
 }
 
+/* One class, as torch.nn.functional.cross_entropy takes it: the softmax of one logit is 1,
+ * so every row's loss is exactly 0 and so is its gradient, whatever the logit, and every
+ * row is right (torch 1.13: loss 0.0, grad [0.0, ...]). */
+static void test_cross_entropy_of_one_class_is_zero_with_zero_gradients(void **state)
+{
+	const float z[3] = {-3.5f, 0.0f, 1e30f}, labels[3] = {0, 0, 0};
+	float dy[3] = {7, 7, 7}, out[2] = {7, 7};
+
+	ops->cross_entropy(NULL, dy, out, z, labels, 3, 1, 1.0f, 0);
+	assert_true(out[0] == 0.0f);
+	assert_true(out[1] == 1.0f);
+	for (int i = 0; i < 3; i++)
+		assert_true(dy[i] == 0.0f);
+}
+
 /* A large logit does not overflow: the max is taken out before exp. */
 static void test_cross_entropy_is_stable_for_large_logits(void **state)
 {
@@ -81,6 +96,7 @@ int main(void)
 		cmocka_unit_test(test_mse_matches_hand_computed_values),
 		cmocka_unit_test(test_cross_entropy_matches_hand_computed_values),
 		cmocka_unit_test(test_cross_entropy_is_stable_for_large_logits),
+		cmocka_unit_test(test_cross_entropy_of_one_class_is_zero_with_zero_gradients),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
