@@ -332,8 +332,8 @@ static void check_one_class(void)
 	memset(lab.c, 0, R * sizeof(float)); /* label 0, the only class */
 	memset(lab.h, 0, R * sizeof(float));
 	gpu.ops->to_device(gpu.ctx, lab.g, lab.h, R);
-	cpu.ops->cross_entropy(cpu.ctx, dy.c, ce.c, z.c, lab.c, R, 1, 0.5f, 0);
-	gpu.ops->cross_entropy(gpu.ctx, dy.g, ce.g, z.g, lab.g, R, 1, 0.5f, 0);
+	cpu.ops->cross_entropy(cpu.ctx, dy.c, ce.c, z.c, lab.c, R, 1, 0.5f, 0.5f, 0);
+	gpu.ops->cross_entropy(gpu.ctx, dy.g, ce.g, z.g, lab.g, R, 1, 0.5f, 0.5f, 0);
 	if (gpu.ops->to_host(gpu.ctx, back, dy.g, R, &d) != ST_OK ||
 	    gpu.ops->to_host(gpu.ctx, out, ce.g, 2, &d) != ST_OK) {
 		printf("%-32s FAIL: %s\n", "one-class cross_entropy", d.msg);

@@ -70,7 +70,7 @@ static void test_cross_entropy_of_one_class_is_zero_with_zero_gradients(void **s
 	const float z[3] = {-3.5f, 0.0f, 1e30f}, labels[3] = {0, 0, 0};
 	float dy[3] = {7, 7, 7}, out[2] = {7, 7};
 
-	ops->cross_entropy(NULL, dy, out, z, labels, 3, 1, 1.0f, 0);
+	ops->cross_entropy(NULL, dy, out, z, labels, 3, 1, 1.0f, 1.0f, 0);
 	assert_true(out[0] == 0.0f);
 	assert_true(out[1] == 1.0f);
 	for (int i = 0; i < 3; i++)
