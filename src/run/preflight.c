@@ -7,7 +7,7 @@
 #include "core/vmspace.h" /* vmspace_used, vmspace_limit */
 #include "run/preflight.h"
 #include "store/checkpoint.h" /* checkpoint_check_rotation */
-#include "train/model.h"  /* model_layout, model_bytes_needed */
+#include "model/model.h"   /* model_layout, model_bytes_needed */
 #include "train/plan.h"   /* grad_plan_block_floats */
 
 enum status preflight_launch(const struct options *o, struct world *w, struct diag *d)

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "train/ddp.h"
-#include "train/zero.h" /* zero_cut */
+#include "model/zero.h"  /* zero_cut */
 
 /* trainer_after_step's eval: every rank its share of the validation set, then the sums. */
 enum status ddp_eval(void *arg, long step, long epoch)

@@ -28,7 +28,7 @@
 #include "comm/comm.h"      /* struct comm */
 #include "comm/world.h"     /* struct world */
 #include "core/tracebuf.h"  /* struct trace_buf */
-#include "train/model.h"    /* struct model, struct model_hooks */
+#include "model/model.h"     /* struct model, struct model_hooks */
 #include "train/plan.h"     /* struct grad_plan */
 
 struct grad_sync;
