@@ -14,15 +14,23 @@ cd "$top/src"
 wings=(
 	"main.c|parse, start the world, run one session, choose the exit code"
 	"run/|the session: options, settings, placement, preflight, persist, observers, overview"
-	"store/|safetensors and checkpoints"
-	"train/|model, loss, optimizer, schedule, the ddp and dp training loops"
+	"train/|the gradient plan, the gradient-sync strategies, the ddp and dp training loops"
 	"observe/|report, trace, stragglers, Prometheus"
 	"cuda/|the CUDA module (dlopen'd): cuBLAS and kernels, NCCL"
+	"store/|safetensors and checkpoints"
 	"comm/|MPI world, communicators, the host collective algorithms"
 	"data/|data sets, DistributedSampler, the loader"
+	"model/|model, loss, optimizer, schedule, ZeRO's shard plan"
 	"backend/|the compute interface, the CPU backend, the GPU probe and module loader"
 	"core/|status, clock, signals, rng, digests, files, the atomic writer, trace buffers"
 )
+# A folder of src/ missing above would drop out of the README unnoticed.
+for d in */; do
+	case " ${wings[*]} " in
+	*" $d|"*) ;;
+	*) echo "layout.sh: src/$d is no wing of this list: add it" >&2; exit 1 ;;
+	esac
+done
 
 # The first sentence of a file's opening comment, without its "name - ".
 summary() {

@@ -48,7 +48,7 @@
 #include "comm/comm.h"
 #include "cuda_ctx.h"
 #include "cuda/collspan.h"  /* the observer of the collectives' spans */
-#include "cuda_module.h" /* nccl_unique_id, nccl_comm_init as module.c sees them */
+#include "cuda_module.h" /* comm_nccl_unique_id, comm_nccl_init as module.c sees them */
 #include "cuda/hostwait.h" /* hostwait: the broadcast's wait */
 #include "cuda/wire.h"     /* wire_narrow, wire_widen: the 16-bit wire's conversions */
 #include "backend/gpu.h"
@@ -534,7 +534,7 @@ static const struct comm_ops comm_nccl_ops = {
 	.describe = nccl_describe,
 };
 
-enum status nccl_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], struct diag *d)
+enum status comm_nccl_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], struct diag *d)
 {
 	ncclUniqueId u;
 	enum status st = CHECK(ncclGetUniqueId(&u), d);
@@ -545,7 +545,7 @@ enum status nccl_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], struct diag *d)
 	return ST_OK;
 }
 
-enum status nccl_comm_init(struct comm *out, struct backend *be,
+enum status comm_nccl_init(struct comm *out, struct backend *be,
 			   const unsigned char id[GPU_NCCL_ID_BYTES], int rank, int size,
 			   int timeout_s, int (*ready)(void *arg, int ok), void *arg,
 			   struct diag *d)

@@ -68,8 +68,8 @@ double cuda_timer_ms(void *ctx, int a, int b);
 /* --trace's device clock: timing events on the compute stream, NVTX ranges. */
 extern const struct trace_dev cuda_trace_dev;
 /* comm_nccl.c */
-enum status nccl_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], struct diag *d);
-enum status nccl_comm_init(struct comm *out, struct backend *be,
+enum status comm_nccl_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], struct diag *d);
+enum status comm_nccl_init(struct comm *out, struct backend *be,
 			   const unsigned char id[GPU_NCCL_ID_BYTES], int rank, int size,
 			   int timeout_s, int (*ready)(void *arg, int ok), void *arg, struct diag *d);
 

@@ -153,8 +153,8 @@ static const struct gpu_module module = {
 	.probe = probe,
 	.device_info = device_info,
 	.backend = &backend_cuda_ops,
-	.nccl_unique_id = nccl_unique_id,
-	.nccl_comm_init = nccl_comm_init,
+	.nccl_unique_id = comm_nccl_unique_id,
+	.nccl_comm_init = comm_nccl_init,
 	.bench_sgemm = bench_sgemm,
 };
 

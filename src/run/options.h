@@ -14,9 +14,9 @@
 
 #include "backend/backend.h" /* enum precision */
 #include "comm/comm.h"     /* enum comm_kind */
-#include "train/loss.h"     /* enum loss_kind, loss_names */
-#include "train/optimizer.h" /* enum optimizer_kind, optimizer_names */
-#include "train/schedule.h" /* enum lr_schedule, schedule_names */
+#include "model/loss.h"      /* enum loss_kind, loss_names */
+#include "model/optimizer.h"  /* enum optimizer_kind, optimizer_names */
+#include "model/schedule.h"  /* enum lr_schedule, schedule_names */
 #include "core/status.h"
 
 #define OPT_MAX_LAYERS 64 /* Linear layers; widths has one more entry */

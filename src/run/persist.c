@@ -5,8 +5,8 @@
 
 #include "run/persist.h"
 #include "run/settings.h" /* settings_resume_text */
-#include "train/schedule.h" /* schedule_names */
-#include "train/zero.h"   /* zero_cut */
+#include "model/schedule.h"  /* schedule_names */
+#include "model/zero.h"    /* zero_cut */
 
 static enum status agree(struct persist *p, enum status st)
 {

@@ -19,8 +19,8 @@
 #include "run/agree.h"          /* struct agreement */
 #include "run/options.h"        /* struct options */
 #include "store/checkpoint.h"   /* CKPT_LINEAGE, struct st_pending */
-#include "train/model.h"        /* struct model */
-#include "train/optimizer.h"    /* struct optimizer */
+#include "model/model.h"         /* struct model */
+#include "model/optimizer.h"     /* struct optimizer */
 #include "train/trainer.h"      /* struct train_ctl */
 
 struct persist {

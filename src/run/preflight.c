@@ -7,7 +7,7 @@
 #include "core/vmspace.h" /* vmspace_used, vmspace_peak, vmspace_limit, vmspace_thread_bytes */
 #include "run/preflight.h"
 #include "store/checkpoint.h" /* checkpoint_check_rotation */
-#include "train/model.h"  /* model_layout, model_bytes_needed */
+#include "model/model.h"   /* model_layout, model_bytes_needed */
 #include "train/plan.h"   /* grad_plan_block_floats */
 #include "train/trainer.h" /* trainer_run_loader_config */
 #include "data/loader.h"  /* loader_map_bytes */

@@ -16,7 +16,7 @@
 #include "comm/world.h"      /* struct world */
 #include "run/options.h"     /* struct options */
 #include "run/placement.h"   /* struct placement */
-#include "train/optimizer.h" /* struct optimizer_hparams */
+#include "model/optimizer.h"  /* struct optimizer_hparams */
 #include "train/plan.h"      /* struct grad_plan */
 #include "train/trainer.h"   /* struct train_config */
 

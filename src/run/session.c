@@ -8,7 +8,7 @@
 #include "run/preflight.h"
 #include "run/session.h"
 #include "run/settings.h"    /* settings_config_text, SETTINGS_TEXT_MAX */
-#include "train/zero.h"      /* zero_plan_init */
+#include "model/zero.h"       /* zero_plan_init */
 
 _Static_assert(OPT_MAX_LAYERS == MODEL_MAX_LAYERS, "--layers and the model agree on the depth");
 _Static_assert(OPT_MAX_REPLICAS == TRAIN_MAX_REPLICAS, "--replicas and the trainer agree");

@@ -5,7 +5,7 @@
  * can fail on some ranks only (so all exit together with the same code and the
  * message is printed once, by the lowest rank that saw the problem).
  *
- * The run/ wing (floor 6, the top below main.c): the command line, what it
+ * The run/ wing (floor 5, the top below main.c): the command line, what it
  * becomes, and one session's phases. Everything that depends on options lives
  * here or below through the configurations it hands down.
  *
@@ -27,8 +27,8 @@
 #include "run/options.h"      /* struct options */
 #include "run/persist.h"      /* struct persist */
 #include "run/placement.h"    /* struct placement */
-#include "train/model.h"      /* struct model */
-#include "train/optimizer.h"  /* struct optimizer, struct optimizer_hparams */
+#include "model/model.h"       /* struct model */
+#include "model/optimizer.h"   /* struct optimizer, struct optimizer_hparams */
 #include "train/plan.h"       /* struct grad_plan */
 #include "train/trainer.h"    /* struct train_config, train_ctl, train_result */
 

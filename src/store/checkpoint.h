@@ -9,7 +9,7 @@
  * must match on resume, the run's lineage id, the lowest validation loss so far
  * (best_val_loss, with --save-best), and a SHA-256 of the header and the tensor data.
  *
- * The store/ wing (floor 5, above train/): the file formats: safetensors and
+ * The store/ wing (floor 3, above model/, below train/): the file formats: safetensors and
  * the checkpoint built on it. Rank 0 alone reads and writes; store/ decides
  * nothing about when.
  *
@@ -21,7 +21,7 @@
 
 #include <stddef.h>
 
-#include "train/model.h"
+#include "model/model.h"
 #include "store/safetensors.h" /* struct st_pending, struct progress */
 #include "core/status.h"
 

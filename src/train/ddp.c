@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "train/ddp.h"
-#include "train/zero.h" /* zero_cut */
 
 /* trainer_after_step's eval: every rank its share of the validation set, then the sums. */
 enum status ddp_eval(void *arg, long step, long epoch)
@@ -36,52 +35,18 @@ enum status ddp_settle(void *arg)
 	return t->sync.ops->settle != NULL ? t->sync.ops->settle(&t->sync) : ST_OK;
 }
 
-/* ZeRO-2's row panels: of at most the cap, or of one row where a row (a layer's input
- * width plus nothing: the weight's row) is longer than the cap. */
-static void describe_panels(const struct ddp *t, const struct grad_plan *p)
-{
-	const struct model *m = t->m;
-	const double mib = (double)(p->poolb[0] + p->poolb[1]) * sizeof(float) / 1048576.0;
-	size_t longest = 0; /* the longest weight row over the cap, floats */
-	int over = 0, paneled = 0;
-	char rows[160];
-
-	for (int l = 0; l < m->nlayers; l++) {
-		if (p->pfirst[l] < 0)
-			continue;
-		paneled++;
-		if ((size_t)m->widths[l] > p->cfg.cap) {
-			over++;
-			longest = (size_t)m->widths[l] > longest ? (size_t)m->widths[l] : longest;
-		}
-	}
-	if (over == 0)
-		snprintf(rows, sizeof rows, "of at most the cap");
-	else
-		snprintf(rows, sizeof rows, "%s (a row of up to %zu floats, %.3g MiB, is larger than the %.3g MiB cap)",
-			 over == paneled ? "of one row each" : "of at most the cap, or of one row where a row is larger",
-			 longest, (double)longest * sizeof(float) / 1048576.0, t->tc->bucket_mb);
-	report_note(t->r, "zero: %d layer%s larger than the bucket cap computed and reduce-scattered in row panels %s: %d reduce-scatters per micro-batch, two buffers of %.3g MiB",
-		    p->npaneled, p->npaneled > 1 ? "s" : "", rows, p->nparts, mib);
-}
-
 /* What the run header says of the plan. */
 void ddp_describe(const struct ddp *t, long steps_per_epoch)
 {
-	const struct grad_plan *p = t->sync.p;
+	const struct grad_sync *s = &t->sync;
+	const struct grad_plan *p = s->p;
 	const struct train_config *tc = t->tc;
 	const struct model *m = t->m;
 
-	report_note(t->r, "buckets: %d (cap %.3g MiB%s), %ld steps per epoch, %ld steps in all",
-		    t->sync.nbuckets, tc->bucket_mb,
-		    t->sync.stream ? "; streamed: regions of 1 bucket's size start as backward finishes them" : "",
-		    steps_per_epoch, t->total);
-	if (tc->zero)
-		report_note(t->r, "zero: stage %d: each rank keeps the optimizer state%s of its shard (%zu of %zu trained parameters on rank 0); buckets reduce-scattered, parameters all-gathered during the next forward",
-			    tc->zero, tc->zero == 2 ? " and the reduced gradient" : "",
-			    zero_cut(m->ntrainable, 1, t->w->size), m->ntrainable);
-	if (p->npaneled > 0)
-		describe_panels(t, p);
+	report_note(t->r, "buckets: %d (cap %.3g MiB%s), %ld steps per epoch, %ld steps in all", s->nbuckets,
+		    tc->bucket_mb, s->ops->bucket_note, steps_per_epoch, t->total);
+	if (s->ops->describe != NULL)
+		s->ops->describe(s, t->r, tc->bucket_mb);
 	if (tc->compress)
 		report_note(t->r, "gradients all-reduced in %s (--grad-compress); loss, stop flag, clipping norm, validation and parameters in fp32",
 			    comm_wire_names[t->c->wire]);
@@ -133,14 +98,13 @@ enum status ddp_setup(struct ddp *t, const struct grad_plan *p)
 	}
 	t->res->nbuckets = t->sync.nbuckets;
 	/* what sync.c's observer leaves out of the bucket figures, the whole run long */
-	if (t->sync.stream)
-		t->res->untimed = "the gradients stream in regions of layers as backward makes them, not whole buckets";
-	else if (t->sync.p->cfg.zero == 2)
-		t->res->untimed = "--zero=2 reduce-scatters the gradients in parts of layers as backward makes them, not in these buckets";
-	/* Steps can be device graphs with a backend that records them and a communicator whose
-	 * collectives can be recorded (NCCL), for whole, single-micro-batch steps. */
+	if (!t->sync.ops->times_buckets)
+		t->res->untimed = t->sync.ops->untimed;
+	/* Steps can be device graphs with a backend that records them, a strategy and a
+	 * communicator whose collectives can be recorded (NCCL), for whole, single-micro-batch
+	 * steps. */
 	t->graphs = ops->graph_begin != NULL && ops->graph_reset != NULL && t->c->ops->capturable &&
-		    tc->grad_accum == 1 && tc->graphs && trainer_step_is_fixed(tc, t->opt) && !tc->zero;
+		    t->sync.ops->capturable && tc->grad_accum == 1 && tc->graphs && trainer_step_is_fixed(tc, t->opt);
 	t->graph_off = !t->graphs;
 	return ST_OK;
 }

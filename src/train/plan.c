@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "train/plan.h"
-#include "train/zero.h" /* zero_plan_init, zero_bucket_cuts, zero_bucket_start, zero_shard_room */
+#include "model/zero.h"  /* zero_plan_init, zero_bucket_cuts, zero_bucket_start, zero_shard_room */
 
 /* Layer l's weight and bias: floats. */
 static size_t layer_floats(const struct model *m, int l)

@@ -32,7 +32,7 @@
 #include <stddef.h>
 
 #include "core/status.h"
-#include "train/model.h" /* struct model (its layout), struct bucket, MODEL_MAX_LAYERS */
+#include "model/model.h"  /* struct model (its layout), struct bucket, MODEL_MAX_LAYERS */
 
 /* What a plan is made for. */
 struct grad_plan_cfg {

@@ -34,7 +34,7 @@ static enum status hook_panel_done(void *arg, int l, int j)
 }
 
 /* The communicator's observer: each collective, launch to completion, into the trace and,
- * where it carries a bucket of the plan (not streamed regions, panels or validation), into
+ * where the strategy times buckets and it carries one of the plan's (not validation), into
  * that bucket's figures. */
 static void observe_done(void *arg, struct comm_tag tag, int index, size_t n, double t0, double t1)
 {
@@ -54,7 +54,7 @@ static void observe_done(void *arg, struct comm_tag tag, int index, size_t n, do
 		trace_record(tb, TR_ALLREDUCE, index, TRACE_ASYNC, t0, t1, (double)n * sizeof(float));
 		tb->step = now;
 	}
-	if (s->stream || s->p->npaneled > 0 || tag.step < 0 || tag.item < 0 || tag.item >= s->nbuckets)
+	if (!s->ops->times_buckets || tag.step < 0 || tag.item < 0 || tag.item >= s->nbuckets)
 		return;
 	b = &s->res->buckets[tag.item];
 	b->count++;
@@ -63,22 +63,23 @@ static void observe_done(void *arg, struct comm_tag tag, int index, size_t n, do
 		b->min_s = t1 - t0;
 }
 
+/* The strategies, most specific first: the first whose rule applies is run. */
+static const struct grad_sync_ops *const sync_table[] = {&sync_zero2_ops, &sync_zero1_ops, &sync_stream_ops,
+							 &sync_buckets_ops};
+
 enum status grad_sync_init(struct grad_sync *s, const struct grad_sync_cfg *cfg, const struct grad_plan *p,
 			   struct model *m, struct comm *c, struct world *w, struct train_result *res,
 			   struct diag *d)
 {
-	static const struct grad_sync_ops *const table[] = {&sync_buckets_ops, &sync_zero1_ops,
-							    &sync_zero2_ops};
-	const struct grad_sync_ops *ops = table[p->cfg.zero];
+	const struct grad_sync_ops *ops = NULL;
 	enum status st;
 
-	*s = (struct grad_sync){.ops = ops, .p = p, .m = m, .c = c, .w = w, .res = res, .d = d,
-				.overlap = cfg->overlap, .wire = cfg->compress ? COMM_WIRE : 0,
-				.nbuckets = p->nbuckets, .bucket = p->bucket};
-	/* The same verdict on every rank: the communicator is the same everywhere. */
-	if (p->cfg.zero && !comm_can_shard(c))
-		return diag_set(d, ST_USAGE, "--zero=%d: the %s communicator has no reduce-scatter and all-gather",
-				p->cfg.zero, c->ops->name);
+	*s = (struct grad_sync){.p = p, .m = m, .c = c, .w = w, .res = res, .d = d, .overlap = cfg->overlap,
+				.wire = cfg->compress ? COMM_WIRE : 0, .nbuckets = p->nbuckets, .bucket = p->bucket};
+	for (size_t i = 0; i < sizeof sync_table / sizeof *sync_table && ops == NULL; i++)
+		if (sync_table[i]->applies(s))
+			ops = sync_table[i];
+	s->ops = ops; /* the last entry, the buckets, applies to every plan */
 	s->hooks = (struct model_hooks){
 		.arg = s,
 		.before_layer = ops->before_layer != NULL ? hook_before_layer : NULL,
@@ -88,8 +89,10 @@ enum status grad_sync_init(struct grad_sync *s, const struct grad_sync_cfg *cfg,
 		.panel_done = ops->panel_done != NULL ? hook_panel_done : NULL,
 	};
 	st = ops->init(s);
-	if (st != ST_OK)
+	if (st != ST_OK) {
+		s->ops = NULL; /* init frees what it made when it fails */
 		return st;
+	}
 	comm_observe(c, &(struct comm_observer){observe_done, s, &s->tag});
 	return ST_OK;
 }

@@ -4,14 +4,18 @@
  *
  * Entries, each in its own file:
  * - sync_buckets.c: DDP's buckets, each all-reduced as soon as backward has finished
- *   its layers (in the wire type with --grad-compress), or streamed as regions where
- *   the communicator moves during compute (the ring);
+ *   its layers (in the wire type with --grad-compress);
+ * - sync_stream.c: DDP's gradients streamed as regions, where the communicator moves
+ *   during compute (the ring): each region starts as soon as backward has finished it;
  * - sync_zero1.c: ZeRO-1, each bucket reduce-scattered, the updated parameters
  *   all-gathered bucket by bucket during the next forward;
  * - sync_zero2.c: ZeRO-2, the gradients written into two pool buffers part by part
  *   (row panels for layers larger than the cap), each part reduce-scattered as soon as
  *   it is written and this rank's share kept; the all-gathers as ZeRO-1's.
- * grad_sync_init picks the entry the plan and the communicator call for.
+ * grad_sync_init runs down the table (sync.c) and takes the first entry that applies to
+ * the plan, the communicator and the backend (Horovod's operation manager); the entries'
+ * flags and notes say what the trainer and the report need to know of the one chosen,
+ * so nothing outside the entries names a strategy.
  *
  * The trainer (trainer_ddp.c, ddp_step.c) calls the strategy at fixed points of a step:
  * begin (before backward), the model's hooks during forward and backward (struct
@@ -28,7 +32,8 @@
 #include "comm/comm.h"      /* struct comm */
 #include "comm/world.h"     /* struct world */
 #include "core/tracebuf.h"  /* struct trace_buf */
-#include "train/model.h"    /* struct model, struct model_hooks */
+#include "model/model.h"    /* struct model, struct model_hooks */
+#include "observe/report.h" /* struct report */
 #include "train/plan.h"     /* struct grad_plan */
 
 struct grad_sync;
@@ -36,6 +41,20 @@ struct train_result;
 
 struct grad_sync_ops {
 	const char *name;
+	/* 1 if this entry is the one for s (s->p, m, c, w, overlap and wire set; nothing of
+	 * the entry's own yet). The table is read in order: the first that applies is run. */
+	int (*applies)(const struct grad_sync *s);
+	/* Its collectives and waits can be recorded into a device graph (with a communicator
+	 * whose collectives can be): no host wait or host callback between the step's kernels. */
+	int capturable;
+	/* The communicator's observer counts its collectives into the plan's buckets' figures;
+	 * else untimed says why they are left out (the report's line, the whole run long). */
+	int times_buckets;
+	const char *untimed;
+	/* What the run header's buckets line adds ("" for nothing), and the header's further
+	 * notes on the strategy (NULL: none). */
+	const char *bucket_note;
+	void (*describe)(const struct grad_sync *s, struct report *r, double bucket_mb);
 	/* Set up what the strategy keeps (s->own); point the model's gradient views. */
 	enum status (*init)(struct grad_sync *s);
 	/* Before a micro-batch's backward; sync: its gradients are summed over the ranks in
@@ -55,7 +74,7 @@ struct grad_sync_ops {
 	void (*free)(struct grad_sync *s);
 };
 
-extern const struct grad_sync_ops sync_buckets_ops, sync_zero1_ops, sync_zero2_ops;
+extern const struct grad_sync_ops sync_buckets_ops, sync_stream_ops, sync_zero1_ops, sync_zero2_ops;
 
 /* What the strategies share. The trainer sets tb and d as it goes (grad_sync_step,
  * grad_sync_validating). */
@@ -76,7 +95,6 @@ struct grad_sync {
 	struct model_hooks hooks;  /* the strategy's hooks, for model_forward and model_backward */
 	int overlap;               /* the collectives start during backward (else after it) */
 	unsigned wire;             /* COMM_WIRE for the buckets with --grad-compress, else 0 */
-	int stream;                /* the buckets stream regions (sync_buckets.c) */
 	int nbuckets;              /* the buckets the report counts: the plan's, or streaming's */
 	const struct bucket *bucket;
 	double wait;               /* host time blocked completing collectives */
@@ -124,8 +142,8 @@ struct zero_gathers {
 	int ag_waited;                /* all-gathers waited for, up to this number */
 };
 
-/* Shared by the entries: the buckets' hooks (sync_buckets.c) and ZeRO's all-gathers
- * (sync_zero1.c). */
+/* Shared by the entries: the buckets' hooks (sync_buckets.c) and ZeRO's all-gathers,
+ * requirement and header note (sync_zero1.c). */
 enum status buckets_start(struct grad_sync *s, int k, unsigned flags);
 enum status buckets_layer_done(struct grad_sync *s, int layer);
 enum status buckets_begin(struct grad_sync *s, int sync);
@@ -133,5 +151,7 @@ enum status buckets_finish(struct grad_sync *s, int sync);
 enum status zero_gather(struct grad_sync *s);
 enum status zero_before_layer(struct grad_sync *s, int layer);
 enum status zero_settle(struct grad_sync *s);
+enum status zero_require_shard(struct grad_sync *s);
+void zero_describe(const struct grad_sync *s, struct report *r);
 
 #endif

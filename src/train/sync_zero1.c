@@ -11,6 +11,7 @@
  */
 #include <stdlib.h>
 
+#include "model/zero.h" /* zero_cut */
 #include "train/sync.h"
 
 /* Every rank's updated shard to every rank, bucket by bucket (the frozen layers, in no
@@ -54,8 +55,42 @@ enum status zero_settle(struct grad_sync *s)
 	return s->gathering ? sync_wait_all(s, "the parameter all-gather") : ST_OK;
 }
 
+/* ZeRO's collectives: the same verdict on every rank, as the communicator is the same
+ * everywhere. */
+enum status zero_require_shard(struct grad_sync *s)
+{
+	if (!comm_can_shard(s->c))
+		return diag_set(s->d, ST_USAGE, "--zero=%d: the %s communicator has no reduce-scatter and all-gather",
+				s->p->cfg.zero, s->c->ops->name);
+	return ST_OK;
+}
+
+/* The run header's note on the stage. */
+void zero_describe(const struct grad_sync *s, struct report *r)
+{
+	const int zero = s->p->cfg.zero;
+
+	report_note(r, "zero: stage %d: each rank keeps the optimizer state%s of its shard (%zu of %zu trained parameters on rank 0); buckets reduce-scattered, parameters all-gathered during the next forward",
+		    zero, zero == 2 ? " and the reduced gradient" : "", zero_cut(s->m->ntrainable, 1, s->w->size),
+		    s->m->ntrainable);
+}
+
+static void zero1_describe(const struct grad_sync *s, struct report *r, double bucket_mb)
+{
+	zero_describe(s, r);
+}
+
+static int zero1_applies(const struct grad_sync *s)
+{
+	return s->p->cfg.zero == 1;
+}
+
 static enum status zero1_init(struct grad_sync *s)
 {
+	enum status st = zero_require_shard(s);
+
+	if (st != ST_OK)
+		return st;
 	s->own = calloc(1, sizeof(struct zero_gathers));
 	return s->own != NULL ? ST_OK : diag_set(s->d, ST_RUNTIME, "trainer: out of host memory");
 }
@@ -66,8 +101,13 @@ static void zero1_free(struct grad_sync *s)
 	s->own = NULL;
 }
 
+/* Not capturable: forward waits on the host for each layer's all-gather. */
 const struct grad_sync_ops sync_zero1_ops = {
 	.name = "zero1",
+	.applies = zero1_applies,
+	.times_buckets = 1,
+	.bucket_note = "",
+	.describe = zero1_describe,
 	.init = zero1_init,
 	.begin = buckets_begin,
 	.before_layer = zero_before_layer,

@@ -14,6 +14,7 @@
  * The gradient block (model_regrad): the slots, the norm, pool buffer 0 (even parts),
  * pool buffer 1 (odd parts), then the shard, laid out as the shard's optimizer state.
  */
+#include <stdio.h>  /* snprintf */
 #include <stdlib.h>
 
 #include "train/sync.h"
@@ -149,13 +150,60 @@ static enum status zero2_finish(struct grad_sync *s, int sync)
 	return sync_wait_all(s, "the gradient all-reduce");
 }
 
+/* ZeRO-2's row panels: of at most the cap, or of one row where a row (a layer's input
+ * width plus nothing: the weight's row) is longer than the cap. */
+static void describe_panels(const struct grad_sync *s, struct report *r, double bucket_mb)
+{
+	const struct grad_plan *p = s->p;
+	const struct model *m = s->m;
+	const double mib = (double)(p->poolb[0] + p->poolb[1]) * sizeof(float) / 1048576.0;
+	size_t longest = 0; /* the longest weight row over the cap, floats */
+	int over = 0, paneled = 0;
+	char rows[160];
+
+	for (int l = 0; l < m->nlayers; l++) {
+		if (p->pfirst[l] < 0)
+			continue;
+		paneled++;
+		if ((size_t)m->widths[l] > p->cfg.cap) {
+			over++;
+			longest = (size_t)m->widths[l] > longest ? (size_t)m->widths[l] : longest;
+		}
+	}
+	if (over == 0)
+		snprintf(rows, sizeof rows, "of at most the cap");
+	else
+		snprintf(rows, sizeof rows, "%s (a row of up to %zu floats, %.3g MiB, is larger than the %.3g MiB cap)",
+			 over == paneled ? "of one row each" : "of at most the cap, or of one row where a row is larger",
+			 longest, (double)longest * sizeof(float) / 1048576.0, bucket_mb);
+	report_note(r, "zero: %d layer%s larger than the bucket cap computed and reduce-scattered in row panels %s: %d reduce-scatters per micro-batch, two buffers of %.3g MiB",
+		    p->npaneled, p->npaneled > 1 ? "s" : "", rows, p->nparts, mib);
+}
+
+static void zero2_describe(const struct grad_sync *s, struct report *r, double bucket_mb)
+{
+	zero_describe(s, r);
+	if (s->p->npaneled > 0)
+		describe_panels(s, r, bucket_mb);
+}
+
+static int zero2_applies(const struct grad_sync *s)
+{
+	return s->p->cfg.zero == 2;
+}
+
 /* Backward writes the layers of part k into pool buffer k % 2; the panels go where
  * zero2_panel_dst says. */
 static enum status zero2_init(struct grad_sync *s)
 {
 	const struct grad_plan *p = s->p;
 	struct model *m = s->m;
-	struct zero2 *z = calloc(1, sizeof *z);
+	struct zero2 *z;
+	enum status st = zero_require_shard(s);
+
+	if (st != ST_OK)
+		return st;
+	z = calloc(1, sizeof *z);
 
 	if (z != NULL)
 		z->rs_idx = calloc(p->nparts > 0 ? (size_t)p->nparts : 1, sizeof *z->rs_idx);
@@ -183,8 +231,14 @@ static void zero2_free(struct grad_sync *s)
 	s->own = NULL;
 }
 
+/* Not capturable: forward waits on the host for each layer's all-gather, backward for
+ * each part's reduce-scatter before its buffer is reused. */
 const struct grad_sync_ops sync_zero2_ops = {
 	.name = "zero2",
+	.applies = zero2_applies,
+	.untimed = "--zero=2 reduce-scatters the gradients in parts of layers as backward makes them, not in these buckets",
+	.bucket_note = "",
+	.describe = zero2_describe,
 	.init = zero2_init,
 	.begin = zero2_begin,
 	.before_layer = zero_before_layer,

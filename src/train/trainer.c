@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "core/clock.h"
-#include "train/schedule.h"
+#include "model/schedule.h"
 #include "core/signals.h" /* signals_stop_saved */
 #include "train/trainer.h"
 

@@ -2,9 +2,10 @@
  * trainer.h - the training loops. Both take a model whose replicas already
  * hold identical weights, and run the epochs the options ask for.
  *
- * The train/ wing (floor 4, above observe/): model, loss, optimizer, schedule
- * and the two training loops. It knows no files and no options: the loops take
- * configurations and callbacks (struct train_config, struct train_ctl).
+ * The train/ wing (floor 4, above observe/ and store/): the gradient plan, the
+ * gradient-sync strategies and the two training loops, over the model/ wing's
+ * model, loss, optimizer and schedule. It knows no files and no options: the loops
+ * take configurations and callbacks (struct train_config, struct train_ctl).
  *
  * ddp: this rank trains on its DistributedSampler shard; each micro-batch's
  * gradients are summed into the model's gradient buffer and, on the last
@@ -27,13 +28,13 @@
 #include "comm/world.h"     /* struct world */
 #include "data/data.h"      /* struct dataset */
 #include "data/loader.h"    /* struct batch */
-#include "train/loss.h"      /* struct loss */
-#include "train/model.h"     /* struct model */
-#include "train/optimizer.h" /* struct optimizer */
+#include "model/loss.h"       /* struct loss */
+#include "model/model.h"      /* struct model */
+#include "model/optimizer.h"  /* struct optimizer */
 #include "train/plan.h"      /* struct grad_plan */
 #include "observe/prometheus.h" /* struct prometheus */
 #include "observe/report.h"    /* struct report, struct replica_stats, struct bucket_stats */
-#include "train/schedule.h"  /* enum lr_schedule */
+#include "model/schedule.h"   /* enum lr_schedule */
 #include "observe/straggler.h" /* struct straggler */
 #include "observe/trace.h"     /* struct trace */
 #include "comm/world.h"     /* struct world */

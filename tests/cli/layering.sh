@@ -2,12 +2,14 @@
 # layering.sh - src/ is built in wings, each a directory, and a wing includes only its
 # own headers and those of the wings below it (doc/ARCHITECTURE.md):
 #
-#   7  main.c
-#   6  run/       the session: options, settings, placement, preflight, persist
-#   5  store/     safetensors and checkpoints
-#   4  train/     model, loss, optimizer, schedule, the trainers
+#   6  main.c
+#   5  run/       the session: options, settings, placement, preflight, persist
+#   4  train/     the gradient plan and sync strategies, the trainers
 #   3  observe/   report, trace, stragglers, Prometheus     cuda/ (the dlopen'd module)
+#                                                            store/ (safetensors, checkpoints)
 #   2  data/      data sets, sampler, loader                 comm/ (world, communicators)
+#                                                            model/ (model, loss, optimizer,
+#                                                            schedule, ZeRO's shard plan)
 #   1  backend/   the compute ops tables, the GPU probe
 #   0  core/      status, clock, signals, files, spans
 #
@@ -15,7 +17,7 @@
 # src/ (and the module's own cuda_*.h) is checked; a header that is not there fails too.
 . "$(dirname "$0")/../lib/setup.sh"
 
-declare -A floor=([core]=0 [backend]=1 [data]=2 [comm]=2 [observe]=3 [cuda]=3 [train]=4 [store]=5 [run]=6 [main]=7)
+declare -A floor=([core]=0 [backend]=1 [data]=2 [comm]=2 [model]=2 [observe]=3 [cuda]=3 [store]=3 [train]=4 [run]=5 [main]=6)
 cd "$TOP_SRCDIR/src"
 bad=0 n=0
 for f in main.c */*.c */*.h */*.cu; do

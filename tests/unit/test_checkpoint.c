@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "store/checkpoint.h"
-#include "train/optimizer.h"
+#include "model/optimizer.h"
 
 #define LINEAGE "0123456789abcdef0123456789abcdef"
 

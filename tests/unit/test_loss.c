@@ -1,5 +1,5 @@
 /*
- * test_loss.c - the losses loss_apply queues (train/loss.h): the CPU backend's MSE
+ * test_loss.c - the losses loss_apply queues (model/loss.h): the CPU backend's MSE
  * and cross-entropy kernels against hand-computed values, scaled and accumulated.
  */
 #include <setjmp.h>

@@ -14,7 +14,7 @@
 
 #include "backend/backend.h"
 #include "lib/fill.h"
-#include "train/model.h"
+#include "model/model.h"
 #include "train/plan.h"
 
 static const struct backend_ops *ops = &backend_cpu_ops;

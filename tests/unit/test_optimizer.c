@@ -11,8 +11,8 @@
 #include <math.h>
 
 #include "backend/backend.h"
-#include "train/model.h"
-#include "train/optimizer.h"
+#include "model/model.h"
+#include "model/optimizer.h"
 
 static const struct backend_ops *ops = &backend_cpu_ops;
 

@@ -7,7 +7,7 @@
 #include <cmocka.h>
 #include <math.h>
 
-#include "train/schedule.h"
+#include "model/schedule.h"
 
 #define NEAR(a, b) assert_true(fabs((a) - (b)) < 1e-15)
 

@@ -22,10 +22,10 @@
 #include "backend/backend.h"
 #include "lib/blasrows.h"
 #include "lib/fill.h"
-#include "train/model.h"
+#include "model/model.h"
 #include "train/plan.h"
-#include "train/optimizer.h"
-#include "train/zero.h"
+#include "model/optimizer.h"
+#include "model/zero.h"
 
 /* 4 layers, 7-5-3-4-2, layer 2 (0-based 1) frozen: 40 + 0 + 16 + 10 = 66 trainable. */
 static const int widths[5] = {7, 5, 3, 4, 2};

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "train/optimizer.h"
+#include "model/optimizer.h"
 
 /* The arena names of every optimizer's state (the prefixes of their tensors). */
 static const char *const state_names[] = {"momentum_buffer", "exp_avg", "exp_avg_sq"};

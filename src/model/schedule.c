@@ -1,7 +1,7 @@
 /* schedule.c - the learning-rate multipliers, written as transformers writes them. */
 #include <math.h>
 
-#include "train/schedule.h"
+#include "model/schedule.h"
 
 const char *const schedule_names[] = {"constant", "linear", "cosine", 0};
 

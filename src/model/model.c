@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "train/model.h"
+#include "model/model.h"
 #include "core/rng.h"
 
 void model_layout(struct model *m, const int *widths, int nlayers)

@@ -24,7 +24,7 @@
 
 #include <stddef.h>
 
-#include "train/model.h" /* struct model, struct bucket, MODEL_MAX_LAYERS */
+#include "model/model.h"  /* struct model, struct bucket, MODEL_MAX_LAYERS */
 
 /* A run of owned parameters: params[off .. off + len) and state[so .. so + len) of the
  * rank's state arenas (offsets within its shard). */

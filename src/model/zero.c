@@ -1,7 +1,7 @@
 /* zero.c - the ZeRO shard plan: owned ranges, bucket cuts, optimizer pieces. */
 #include <string.h>
 
-#include "train/zero.h"
+#include "model/zero.h"
 
 size_t zero_cut(size_t total, int q, int size)
 {

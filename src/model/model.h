@@ -16,6 +16,11 @@
  * checkpoints only ever walk that list, so a new layer kind or optimizer
  * state never touches them. Tensor names are made here and nowhere else.
  *
+ * The model/ wing (floor 2, above backend/): what is trained -- the model, its loss,
+ * optimizer and learning-rate schedule, and ZeRO's shard plan (which rank owns which
+ * parameters). It knows no ranks' communication, data sets, files or options: the
+ * trainers (train/) drive it, the checkpoints (store/) read its state dict.
+ *
  * This module knows nothing of ranks or communication: the trainer passes hooks
  * (struct model_hooks) that forward calls before each layer and backward after
  * each layer's gradients are complete; a hook's failure ends the pass.

@@ -1,5 +1,5 @@
 /* loss.c - MSE and softmax cross-entropy on the backend's kernels. */
-#include "train/loss.h"
+#include "model/loss.h"
 
 int loss_target_width(const struct loss *l, int out)
 {
