@@ -43,6 +43,7 @@ int replicas_on(const struct replicas *x)
 
 void replicas_describe(const struct replicas *x, struct report *r)
 {
+	const int state = x->m->narenas > 1; /* the optimizer keeps state (SGD without momentum none) */
 	char every[48];
 
 	if (x->every == 0 || x->w->size == 1)
@@ -57,10 +58,9 @@ void replicas_describe(const struct replicas *x, struct report *r)
 	else
 		snprintf(every, sizeof every, "every %ld steps", x->every);
 	report_note(r, "replica check: %s and before any weights are written: %s (%d tensors) hashed where they live and compared bit for bit across the %d ranks%s",
-		    every, (x->what & SYNC_SAME_STATE) ? "the parameters and the optimizer state" : "the parameters",
+		    every, state && (x->what & SYNC_SAME_STATE) ? "the parameters and the optimizer state" : "the parameters",
 		    x->ntensors, x->w->size,
-		    (x->what & SYNC_SAME_STATE) || x->m->narenas == 1 ? ""
-			: "; the optimizer state is sharded (each rank's own): not compared");
+		    state && !(x->what & SYNC_SAME_STATE) ? "; the optimizer state is sharded (each rank's own): not compared" : "");
 }
 
 /* Rank q's record of a mismatch: its host name, then its tensors' digests. */
@@ -69,6 +69,7 @@ static unsigned char *record(const struct replicas *x, int q)
 	return x->rec + (size_t)q * (REPLICAS_HOST + 8 * (size_t)x->ntensors);
 }
 
+/* Rank q's digest of tensor i, from its record. */
 static uint64_t tensor_digest(const struct replicas *x, int q, int i)
 {
 	uint64_t h;

@@ -3,8 +3,8 @@
  * hold identical weights, and run the epochs the options ask for.
  *
  * The train/ wing (floor 4, above observe/ and store/): the gradient plan, the
- * gradient-sync strategies and the two training loops, over the model/ wing's
- * model, loss, optimizer and schedule. It knows no files and no options: the loops
+ * gradient-sync strategies, the two training loops and the replica check (replicas.h),
+ * over the model/ wing's model, loss, optimizer and schedule. It knows no files and no options: the loops
  * take configurations and callbacks (struct train_config, struct train_ctl).
  *
  * ddp: this rank trains on its DistributedSampler shard; each micro-batch's
