@@ -93,6 +93,15 @@ for mod in $devices; do
 	named "$mod" "replica check after step 4: rank 2 (host $HOST) holds other values than the 2 of 3 ranks that agree, first in net1.weight"
 	echo "$(basename "$mod"): clean with --zero=2; 3 ranks: rank 2 named"
 done
+# A digest one rank cannot make (the fake GPU's 10th launch on device 1: the first of step
+# 1's check, after its 9): that rank's error, the other rank waiting for nobody, no
+# checkpoint written.
+rm -f lf.st
+DDPTRAIN_CUDA_MODULE=$FAKE_GPU DDPTRAIN_CUDA_GRAPHS=0 DDPT_FAKE_LAUNCH_FAIL=10@1 \
+	expect_fail 1 "rank 1: GPU 1: k_hash64 failed: too many resources requested for launch" 2 \
+	$A --device=cuda --check-replicas=1 --checkpoint=lf.st --timeout=30
+[ ! -e lf.st ] || fail "a checkpoint was written after a check that failed"
+echo "fake-gpu.so: a digest that fails on rank 1: its line, exit 1 everywhere, no checkpoint"
 unset DDPTRAIN_CUDA_MODULE
 
 # 6. --mode=dp: its default is left alone, an N refused (one line, exit 2).
