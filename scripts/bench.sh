@@ -9,7 +9,10 @@
 # and 2 ranks, its weak-scaling efficiency and GFLOP/s per rank against the
 # SGEMM ceiling (bench/sgemm_ceiling); ddp against --mode=dp at 2 replicas;
 # --trace's cost (ToyModel and wide MLP at 2 ranks, every step recorded: the
-# step time it adds to the same run untraced); the seed job (mpirun -np 2 ddptrain --max-steps=1): wall time and peak RSS
+# step time it adds to the same run untraced); issue 35's --check-replicas cost (the
+# ToyModel at 2 ranks with a check every 100 steps, and the wide MLP's with a check every
+# step, each against the same run with none; the latter divided by 100: a check every 100
+# steps as a share of the step, the issue's bound 1%); the seed job (mpirun -np 2 ddptrain --max-steps=1): wall time and peak RSS
 # per rank against bench/mpi_floor launched the same way, and its wall time with
 # DDPTRAIN_ALLREDUCE=mpi and =shm. Issue 29's rows: the
 # synthetic --layers=4096,1,4096 --batch-size=1024 step on the CPU (its data made by
@@ -42,7 +45,7 @@ export LC_ALL=C
 
 me=bench.sh
 usage() {
-	sed -n '2,27s/^# \{0,1\}//p' "$0"
+	sed -n '2,30s/^# \{0,1\}//p' "$0"
 	exit "${1:-0}"
 }
 die() {
@@ -116,9 +119,11 @@ MPIRUN=${MPIRUN:-mpirun}
 TORCH_PYTHON=${TORCH_PYTHON:-/usr/bin/python3}
 TORCH_SCRIPT=$here/scripts/torch_ddp_bench.py
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
-# issue 22's rows only where this ddptrain has the flags
+# issue 22's and issue 35's rows only where this ddptrain has the flags
 zero=no
 if "$DDPTRAIN" --help 2>&1 | grep -q -- --zero; then zero=yes; fi
+check=no
+if "$DDPTRAIN" --help 2>&1 | grep -q -- --check-replicas; then check=yes; fi
 torch_version=
 no_torch="--no-torch"
 if [ "$torch" = auto ]; then
@@ -235,6 +240,13 @@ config wide.dp2 run_dp 2 "${WIDE[@]}" --max-steps="$wide_steps"
 # --trace's cost: the same runs recording every step (the file goes to the scratch directory)
 config toy.np2.trace run_ddp 2 "${TOY[@]}" --max-steps="${toy_steps[1]}" --trace="$tmp/toy.trace.json"
 config wide.np2.trace run_ddp 2 "${WIDE[@]}" --max-steps="$wide_steps" --trace="$tmp/wide.trace.json"
+# --check-replicas' cost: each against the same run without a check
+if [ "$check" = yes ]; then
+	config toy.np2.check0 run_ddp 2 "${TOY[@]}" --max-steps="${toy_steps[1]}" --check-replicas=0
+	config toy.np2.check100 run_ddp 2 "${TOY[@]}" --max-steps="${toy_steps[1]}" --check-replicas=100
+	config wide.np2.check0 run_ddp 2 "${WIDE[@]}" --max-steps="$wide_steps" --check-replicas=0
+	config wide.np2.check1 run_ddp 2 "${WIDE[@]}" --max-steps="$wide_steps" --check-replicas=1
+fi
 if [ "$zero" = yes ]; then
 	for np in 2 4; do
 		config "big.np$np" run_ddp "$np" "${BIG[@]}" --max-steps=2
@@ -420,6 +432,19 @@ row toy.np2.trace "ToyModel, 2 ranks, --trace on" us/step low "$(stat toy.np2.tr
 	"trace off" "$(vals toy.np2 ms_per_step | median | awk 'NF { print $1 * 1000 }')" over "$(printf '\t')" - "" "" ""
 row wide.np2.trace "wide MLP, 2 ranks, --trace on" samples/s high "$(stat wide.np2.trace samples_per_s 1)" \
 	"trace off" "$(vals wide.np2 samples_per_s | median)" over "$(printf '\t')" - "" "" ""
+if [ "$check" = yes ]; then
+	row check.toy "ToyModel, 2 ranks, a check every 100" us/step low "$(stat toy.np2.check100 ms_per_step 1000)" \
+		"check off" "$(vals toy.np2.check0 ms_per_step | median | awk 'NF { print $1 * 1000 }')" over \
+		"$(printf '\t')" over 1 "" "<=+1% of a step"
+	row check.wide1 "wide MLP, 2 ranks, a check every step" ms/step low "$(stat wide.np2.check1 ms_per_step 1)" \
+		"check off" "$(vals wide.np2.check0 ms_per_step | median)" over "$(printf '\t')" - "" "" ""
+	# a check every 100 steps as a share of the step: (check1 / check0 - 1) / 100 in %, per round
+	row check.wide100 "  every 100 steps: share of a step" % low \
+		"$(per_round wide.np2.check1 wide.np2.check0 ms_per_step 1 | awk -F'\t' '{ n = split($2, v, ","); o = ""
+			for (i = 1; i <= n; i++) o = o (i > 1 ? "," : "") sprintf("%.10g", v[i] - 1)
+			printf "%s\t%s", $1 == "" ? "" : sprintf("%.10g", $1 - 1), o }')" \
+		- "" - "$(printf '\t')" max 1 "" "<1% of a step"
+fi
 if [ "$zero" = yes ]; then
 	for np in 2 4; do
 		case $np in 2) ot=0.55 ;; 4) ot=0.3 ;; esac
@@ -540,6 +565,7 @@ function jlist(s,   n, a, i, o) {
 			else if (acmp != "" && tk == "diff") res = acmp <= ta ? "pass" : "miss"
 			else if (acmp != "" && tk == "x") res = acmp > ta ? "pass" : "miss"
 			else if (acmp != "" && tk == "ratio") res = acmp <= ta ? "pass" : "miss"
+			else if (acmp != "" && tk == "over") res = acmp <= ta ? "pass" : "miss"
 		}
 	}
 	n++
@@ -559,6 +585,7 @@ END {
 	for (i = 1; i <= n; i++) print line[i]
 	print "# ddpt:it and ddpt:pt: how many times better ddptrain is (rates divided, times and sizes inverted);"
 	print "# against SGEMM: % of the ceiling; against the MPI floor: what ddptrain adds; against trace off: the time --trace adds"
+	print "# against check off: the step time --check-replicas adds to the same run without checks"
 	print "# against ddp in the issue-22 rows (big: --layers=1024,4096,4096,10 --optimizer=adamw): the ratio ddptrain/ddp"
 	if (star) print "# *: against the issue\47s PyTorch figure (no PyTorch figure from this run)"
 	if (toywait2 != "" || wait2 != "")

@@ -14,7 +14,7 @@ cd "$top/src"
 wings=(
 	"main.c|parse, start the world, run one session, choose the exit code"
 	"run/|the session: options, settings, placement, preflight, persist, observers, overview"
-	"train/|the gradient plan, the gradient-sync strategies, the ddp and dp training loops"
+	"train/|the gradient plan, the gradient-sync strategies, the ddp and dp training loops, the replica check"
 	"observe/|report, trace, stragglers, Prometheus"
 	"cuda/|the CUDA module (dlopen'd): cuBLAS and kernels, NCCL"
 	"store/|safetensors and checkpoints"

@@ -145,6 +145,11 @@ struct backend_ops {
 		      const struct adamw_hparams *h);
 	/* out[0] = (out[0] if accumulate, else 0) + sum of x[i]^2; out is device memory (1). */
 	void (*sumsq)(void *ctx, float *out, const float *x, size_t n, int accumulate);
+	/* The replica check's digest of x[0..n) (core/hash64.h), its elements numbered from
+	 * `first` (their index in the tensor or arena): into out, device memory of 2 floats
+	 * that hold the 64 bits (read back with to_host, then memcpy into a uint64_t). Of the
+	 * bits, not the values: every backend gives the same digest for the same bits. */
+	void (*hash64)(void *ctx, float *out, const float *x, size_t n, uint64_t first);
 	/* clip_grad_norm_'s scaling: x *= min(1, max_norm / (sqrt(sumsq[0]) + 1e-6)), sumsq
 	 * being device memory (1) filled by sumsq over all the tensors clipped together. */
 	void (*clip)(void *ctx, float *x, size_t n, const float *sumsq, float max_norm);

@@ -20,6 +20,7 @@
 #include "backend/backend.h"
 #include "config.h"
 #include "core/half.h"      /* half_narrow, half_widen, half_round, half_value */
+#include "core/hash64.h"    /* hash64_term: the replica check's digest */
 
 #define PANEL_MIN_ROWS 32 /* below this a panel's SGEMM slows down */
 
@@ -533,6 +534,19 @@ static void cpu_sumsq(void *ctx, float *out, const float *restrict x, size_t n, 
 	out[0] = (accumulate ? out[0] : 0.0f) + (float)s;
 }
 
+static void cpu_hash64(void *ctx, float *out, const float *restrict x, size_t n, uint64_t first)
+{
+	uint64_t h = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		uint32_t bits;
+
+		memcpy(&bits, &x[i], sizeof bits);
+		h += hash64_term(first + i, bits);
+	}
+	memcpy(out, &h, sizeof h);
+}
+
 static void cpu_clip(void *ctx, float *restrict x, size_t n, const float *sumsq, float max_norm)
 {
 	float coef = max_norm / (sqrtf(sumsq[0]) + 1e-6f);
@@ -584,6 +598,7 @@ const struct backend_ops backend_cpu_ops = {
 	.cross_entropy = cpu_cross_entropy,
 	.adamw = cpu_adamw,
 	.sumsq = cpu_sumsq,
+	.hash64 = cpu_hash64,
 	.clip = cpu_clip,
 	.sync = cpu_sync,
 	.mem_used = cpu_mem_used,

@@ -75,7 +75,7 @@ static const struct opstable_row backend_rows[] = {
 	BE(to_host, REQ), BE(to_host_async, REQ), BE(copy, REQ), BE(copy_peer, REQ), BE(add, REQ),
 	BE(linear_forward, REQ), BE(linear_backward, REQ), BE(linear_grad_rows, REQ),
 	BE(relu_forward, REQ), BE(relu_backward, REQ), BE(mse, REQ), BE(axpbz, REQ),
-	BE(cross_entropy, REQ), BE(adamw, REQ), BE(sumsq, REQ), BE(clip, REQ), BE(sync, REQ),
+	BE(cross_entropy, REQ), BE(adamw, REQ), BE(sumsq, REQ), BE(clip, REQ), BE(hash64, REQ), BE(sync, REQ),
 	BE(mem_used, REQ),
 	BE(graph_begin, GRAPHS), BE(graph_end, GRAPHS), BE(graph_launch, GRAPHS),
 	BE(graph_reset, GRAPHS),

@@ -26,8 +26,9 @@ struct comm; /* comm/comm.h: the module fills one in for NCCL */
  * struct comm.wire; 5: backend_ops.linear_grad_rows, struct comm.outside; 6: backend_ops.synth,
  * to_host_async, host_poll, BACKEND_MARKS 5, struct comm.size and inflight; 7: struct
  * backend_config.precision in tf32's place (PRECISION_BF16 asks for bf16 products); 8: the
- * gradient scales of linear_backward, linear_grad_rows (gscale), mse and cross_entropy (dscale). */
-#define GPU_MODULE_ABI 8
+ * gradient scales of linear_backward, linear_grad_rows (gscale), mse and cross_entropy (dscale);
+ * 9: backend_ops.hash64 (--check-replicas). */
+#define GPU_MODULE_ABI 9
 #define GPU_MODULE_SYMBOL "ddptrain_gpu_module"
 #define GPU_MODULE_FILE "ddptrain-cuda.so"
 #define GPU_NCCL_ID_BYTES 128 /* sizeof(ncclUniqueId) */

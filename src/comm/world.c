@@ -617,6 +617,17 @@ enum status world_local_allgather(struct world *w, const void *mine, size_t len,
 	return rc == MPI_SUCCESS ? ST_OK : world_mpi_error(d, rc, "MPI_Allgather(node)");
 }
 
+enum status world_allgather(struct world *w, const void *mine, size_t len, void *all,
+			    const char *what, struct diag *d)
+{
+	int rc;
+
+	world_watch_begin(w, what);
+	rc = MPI_Allgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, w->comm);
+	world_watch_end(w);
+	return rc == MPI_SUCCESS ? ST_OK : world_mpi_error(d, rc, "MPI_Allgather");
+}
+
 enum status world_gather(struct world *w, const void *mine, size_t len, void *all, struct diag *d)
 {
 	int rc;

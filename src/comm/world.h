@@ -103,6 +103,10 @@ void world_expect_busy(struct world *w, const char *busy);
 /* Gather len bytes from every rank of this node into all (local_size * len bytes) on each. */
 enum status world_local_allgather(struct world *w, const void *mine, size_t len, void *all,
 				  struct diag *d);
+/* Gather len bytes from every rank into all (size * len bytes, rank order) on every rank;
+ * watched as `what`. */
+enum status world_allgather(struct world *w, const void *mine, size_t len, void *all,
+			    const char *what, struct diag *d);
 /* Gather len bytes from every rank into all (size * len bytes) on rank 0. */
 enum status world_gather(struct world *w, const void *mine, size_t len, void *all, struct diag *d);
 /* Safe to call twice. */

@@ -42,6 +42,7 @@ enum trace_what {
 	TR_REPLICATE,   /* dp: replica 0's weights to replica i */
 	TR_GATHER,      /* dp: outputs onto replica 0 */
 	TR_REDUCE,      /* dp: gradients summed onto replica 0 */
+	TR_CHECK,       /* the replica check (--check-replicas) */
 	TR_NWHAT
 };
 extern const char *const trace_what_names[TR_NWHAT];

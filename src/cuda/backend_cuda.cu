@@ -22,6 +22,7 @@
 #include "cuda/hostwait.h"   /* hostwait: every wait of the host */
 #include "cuda/synth.h"      /* synth_launch: the synthetic generator's kernels */
 #include "core/tracebuf.h"           /* struct trace_dev, clock_now */
+#include "core/hash64.h"             /* hash64_term: the replica check's digest */
 
 /* tests/lib/kernels_host.cc compiles this file a second time, for the CUDA stub to run
  * the kernels on the host: DDPT_CUDA_HOST_KERNELS keeps only the kernels. */
@@ -382,6 +383,48 @@ __global__ void k_sumsq_pass2(float *out, const float *partials, int nparts, int
 	sum = block_sum(s);
 	if (threadIdx.x == 0)
 		*out = (accumulate ? *out : 0.0f) + (float)sum;
+}
+
+/* The sum mod 2^64 of every thread's s over the block (CUDA_THREADS threads): integer
+ * addition, so any order gives the same bits; valid in thread 0. */
+__device__ uint64_t block_sum_u64(uint64_t s)
+{
+	__shared__ uint64_t sh[CUDA_THREADS];
+
+	sh[threadIdx.x] = s;
+	__syncthreads();
+	for (int w = CUDA_THREADS / 2; w > 0; w /= 2) {
+		if (threadIdx.x < w)
+			sh[threadIdx.x] += sh[threadIdx.x + w];
+		__syncthreads();
+	}
+	return sh[0];
+}
+
+/* Pass 1 of the replica check's digest (core/hash64.h) of the floats whose bits are
+ * x[0..n), numbered from first: one partial sum per block. */
+__global__ void k_hash64_pass1(uint64_t *partials, const uint32_t *x, size_t n, uint64_t first)
+{
+	uint64_t s = 0, sum;
+
+	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+	     i += (size_t)gridDim.x * blockDim.x)
+		s += hash64_term(first + i, x[i]);
+	sum = block_sum_u64(s);
+	if (threadIdx.x == 0)
+		partials[blockIdx.x] = sum;
+}
+
+/* Pass 2 (one block): *out = the sum of the partials, the digest's 64 bits. */
+__global__ void k_hash64_pass2(uint64_t *out, const uint64_t *partials, int nparts)
+{
+	uint64_t s = 0, sum;
+
+	for (int i = threadIdx.x; i < nparts; i += blockDim.x)
+		s += partials[i];
+	sum = block_sum_u64(s);
+	if (threadIdx.x == 0)
+		*out = sum;
 }
 
 /* clip_grad_norm_: x *= min(1, max_norm / (sqrt(*sumsq) + 1e-6)), read on the device. */
@@ -910,6 +953,22 @@ extern "C" void cuda_sumsq(void *ctx, float *out, const float *x, size_t n, int 
 	LAUNCH_CHECK(c, "k_sumsq_pass1");
 	k_sumsq_pass2<<<1, CUDA_THREADS, 0, c->stream>>>(out, c->partials, CUDA_PARTIALS, accumulate);
 	LAUNCH_CHECK(c, "k_sumsq_pass2");
+}
+
+/* The partials are the loss reduction's scratch (2 * CUDA_PARTIALS floats: as many
+ * 64-bit sums as blocks), used in stream order like theirs. */
+extern "C" void cuda_hash64(void *ctx, float *out, const float *x, size_t n, uint64_t first)
+{
+	struct cuda_ctx *c = (struct cuda_ctx *)ctx;
+	int blocks = cuda_blocks(n) < CUDA_PARTIALS ? cuda_blocks(n) : CUDA_PARTIALS;
+
+	use(c);
+	k_hash64_pass1<<<blocks, CUDA_THREADS, 0, c->stream>>>((uint64_t *)c->partials, (const uint32_t *)x,
+							     n, first);
+	LAUNCH_CHECK(c, "k_hash64_pass1");
+	k_hash64_pass2<<<1, CUDA_THREADS, 0, c->stream>>>((uint64_t *)out, (const uint64_t *)c->partials,
+							blocks);
+	LAUNCH_CHECK(c, "k_hash64_pass2");
 }
 
 extern "C" void cuda_clip(void *ctx, float *x, size_t n, const float *sumsq, float max_norm)

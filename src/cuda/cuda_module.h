@@ -51,6 +51,7 @@ void cuda_cross_entropy(void *ctx, float *dy, float *out, const float *z, const 
 void cuda_adamw(void *ctx, float *p, const float *g, float *m, float *v, size_t n,
 		const struct adamw_hparams *h);
 void cuda_sumsq(void *ctx, float *out, const float *x, size_t n, int accumulate);
+void cuda_hash64(void *ctx, float *out, const float *x, size_t n, uint64_t first);
 void cuda_clip(void *ctx, float *x, size_t n, const float *sumsq, float max_norm);
 void cuda_axpbz(void *ctx, float *y, float a, float c, const float *x, float b, const float *z,
 		size_t n);

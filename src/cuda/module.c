@@ -40,6 +40,7 @@ static const struct backend_ops backend_cuda_ops = {
 	.cross_entropy = cuda_cross_entropy,
 	.adamw = cuda_adamw,
 	.sumsq = cuda_sumsq,
+	.hash64 = cuda_hash64,
 	.clip = cuda_clip,
 	.sync = cuda_sync,
 	.mem_used = cuda_mem_used,

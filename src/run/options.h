@@ -84,6 +84,7 @@ struct options {
 	double prometheus_every;        /* seconds between its rewrites */
 	int zero;                       /* ZeRO stage: 0 off, 1 optimizer state, 2 gradients too */
 	enum comm_wire grad_compress;   /* the gradients' wire type (COMM_WIRE_F32: none) */
+	long check_replicas;            /* optimizer steps between replica checks; 0 = off */
 	int help, version;              /* asked for --help / --version */
 };
 

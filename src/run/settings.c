@@ -33,6 +33,7 @@ void settings_apply(const struct options *o, struct optimizer_hparams *hp, struc
 	tc->clip_grad_norm = o->clip_grad_norm;
 	tc->eval_every = o->eval_every;
 	tc->zero = o->zero;
+	tc->check_replicas = o->check_replicas;
 	tc->compress = o->grad_compress != COMM_WIRE_F32;
 	tc->compress_fp16 = o->grad_compress == COMM_WIRE_F16;
 	tc->mean_after_backward = o->precision == PRECISION_BF16;

@@ -35,6 +35,15 @@ enum status ddp_settle(void *arg)
 	return t->sync.ops->settle != NULL ? t->sync.ops->settle(&t->sync) : ST_OK;
 }
 
+/* train_loop's check: the weights settled (ZeRO's all-gathers), then compared. */
+enum status ddp_check(void *arg, long step)
+{
+	struct ddp *t = arg;
+	enum status st = ddp_settle(t);
+
+	return st == ST_OK ? replicas_check(&t->rep, step, t->d) : st;
+}
+
 /* What the run header says of the plan. */
 void ddp_describe(const struct ddp *t, long steps_per_epoch)
 {
@@ -53,6 +62,7 @@ void ddp_describe(const struct ddp *t, long steps_per_epoch)
 	if (p->reduced < m->nparams + MODEL_SLOTS)
 		report_note(t->r, "frozen layers: %zu of %zu parameters trained and all-reduced",
 			    p->reduced - MODEL_SLOTS, m->nparams);
+	replicas_describe(&t->rep, t->r);
 }
 
 /* Free what ddp_setup made (each part may be NULL); safe twice. */
@@ -61,6 +71,7 @@ void ddp_free(struct ddp *t)
 	const struct backend_ops *ops = t->m->be->ops;
 
 	grad_sync_free(&t->sync);
+	replicas_free(&t->rep);
 	ops->host_free(t->m->be->ctx, t->stop_host);
 	ops->host_free(t->m->be->ctx, t->slots);
 	t->stop_host = t->slots = NULL;
@@ -85,6 +96,9 @@ enum status ddp_setup(struct ddp *t, const struct grad_plan *p)
 	if (st == ST_OK)
 		st = grad_sync_init(&t->sync, &(struct grad_sync_cfg){tc->overlap, tc->compress}, p, t->m, t->c,
 				    t->w, t->res, t->d);
+	if (st == ST_OK)
+		st = replicas_init(&t->rep, t->m, t->w, tc->check_replicas, t->sync.ops->replicated,
+				   t->sync.ops->name, t->d);
 	if (!world_all(t->w, st == ST_OK)) {
 		ddp_free(t);
 		return st != ST_OK ? st : diag_set(t->d, ST_PEER, "another rank could not start training");

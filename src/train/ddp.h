@@ -11,6 +11,7 @@
 #ifndef DDPT_DDP_H
 #define DDPT_DDP_H
 
+#include "train/replicas.h"
 #include "train/sync.h"
 #include "train/trainer.h"
 
@@ -32,6 +33,7 @@ struct ddp {
 	struct train_result *res;
 	struct diag *d;
 	struct grad_sync sync;      /* the gradient-sync strategy (sync.h) */
+	struct replicas rep;        /* --check-replicas (replicas.h) */
 	long step, total;           /* the step being taken (0-based), and the run's last */
 	double lr;                  /* the lr of the last optimizer step */
 	double flops;               /* the products' floating-point operations so far (model_flops) */
@@ -67,9 +69,11 @@ enum status ddp_setup(struct ddp *t, const struct grad_plan *p);
 /* The run header's notes on the plan. */
 void ddp_describe(const struct ddp *t, long steps_per_epoch);
 /* train_loop's callbacks (arg: the struct ddp): evaluate the validation set; complete what
- * still changes the weights. */
+ * still changes the weights; compare the replicas (NULL in the loop where they are not:
+ * replicas_on). */
 enum status ddp_eval(void *arg, long step, long epoch);
 enum status ddp_settle(void *arg);
+enum status ddp_check(void *arg, long step);
 /* The end: the weights settled, the device idle, the graphs released; then the result of
  * `step` steps in `seconds` over `consumed` samples of this rank; then free (safe twice). */
 enum status ddp_teardown(struct ddp *t, enum status st);

@@ -55,6 +55,10 @@ struct grad_sync_ops {
 	 * notes on the strategy (NULL: none). */
 	const char *bucket_note;
 	void (*describe)(const struct grad_sync *s, struct report *r, double bucket_mb);
+	/* What stays the same on every rank between steps, once settled (a mask of
+	 * SYNC_SAME_*): what --check-replicas compares (replicas.h). 0: nothing persistent is
+	 * replicated (every rank keeps only its shard), and the check says so instead. */
+	unsigned replicated;
 	/* Set up what the strategy keeps (s->own); point the model's gradient views. */
 	enum status (*init)(struct grad_sync *s);
 	/* Before a micro-batch's backward; sync: its gradients are summed over the ranks in
@@ -73,6 +77,9 @@ struct grad_sync_ops {
 	enum status (*settle)(struct grad_sync *s);
 	void (*free)(struct grad_sync *s);
 };
+
+#define SYNC_SAME_PARAMS 1u /* the parameters (ZeRO: all-gathered, after settle) */
+#define SYNC_SAME_STATE 2u  /* the optimizer state arenas */
 
 extern const struct grad_sync_ops sync_buckets_ops, sync_stream_ops, sync_zero1_ops, sync_zero2_ops;
 

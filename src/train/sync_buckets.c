@@ -100,6 +100,7 @@ const struct grad_sync_ops sync_buckets_ops = {
 	.capturable = 1,
 	.times_buckets = 1,
 	.bucket_note = "",
+	.replicated = SYNC_SAME_PARAMS | SYNC_SAME_STATE,
 	.init = buckets_init,
 	.begin = buckets_begin,
 	.layer_done = buckets_layer_done,

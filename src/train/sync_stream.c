@@ -158,6 +158,7 @@ const struct grad_sync_ops sync_stream_ops = {
 	.applies = stream_applies,
 	.untimed = "the gradients stream in regions of layers as backward makes them, not whole buckets",
 	.bucket_note = "; streamed: regions of 1 bucket's size start as backward finishes them",
+	.replicated = SYNC_SAME_PARAMS | SYNC_SAME_STATE,
 	.init = stream_init,
 	.begin = stream_begin_pass,
 	.layer_done = stream_hook_layer_done,

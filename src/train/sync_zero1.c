@@ -107,6 +107,7 @@ const struct grad_sync_ops sync_zero1_ops = {
 	.applies = zero1_applies,
 	.times_buckets = 1,
 	.bucket_note = "",
+	.replicated = SYNC_SAME_PARAMS, /* the optimizer state is sharded: not compared */
 	.describe = zero1_describe,
 	.init = zero1_init,
 	.begin = buckets_begin,

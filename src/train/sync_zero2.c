@@ -238,6 +238,7 @@ const struct grad_sync_ops sync_zero2_ops = {
 	.applies = zero2_applies,
 	.untimed = "--zero=2 reduce-scatters the gradients in parts of layers as backward makes them, not in these buckets",
 	.bucket_note = "",
+	.replicated = SYNC_SAME_PARAMS, /* the optimizer state is sharded: not compared */
 	.describe = zero2_describe,
 	.init = zero2_init,
 	.begin = zero2_begin,

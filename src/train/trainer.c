@@ -26,9 +26,22 @@ static int checkpoint_due(const struct train_loop *lp, long step, int stop)
 	return ctl->checkpoint != NULL && ((ctl->every > 0 && step % ctl->every == 0) || step == lp->total || stop);
 }
 
+/* Is a replica check due after step `step`? Every check_replicas steps, and before
+ * anything writes the weights (a checkpoint, --save-best after an evaluation, --save after
+ * the last step), so that no file is ever written from replicas that differ. */
+static int check_due(const struct train_loop *lp, long step, const struct batch *b, int stop)
+{
+	const long every = lp->tc->check_replicas;
+
+	return lp->check != NULL && every > 0 &&
+	       (step % every == 0 || step == lp->total || checkpoint_due(lp, step, stop) ||
+		(lp->ctl->evaluated != NULL && eval_due(lp, step, b)));
+}
+
 int trainer_step_reads_weights(const struct train_loop *lp, long step, const struct batch *b)
 {
-	return step == lp->total || eval_due(lp, step, b) || checkpoint_due(lp, step, 0);
+	return step == lp->total || eval_due(lp, step, b) || checkpoint_due(lp, step, 0) ||
+	       check_due(lp, step, b, 0);
 }
 
 /* The loss is not finite, on every rank (it is their mean): was a training file rewritten
@@ -102,6 +115,17 @@ enum status trainer_after_step(const struct train_loop *lp, long *step, const st
 			clk->acc_sum = 0.0;
 			clk->loss_count = 0;
 		}
+	}
+	/* before the evaluation and the checkpoint: nothing is written from replicas that
+	 * differ, and the last checkpoint written stays */
+	if (check_due(lp, *step, b, e->stop)) {
+		struct trace_buf *tb = trace_buf_for(ctl->trace, 0, *step);
+		long span = trace_begin(tb, TR_CHECK, -1);
+
+		st = lp->check(lp->eval_arg, *step);
+		trace_end(tb, span);
+		if (st != ST_OK)
+			return st;
 	}
 	if (eval_due(lp, *step, b)) {
 		st = lp->settle != NULL ? lp->settle(lp->eval_arg) : ST_OK;

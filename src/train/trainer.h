@@ -3,8 +3,8 @@
  * hold identical weights, and run the epochs the options ask for.
  *
  * The train/ wing (floor 4, above observe/ and store/): the gradient plan, the
- * gradient-sync strategies and the two training loops, over the model/ wing's
- * model, loss, optimizer and schedule. It knows no files and no options: the loops
+ * gradient-sync strategies, the two training loops and the replica check (replicas.h),
+ * over the model/ wing's model, loss, optimizer and schedule. It knows no files and no options: the loops
  * take configurations and callbacks (struct train_config, struct train_ctl).
  *
  * ddp: this rank trains on its DistributedSampler shard; each micro-batch's
@@ -64,6 +64,8 @@ struct train_config {
 	int compress;              /* ddp: gradients travel in the communicator's wire type */
 	int compress_fp16;         /* ... and that is fp16, whose range ends at 65504: a
 				    * non-finite loss is then most likely its overflow */
+	long check_replicas;       /* ddp: compare the replicas every N optimizer steps, and before
+				    * anything writes weights (replicas.h); 0 = off */
 	long schedule_steps;       /* the lr schedule's length in optimizer steps as a resumed
 				    * checkpoint wrote it (kept at another world size, as
 				    * LambdaLR's would be); 0: the run's own total */
@@ -201,6 +203,9 @@ struct train_loop {
 	 * what one of them finds (dp: NULL); ds NULL: no scan. */
 	const struct dataset *ds;
 	struct world *w;
+	/* Compare the replicas after step `step` (--check-replicas; the weights settled first),
+	 * or NULL: no check runs (dp, one rank, nothing replicated, off). */
+	enum status (*check)(void *eval_arg, long step);
 };
 
 /* What one optimizer step ended with. */
@@ -213,14 +218,16 @@ struct step_end {
 };
 
 /* Whether the work after step `step` (counted from 1), whose last micro-batch was b,
- * reads the weights as that step left them (evaluation or a checkpoint is due, or it is
- * the last): its loss must be read before the next step is queued. */
+ * reads the weights as that step left them (evaluation, a replica check or a checkpoint
+ * is due, or it is the last): its loss must be read before the next step is queued. */
 int trainer_step_reads_weights(const struct train_loop *lp, long step, const struct batch *b);
 /* After an optimizer step: refuse a non-finite loss, count the step (*step), keep first
- * and final losses, print progress when due, evaluate the validation set when due (every
- * eval_every steps, at the end of an epoch and of training), write the checkpoint that
- * is due (every ctl->every steps, at the last step, or when stopping) and say whether to
- * stop: ST_INTERRUPTED when e->stop is set. */
+ * and final losses, print progress when due, compare the replicas when due (every
+ * check_replicas steps, and before the weights are written: a checkpoint, --save-best's
+ * evaluation, the last step), evaluate the validation set when due (every eval_every
+ * steps, at the end of an epoch and of training), write the checkpoint that is due (every
+ * ctl->every steps, at the last step, or when stopping) and say whether to stop:
+ * ST_INTERRUPTED when e->stop is set. */
 enum status trainer_after_step(const struct train_loop *lp, long *step, const struct step_end *e,
 			       struct diag *d);
 

@@ -44,7 +44,8 @@ enum status trainer_ddp(const struct train_config *tc, const struct grad_plan *p
 		ctl->trace->buf[0].dev_ctx = m->be->ctx;
 	}
 	t.total = res->total = trainer_total_steps(ctl, L.nmicro, tc->grad_accum, tc->epochs, tc->max_steps);
-	loop = (struct train_loop){ctl, tc, res, r, &clk, t.total, L.nmicro, ddp_eval, &t, ddp_settle, ds, w};
+	loop = (struct train_loop){ctl, tc, res, r, &clk, t.total, L.nmicro, ddp_eval, &t, ddp_settle, ds, w,
+				   replicas_on(&t.rep) ? ddp_check : NULL};
 	report_training_starts(r); /* nothing refuses the run now: the metrics stream opens */
 	ddp_describe(&t, trainer_steps_per_epoch(L.nmicro, tc->grad_accum));
 	clk.t0 = clk.t_last = clk.t_step = clock_now();

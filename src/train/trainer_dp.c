@@ -630,7 +630,7 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct world
 	steps_per_epoch = trainer_steps_per_epoch(L.nmicro, tc->grad_accum);
 	total = trainer_total_steps(ctl, L.nmicro, tc->grad_accum, tc->epochs, tc->max_steps);
 	res->total = total;
-	loop = (struct train_loop){ctl, tc, res, r, &clk, total, L.nmicro, dp_eval, &dp, NULL, ds, NULL};
+	loop = (struct train_loop){ctl, tc, res, r, &clk, total, L.nmicro, dp_eval, &dp, NULL, ds, NULL, NULL};
 	report_training_starts(r); /* nothing refuses the run now: the metrics stream opens */
 	report_note(r, "dp: %d replicas on worker threads, %ld samples per step split in chunks of %ld, %ld steps per epoch, %ld steps in all",
 		    replicas, global, (global + replicas - 1) / replicas, steps_per_epoch, total);

@@ -79,6 +79,15 @@ EOF
 else
 	grep -q "^# issue 22's rows (--zero, state per rank): not run" "$TMPD/out" || fail "no line saying the issue-22 rows were not run"
 fi
+# Issue 35's rows, where this ddptrain has --check-replicas
+if "$DDPTRAIN" --help 2>&1 | grep -q -- --check-replicas; then
+	nrows=$((nrows + 3))
+	check_rows <<'EOF'
+check.toy us/step check off
+check.wide1 ms/step check off
+check.wide100 % -
+EOF
+fi
 [ "$(grep -c '^  [a-z]' "$TMPD/out")" -eq $nrows ] || fail "not $nrows rows"
 grep -Eq "^# SGEMM, 1 thread, .*FLOP-weighted ceiling $num$" "$TMPD/out" || fail "no SGEMM line"
 grep -q '^# PyTorch: not run' "$TMPD/out" || fail "no PyTorch line"

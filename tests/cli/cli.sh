@@ -25,7 +25,7 @@ rc=0
 [ "$(cat "$TMPD/err")" = "ddptrain: --epochs: 'x' is not an integer" ] || fail "usage error said: $(cat "$TMPD/err")"
 rc=0
 "$DDPTRAIN" --che=x 2>"$TMPD/err" || rc=$?
-[ "$rc" -eq 2 ] && [ "$(cat "$TMPD/err")" = "ddptrain: option '--che' is ambiguous: it abbreviates --checkpoint, --checkpoint-every (spell it out)" ] ||
+[ "$rc" -eq 2 ] && [ "$(cat "$TMPD/err")" = "ddptrain: option '--che' is ambiguous: it abbreviates --checkpoint, --checkpoint-every, --check-replicas (spell it out)" ] ||
 	fail "ambiguous prefix: exit $rc: $(cat "$TMPD/err")"
 # ... and a run that needs MPI does start it (so the check above can fail).
 "$DDPTRAIN" --max-steps=1 --quiet >/dev/null 2>&1 && fail "ddptrain trained without MPI: the check proves nothing"

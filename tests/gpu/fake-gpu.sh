@@ -163,12 +163,13 @@ DDPT_FAKE_COPY_ERROR=2@1 timeout 60 "$DDPTRAIN" --mode=dp --replicas=2 $C --devi
 # Out of device memory (cudaMalloc) on one rank, at the model's first allocation: every
 # rank exits 1 at once with that rank's line.
 DDPT_FAKE_ALLOC_FAIL=1@1 expect_fail 1 "rank 1: model: out of cuda memory" 2 $C --device=cuda --timeout=30
-# A kernel launch that fails (eagerly 8 a step: every rank's 17th, in step 3): exit 1
+# A kernel launch that fails (every rank's 36th, in step 3, counted below): exit 1
 # naming the kernel, no checkpoint of that step; in dp on replica 1 only, named with the
 # replica.
 rm -f f.st*
-# (9 launches per step, the synth op's first: the 20th is step 3's first after its data)
-DDPTRAIN_CUDA_GRAPHS=0 DDPT_FAKE_LAUNCH_FAIL=20 expect_fail 1 "failed: too many resources requested for launch (fake-gpu fault" 2 $C --device=cuda $K
+# (9 launches per step, the synth op's first, and before each step's checkpoint the
+# replica check's 8, one per tensor: the 36th is step 3's first after its data)
+DDPTRAIN_CUDA_GRAPHS=0 DDPT_FAKE_LAUNCH_FAIL=36 expect_fail 1 "failed: too many resources requested for launch (fake-gpu fault" 2 $C --device=cuda $K
 [ "$(last_ckpt)" = 2 ] || fail "launch failure in step 3: last checkpoint at step $(last_ckpt)"
 rc=0
 DDPT_FAKE_LAUNCH_FAIL=30@1 timeout 60 "$DDPTRAIN" --mode=dp --replicas=2 $C --device=cuda 2>err || rc=$?

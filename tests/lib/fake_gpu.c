@@ -102,7 +102,7 @@
 enum fk_kind {
 	K_TO_DEVICE, K_TO_HOST, K_COPY, K_MEMSET,
 	K_ADD, K_LIN_FWD, K_LIN_BWD, K_LIN_ROWS, K_RELU_FWD, K_RELU_BWD, K_MSE, K_AXPBZ, K_XENT, K_ADAMW,
-	K_SYNTH, K_SUMSQ, K_CLIP, /* K_ADD..K_CLIP: kernel launches (K_SYNTH: its indices' copy too) */
+	K_SYNTH, K_SUMSQ, K_HASH64, K_CLIP, /* K_ADD..K_CLIP: kernel launches (K_SYNTH: its indices' copy too) */
 	K_ALLREDUCE, K_RSCATTER, K_AGATHER, K_BCAST, /* K_ALLREDUCE..K_BCAST: collectives */
 	K_STEP_END, K_TIMER, K_RECORD, K_WAIT,
 };
@@ -134,6 +134,7 @@ struct fk_op {
 	int ev;               /* in a capture: the graph's event K_RECORD sets and K_WAIT reads */
 	float *staged;        /* K_TO_DEVICE from pageable memory: the staged data, freed when run */
 	uint64_t sum;         /* K_TO_DEVICE: checksum of the source when it entered the queue */
+	uint64_t first;       /* K_HASH64: the number of the first element */
 	int graph;            /* entered the queue through a graph launch */
 	int cutset;           /* K_RSCATTER, K_AGATHER: the comm's cutset[cutset] */
 	enum comm_wire wire;  /* a collective's type on the wire */
@@ -579,6 +580,9 @@ static void run_op(struct fk_queue *q, struct fk_op *o)
 		break;
 	case K_SUMSQ:
 		cpu->sumsq(NULL, o->dst, o->s1, o->n, o->flag);
+		break;
+	case K_HASH64:
+		cpu->hash64(NULL, o->dst, o->s1, o->n, o->first);
 		break;
 	case K_CLIP:
 		cpu->clip(NULL, o->dst, o->n, o->s1, o->scale);
@@ -1213,6 +1217,13 @@ static void fk_sumsq(void *ctx, float *out, const float *x, size_t n, int accumu
 	issue(ctx, &o, "k_sumsq");
 }
 
+static void fk_hash64(void *ctx, float *out, const float *x, size_t n, uint64_t first)
+{
+	struct fk_op o = {.k = K_HASH64, .dst = out, .s1 = x, .n = n, .first = first};
+
+	issue(ctx, &o, "k_hash64");
+}
+
 static void fk_clip(void *ctx, float *x, size_t n, const float *sumsq, float max_norm)
 {
 	struct fk_op o = {.k = K_CLIP, .dst = x, .n = n, .s1 = sumsq, .scale = max_norm};
@@ -1443,6 +1454,7 @@ static const struct backend_ops fake_backend = {
 	.cross_entropy = fk_cross_entropy,
 	.adamw = fk_adamw,
 	.sumsq = fk_sumsq,
+	.hash64 = fk_hash64,
 	.clip = fk_clip,
 	.sync = fk_sync,
 	.mem_used = fk_mem_used,

@@ -39,7 +39,14 @@
  *   DDPT_SHIM_FAIL_SHARED_MAP=BYTES   mmap of a file, shared, of BYTES or more fails with
  *                                     ENOMEM, as under ulimit -v: set on one rank, Open MPI's
  *                                     osc/sm fails there only, after creating its backing file
- *                                     (on the node's rank 0) or while mapping it (the others)
+ *                                     (on the node's rank 0) or while mapping it (the others) *   DDPT_SHIM_FLIP_WEIGHT=K[:BIT]     the K-th layer forward of this process (counted from 1:
+ *                                     the K-th cblas_sgemm of the form y = x w^T, whose w is a
+ *                                     layer's weight in place, as the CPU backend, the fake GPU
+ *                                     and the CUDA stub's cuBLAS call it; a bf16 product's
+ *                                     rounded copy is not) first flips bit BIT (default 0, the
+ *                                     lowest of the mantissa) of that weight's first element:
+ *                                     a rank whose memory or arithmetic went wrong once (the
+ *                                     replica check, tests/failures/replicas.sh)
  */
 #define _GNU_SOURCE
 #include <cblas.h>       /* cblas_sgemm */
@@ -51,7 +58,8 @@
 #include <mpi.h>         /* PMPI_Allreduce, PMPI_Finalize */
 #include <signal.h>      /* raise, SIGSTOP, SIGUSR1 */
 #include <stdatomic.h>   /* atomic_long: dp's replicas multiply on threads of their own */
-#include <stdlib.h>      /* getenv, atof */
+#include <stdint.h>      /* uint32_t */
+#include <stdlib.h>      /* getenv, atof, strtol */
 #include <string.h>      /* strcmp */
 #include <sys/mman.h>    /* MAP_SHARED, MAP_FAILED */
 #include <sys/stat.h>    /* fstat, S_ISREG */
@@ -160,6 +168,35 @@ void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 	return (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
 }
 
+/* DDPT_SHIM_FLIP_WEIGHT: a layer's forward is C (out, n) = w^T-form A (in, out)^T times
+ * B (in, n) in column-major terms, A the weight; row-major calls are the same product with
+ * the operands swapped (the CPU backend's y (n, out) = x w^T: B = w, transposed). */
+static void flip_weight(enum CBLAS_ORDER order, enum CBLAS_TRANSPOSE ta, enum CBLAS_TRANSPOSE tb,
+			const float *a, const float *b)
+{
+	static long forwards;
+	const char *v = getenv("DDPT_SHIM_FLIP_WEIGHT");
+	const float *w;
+	char *end;
+	long k;
+	uint32_t bits;
+
+	if (v == NULL)
+		return;
+	if (order == CblasColMajor && ta == CblasTrans && tb == CblasNoTrans)
+		w = a;
+	else if (order == CblasRowMajor && ta == CblasNoTrans && tb == CblasTrans)
+		w = b;
+	else
+		return;
+	k = strtol(v, &end, 10);
+	if (++forwards != k)
+		return;
+	memcpy(&bits, w, sizeof bits);
+	bits ^= 1u << (*end == ':' ? atoi(end + 1) : 0);
+	memcpy((float *)w, &bits, sizeof bits); /* the weight itself: the caller's memory */
+}
+
 void cblas_sgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE ta, const enum CBLAS_TRANSPOSE tb,
 		 const blasint m, const blasint n, const blasint k, const float alpha, const float *a,
 		 const blasint lda, const float *b, const blasint ldb, const float beta, float *c,
@@ -180,6 +217,7 @@ void cblas_sgemm(const enum CBLAS_ORDER order, const enum CBLAS_TRANSPOSE ta, co
 	if (atomic_fetch_add(&calls, 1) + 1 == (sig != NULL ? atol(sig) : 0) &&
 	    (at == NULL || atoi(at + 1) == (rank != NULL ? atoi(rank) : 0)))
 		raise(SIGUSR1);
+	flip_weight(order, ta, tb, a, b);
 	if (real == NULL)
 		*(void **)&real = dlsym(RTLD_NEXT, "cblas_sgemm");
 	real(order, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

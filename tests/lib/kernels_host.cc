@@ -22,6 +22,7 @@
 /* The module's headers, here outside the namespace (their guards keep the .cu files'
  * own includes from repeating them inside it). */
 #include "core/clock.h"
+#include "core/hash64.h"
 #include "core/tracebuf.h"
 #include "cuda/cuda_ctx.h"
 #include "cuda/cuda_module.h"

@@ -187,6 +187,30 @@ static void check_backward(const char *size, struct pair *dx, struct pair *dw, s
 	}
 }
 
+/* hash64 of x[0..n) numbered from first on both backends: the same 64 bits, bit for bit
+ * (a digest must not depend on where it was made). */
+static void check_hash(const char *what, const float *xc, const float *xg, size_t n, uint64_t first)
+{
+	float *oc = cpu.ops->alloc(cpu.ctx, 2), *og = gpu.ops->alloc(gpu.ctx, 2);
+	float back[2];
+	uint64_t hc, hg;
+	struct diag d = {0};
+
+	cpu.ops->hash64(cpu.ctx, oc, xc, n, first);
+	gpu.ops->hash64(gpu.ctx, og, xg, n, first);
+	if (gpu.ops->to_host(gpu.ctx, back, og, 2, &d) != ST_OK) {
+		printf("%-32s FAIL: %s\n", what, d.msg);
+		failures++;
+	} else {
+		memcpy(&hc, oc, sizeof hc);
+		memcpy(&hg, back, sizeof hg);
+		printf("%-32s %10s %s\n", what, hc == hg ? "identical" : "differ", hc == hg ? "ok" : "FAIL");
+		failures += hc != hg;
+	}
+	cpu.ops->free(cpu.ctx, oc);
+	gpu.ops->free(gpu.ctx, og);
+}
+
 /* The optimizers' and the clipping's vector operations on n elements (random keys from
  * key on), as optimizer.c and trainer.c call them; each check's name starts with size. */
 static void check_vectors(const char *size, size_t n, uint64_t key)
@@ -229,6 +253,10 @@ static void check_vectors(const char *size, size_t n, uint64_t key)
 	cpu.ops->sumsq(cpu.ctx, nrm.c, g.c + cut, n - cut, 1);
 	gpu.ops->sumsq(gpu.ctx, nrm.g, g.g + cut, n - cut, 1);
 	CHECK("sumsq (two slices)", &nrm);
+	snprintf(what, sizeof what, "%shash64", size);
+	check_hash(what, g.c, g.g, n, 0);
+	snprintf(what, sizeof what, "%shash64 (slice, first 2^33+5)", size);
+	check_hash(what, g.c + cut, g.g + cut, n - cut, ((uint64_t)1 << 33) + 5);
 	cpu.ops->clip(cpu.ctx, g.c, g.n, nrm.c, 1.0f);
 	gpu.ops->clip(gpu.ctx, g.g, g.n, nrm.g, 1.0f);
 	CHECK("clip to norm 1", &g);

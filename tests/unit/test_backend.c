@@ -5,7 +5,8 @@
  * equals backward whole bit for bit where the BLAS computes a row panel as it
  * computes those rows of the whole product (tests/lib/blasrows.h asks it), else
  * within the rounding of a dot product summed in another order. The gradient scale
- * comes after the bf16 roundings. The loss kernels are in test_loss.c.
+ * comes after the bf16 roundings. The replica check's digest against splitmix64's
+ * reference output and its own sum. The loss kernels are in test_loss.c.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/hash64.h"
 #include "lib/blasrows.h"
 #include "lib/fill.h"
 
@@ -295,6 +297,55 @@ static void test_sumsq_and_clip_match_clip_grad_norm(void **state)
 	assert_float_equal(b[0], 4.0 / (5.0 + 1e-6), 1e-7);
 }
 
+/* The replica check's digest (core/hash64.h) of x numbered from first. */
+static uint64_t digest(const float *x, size_t n, uint64_t first)
+{
+	float out[2];
+	uint64_t h;
+
+	ops->hash64(NULL, out, x, n, first);
+	memcpy(&h, out, sizeof h);
+	return h;
+}
+
+static void test_hash64_is_splitmix64_summed_over_index_and_bits(void **state)
+{
+	const float x[3] = {1.0f, -0.0f, 0.0f};
+
+	/* splitmix64's first output from state 0 (Vigna's reference splitmix64.c) */
+	assert_true(hash64_mix(0) == 0xe220a8397b1dcdafULL);
+	/* {1, -0, 0}: the terms of (index << 32 | bits) summed mod 2^64, computed apart (Python's
+	 * integers) */
+	assert_true(digest(x, 3, 0) == 0x3a9566a59bcd2116ULL);
+}
+
+static void test_hash64_sees_one_bit_and_order_and_splits_by_first(void **state)
+{
+	enum { N = 1000 };
+	float x[N], y[N];
+	uint64_t whole;
+	uint32_t bits;
+
+	fill(x, N, 5);
+	whole = digest(x, N, 0);
+	/* pieces numbered from where they start add up to the whole, in any order */
+	assert_true(digest(x, 377, 0) + digest(x + 377, N - 377, 377) == whole);
+	assert_true(digest(x + 377, N - 377, 377) + digest(x, 377, 0) == whole);
+	/* the lowest bit of one element, two elements swapped, -0 for 0: each seen */
+	memcpy(y, x, sizeof y);
+	memcpy(&bits, &y[500], sizeof bits);
+	bits ^= 1;
+	memcpy(&y[500], &bits, sizeof bits);
+	assert_true(digest(y, N, 0) != whole);
+	memcpy(y, x, sizeof y);
+	y[3] = x[4];
+	y[4] = x[3];
+	assert_true(x[3] != x[4] && digest(y, N, 0) != whole);
+	y[0] = 0.0f;
+	x[0] = -0.0f;
+	assert_true(digest(y, 1, 0) != digest(x, 1, 0));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -307,6 +358,8 @@ int main(void)
 		cmocka_unit_test(test_relu_forward_and_backward),
 		cmocka_unit_test(test_relu_propagates_nan_like_torch),
 		cmocka_unit_test(test_sumsq_and_clip_match_clip_grad_norm),
+		cmocka_unit_test(test_hash64_is_splitmix64_summed_over_index_and_bits),
+		cmocka_unit_test(test_hash64_sees_one_bit_and_order_and_splits_by_first),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -221,7 +221,7 @@ static void test_options_unique_prefix_means_the_flag(void **state)
 	assert_int_equal(o.batch_size, 7);
 	assert_int_equal(o.shuffle, 0);
 	assert_int_equal(parse(&o, &d, "--che=x", NULL), ST_USAGE);
-	assert_string_equal(d.msg, "option '--che' is ambiguous: it abbreviates --checkpoint, --checkpoint-every (spell it out)");
+	assert_string_equal(d.msg, "option '--che' is ambiguous: it abbreviates --checkpoint, --checkpoint-every, --check-replicas (spell it out)");
 	assert_int_equal(parse(&o, &d, "--no", NULL), ST_USAGE);
 	assert_non_null(strstr(d.msg, "'--no' is ambiguous: it abbreviates --no-shuffle, --no-overlap"));
 	/* an exact name wins over the longer flags it is a prefix of */
@@ -396,6 +396,17 @@ static void test_options_refuse_contradictory_trainer_settings(void **state)
 	assert_int_equal(parse(&o, &d, "--val-samples=10", "--eval-every=5", "--save-best=b.st",
 			       "--loss=cross-entropy", "--freeze=1", "--clip-grad-norm=1", NULL), ST_OK);
 	assert_true(o.frozen[0] && !o.frozen[1]);
+	/* --check-replicas is on by default (1000), also with --mode=dp, which has nothing to
+	 * compare: there it leaves the default alone and refuses another N; 0 is always fine. */
+	assert_int_equal(parse(&o, &d, NULL), ST_OK);
+	assert_int_equal(o.check_replicas, 1000);
+	assert_int_equal(parse(&o, &d, "--mode=dp", NULL), ST_OK);
+	assert_int_equal(parse(&o, &d, "--mode=dp", "--check-replicas=1000", NULL), ST_OK);
+	assert_int_equal(parse(&o, &d, "--mode=dp", "--check-replicas=0", NULL), ST_OK);
+	assert_int_equal(parse(&o, &d, "--mode=dp", "--check-replicas=5", NULL), ST_USAGE);
+	assert_non_null(strstr(d.msg, "--check-replicas applies to --mode=ddp"));
+	assert_int_equal(parse(&o, &d, "--check-replicas=-1", NULL), ST_USAGE);
+	assert_non_null(strstr(d.msg, "--check-replicas: -1 is out of range"));
 }
 
 /* One rule for every numeric flag (issue 30): a number is written without white space,

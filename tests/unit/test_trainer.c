@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "train/trainer.h"
@@ -173,6 +174,70 @@ static void test_after_step_evaluates_every_n_steps_at_epoch_ends_and_at_the_end
 	report_free(&r);
 }
 
+/* The order of the replica checks and checkpoints after each step: "c4" a check after
+ * step 4, "k3" a checkpoint after step 3. A check fails after step fail_at. */
+struct order_log {
+	char seq[128];
+	long fail_at;
+};
+
+static enum status order_check(void *arg, long step)
+{
+	struct order_log *o = arg;
+	size_t n = strlen(o->seq);
+
+	snprintf(o->seq + n, sizeof o->seq - n, "c%ld ", step);
+	return step == o->fail_at ? ST_RUNTIME : ST_OK;
+}
+
+static enum status order_checkpoint(void *arg, long step, long epoch, long next_mb, long schedule_steps,
+				    struct diag *d)
+{
+	struct order_log *o = arg;
+	size_t n = strlen(o->seq);
+
+	snprintf(o->seq + n, sizeof o->seq - n, "k%ld ", step);
+	return ST_OK;
+}
+
+/* --check-replicas=4 in a 10-step run that checkpoints every 3: a check every 4 steps, one
+ * before each checkpoint (3, 6, 9 and the last, 10), each step with a check reading the
+ * weights at once; a check that fails (step 6) stops the work before that step's
+ * checkpoint. */
+static void test_after_step_checks_replicas_every_n_and_before_each_checkpoint(void **state)
+{
+	struct order_log o = {.fail_at = -1};
+	struct train_ctl ctl = {.every = 3, .checkpoint = order_checkpoint, .arg = &o};
+	struct train_config tc = {.epochs = 1, .check_replicas = 4};
+	struct train_result res = {0};
+	struct step_clock clk = {0};
+	struct report r;
+	struct diag d = {0};
+	long step = 0;
+
+	report_init(&r, 0, 1, 0);
+	const struct train_loop lp = {&ctl, &tc, &res, &r, &clk, 10, 10, NULL, &o, NULL, order_check};
+
+	for (long k = 0; k < 10; k++) {
+		struct batch b = {.epoch = 0, .mb = k};
+
+		assert_int_equal(trainer_step_reads_weights(&lp, k + 1, &b), (k + 1) % 3 == 0 || (k + 1) % 4 == 0 || k == 9);
+		assert_int_equal(trainer_after_step(&lp, &step, &(struct step_end){&b, 1.0f, 0.0f, 0.1, 0.0, 0}, &d),
+				 ST_OK);
+	}
+	assert_string_equal(o.seq, "c3 k3 c4 c6 k6 c8 c9 k9 c10 k10 ");
+	o = (struct order_log){.fail_at = 6};
+	step = 0;
+	for (long k = 0; k < 6; k++) {
+		struct batch b = {.epoch = 0, .mb = k};
+
+		assert_int_equal(trainer_after_step(&lp, &step, &(struct step_end){&b, 1.0f, 0.0f, 0.1, 0.0, 0}, &d),
+				 k < 5 ? ST_OK : ST_RUNTIME);
+	}
+	assert_string_equal(o.seq, "c3 k3 c4 c6 ");
+	report_free(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -182,6 +247,7 @@ int main(void)
 		cmocka_unit_test(test_after_step_counts_and_checkpoints_when_due),
 		cmocka_unit_test(test_after_step_stops_with_a_checkpoint_and_refuses_nan),
 		cmocka_unit_test(test_after_step_evaluates_every_n_steps_at_epoch_ends_and_at_the_end),
+		cmocka_unit_test(test_after_step_checks_replicas_every_n_and_before_each_checkpoint),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
