@@ -113,7 +113,23 @@ enum status comm_wait_all(struct comm *c, struct diag *d)
 	enum status st = c->ops->wait_all(c->ctx, d);
 
 	c->inflight = 0;
+	c->rounds++;
 	return st;
+}
+
+struct comm_ticket comm_ticket(const struct comm *c)
+{
+	return (struct comm_ticket){c->rounds, c->inflight};
+}
+
+int comm_ticket_done(const struct comm *c, struct comm_ticket t)
+{
+	return t.k == 0 || t.round != c->rounds;
+}
+
+enum status comm_wait_ticket(struct comm *c, struct comm_ticket t, struct diag *d)
+{
+	return comm_ticket_done(c, t) ? ST_OK : comm_wait_first(c, t.k, d);
 }
 
 enum status comm_bcast(struct comm *c, float *buf, size_t n, int root, struct diag *d)

@@ -3,7 +3,7 @@
 
 const char *const trace_what_names[TR_NWHAT] = {
 	"load", "forward", "loss", "backward", "allreduce", "wait", "optimizer", "validation",
-	"checkpoint", "stop", "scatter", "replicate", "gather", "reduce",
+	"checkpoint", "stop", "scatter", "replicate", "gather", "reduce", "reducescatter", "allgather",
 };
 
 void trace_resolve(struct trace_buf *b)

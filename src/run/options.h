@@ -14,9 +14,9 @@
 
 #include "backend/backend.h" /* enum precision */
 #include "comm/comm.h"     /* enum comm_kind */
-#include "model/loss.h"      /* enum loss_kind, loss_names */
-#include "model/optimizer.h"  /* enum optimizer_kind, optimizer_names */
-#include "model/schedule.h"  /* enum lr_schedule, schedule_names */
+#include "model/loss.h"     /* enum loss_kind, loss_names */
+#include "model/optimizer.h" /* enum optimizer_kind, optimizer_names */
+#include "model/schedule.h" /* enum lr_schedule, schedule_names */
 #include "core/status.h"
 
 #define OPT_MAX_LAYERS 64 /* Linear layers; widths has one more entry */
@@ -82,7 +82,9 @@ struct options {
 	double straggler_warn;          /* compute-time ratio to the median that warns; 0 = off */
 	const char *prometheus;         /* Prometheus textfile path or NULL */
 	double prometheus_every;        /* seconds between its rewrites */
-	int zero;                       /* ZeRO stage: 0 off, 1 optimizer state, 2 gradients too */
+	int zero;                       /* ZeRO stage: 0 off, 1 optimizer state, 2 gradients too, 3
+	                                 * parameters too */
+	uint64_t max_memory;            /* bytes of a rank's model memory at most (0: no bound) */
 	enum comm_wire grad_compress;   /* the gradients' wire type (COMM_WIRE_F32: none) */
 	int help, version;              /* asked for --help / --version */
 };

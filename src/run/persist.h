@@ -19,8 +19,8 @@
 #include "run/agree.h"          /* struct agreement */
 #include "run/options.h"        /* struct options */
 #include "store/checkpoint.h"   /* CKPT_LINEAGE, struct st_pending */
-#include "model/model.h"         /* struct model */
-#include "model/optimizer.h"     /* struct optimizer */
+#include "model/model.h"        /* struct model */
+#include "model/optimizer.h"    /* struct optimizer */
 #include "train/trainer.h"      /* struct train_ctl */
 
 struct persist {
@@ -59,11 +59,13 @@ enum status persist_start(struct persist *p);
  * from it). Agreed. */
 enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct optimizer *opt);
 
-/* Rank 0: m's weights to path as safetensors, refused if not finite (training diverged
- * after `step`, or tc's fp16 wire overflowed: trainer_fp16_overflow). stage NULL: written now; else written beside path and left in *stage
- * for st_commit. flag names the option in messages. */
-enum status persist_save_weights(const struct model *m, const char *path, const char *flag, long step,
-				 const struct train_config *tc, struct st_pending *stage, struct diag *d);
+/* The model's weights to path as safetensors by rank 0, refused if not finite (training
+ * diverged after `step`, or the fp16 wire overflowed: trainer_fp16_overflow). stage NULL:
+ * written now; else written beside path and left in *stage for st_commit. flag names the
+ * option in messages. Every rank calls it (ZeRO-3 gathers the weights from every rank's
+ * window); the caller agrees on the outcome. */
+enum status persist_save_weights(struct persist *p, const char *path, const char *flag, long step,
+				 struct st_pending *stage);
 
 /* --save after training: staged now (agreed), committed by persist_commit once the run
  * has succeeded, so that a run that fails leaves no new file. */

@@ -7,8 +7,8 @@
 #include "core/vmspace.h" /* vmspace_used, vmspace_limit */
 #include "run/preflight.h"
 #include "store/checkpoint.h" /* checkpoint_check_rotation */
-#include "model/model.h"   /* model_layout, model_bytes_needed */
-#include "train/plan.h"   /* grad_plan_block_floats */
+#include "model/model.h"  /* model_layout, model_bytes_needed */
+#include "train/plan.h"   /* grad_plan_shard, grad_plan_init */
 
 enum status preflight_launch(const struct options *o, struct world *w, struct diag *d)
 {
@@ -75,25 +75,63 @@ static size_t host_copies_bytes(const struct options *o)
 	return 3 * lay.nparams * sizeof(float);
 }
 
+/* The model memory of one replica under plan p (its largest rank's), bytes. */
+static double model_need(const struct options *o, const struct optimizer_hparams *hp,
+			 const struct grad_plan *p)
+{
+	struct model_shard sh;
+
+	grad_plan_shard(p, &sh);
+	if (sh.sharded) /* the largest window: the same verdict on every rank */
+		sh.param_len = p->param_room;
+	return (double)model_bytes_needed(o->widths, o->nlayers, (int)o->batch_size, optimizer_state_arenas(hp),
+					  o->frozen, p->cfg.zero > 0 ? p->cfg.size : 1, &sh);
+}
+
+/* --max-memory: the model memory of a rank within the bound, or a refusal that says which
+ * stage would fit. */
+static enum status check_bound(const struct options *o, const struct optimizer_hparams *hp,
+			       const struct grad_plan *plan, double need, struct diag *d)
+{
+	const double gib = 1073741824.0;
+	struct grad_plan p3;
+	struct grad_plan_cfg cfg = plan->cfg;
+	struct model lay;
+	double need3;
+	char bound[32];
+
+	if (o->max_memory == 0 || need <= (double)o->max_memory)
+		return ST_OK;
+	snprintf(bound, sizeof bound, "%.3g GiB", (double)o->max_memory / gib);
+	if (o->zero == 3 || o->mode == MODE_DP || o->nlayers < 1)
+		return diag_set(d, ST_RUNTIME, "--max-memory: %s: the model needs %.3g GiB per %s (parameters, gradients, optimizer state, activations%s); use more ranks, a smaller --batch-size or a smaller model",
+				bound, need / gib, o->mode == MODE_DP ? "process" : "rank",
+				o->zero == 3 ? ", the gathered layers" : "");
+	model_layout(&lay, o->widths, o->nlayers);
+	model_freeze(&lay, o->frozen);
+	cfg.zero = 3;
+	if (grad_plan_init(&p3, &lay, &cfg, d) != ST_OK)
+		return ST_RUNTIME;
+	need3 = model_need(o, hp, &p3);
+	grad_plan_free(&p3);
+	if (need3 <= (double)o->max_memory)
+		return diag_set(d, ST_RUNTIME, "--max-memory: %s: --zero=%d needs %.3g GiB per rank, but --zero=3 (the parameters sharded too) needs %.3g GiB: use --zero=3",
+				bound, o->zero, need / gib, need3 / gib);
+	return diag_set(d, ST_RUNTIME, "--max-memory: %s: --zero=%d needs %.3g GiB per rank, and even --zero=3 needs %.3g GiB; use more ranks, a smaller --batch-size or a smaller model",
+			bound, o->zero, need / gib, need3 / gib);
+}
+
 enum status preflight_memory(const struct options *o, const struct optimizer_hparams *hp,
 			     const struct placement *pl, const struct world *w,
 			     const struct grad_plan *plan, struct diag *d)
 {
 	int reps = o->mode == MODE_DP ? pl->replicas : 1;
-	double need;
+	double need = model_need(o, hp, plan);
+	enum status st = check_bound(o, hp, plan, need, d);
 
-	/* ZeRO: the optimizer state of this rank's shard only */
-	need = (double)model_bytes_needed(o->widths, o->nlayers, (int)o->batch_size,
-					  optimizer_state_arenas(hp), o->frozen,
-					  o->zero > 0 ? w->size : 1) * reps +
-	       (double)host_copies_bytes(o);
-	if (o->zero == 2) { /* the gradient's shard and the bucket buffers instead of all of it */
-		struct model lay;
-
-		model_layout(&lay, o->widths, o->nlayers);
-		need += ((double)grad_plan_block_floats(plan) - (double)lay.nparams) * sizeof(float);
-	}
-	return placement_check_memory(pl, o, w, need, d);
+	if (st != ST_OK)
+		return st;
+	return placement_check_memory(pl, o, w, need * reps + (double)host_copies_bytes(o), d);
 }
 
 size_t preflight_later_bytes(const struct options *o, const struct placement *pl)

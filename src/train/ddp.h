@@ -47,6 +47,7 @@ struct ddp {
 	} late;
 	int stop_seen;              /* a read step asked to stop: the next one stops, read at once */
 	int graphs;                 /* steps may be device graphs */
+	const char *graphs_why;     /* the strategy's reason why they may not, where all else allows */
 	int graph_off;              /* no (more) graphs: unsupported, or a capture failed */
 	int graph_buf[LOADER_BUFFERS]; /* the loader's buffer i has a captured step (graph slot i) */
 };
