@@ -53,10 +53,18 @@ static enum status parts_check(const struct comm *c, int has, const char *kind, 
 	return cuts_check(c, n, cuts, d);
 }
 
-/* Count a collective that started. */
-static enum status started(struct comm *c, enum status st)
+/* Count a collective that started: one in flight, and what it makes this rank send, as a
+ * ring sends it (nccl-tests' bus bytes): an all-reduce of n elements 2 (N - 1) / N n, a
+ * reduce-scatter or an all-gather (N - 1) / N n, each element 2 bytes in a 16-bit wire
+ * type, else 4. */
+static enum status started(struct comm *c, enum status st, size_t n, unsigned flags, int passes)
 {
-	c->inflight += st == ST_OK;
+	const double elem = (flags & COMM_WIRE) && c->wire != COMM_WIRE_F32 ? 2.0 : 4.0;
+
+	if (st != ST_OK)
+		return st;
+	c->inflight++;
+	c->sent_bytes += passes * (double)(c->size - 1) / (double)c->size * (double)n * elem;
 	return st;
 }
 
@@ -67,7 +75,7 @@ enum status comm_allreduce_start(struct comm *c, float *buf, size_t n, unsigned 
 
 	if (st != ST_OK)
 		return st;
-	return started(c, c->ops->allreduce_start(c->ctx, buf, n, flags, d));
+	return started(c, c->ops->allreduce_start(c->ctx, buf, n, flags, d), n, flags, 2);
 }
 
 enum status comm_reduce_scatter_start(struct comm *c, float *buf, size_t n, const size_t *cuts,
@@ -78,7 +86,7 @@ enum status comm_reduce_scatter_start(struct comm *c, float *buf, size_t n, cons
 
 	if (st != ST_OK)
 		return st;
-	return started(c, c->ops->reduce_scatter_start(c->ctx, buf, n, cuts, flags, d));
+	return started(c, c->ops->reduce_scatter_start(c->ctx, buf, n, cuts, flags, d), n, flags, 1);
 }
 
 enum status comm_all_gather_start(struct comm *c, float *buf, size_t n, const size_t *cuts,
@@ -89,7 +97,7 @@ enum status comm_all_gather_start(struct comm *c, float *buf, size_t n, const si
 
 	if (st != ST_OK)
 		return st;
-	return started(c, c->ops->all_gather_start(c->ctx, buf, n, cuts, d));
+	return started(c, c->ops->all_gather_start(c->ctx, buf, n, cuts, d), n, 0, 1);
 }
 
 void comm_progress(struct comm *c)

@@ -139,6 +139,8 @@ struct comm {
 	int size;     /* the ranks it spans (comm_open): cuts have size + 1 entries */
 	int inflight; /* collectives started since comm_wait_all last returned (comm.c) */
 	unsigned long rounds; /* times comm_wait_all has returned (comm.c): tickets' round */
+	double sent_bytes;    /* what the collectives started so far make this rank send, as a
+			       * ring sends it (comm.c; the broadcast not counted) */
 };
 
 /* A collective's place among those in flight, taken just after it started: a later wait

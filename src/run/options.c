@@ -423,11 +423,10 @@ static enum status parse_size(struct options *o, const struct opt_def *od, const
 	return ST_OK;
 }
 
-/* The largest unit that writes the size exactly. */
-static void format_size(const struct options *o, const struct opt_def *od, char *buf, size_t len)
+void options_format_size(uint64_t bytes, char *buf, size_t len)
 {
 	static const char units[] = "KMGT";
-	uint64_t v = o->max_memory;
+	uint64_t v = bytes;
 	int u = 0;
 
 	while (v != 0 && u < 4 && v % 1024 == 0) {
@@ -438,6 +437,11 @@ static void format_size(const struct options *o, const struct opt_def *od, char 
 		snprintf(buf, len, "%llu", (unsigned long long)v);
 	else
 		snprintf(buf, len, "%llu%c", (unsigned long long)v, units[u - 1]);
+}
+
+static void format_size(const struct options *o, const struct opt_def *od, char *buf, size_t len)
+{
+	options_format_size(o->max_memory, buf, len);
 }
 
 /* --trace-steps: "all" or trace_parse_steps' A:B, whose numbers take no white space. */

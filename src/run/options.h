@@ -113,6 +113,9 @@ void options_print_version(FILE *f);
 
 /* Print "--layers=10,10,5" style text for the widths into buf. */
 void options_format_widths(const struct options *o, char *buf, size_t len);
+/* A size in bytes as --max-memory spells it: the largest unit (K, M, G, T: powers of 1024)
+ * that writes it exactly ("12M", "1536K", "100"). */
+void options_format_size(uint64_t bytes, char *buf, size_t len);
 
 /* Which settings options_format_settings writes. */
 #define OPT_SCOPE_RESUME 1 /* must match between a checkpoint and the run resuming it */

@@ -93,7 +93,7 @@ static double model_need(const struct options *o, const struct optimizer_hparams
 static enum status check_bound(const struct options *o, const struct optimizer_hparams *hp,
 			       const struct grad_plan *plan, double need, struct diag *d)
 {
-	const double gib = 1073741824.0;
+	const double mib = 1048576.0;
 	struct grad_plan p3;
 	struct grad_plan_cfg cfg = plan->cfg;
 	struct model lay;
@@ -102,11 +102,11 @@ static enum status check_bound(const struct options *o, const struct optimizer_h
 
 	if (o->max_memory == 0 || need <= (double)o->max_memory)
 		return ST_OK;
-	snprintf(bound, sizeof bound, "%.3g GiB", (double)o->max_memory / gib);
-	if (o->zero == 3 || o->mode == MODE_DP || o->nlayers < 1)
-		return diag_set(d, ST_RUNTIME, "--max-memory: %s: the model needs %.3g GiB per %s (parameters, gradients, optimizer state, activations%s); use more ranks, a smaller --batch-size or a smaller model",
-				bound, need / gib, o->mode == MODE_DP ? "process" : "rank",
-				o->zero == 3 ? ", the gathered layers" : "");
+	options_format_size(o->max_memory, bound, sizeof bound);
+	if (o->zero == 3 || o->mode == MODE_DP)
+		return diag_set(d, ST_RUNTIME, "--max-memory=%s: the model needs %.1f MiB per %s (parameters, gradients, optimizer state, activations%s); use more ranks, a smaller --batch-size or a smaller model",
+				bound, need / mib, o->mode == MODE_DP ? "replica" : "rank",
+				o->zero == 3 ? ", the working set" : "");
 	model_layout(&lay, o->widths, o->nlayers);
 	model_freeze(&lay, o->frozen);
 	cfg.zero = 3;
@@ -115,10 +115,10 @@ static enum status check_bound(const struct options *o, const struct optimizer_h
 	need3 = model_need(o, hp, &p3);
 	grad_plan_free(&p3);
 	if (need3 <= (double)o->max_memory)
-		return diag_set(d, ST_RUNTIME, "--max-memory: %s: --zero=%d needs %.3g GiB per rank, but --zero=3 (the parameters sharded too) needs %.3g GiB: use --zero=3",
-				bound, o->zero, need / gib, need3 / gib);
-	return diag_set(d, ST_RUNTIME, "--max-memory: %s: --zero=%d needs %.3g GiB per rank, and even --zero=3 needs %.3g GiB; use more ranks, a smaller --batch-size or a smaller model",
-			bound, o->zero, need / gib, need3 / gib);
+		return diag_set(d, ST_RUNTIME, "--max-memory=%s: --zero=%d needs %.1f MiB per rank, but --zero=3 (the parameters sharded too) needs %.1f MiB: use --zero=3",
+				bound, o->zero, need / mib, need3 / mib);
+	return diag_set(d, ST_RUNTIME, "--max-memory=%s: --zero=%d needs %.1f MiB per rank, and even --zero=3 needs %.1f MiB; use more ranks, a smaller --batch-size or a smaller model",
+			bound, o->zero, need / mib, need3 / mib);
 }
 
 enum status preflight_memory(const struct options *o, const struct optimizer_hparams *hp,

@@ -118,6 +118,7 @@ void ddp_result(const struct ddp *t, long step, double seconds, double consumed)
 {
 	struct train_result *res = t->res;
 	const struct model *m = t->m;
+	const size_t pool = t->sync.p->cfg.zero >= 2 ? t->sync.p->poolb[0] + t->sync.p->poolb[1] : 0;
 
 	res->steps = step;
 	res->seconds = seconds;
@@ -126,11 +127,14 @@ void ddp_result(const struct ddp *t, long step, double seconds, double consumed)
 	res->nreplicas = 1;
 	res->rep[0].wait_s = t->sync.wait;
 	res->rep[0].compute_s = res->seconds - t->sync.wait;
-	res->rep[0].bytes_in = res->rep[0].bytes_out = (double)step * (double)t->sync.p->reduced * sizeof(float);
+	/* what its collectives sent, validation's and checkpoints' included (as a ring sends) */
+	res->rep[0].bytes_in = res->rep[0].bytes_out = t->c->sent_bytes - t->sent0;
 	res->rep[0].state_bytes = m->bytes;
 	res->rep[0].param_bytes = m->arena[0].len * sizeof(float);
-	res->rep[0].work_bytes = m->work_floats * sizeof(float);
-	res->rep[0].grad_bytes = m->gfloats * sizeof(float);
+	/* what the collectives work through apart (ZeRO-2/3's two gradient buffers, ZeRO-3's
+	 * gathered layers), from what the rank keeps (the gradient, or its shard) */
+	res->rep[0].work_bytes = (m->work_floats + pool) * sizeof(float);
+	res->rep[0].grad_bytes = (m->gfloats - pool) * sizeof(float);
 	res->rep[0].flops = t->flops;
 	res->rep[0].dev_peak_bytes = m->be->ops->mem_used(m->be->ctx); /* a GPU's peak; 0 on the CPU */
 	for (int k = 1; k < m->narenas; k++)

@@ -30,6 +30,7 @@ struct ddp {
 	long step, total;           /* the step being taken (0-based), and the run's last */
 	double lr;                  /* the lr of the last optimizer step */
 	double flops;               /* the products' floating-point operations so far (model_flops) */
+	double sent0;               /* the communicator's sent_bytes when training began */
 	int ydim;                   /* target columns: the output width, or 1 (class labels) */
 	/* (LOADER_BUFFERS) pinned, by the step's loader buffer, whose captured step reads the
 	 * same one (and whose reuse waits for its copies): 1 if this rank was asked to stop */

@@ -128,16 +128,17 @@ static enum status zero3_after_step(struct grad_sync *s)
 	return gather_start(s, 0);
 }
 
-/* Nothing in flight changes the weights; the all-gathers in flight complete, so that
- * whatever reads the state next (checkpoints, the end) meets an idle communicator. */
+/* Nothing in flight changes the weights; the all-gathers in flight complete (all, so the
+ * communicator's count starts again), so that whatever comes next (checkpoints, the end,
+ * where NCCL's teardown must find nothing in flight) meets an idle communicator. */
 static enum status zero3_settle(struct grad_sync *s)
 {
 	struct zero3 *z = s->own;
-	enum status st = ST_OK;
 
-	for (int i = 0; i < GRAD_PLAN_GATHERED && st == ST_OK; i++)
-		st = sync_wait_ticket(s, z->ag[i], "the parameter all-gather");
-	return st;
+	for (int i = 0; i < GRAD_PLAN_GATHERED; i++)
+		if (!comm_ticket_done(s->c, z->ag[i]))
+			return sync_wait_all(s, "the parameter all-gather");
+	return ST_OK;
 }
 
 static void zero3_describe(const struct grad_sync *s, struct report *r, double bucket_mb)
