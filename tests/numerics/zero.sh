@@ -177,6 +177,6 @@ echo "per-bucket counts: $counts"
 expect_fail 2 "ddptrain: --zero applies to --mode=ddp (DataParallel is one process: no ranks to shard over, no all-reduce to compress)" alone --mode=dp --zero=1
 expect_fail 2 "ddptrain: --grad-compress applies to --mode=ddp (DataParallel is one process: no ranks to shard over, no all-reduce to compress)" alone --mode=dp --grad-compress=bf16
 expect_fail 2 "ddptrain: --zero=2 reduce-scatters each bucket as backward finishes it, into two reused buffers: it cannot wait for the whole backward (--no-overlap); use --zero=1" 2 --zero=2 --no-overlap
-expect_fail 2 "ddptrain: --zero: 3 is out of range [0, 2]" 2 --zero=3
+expect_fail 2 "ddptrain: --zero: 4 is out of range [0, 3]" 2 --zero=4
 expect_fail 2 "ddptrain: --grad-compress: 'fp32' is not one of none|fp16|bf16" alone --grad-compress=fp32
 echo "zero: ok"
