@@ -36,7 +36,9 @@
 # PyTorch DDP with fp16_compress_hook (pt16) and with bf16_gather_hook (ptbf:
 # the bf16 hook's arithmetic over an all-gather; gloo in torch 1.13 refuses
 # bf16_compress_hook), with the issue's targets: bf16 <= 0.6x the fp32 step
-# and >= 1.6x faster than PyTorch in fp32, zero1 <= 1.1x the fp32 step.
+# and >= 1.6x faster than PyTorch in fp32, zero1 <= 1.1x the fp32 step. Issue 35's,
+# in a third: --zero=2 and --zero=3, with its target: --zero=3 <= 1.6x --zero=2's step
+# (it moves 1.5x the bytes).
 #
 # Needs root (network namespaces), ip, unshare and tc with tbf; without them
 # it says so and exits 77. Names carry "nb" and a free id; everything it
@@ -232,6 +234,8 @@ run_one() {
 	torch.bf16g) run_torch "$out" "${margs[@]}" --steps="$n" --warmup="$LOGSTEP" --hook=bf16-gather ;;
 	bf16) ddp "$out" hosts "${common[@]}" --grad-compress=bf16 ;;
 	zero1) ddp "$out" hosts "${common[@]}" --zero=1 ;;
+	zero2) ddp "$out" hosts "${common[@]}" --zero=2 ;;
+	zero3) ddp "$out" hosts "${common[@]}" --zero=3 ;;
 	x.*)
 		local env=() args=() tok
 		for extra in "${extras[@]}"; do [ "${extra%%=*}" != "${name#x.}" ] || break; done
@@ -261,6 +265,9 @@ i22=()
 help=$("$DDPTRAIN" --help 2>&1 || true)
 if grep -q -- --grad-compress <<<"$help"; then i22+=(bf16); else echo "$me: this ddptrain has no --grad-compress: no bf16 runs" >&2; fi
 if grep -q -- --zero <<<"$help"; then i22+=(zero1); else echo "$me: this ddptrain has no --zero: no zero1 runs" >&2; fi
+# issue 35: --zero=3 beside --zero=2 (it moves 1.5x the bytes: the parameters gathered
+# again for backward)
+if grep -q -- '--zero=[0-9|]*3' <<<"$help"; then i22+=(zero2 zero3); else echo "$me: this ddptrain has no --zero=3: no zero2/zero3 runs" >&2; fi
 names+=("${i22[@]}")
 for e in "${extras[@]}"; do names+=("x.${e%%=*}"); done
 [ "$torch" = no ] || names+=(torch torch.fp16 torch.bf16g)
@@ -340,6 +347,15 @@ END {
 		printf "# %-5s %-5s %9s %9s %8s %9s %8s %9s %9s %9s %8s  %s\n", (L[i] > 0 ? L[i] : "none"), M[j], f(s, "%.2f"),
 			f(b, "%.2f"), f(rb, "%.2fx"), f(z, "%.2f"), f(rz, "%.2fx"), f(pt, "%.2f"), f(p16, "%.2f"), f(pbf, "%.2f"),
 			f(rp, "%.2fx"), verdict
+	}
+	print "# issue 35 (ms per step; -: not run): ddptrain --zero=2, --zero=3"
+	printf "# %-5s %-5s %9s %9s %8s  %s\n", "Gbit", "model", "zero2", "zero3", "z3/z2", "target: z3/z2<=1.6"
+	for (i = 1; i <= nl; i++) for (j = 1; j <= nmod; j++) {
+		k = L[i] " " M[j]
+		z2 = median(k " zero2 step"); z3 = median(k " zero3 step")
+		r3 = (z2 != "" && z3 != "" && z2 > 0) ? z3 / z2 : ""
+		printf "# %-5s %-5s %9s %9s %8s  %s\n", (L[i] > 0 ? L[i] : "none"), M[j], f(z2, "%.2f"), f(z3, "%.2f"),
+			f(r3, "%.2fx"), (r3 == "" ? "-" : (r3 <= 1.6 ? "pass" : "miss"))
 	}
 	print "# every run (ms):"
 	for (key in v) printf "#   %s:%s\n", key, v[key] | "sort"

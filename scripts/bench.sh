@@ -25,7 +25,10 @@
 # and --zero=2 against plain ddp (optimizer state, gradients, the whole state;
 # the per-rank table's columns found by their header names), and the wide MLP's
 # step at 2 ranks with --zero=1 and --zero=2 against plain ddp, the fastest of
-# the three against the SGEMM ceiling. With PyTorch
+# the three against the SGEMM ceiling. Issue 35's, where it has --zero=3: the
+# big model's kept state per rank (parameters, gradients, optimizer state) at 4
+# ranks against ddp's (target 0.25x) and its working set, and the wide MLP's step
+# at 2 ranks against --zero=2's (target 1.15x). With PyTorch
 # (TORCH_PYTHON imports torch), each row also runs in PyTorch DDP (gloo,
 # scripts/torch_ddp_bench.py) and shows how many times better ddptrain does.
 #
@@ -120,8 +123,9 @@ TORCH_PYTHON=${TORCH_PYTHON:-/usr/bin/python3}
 TORCH_SCRIPT=$here/scripts/torch_ddp_bench.py
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 # issue 22's and issue 35's rows only where this ddptrain has the flags
-zero=no
+zero=no zero3=no
 if "$DDPTRAIN" --help 2>&1 | grep -q -- --zero; then zero=yes; fi
+if "$DDPTRAIN" --help 2>&1 | grep -q -- '--zero=[0-9|]*3'; then zero3=yes; fi
 check=no
 if "$DDPTRAIN" --help 2>&1 | grep -q -- --check-replicas; then check=yes; fi
 torch_version=
@@ -255,6 +259,10 @@ if [ "$zero" = yes ]; then
 	done
 	config wide.np2.zero1 run_ddp 2 "${WIDE[@]}" --max-steps="$wide_steps" --zero=1
 	config wide.np2.zero2 run_ddp 2 "${WIDE[@]}" --max-steps="$wide_steps" --zero=2
+	if [ "$zero3" = yes ]; then
+		config big.np4.zero3 run_ddp 4 "${BIG[@]}" --max-steps=2 --zero=3
+		config wide.np2.zero3 run_ddp 2 "${WIDE[@]}" --max-steps="$wide_steps" --zero=3
+	fi
 fi
 config synth.np1 run_ddp 1 "${SYNTH[@]}" --max-steps="$synth_steps"
 config npy.np1 run_ddp 1 "${SYNTH[@]}" --inputs="$tmp/x4096.npy" --targets="$tmp/y4096.npy" --max-steps="$synth_steps"
@@ -339,17 +347,22 @@ vals() {
 				END { if (n) printf "%.6f\n", s / n }' "$f" ;;
 		col_*)
 			# the largest over the ranks of the per-rank column whose name starts with
-			# param, grad, opt or state (the ddp per-rank table, or the memory table under
-			# it); col_whole: the state column, else the three parts
+			# param, grad, opt, work or state (the ddp per-rank table, or the memory table
+			# under it); col_whole: the state column, else the parts; col_kept: params,
+			# grads and opt (what a rank keeps, without the working set); col_gradwork:
+			# grads and work
 			awk -v want="${key#col_}" '
 				/^# +rank +[a-z]/ { k = 0; np = 0
 					for (i = 2; i <= NF; i++) { h = tolower($i)
-						if (want != "whole" && index(h, want) == 1) k = i
+						if (want !~ /^(whole|kept|gradwork)$/ && index(h, want) == 1) k = i
 						if (want == "whole" && index(h, "state") == 1) k = i
-						if (want == "whole" && h ~ /^(param|grad|opt)/) part[++np] = i }
-					if (want == "whole" && !k && np == 3) k = -1
+						if (want == "whole" && h ~ /^(param|grad|opt|work)/) part[++np] = i
+						if (want == "kept" && h ~ /^(param|grad|opt)/) part[++np] = i
+						if (want == "gradwork" && h ~ /^(grad|work)/) part[++np] = i }
+					if (want != "whole" && np > 0) k = -1
+					if (want == "whole" && !k && np >= 3) k = -1
 					next }
-				k && /^# +[0-9]+ / { v = 0; if (k > 0) v = $k; else for (j = 1; j <= 3; j++) v += $(part[j])
+				k && /^# +[0-9]+ / { v = 0; if (k > 0) v = $k; else for (j = 1; j <= np; j++) v += $(part[j])
 					if (!n || v > m) m = v; n++; next }
 				{ k = 0 }
 				END { if (n) printf "%.6f\n", m }' "$f" ;;
@@ -457,16 +470,28 @@ if [ "$zero" = yes ]; then
 				"$(stat big.np$np.zero$z col_whole 1)" ddp "$(vals big.np$np col_whole | median)" ratio \
 				"$(printf '\t')" "$wt" "$wa" "" "$wx"
 		done
-		# --zero=2: 1/N of the gradients plus its two bucket buffers (ddp's gradients as the unit)
+		# --zero=2: 1/N of the gradients plus its two bucket buffers (ddp's gradients as the
+		# unit; the memory table shows the buffers as work)
 		g=$(vals big.np$np col_grad | median)
 		ga=$(awk -v n="$np" -v g="$g" -v b="$BUCKET_MIB" 'BEGIN { if (g > 0) printf "%.4f", 1 / n + 2 * b / g }')
-		row "big.grad.np$np.z2" "  gradients per rank, --zero=2" MiB low "$(stat big.np$np.zero2 col_grad 1)" \
+		row "big.grad.np$np.z2" "  gradients and buffers per rank, --zero=2" MiB low "$(stat big.np$np.zero2 col_gradwork 1)" \
 			ddp "$g" ratio "$(printf '\t')" ratio "$ga" "" "<=1/$np+2x${BUCKET_MIB}MiB (${ga}x)"
 	done
+	if [ "$zero3" = yes ]; then
+		# --zero=3 at 4 ranks: parameters, gradients and optimizer state a quarter of ddp's,
+		# the working set (two buffers of the gradients, two gathered layers) beside them
+		row big.kept.np4.z3 "AdamW, 4 ranks, --zero=3: kept/rank" MiB low "$(stat big.np4.zero3 col_kept 1)" \
+			ddp "$(vals big.np4 col_kept | median)" ratio "$(printf '\t')" ratio 0.25 "" "<=0.25x ddp"
+		row big.work.np4.z3 "  its working set per rank" MiB low "$(stat big.np4.zero3 col_work 1)" \
+			- "" - "$(printf '\t')" - "" "" ""
+	fi
 	for z in 1 2; do
 		row "wide.np2.z$z" "wide MLP, 2 ranks, --zero=$z" ms/step low "$(stat wide.np2.zero$z ms_per_step 1)" \
 			ddp "$(vals wide.np2 ms_per_step | median)" ratio "$(printf '\t')" ratio 1.05 "" "<=1.05x ddp"
 	done
+	[ "$zero3" = no ] ||
+		row wide.np2.z3 "wide MLP, 2 ranks, --zero=3" ms/step low "$(stat wide.np2.zero3 ms_per_step 1)" \
+			--zero=2 "$(vals wide.np2.zero2 ms_per_step | median)" ratio "$(printf '\t')" ratio 1.15 "" "<=1.15x --zero=2"
 	# the fastest of ddp, --zero=1 and --zero=2 (by median step) against the SGEMM ceiling
 	best=$(for n in wide.np2 wide.np2.zero1 wide.np2.zero2; do printf '%s %s\n' "$(vals $n ms_per_step | median)" "$n"; done |
 		awk 'NF == 2 && (b == "" || $1 < b) { b = $1; n = $2 } END { print n }')

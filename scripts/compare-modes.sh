@@ -7,11 +7,13 @@
 # OPTIONS` (dp), each with --batch-size per replica, so both modes see the same global
 # batch, and prints one table: samples/s, ms per step, scaling against one replica
 # (same per-replica batch), memory per replica, and where dp's step goes.
-# Then ddp at G ranks again with --zero=1, --zero=2 and --grad-compress=bf16
-# (issue 22), side by side with plain ddp: ms per step, rank 0's all-reduce
-# share, the state per rank in its parts (parameters, gradients, optimizer
-# state: the largest over the ranks) and the final loss. A variant whose flag
-# this ddptrain does not know is skipped with a note; one that fails fails.
+# Then dp, ddp, and ddp again with --zero=1, --zero=2, --zero=3 and
+# --grad-compress=bf16, all at G replicas, side by side: ms per step, rank 0's
+# all-reduce share, the KiB a rank sends per step (ddp: its collectives, as a ring
+# sends them; dp: replica 0's copies to the others), the state per rank in its parts
+# (parameters, gradients, optimizer state, ZeRO-3's gathered layers: the largest over
+# the ranks) and the final loss. A variant whose flag this ddptrain does not know is
+# skipped with a note; one that fails fails.
 #
 # Environment: DDPTRAIN (the binary; default: the build tree's, else ddptrain on PATH),
 # MPIRUN (default mpirun; may carry options, e.g. "mpirun --oversubscribe").
@@ -62,16 +64,16 @@ run ddp1 ddp 1
 run ddpG ddp "$G"
 run dp1 dp 1
 run dpG dp "$G"
-# The issue-22 variants, each only where this ddptrain has its flag.
+# The variants, each only where this ddptrain has its flag (and, for --zero, the stage).
 help=$("$DDPTRAIN" --help 2>&1 || true)
 variants=()
-for v in zero1:--zero=1 zero2:--zero=2 bf16:--grad-compress=bf16; do
+for v in zero1:--zero=1 zero2:--zero=2 zero3:--zero=3 bf16:--grad-compress=bf16; do
 	flag=${v#*:}
-	if grep -q -- "${flag%%=*}" <<<"$help"; then
+	if grep -q -- "${flag%%=*}=[^ ]*${flag#*=}" <<<"$help"; then
 		run "${v%%:*}" ddp "$G" "$flag"
 		variants+=("${v%%:*}")
 	else
-		echo "# compare-modes: this ddptrain has no ${flag%%=*}: no ${v%%:*} row"
+		echo "# compare-modes: this ddptrain does not take $flag: no ${v%%:*} row"
 	fi
 done
 
@@ -84,7 +86,7 @@ function field(line, key,   i, n, parts, kv) {
 }
 FNR == 1 { file++ }
 /^# summary:/ { sps[file] = field($0, "samples_per_s"); ms[file] = field($0, "ms_per_step") }
-# ddp rank rows: "#  rank compute ar_wait step ar_KiB state_MiB rss_MiB ar_% data_wait TFLOP/s
+# ddp rank rows: "#  rank compute ar_wait step sent_KiB state_MiB rss_MiB ar_% data_wait TFLOP/s
 # dev_MiB"
 (file <= 2) && /^# +[0-9]+ / && NF == 12 {
 	if ($7 > st[file]) st[file] = $7; if ($8 > rss[file]) rss[file] = $8
@@ -116,9 +118,10 @@ END {
 		printf "# dp replica 0: %.1f%% of its step in the serial gather, loss, reduce and optimizer step; replicas spend %.4f ms per step being replicated\n", 100 * serial[4] / total0[4], repl[4]
 }' "$tmp/ddp1" "$tmp/ddpG" "$tmp/dp1" "$tmp/dpG"
 
-# The variants against plain ddp at G ranks. The per-rank table's columns are found by
-# their names in its header, so parts added beside state_MiB (params, grads, optimizer
-# state) are read wherever they stand; a column that is not there prints "-".
+# The variants beside dp and plain ddp at G replicas. The per-rank table's columns are
+# found by their names in its header, so parts added beside state_MiB (params, grads,
+# optimizer state, work) are read wherever they stand; a column that is not there
+# prints "-". dp's replica table is read by its place.
 awk -v G="$G" '
 function field(line, key,   i, n, parts, kv) {
 	n = split(line, parts, " ")
@@ -126,39 +129,53 @@ function field(line, key,   i, n, parts, kv) {
 	return ""
 }
 function part(v) { return v == "" ? "-" : sprintf("%.3f", v) }
-FNR == 1 { file++; name[file] = FILENAME; sub(/.*\//, "", name[file]); if (name[file] == "ddpG") name[file] = "ddp"
+FNR == 1 { file++; name[file] = FILENAME; sub(/.*\//, "", name[file])
+	if (name[file] == "ddpG") name[file] = "ddp"; if (name[file] == "dpG") name[file] = "dp"
 	delete col; inrank = 0 }
 /^# summary:/ { ms[file] = field($0, "ms_per_step") }
 /^# loss: / { v = $0; sub(/.*final /, "", v); loss[file] = v + 0; hasloss[file] = 1 }
+name[file] == "dp" && /^# +[0-9]+ / && NF == 16 {
+	if ($2 == 0) sent[file] = $12
+	if ($13 + 0 > mx[file, "state"]) mx[file, "state"] = $13 + 0
+	next
+}
 /^# +rank +[a-z]/ { # the per-rank table and the memory table under it
 	delete col; inrank = 1
 	for (i = 2; i <= NF; i++) {
 		h = tolower($i)
 		if (h == "ar_%") col["ar"] = i
+		else if (h ~ /^(sent|ar_kib)/) col["sent"] = i
 		else if (h ~ /^state/) col["state"] = i
 		else if (h ~ /^param/) col["params"] = i
 		else if (h ~ /^grad/) col["grads"] = i
 		else if (h ~ /^(opt|optim)/) col["optim"] = i
+		else if (h ~ /^work/) col["work"] = i
 	}
 	next
 }
 inrank && /^# +[0-9]+ / {
 	if ($2 == 0 && ("ar" in col)) ar[file] = $(col["ar"])
-	for (k in col) if (k != "ar" && (!((file, k) in mx) || $(col[k]) + 0 > mx[file, k])) mx[file, k] = $(col[k]) + 0
+	if ($2 == 0 && ("sent" in col)) sent[file] = $(col["sent"])
+	for (k in col) if (k != "ar" && k != "sent" && (!((file, k) in mx) || $(col[k]) + 0 > mx[file, k])) mx[file, k] = $(col[k]) + 0
 	next
 }
 inrank && !/^# +[0-9]+ / { inrank = 0 }
 END {
-	printf "# ddp at %d ranks and its variants: state MiB per rank (largest over the ranks)\n", G
-	printf "# %-7s %10s %7s %11s %10s %10s %10s %11s %12s\n", "variant", "ms/step", "ar_%", "params_MiB", "grads_MiB", "optim_MiB", "state_MiB", "vs ddp", "final_loss"
+	printf "# dp, ddp and its variants at %d replicas: KiB sent per step by rank 0; state MiB per rank (largest over the ranks)\n", G
+	printf "# %-7s %10s %7s %10s %11s %10s %10s %10s %10s %11s %12s\n", "variant", "ms/step", "ar_%", "sent_KiB", "params_MiB", "grads_MiB", "optim_MiB", "work_MiB", "state_MiB", "vs ddp", "final_loss"
 	for (f = 1; f <= file; f++) {
 		tot = ((f, "state") in mx) ? mx[f, "state"] : ""
-		if (tot == "" && ((f, "params") in mx)) tot = mx[f, "params"] + mx[f, "grads"] + mx[f, "optim"]
-		if (f == 1) base = tot
+		if (tot == "" && ((f, "params") in mx)) tot = mx[f, "params"] + mx[f, "grads"] + mx[f, "optim"] + mx[f, "work"]
+		if (name[f] == "ddp") base = tot
+		state[f] = tot
+	}
+	for (f = 1; f <= file; f++) {
+		tot = state[f]
 		rel = (tot != "" && base > 0) ? sprintf("%.2fx", tot / base) : "-"
-		printf "  %-7s %10.4f %7s %11s %10s %10s %10s %11s %12s\n", name[f], ms[f], (f in ar) ? ar[f] : "-",
+		printf "  %-7s %10.4f %7s %10s %11s %10s %10s %10s %10s %11s %12s\n", name[f], ms[f], (f in ar) ? ar[f] : "-",
+			(f in sent) ? sent[f] : "-",
 			part((f, "params") in mx ? mx[f, "params"] : ""), part((f, "grads") in mx ? mx[f, "grads"] : ""),
-			part((f, "optim") in mx ? mx[f, "optim"] : ""), part(tot), rel,
+			part((f, "optim") in mx ? mx[f, "optim"] : ""), part((f, "work") in mx ? mx[f, "work"] : ""), part(tot), rel,
 			hasloss[f] ? sprintf("%.6f", loss[f]) : "-"
 	}
-}' "$tmp/ddpG" "${variants[@]/#/$tmp/}"
+}' "$tmp/dpG" "$tmp/ddpG" "${variants[@]/#/$tmp/}"

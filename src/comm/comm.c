@@ -54,10 +54,18 @@ static enum status parts_check(const struct comm *c, int has, const char *kind, 
 	return cuts_check(c, n, cuts, d);
 }
 
-/* Count a collective that started. */
-static enum status started(struct comm *c, enum status st)
+/* Count a collective that started: one in flight, and what it makes this rank send, as a
+ * ring sends it (nccl-tests' bus bytes): an all-reduce of n elements 2 (N - 1) / N n, a
+ * reduce-scatter or an all-gather (N - 1) / N n, each element 2 bytes in a 16-bit wire
+ * type, else 4. */
+static enum status started(struct comm *c, enum status st, size_t n, unsigned flags, int passes)
 {
-	c->inflight += st == ST_OK;
+	const double elem = (flags & COMM_WIRE) && c->wire != COMM_WIRE_F32 ? 2.0 : 4.0;
+
+	if (st != ST_OK)
+		return st;
+	c->inflight++;
+	c->sent_bytes += passes * (double)(c->size - 1) / (double)c->size * (double)n * elem;
 	return st;
 }
 
@@ -68,7 +76,7 @@ enum status comm_allreduce_start(struct comm *c, float *buf, size_t n, unsigned 
 
 	if (st != ST_OK)
 		return st;
-	return started(c, c->ops->allreduce_start(c->ctx, buf, n, flags, d));
+	return started(c, c->ops->allreduce_start(c->ctx, buf, n, flags, d), n, flags, 2);
 }
 
 enum status comm_reduce_scatter_start(struct comm *c, float *buf, size_t n, const size_t *cuts,
@@ -79,7 +87,7 @@ enum status comm_reduce_scatter_start(struct comm *c, float *buf, size_t n, cons
 
 	if (st != ST_OK)
 		return st;
-	return started(c, c->ops->reduce_scatter_start(c->ctx, buf, n, cuts, flags, d));
+	return started(c, c->ops->reduce_scatter_start(c->ctx, buf, n, cuts, flags, d), n, flags, 1);
 }
 
 enum status comm_all_gather_start(struct comm *c, float *buf, size_t n, const size_t *cuts,
@@ -90,7 +98,7 @@ enum status comm_all_gather_start(struct comm *c, float *buf, size_t n, const si
 
 	if (st != ST_OK)
 		return st;
-	return started(c, c->ops->all_gather_start(c->ctx, buf, n, cuts, d));
+	return started(c, c->ops->all_gather_start(c->ctx, buf, n, cuts, d), n, 0, 1);
 }
 
 void comm_progress(struct comm *c)
@@ -114,7 +122,23 @@ enum status comm_wait_all(struct comm *c, struct diag *d)
 	enum status st = c->ops->wait_all(c->ctx, d);
 
 	c->inflight = 0;
+	c->rounds++;
 	return st;
+}
+
+struct comm_ticket comm_ticket(const struct comm *c)
+{
+	return (struct comm_ticket){c->rounds, c->inflight};
+}
+
+int comm_ticket_done(const struct comm *c, struct comm_ticket t)
+{
+	return t.k == 0 || t.round != c->rounds;
+}
+
+enum status comm_wait_ticket(struct comm *c, struct comm_ticket t, struct diag *d)
+{
+	return comm_ticket_done(c, t) ? ST_OK : comm_wait_first(c, t.k, d);
 }
 
 enum status comm_bcast(struct comm *c, float *buf, size_t n, int root, struct diag *d)

@@ -42,11 +42,15 @@ static inline enum half_type comm_wire_half(enum comm_wire w)
 #define COMM_LAST 1u /* nothing is left to overlap with: complete it by the fastest path */
 #define COMM_WIRE 2u /* it travels in the communicator's wire type (struct comm.wire) */
 
+/* What a collective is, as its observer's tag says. */
+enum comm_coll { COMM_ALLREDUCE, COMM_REDUCE_SCATTER, COMM_ALL_GATHER };
+
 /* An observer's own marks, as they stood when a collective started (the communicator
  * copies them then and gives them back with it). */
 struct comm_tag {
-	long step; /* the trainer's: its step, or -1 (validation) */
-	int item;  /* the trainer's: the bucket it carries, or -1 */
+	long step;           /* the trainer's: its step, or -1 (validation) */
+	int item;            /* the trainer's: the bucket it carries, or -1 */
+	enum comm_coll kind; /* the trainer's: what it started */
 };
 
 /* Told when a collective has completed: *tag as it was when it started (a communicator
@@ -63,7 +67,7 @@ struct comm_observer {
 /* What a communicator copies when a collective starts: *o->tag, or {0, -1}. */
 static inline struct comm_tag comm_observer_tag(const struct comm_observer *o)
 {
-	return o->tag != NULL ? *o->tag : (struct comm_tag){0, -1};
+	return o->tag != NULL ? *o->tag : (struct comm_tag){0, -1, COMM_ALLREDUCE};
 }
 
 struct comm_ops {
@@ -125,13 +129,25 @@ struct comm {
 	enum comm_wire wire;
 	/* floats outside the gradients that collectives may have in flight at once (ZeRO's
 	 * all-gathers of the parameters; 0: none beyond the gradients' size): set by the
-	 * caller before comm_open; the MPI communicator stages that much for device memory */
+	 * caller before comm_open; the MPI communicator stages that much for device memory,
+	 * taken in turn as a ring (collectives complete in order): a caller whose collectives
+	 * of up to L floats start while one is in flight gives room for three */
 	size_t outside;
 	/* why the all-reduce chosen by default could not be had and what stands in (the same
 	 * on every rank), or "" */
 	char notice[640];
 	int size;     /* the ranks it spans (comm_open): cuts have size + 1 entries */
 	int inflight; /* collectives started since comm_wait_all last returned (comm.c) */
+	unsigned long rounds; /* times comm_wait_all has returned (comm.c): tickets' round */
+	double sent_bytes;    /* what the collectives started so far make this rank send, as a
+			       * ring sends it (comm.c; the broadcast not counted) */
+};
+
+/* A collective's place among those in flight, taken just after it started: a later wait
+ * for it (comm_wait_ticket) stays right whoever completes everything in between. */
+struct comm_ticket {
+	unsigned long round; /* c->rounds when it started */
+	int k;               /* its number since that round began (1: the first); 0: none */
 };
 
 /* The doors to the collectives: every caller goes through these, never through
@@ -154,6 +170,13 @@ enum status comm_wait_all(struct comm *c, struct diag *d);
 enum status comm_bcast(struct comm *c, float *buf, size_t n, int root, struct diag *d);
 /* obs NULL: stop observing. No-op for a communicator that cannot observe. */
 void comm_observe(struct comm *c, const struct comm_observer *obs);
+/* The ticket of the collective started last. */
+struct comm_ticket comm_ticket(const struct comm *c);
+/* 1 if the ticket's collective has completed for certain: a comm_wait_all returned since
+ * it started (or it names none). */
+int comm_ticket_done(const struct comm *c, struct comm_ticket t);
+/* Complete the ticket's collective (and those started before it), unless it is done. */
+enum status comm_wait_ticket(struct comm *c, struct comm_ticket t, struct diag *d);
 /* 1 if the communicator has reduce-scatter, all-gather and wait_first (ZeRO needs them). */
 int comm_can_shard(const struct comm *c);
 /* Collectives started since comm_wait_all last returned. */

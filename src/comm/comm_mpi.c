@@ -44,9 +44,10 @@ struct comm_mpi {
 	 * its order since that wait) completes; at most one per collective, and the doors
 	 * (comm.c) keep those under COMM_MAX_INFLIGHT */
 	struct { float *dev, *host; size_t n; int coll; } staged[COMM_MAX_INFLIGHT];
-	float *other;        /* device memory: (nother) pinned, for buffers outside base */
+	/* device memory: (nother) pinned, for buffers outside base, taken as a ring: the
+	 * staged entries not yet copied back hold one run of it, oldest first */
+	float *other;
 	size_t nother;       /* the gradients' size, or struct comm.outside if larger */
-	size_t other_used;   /* floats of it taken since the last wait_all */
 	int nstaged, ncoll, nback; /* staged entries; collectives started; entries copied back */
 	struct hostcoll alg;      /* host memory: the one chosen; device memory: MPI's own */
 	struct hostcoll_obs obs;  /* what alg tells: comm_ops.observe's observer */
@@ -70,6 +71,30 @@ int comm_mpi_cuda_aware(void)
 #endif
 }
 
+/* n floats of the outside ring for a new collective, or NULL: after the newest entry in
+ * use if it has room to the end, else from the start if that has room before the oldest.
+ * Entries are copied back (freed) in the order taken, so what is in use is one run. */
+static float *other_take(struct comm_mpi *c, size_t n)
+{
+	float *oldest = NULL, *end = c->other;
+
+	for (int i = c->nback; i < c->nstaged; i++) {
+		float *h = c->staged[i].host;
+
+		if (h < c->other || h >= c->other + c->nother)
+			continue; /* in the gradients' mirror */
+		oldest = oldest != NULL ? oldest : h;
+		end = h + c->staged[i].n;
+	}
+	if (n <= (size_t)(c->other + c->nother - end) && (oldest == NULL || end > oldest))
+		return end;
+	if (oldest != NULL && end > oldest && n <= (size_t)(oldest - c->other))
+		return c->other;
+	if (oldest != NULL && end <= oldest && n <= (size_t)(oldest - end))
+		return end;
+	return NULL;
+}
+
 /* Where a collective over buf[0..n) runs: buf itself, or (device memory) its pinned host
  * mirror, filled from the device with buf[from..to) (waiting for the backward so far) and
  * copied back whole when the collective completes. */
@@ -91,11 +116,10 @@ static enum status mpi_target(struct comm_mpi *c, float *buf, size_t n, size_t f
 		if (c->other == NULL && (c->other = c->be->ops->host_alloc(c->be->ctx, c->nother)) == NULL)
 			return diag_set(d, ST_RUNTIME, "comm: out of pinned host memory for %zu floats",
 					c->nother);
-		if (n > c->nother - c->other_used)
+		*target = other_take(c, n);
+		if (*target == NULL)
 			return diag_set(d, ST_RUNTIME,
 					"internal: collectives outside the gradients beyond their size in flight");
-		*target = c->other + c->other_used;
-		c->other_used += n;
 	}
 	st = c->be->ops->to_host(c->be->ctx, *target + from, buf + from, to - from, d);
 	if (st != ST_OK)
@@ -198,7 +222,6 @@ static enum status mpi_wait_all(void *ctx, struct diag *d)
 	if (st == ST_OK)
 		mpi_copy_back(c, c->ncoll);
 	c->nstaged = c->nback = c->ncoll = 0;
-	c->other_used = 0;
 	c->obs.started = 0; /* the next step's collectives count from 0 */
 	return st;
 }

@@ -3,7 +3,8 @@
 
 const char *const trace_what_names[TR_NWHAT] = {
 	"load", "forward", "loss", "backward", "allreduce", "wait", "optimizer", "validation",
-	"checkpoint", "stop", "scatter", "replicate", "gather", "reduce", "replica check",
+	"checkpoint", "stop", "scatter", "replicate", "gather", "reduce", "replica check", "reducescatter",
+	"allgather",
 };
 
 void trace_resolve(struct trace_buf *b)

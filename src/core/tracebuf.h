@@ -43,6 +43,8 @@ enum trace_what {
 	TR_GATHER,      /* dp: outputs onto replica 0 */
 	TR_REDUCE,      /* dp: gradients summed onto replica 0 */
 	TR_CHECK,       /* the replica check (--check-replicas) */
+	TR_REDUCE_SCATTER, /* async, idx: bucket; ZeRO's gradients, launch to completion */
+	TR_ALL_GATHER,  /* async, idx: layer (ZeRO-3) or -1; ZeRO's parameters */
 	TR_NWHAT
 };
 extern const char *const trace_what_names[TR_NWHAT];

@@ -28,7 +28,7 @@ void model_layout(struct model *m, const int *widths, int nlayers)
 }
 
 size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int state_arenas,
-			  const unsigned char *frozen, int shards)
+			  const unsigned char *frozen, int shards, const struct model_shard *sh)
 {
 	struct model m;
 	size_t floats, maxw = 0;
@@ -37,17 +37,27 @@ size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int sta
 	model_freeze(&m, frozen);
 	for (int l = 0; l <= nlayers; l++)
 		maxw = (size_t)widths[l] > maxw ? (size_t)widths[l] : maxw;
-	/* params, grads (+ slots), optimizer state; activations, targets, two gradient buffers */
-	floats = m.nparams * 2 + (m.ntrainable + (size_t)shards - 1) / (size_t)shards * (size_t)state_arenas +
-		 MODEL_SLOTS + 1 +
+	/* params (or a window, and the working set), grads (+ slots and norm, or the block),
+	 * optimizer state; activations, targets, two gradient buffers */
+	floats = (sh != NULL && sh->sharded ? sh->param_len + sh->work : m.nparams) +
+		 (sh != NULL && sh->grad_extra > 0 ? sh->grad_extra : m.nparams) +
+		 (m.ntrainable + (size_t)shards - 1) / (size_t)shards * (size_t)state_arenas + MODEL_SLOTS + 1 +
 		 (size_t)max_batch * ((size_t)widths[nlayers] + 2 * maxw);
 	for (int l = 0; l <= nlayers; l++)
 		floats += (size_t)max_batch * (size_t)widths[l];
 	return floats * sizeof(float);
 }
 
+/* The parameter views: each layer in the whole parameters, or none yet (sharded: the
+ * caller's hooks point them at what they gather). */
+static void model_point_params(struct model *m)
+{
+	for (int l = 0; l < m->nlayers; l++)
+		m->pw[l] = m->psharded ? NULL : m->params + m->w_off[l];
+}
+
 /* The gradient views over the gradients' memory: the whole gradient, or a block laid out
- * by the caller (model_regrad: its gw views are the caller's). */
+ * by the caller (grad_extra: its gw views are the caller's). */
 static void model_point_grads(struct model *m)
 {
 	if (m->gblock) {
@@ -67,24 +77,40 @@ static void model_point_grads(struct model *m)
 enum status model_init(struct model *m, struct backend *be, const int *widths, int nlayers,
 		       int max_batch, struct diag *d)
 {
+	return model_init_shard(m, be, widths, nlayers, max_batch, NULL, d);
+}
+
+enum status model_init_shard(struct model *m, struct backend *be, const int *widths, int nlayers,
+			     int max_batch, const struct model_shard *sh, struct diag *d)
+{
 	const struct backend_ops *ops = be->ops;
+	const struct model_shard all = {0};
 	int maxw = 0;
 
+	sh = sh != NULL ? sh : &all;
 	memset(m, 0, sizeof *m);
 	model_layout(m, widths, nlayers);
 	m->be = be;
 	m->max_batch = max_batch;
 	for (int l = 0; l <= nlayers; l++)
 		maxw = widths[l] > maxw ? widths[l] : maxw;
-	m->bytes = model_bytes_needed(widths, nlayers, max_batch, 0, NULL, 1);
-	m->params = ops->alloc(be->ctx, m->nparams);
+	m->bytes = model_bytes_needed(widths, nlayers, max_batch, 0, NULL, 1, sh);
+	m->psharded = sh->sharded;
 	m->arena[0].name = "";
-	m->arena[0].data = m->params;
-	m->arena[0].len = m->nparams;
+	m->arena[0].first = sh->sharded ? sh->param_first : 0;
+	m->arena[0].len = sh->sharded ? sh->param_len : m->nparams;
 	m->arena[0].whole = m->nparams;
 	m->narenas = 1;
-	m->gmem = ops->alloc(be->ctx, m->nparams + MODEL_SLOTS + 1);
-	m->gfloats = m->nparams + MODEL_SLOTS + 1;
+	/* a rank may hold no parameters at all (more ranks than floats): one float all the same */
+	m->params = ops->alloc(be->ctx, m->arena[0].len > 0 ? m->arena[0].len : 1);
+	m->arena[0].data = m->params;
+	model_point_params(m);
+	m->work_floats = sh->work;
+	if (sh->work > 0)
+		m->work = ops->alloc(be->ctx, sh->work);
+	m->gblock = sh->grad_extra > 0;
+	m->gfloats = MODEL_SLOTS + 1 + (m->gblock ? sh->grad_extra : m->nparams);
+	m->gmem = ops->alloc(be->ctx, m->gfloats);
 	model_point_grads(m);
 	for (int l = 0; l <= nlayers; l++)
 		m->act[l] = ops->alloc(be->ctx, (size_t)max_batch * (size_t)widths[l]);
@@ -93,7 +119,7 @@ enum status model_init(struct model *m, struct backend *be, const int *widths, i
 	m->dbuf[1] = ops->alloc(be->ctx, (size_t)max_batch * (size_t)maxw);
 	m->own_input = m->act[0];
 	m->own_target = m->target;
-	if (!m->params || !m->grads || !m->norm || !m->target || !m->dbuf[0] || !m->dbuf[1])
+	if (!m->params || !m->gmem || (sh->work > 0 && !m->work) || !m->target || !m->dbuf[0] || !m->dbuf[1])
 		goto out_oom;
 	for (int l = 0; l <= nlayers; l++)
 		if (!m->act[l])
@@ -101,8 +127,8 @@ enum status model_init(struct model *m, struct backend *be, const int *widths, i
 	return ST_OK;
 
 out_oom:
-	diag_set(d, ST_RUNTIME, "model: out of %s memory for %zu parameters and batch %d",
-		 ops->name, m->nparams, max_batch);
+	diag_set(d, ST_RUNTIME, "model: out of %s memory for %zu parameters%s and batch %d", ops->name,
+		 sh->sharded ? sh->param_len : m->nparams, sh->sharded ? " (this rank's window)" : "", max_batch);
 	model_free(m);
 	return ST_RUNTIME;
 }
@@ -297,8 +323,8 @@ enum status model_forward(struct model *m, int n, const struct model_hooks *h)
 		if (st != ST_OK)
 			return st;
 		span = trace_begin(m->trace, TR_FORWARD, l);
-		ops->linear_forward(c, m->act[l + 1], m->act[l], m->params + m->w_off[l],
-				    m->params + m->b_off[l], n, in, out, m->act_fn[l] == ACT_RELU);
+		ops->linear_forward(c, m->act[l + 1], m->act[l], m->pw[l], m->pw[l] + (m->b_off[l] - m->w_off[l]),
+				    n, in, out, m->act_fn[l] == ACT_RELU);
 		trace_end(m->trace, span);
 	}
 	return ST_OK;
@@ -383,14 +409,16 @@ enum status model_backward(struct model *m, int n, float gscale, int accumulate,
 	for (int l = m->nlayers - 1; l >= lowest; l--) {
 		int in = m->widths[l], out = m->widths[l + 1];
 		float *dx = l > lowest ? m->dbuf[1 - cur] : NULL;
+		/* the weights are read only to pass the gradient down (dx) */
+		enum status st = dx != NULL && h != NULL && h->before_backward != NULL ? h->before_backward(h->arg, l)
+										       : ST_OK;
 		long span = trace_begin(m->trace, TR_BACKWARD, l);
 		int panels = !m->frozen[l] && h != NULL && h->panel_dst != NULL &&
 			     layer_floats(m, l) > h->panel_cap;
 		float *dw = m->frozen[l] || panels ? NULL : m->gw[l];
-		enum status st = ST_OK;
 
 		/* panels first: their reduce-scatters move while dx is computed */
-		if (panels)
+		if (panels && st == ST_OK)
 			st = backward_panels(m, l, n, m->dbuf[cur], gscale, h);
 		if (st != ST_OK) {
 			trace_end(m->trace, span);
@@ -398,7 +426,7 @@ enum status model_backward(struct model *m, int n, float gscale, int accumulate,
 		}
 		if (dx != NULL || dw != NULL)
 			ops->linear_backward(c, dx, dw, dw != NULL ? dw + (m->b_off[l] - m->w_off[l]) : NULL,
-					     m->dbuf[cur], m->act[l], m->params + m->w_off[l], n, in, out,
+					     m->dbuf[cur], m->act[l], m->pw[l], n, in, out,
 					     gscale, accumulate);
 		/* the activation before this layer is part of its backward span */
 		if (dx != NULL && m->act_fn[l - 1] == ACT_RELU)
@@ -422,6 +450,7 @@ void model_free(struct model *m)
 	ops = m->be->ops;
 	for (int a = 0; a < m->narenas; a++)
 		ops->free(m->be->ctx, m->arena[a].data);
+	ops->free(m->be->ctx, m->work);
 	if (m->narenas == 0)
 		ops->free(m->be->ctx, m->params);
 	if (!m->grads_lent)
@@ -445,26 +474,3 @@ void model_move_grads(struct model *m, float *grads)
 	model_point_grads(m);
 }
 
-enum status model_regrad(struct model *m, size_t extra, struct diag *d)
-{
-	const struct backend_ops *ops = m->be->ops;
-	const size_t n = MODEL_SLOTS + 1 + extra;
-	float *block = ops->alloc(m->be->ctx, n);
-
-	if (block == NULL)
-		return diag_set(d, ST_RUNTIME, "model: out of %s memory for the gradient shard (%zu floats)",
-				ops->name, n);
-	if (!m->grads_lent)
-		ops->free(m->be->ctx, m->gmem);
-	m->grads_lent = 0;
-	m->bytes -= m->gfloats * sizeof(float);
-	m->bytes += n * sizeof(float);
-	m->gmem = block;
-	m->gfloats = n;
-	m->grads = NULL;
-	for (int l = 0; l < m->nlayers; l++)
-		m->gw[l] = NULL; /* the caller points them into its layout */
-	m->gblock = 1;
-	model_point_grads(m);
-	return ST_OK;
-}

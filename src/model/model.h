@@ -68,19 +68,26 @@ struct model {
 	size_t ntrainable;            /* floats of the layers not frozen (nparams if none is) */
 	int max_batch;
 	struct backend *be;           /* borrowed */
-	float *params;                /* (nparams), = arena[0].data */
+	float *params;                /* (nparams), = arena[0].data; ZeRO-3: the window of arena 0 */
 	float *grads;                 /* (nparams + MODEL_SLOTS + 1: slots, norm); NULL once sharded
-				       * (model_regrad) */
+				       * (struct model_shard grad_extra) */
 	/* The gradients' memory, the one block the communicator's collectives work in: grads,
 	 * or ZeRO-2's block (gfloats floats) */
 	float *gmem;
 	size_t gfloats;
 	int grads_lent;               /* gmem belongs to the communicator (model_move_grads) */
 	/* Where backward writes layer l's weight gradient (out, in), its bias gradient (out)
-	 * right after: grads + w_off[l], or (ZeRO-2) a place in a bucket buffer. */
+	 * right after: grads + w_off[l], or (ZeRO-2/3) a place in a bucket buffer. */
 	float *gw[MODEL_MAX_LAYERS];
+	/* Where forward and backward read layer l's weight (out, in), its bias (out) right
+	 * after: params + w_off[l], or (ZeRO-3, the parameters sharded) the working buffer the
+	 * caller's hook gathered the layer into, NULL until it has. */
+	float *pw[MODEL_MAX_LAYERS];
+	int psharded;                 /* arena 0 holds a window of the parameters (ZeRO-3) */
+	float *work;                  /* (work_floats) ZeRO-3's working set, laid out by the caller */
+	size_t work_floats;
 	float *slots;                 /* (MODEL_SLOTS) grads + nparams, or in the sharded block */
-	int gblock;                   /* gmem is a block laid out by the caller (model_regrad):
+	int gblock;                   /* gmem is a block laid out by the caller (grad_extra):
 				       * the slots, the norm, then the caller's; grads and gw NULL */
 	struct model_arena arena[MODEL_MAX_ARENAS];
 	int narenas;                  /* 1 + optimizer state arenas */
@@ -95,16 +102,33 @@ struct model {
 	struct trace_buf *trace;      /* borrowed: per-layer spans go here, or NULL (off) */
 };
 
-/* Bytes model_init allocates for these widths and batch, plus state_arenas optimizer
- * arenas with the layers of frozen (NULL: none) left out, each sharded over `shards`
- * ranks (1: whole; ZeRO: the largest rank's shard) (no allocation). */
+/* What a rank keeps of the model's memory when it keeps less than all of it (ZeRO; the
+ * gradient plan, train/plan.h, says what). All zero: everything. */
+struct model_shard {
+	int sharded;                    /* the parameters are a window (ZeRO-3): */
+	size_t param_first, param_len;  /* floats [first, first + len) of arena 0 */
+	size_t work;                    /* ZeRO-3: floats of the working set gathered layers live in */
+	/* ZeRO-2/3: the gradient memory is one block of the slots, the norm and grad_extra
+	 * floats the caller lays out (its pool buffers and gradient shard), instead of the
+	 * whole gradient; 0: the whole gradient */
+	size_t grad_extra;
+};
+
+/* Bytes model_init_shard allocates for these widths and batch and sh (NULL: all of it),
+ * plus state_arenas optimizer arenas with the layers of frozen (NULL: none) left out, each
+ * sharded over `shards` ranks (1: whole; ZeRO: the largest rank's shard) (no allocation). */
 size_t model_bytes_needed(const int *widths, int nlayers, int max_batch, int state_arenas,
-			  const unsigned char *frozen, int shards);
+			  const unsigned char *frozen, int shards, const struct model_shard *sh);
 /* Offsets, parameter count and activations for these widths (no allocation). */
 void model_layout(struct model *m, const int *widths, int nlayers);
-/* Lay out and allocate on be for micro-batches of up to max_batch rows. */
+/* Lay out and allocate on be for micro-batches of up to max_batch rows: all of the
+ * parameters and gradient (model_init), or what sh keeps (model_init_shard; sh NULL: all).
+ * With sh->grad_extra, grads and gw are NULL (the caller points gw into its layout); with
+ * sh->sharded, pw is NULL (the caller's hooks point it at the gathered layers). */
 enum status model_init(struct model *m, struct backend *be, const int *widths, int nlayers,
 		       int max_batch, struct diag *d);
+enum status model_init_shard(struct model *m, struct backend *be, const int *widths, int nlayers,
+			     int max_batch, const struct model_shard *sh, struct diag *d);
 /* Add a zeroed state arena named name (static storage) holding floats [first, first +
  * len) of the whole arena of ntrainable floats (0, ntrainable: all of it; ZeRO: the
  * rank's shard); returns it, or NULL (with d set) when out of memory or arenas. The
@@ -157,6 +181,9 @@ struct model_hooks {
 	void *arg;
 	/* forward: before layer l (ZeRO waits there for the all-gather of its parameters) */
 	enum status (*before_layer)(void *arg, int layer);
+	/* backward: before layer l, which reads pw[l] to pass the gradient down (ZeRO-3 waits
+	 * there for its parameters' all-gather) */
+	enum status (*before_backward)(void *arg, int layer);
 	/* backward: after layer l's gradients are complete */
 	enum status (*layer_done)(void *arg, int layer);
 	/* backward in row panels (panel_dst NULL: none): a trainable layer of more than
@@ -176,7 +203,8 @@ double model_flops(const struct model *m, int n);
  * the target from x and y, where the caller made them, until model_read_input(m, NULL,
  * NULL) puts back the model's own (to_device into act[0] and target copies into those). */
 void model_read_input(struct model *m, const float *x, const float *y);
-/* Forward n rows of act[0]; the output is act[nlayers]. h may be NULL. */
+/* Forward n rows of act[0]; the output is act[nlayers]. h may be NULL (not with sharded
+ * parameters: its before_layer points pw). */
 enum status model_forward(struct model *m, int n, const struct model_hooks *h);
 /* Backward from dbuf[0] (n, widths[nlayers]) = dL/dout. Layers run last to first, down to
  * the first trainable one, calling h's hooks (h may be NULL). The weight and bias
@@ -210,10 +238,4 @@ void model_panel_range(const struct model *m, int l, size_t cap, int j, size_t *
  * the slots and the norm) to host memory
  * the communicator owns and frees (struct comm's grads); model_free leaves it alone. */
 void model_move_grads(struct model *m, float *grads);
-/* Replace the whole gradient with one block of MODEL_SLOTS + 1 + extra floats (the slots,
- * the norm, then extra floats the caller lays out: ZeRO-2's pool buffers and gradient
- * shard, grad_plan_block_floats), before the communicator opens over gmem; grads and gw
- * are then NULL (the caller points gw). On failure (d set) nothing changes. */
-enum status model_regrad(struct model *m, size_t extra, struct diag *d);
-
 #endif

@@ -61,14 +61,22 @@ float *optimizer_grad(const struct optimizer *opt, int r)
 	return opt->grad_at > 0 ? m->gmem + opt->grad_at + opt->piece[r].so : m->grads + opt->piece[r].off;
 }
 
-/* torch.optim.SGD on piece r: n parameters from offset o (so in the state). */
+/* Piece r's parameters: in the whole arena, or (ZeRO-3) in this rank's window of it. */
+static float *optimizer_param(const struct optimizer *opt, int r)
+{
+	const struct model *m = opt->m;
+
+	return m->params + (opt->piece[r].off - m->arena[0].first);
+}
+
+/* torch.optim.SGD on piece r: n parameters (so in the state). */
 static void sgd_run(struct optimizer *opt, int r, float lr)
 {
 	struct model *m = opt->m;
 	const struct backend_ops *ops = m->be->ops;
 	const float wd = opt->h.weight_decay, mu = opt->h.momentum;
-	const size_t o = opt->piece[r].off, so = opt->piece[r].so, n = opt->piece[r].len;
-	float *p = m->params + o, *g = optimizer_grad(opt, r);
+	const size_t so = opt->piece[r].so, n = opt->piece[r].len;
+	float *p = optimizer_param(opt, r), *g = optimizer_grad(opt, r);
 
 	/* g' = g + wd p; buf = momentum buf + g'; p -= lr (buf, or with Nesterov g' + mu buf). */
 	if (opt->momentum_buffer != NULL) {
@@ -109,7 +117,7 @@ double optimizer_step(struct optimizer *opt, double multiplier)
 		};
 
 		for (int r = 0; r < opt->npieces; r++)
-			ops->adamw(m->be->ctx, m->params + pc[r].off, optimizer_grad(opt, r),
+			ops->adamw(m->be->ctx, optimizer_param(opt, r), optimizer_grad(opt, r),
 				   opt->exp_avg + pc[r].so, opt->exp_avg_sq + pc[r].so, pc[r].len, &h);
 	} else {
 		for (int r = 0; r < opt->npieces; r++)

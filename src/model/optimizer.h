@@ -26,8 +26,8 @@
 
 #include <stddef.h>
 
-#include "model/model.h"   /* struct model, model_add_arena */
-#include "model/zero.h"    /* struct zero_plan, struct zero_piece */
+#include "model/model.h"  /* struct model, model_add_arena */
+#include "model/zero.h"   /* struct zero_plan, struct zero_piece */
 #include "core/status.h" /* enum status, struct diag */
 
 enum optimizer_kind { OPTIM_SGD, OPTIM_ADAMW };

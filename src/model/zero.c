@@ -54,6 +54,50 @@ size_t zero_shard_room(const struct model *m, int size)
 	return most;
 }
 
+size_t zero_param_cut(const struct model *m, int q, int size)
+{
+	size_t t, acc = 0;
+
+	if (q <= 0)
+		return 0;
+	if (q >= size)
+		return m->nparams;
+	t = zero_cut(m->ntrainable, q, size); /* < ntrainable for q < size */
+	for (int l = 0; l < m->nlayers; l++) {
+		size_t lf = (size_t)m->widths[l + 1] * (size_t)(m->widths[l] + 1);
+
+		if (m->frozen[l])
+			continue;
+		if (t < acc + lf)
+			return m->w_off[l] + (t - acc);
+		acc += lf;
+	}
+	return m->nparams;
+}
+
+size_t zero_param_room(const struct model *m, int size)
+{
+	size_t most = 0;
+
+	for (int q = 0; q < size; q++) {
+		size_t n = zero_param_cut(m, q + 1, size) - zero_param_cut(m, q, size);
+
+		most = n > most ? n : most;
+	}
+	return most;
+}
+
+size_t zero_arena_cut(const struct model *m, int arena, int stage, int q, int size)
+{
+	const size_t whole = arena == 0 ? m->nparams : m->ntrainable;
+
+	if (q >= size)
+		return whole;
+	if (arena == 0)
+		return stage == 3 ? zero_param_cut(m, q, size) : 0;
+	return stage > 0 ? zero_cut(m->ntrainable, q, size) : 0;
+}
+
 size_t zero_bucket_start(const struct model *m, const struct bucket *b)
 {
 	/* a panel starts inside its layer */

@@ -24,7 +24,7 @@
 
 #include <stddef.h>
 
-#include "model/model.h"  /* struct model, struct bucket, MODEL_MAX_LAYERS */
+#include "model/model.h" /* struct model, struct bucket, MODEL_MAX_LAYERS */
 
 /* A run of owned parameters: params[off .. off + len) and state[so .. so + len) of the
  * rank's state arenas (offsets within its shard). */
@@ -57,6 +57,21 @@ void zero_bucket_cuts(const struct zero_plan *z, const struct model *m, const st
 
 /* The largest shard of m's trainable parameters over size ranks, in floats. */
 size_t zero_shard_room(const struct model *m, int size);
+
+/* ZeRO-3 keeps the parameters themselves sharded: rank q keeps the window
+ * [zero_param_cut(m, q, size), zero_param_cut(m, q + 1, size)) of the parameter arena
+ * (frozen layers included). The windows are cut where the trainable cuts are (zero_cut of
+ * the trainable floats), so each rank's parameters, gradient shard and optimizer state are
+ * the same trainable floats; a run of frozen layers goes whole to the rank whose window
+ * ends at the trainable layer after it (rank 0 takes those before the first). */
+size_t zero_param_cut(const struct model *m, int q, int size);
+/* The largest such window over size ranks, in floats. */
+size_t zero_param_room(const struct model *m, int size);
+/* Where rank q's part of arena `arena` begins over size ranks at ZeRO stage `stage`, for
+ * an arena sharded at that stage: the parameters (arena 0) at stage 3 (zero_param_cut),
+ * the state arenas at every stage above 0 (zero_cut of the trainable floats). q = size:
+ * the arena's end. */
+size_t zero_arena_cut(const struct model *m, int arena, int stage, int q, int size);
 /* The first trainable index of bucket b (trainable, lo >= 0: whole layers or a panel). */
 size_t zero_bucket_start(const struct model *m, const struct bucket *b);
 

@@ -449,9 +449,9 @@ static void report_ddp_ranks(struct report *r, const struct replica_stats *rep, 
 {
 	double per = steps > 0 ? 1.0 / (double)steps : 0.0;
 
-	fprintf(r->out, "# ddp per rank: ms per step, KiB all-reduced per step, state MiB, peak RSS MiB, all-reduce share of the step, ms per step waiting for data (within compute), TFLOP/s of its products, peak device MiB\n");
+	fprintf(r->out, "# ddp per rank: ms per step, KiB its collectives send per step (as a ring sends them: an all-reduce twice its (n-1)/n, a reduce-scatter or all-gather once), state MiB, peak RSS MiB, all-reduce share of the step, ms per step waiting for data (within compute), TFLOP/s of its products, peak device MiB\n");
 	fprintf(r->out, "#%7s %9s %9s %9s %10s %9s %9s %7s %9s %9s %9s\n", "rank", "compute", "ar_wait", "step",
-		"ar_KiB", "state_MiB", "rss_MiB", "ar_%", "data_wait", "TFLOP/s", "dev_MiB");
+		"sent_KiB", "state_MiB", "rss_MiB", "ar_%", "data_wait", "TFLOP/s", "dev_MiB");
 	for (int i = 0; i < n; i++) {
 		double step = rep[i].compute_s + rep[i].wait_s;
 
@@ -462,11 +462,12 @@ static void report_ddp_ranks(struct report *r, const struct replica_stats *rep, 
 			step > 0 ? rep[i].flops / step / 1e12 : 0.0);
 		print_dev_mib(r, &rep[i]);
 	}
-	fprintf(r->out, "# memory per rank, MiB: parameters, gradients, optimizer state (each rank's own: a shard with --zero)\n");
-	fprintf(r->out, "#%7s %10s %10s %10s\n", "rank", "params", "grads", "optim");
+	fprintf(r->out, "# memory per rank, MiB: parameters, gradients, optimizer state (each rank's own: a shard with --zero), the working set (--zero=2: two gradient buffers; --zero=3: and the gathered layers)\n");
+	fprintf(r->out, "#%7s %10s %10s %10s %10s\n", "rank", "params", "grads", "optim", "work");
 	for (int i = 0; i < n; i++)
-		fprintf(r->out, "#%7d %10.3f %10.3f %10.3f\n", i, (double)rep[i].param_bytes / 1048576.0,
-			(double)rep[i].grad_bytes / 1048576.0, (double)rep[i].optim_bytes / 1048576.0);
+		fprintf(r->out, "#%7d %10.3f %10.3f %10.3f %10.3f\n", i, (double)rep[i].param_bytes / 1048576.0,
+			(double)rep[i].grad_bytes / 1048576.0, (double)rep[i].optim_bytes / 1048576.0,
+			(double)rep[i].work_bytes / 1048576.0);
 }
 
 /* nccl-tests' figures for each bucket's all-reduce, as rank 0 saw them. */
@@ -558,6 +559,7 @@ static json_t *metrics_per_replica(const struct report_summary *s)
 			json_object_set_new(o, "param_bytes", json_integer((json_int_t)x->param_bytes));
 			json_object_set_new(o, "grad_bytes", json_integer((json_int_t)x->grad_bytes));
 			json_object_set_new(o, "optim_bytes", json_integer((json_int_t)x->optim_bytes));
+			json_object_set_new(o, "work_bytes", json_integer((json_int_t)x->work_bytes));
 		}
 		if (strcmp(s->mode, "dp") == 0) {
 			for (int p = 0; p < DP_NPHASES; p++) {

@@ -50,11 +50,14 @@ struct replica_stats {
 	double compute_s;           /* ddp: training-loop time not spent waiting for all-reduces */
 	double wait_s;              /* ddp: time blocked completing all-reduces */
 	double data_wait_s;         /* time the loop waited for its batches (the loader's count) */
-	double bytes_in, bytes_out; /* data moved into and out of this replica's memory */
+	double bytes_in, bytes_out; /* data moved into and out of this replica's memory (ddp: what
+	                             * its collectives sent, as a ring sends it) */
 	size_t state_bytes;         /* backend memory held: weights, grads, optimizer, activations */
-	/* ddp: three parts of state_bytes: the parameters, the gradients (ZeRO-2: the shard,
-	 * the bucket buffers and the slots) and the optimizer state (ZeRO: the shard's) */
-	size_t param_bytes, grad_bytes, optim_bytes;
+	/* ddp: four parts of state_bytes: the parameters (ZeRO-3: the rank's window), the
+	 * gradients (ZeRO-2/3: the shard; and the slots), the optimizer state (ZeRO: the
+	 * shard's) and the working set the collectives go through (ZeRO-2/3's two gradient
+	 * buffers, ZeRO-3's gathered layers) */
+	size_t param_bytes, grad_bytes, optim_bytes, work_bytes;
 	double flops;               /* the matrix products' floating-point operations, all steps */
 	size_t dev_peak_bytes;      /* a GPU's peak device memory allocated by the backend (as
 				     * torch.cuda.max_memory_allocated); 0 on the CPU */

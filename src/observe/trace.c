@@ -111,15 +111,15 @@ enum status trace_sync_clocks(struct trace *t, struct world *w, struct diag *d)
 	return rc == MPI_SUCCESS ? ST_OK : world_mpi_error(d, rc, "--trace: the clock ping-pong");
 }
 
-/* "forward layer 2", "allreduce bucket 0", "optimizer": layers counted from 1, as --freeze
- * counts them; buckets from 0, as the all-reduce table does. */
+/* "forward layer 2", "allreduce bucket 0", "allgather layer 2", "optimizer": layers counted
+ * from 1, as --freeze counts them; buckets from 0, as the all-reduce table does. */
 static void event_name(const struct trace_event *e, char *buf, size_t len)
 {
 	const char *what = e->what >= 0 && e->what < TR_NWHAT ? trace_what_names[e->what] : "?";
 
 	if (e->idx < 0)
 		snprintf(buf, len, "%s", what);
-	else if (e->what == TR_ALLREDUCE)
+	else if (e->what == TR_ALLREDUCE || e->what == TR_REDUCE_SCATTER)
 		snprintf(buf, len, "%s bucket %d", what, e->idx);
 	else
 		snprintf(buf, len, "%s layer %d", what, e->idx + 1);
@@ -138,7 +138,7 @@ static void emit(FILE *f, json_t *v, int *first)
 static const char *event_cat(const struct trace_event *e)
 {
 	switch (e->what) {
-	case TR_ALLREDUCE: case TR_WAIT: return "comm";
+	case TR_ALLREDUCE: case TR_REDUCE_SCATTER: case TR_ALL_GATHER: case TR_WAIT: return "comm";
 	case TR_SCATTER: case TR_REPLICATE: case TR_GATHER: case TR_REDUCE: return "copy";
 	case TR_CHECKPOINT: case TR_STOP: case TR_LOAD: return "io";
 	default: return "compute";

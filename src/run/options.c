@@ -86,9 +86,9 @@ struct opt_def {
 };
 
 static opt_parse_fn parse_layers, parse_betas, parse_replicas, parse_trace_steps,
-	parse_straggler_warn;
+	parse_straggler_warn, parse_size;
 static opt_format_fn format_layers, format_betas, format_frozen, format_replicas,
-	format_trace_steps;
+	format_trace_steps, format_size;
 
 #define R OPT_SCOPE_RESUME
 #define C OPT_SCOPE_RUN
@@ -165,7 +165,8 @@ static const struct opt_def opt_table[] = {
 	/* --precision=tf32 by its old name: that row's value, not a setting of its own. */
 	{"tf32", NULL, "off", "let cuBLAS use TF32 tensor cores (faster; results no longer match float32)", X, .type = OPT_SWITCH, .field = ENUM_FIELD(precision), .on = PRECISION_TF32},
 	{"bucket-mb", "F", "25", "gradient bucket cap in MiB", C, REAL_ABOVE(bucket_mb, 0, 1 << 20)},
-	{"zero", "0|1|2", "0", "ZeRO: shard the optimizer state over the ranks (1), and the gradients too (2)", C, INT(zero, 0, 2)},
+	{"zero", "0|1|2|3", "0", "ZeRO: shard the optimizer state over the ranks (1), the gradients too (2), and the parameters too (3)", C, INT(zero, 0, 3)},
+	{"max-memory", "SIZE", "0", "refuse to start when a rank's model memory (parameters, gradients, optimizer state, activations, ZeRO-3's working set) exceeds SIZE bytes (K, M, G, T suffixes: powers of 1024; 0 = no bound)", C, U64(max_memory, 0, LONG_MAX), HOOKS(parse_size, format_size)},
 	{"grad-compress", "none|fp16|bf16", "none", "all-reduce the gradients in 16 bits (PyTorch's fp16/bf16 compress hooks)", C, CHOICE(grad_compress, options_compress_names)},
 	/* On by default: silent data corruption is about one device in a thousand in large
 	 * fleets, and a check every 1000 steps costs far below 0.1% of a step (bench.sh). */
@@ -405,6 +406,52 @@ static enum status parse_replicas(struct options *o, const struct opt_def *od, c
 	return parse_plain(o, od, s, d);
 }
 
+/* --max-memory: bytes, or a number with K, M, G or T after it (powers of 1024: Slurm's and
+ * PyTorch's sizes), within the row's bounds. */
+static enum status parse_size(struct options *o, const struct opt_def *od, const char *s, struct diag *d)
+{
+	static const char units[] = "KMGT";
+	unsigned long long v, mult = 1;
+	const char *u;
+	char *end;
+
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (end == s || !isdigit((unsigned char)*s))
+		return diag_set(d, ST_USAGE, "--%s: '%s' is not a size (bytes, or a number with K, M, G or T)", od->name, s);
+	if (*end != '\0') {
+		u = strchr(units, toupper((unsigned char)*end));
+		if (u == NULL || end[1] != '\0')
+			return diag_set(d, ST_USAGE, "--%s: '%s' is not a size (bytes, or a number with K, M, G or T)", od->name, s);
+		mult = 1ULL << (10 * (u - units + 1));
+	}
+	if (errno == ERANGE || v > (unsigned long long)od->hi / mult)
+		return diag_set(d, ST_USAGE, "--%s: '%s' is out of range (at most %ld bytes)", od->name, s, od->hi);
+	o->max_memory = (uint64_t)(v * mult);
+	return ST_OK;
+}
+
+void options_format_size(uint64_t bytes, char *buf, size_t len)
+{
+	static const char units[] = "KMGT";
+	uint64_t v = bytes;
+	int u = 0;
+
+	while (v != 0 && u < 4 && v % 1024 == 0) {
+		v /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%llu", (unsigned long long)v);
+	else
+		snprintf(buf, len, "%llu%c", (unsigned long long)v, units[u - 1]);
+}
+
+static void format_size(const struct options *o, const struct opt_def *od, char *buf, size_t len)
+{
+	options_format_size(o->max_memory, buf, len);
+}
+
 /* --trace-steps: "all" or trace_parse_steps' A:B, whose numbers take no white space. */
 static enum status parse_trace_steps(struct options *o, const struct opt_def *od, const char *s,
 				     struct diag *d)
@@ -508,8 +555,9 @@ static enum status check_combinations(struct options *o, struct diag *d)
 	 * --bucket-mb's is; a value asked for is refused. */
 	if (o->mode == MODE_DP && o->check_replicas != 0 && o->check_replicas != CHECK_REPLICAS_DEFAULT)
 		return diag_set(d, ST_USAGE, "--check-replicas applies to --mode=ddp (DataParallel copies replica 0's weights to the other replicas every step: there are no replicas kept apart to compare)");
-	if (o->zero == 2 && !o->overlap)
-		return diag_set(d, ST_USAGE, "--zero=2 reduce-scatters each bucket as backward finishes it, into two reused buffers: it cannot wait for the whole backward (--no-overlap); use --zero=1");
+	if (o->zero >= 2 && !o->overlap)
+		return diag_set(d, ST_USAGE, "--zero=%d reduce-scatters each bucket as backward finishes it, into two reused buffers: it cannot wait for the whole backward (--no-overlap); use --zero=1",
+				o->zero);
 	return ST_OK;
 }
 

@@ -14,9 +14,9 @@
 
 #include "backend/backend.h" /* enum precision */
 #include "comm/comm.h"     /* enum comm_kind */
-#include "model/loss.h"      /* enum loss_kind, loss_names */
-#include "model/optimizer.h"  /* enum optimizer_kind, optimizer_names */
-#include "model/schedule.h"  /* enum lr_schedule, schedule_names */
+#include "model/loss.h"     /* enum loss_kind, loss_names */
+#include "model/optimizer.h" /* enum optimizer_kind, optimizer_names */
+#include "model/schedule.h" /* enum lr_schedule, schedule_names */
 #include "core/status.h"
 
 #define OPT_MAX_LAYERS 64 /* Linear layers; widths has one more entry */
@@ -82,7 +82,9 @@ struct options {
 	double straggler_warn;          /* compute-time ratio to the median that warns; 0 = off */
 	const char *prometheus;         /* Prometheus textfile path or NULL */
 	double prometheus_every;        /* seconds between its rewrites */
-	int zero;                       /* ZeRO stage: 0 off, 1 optimizer state, 2 gradients too */
+	int zero;                       /* ZeRO stage: 0 off, 1 optimizer state, 2 gradients too, 3
+	                                 * parameters too */
+	uint64_t max_memory;            /* bytes of a rank's model memory at most (0: no bound) */
 	enum comm_wire grad_compress;   /* the gradients' wire type (COMM_WIRE_F32: none) */
 	long check_replicas;            /* optimizer steps between replica checks; 0 = off */
 	int help, version;              /* asked for --help / --version */
@@ -112,6 +114,9 @@ void options_print_version(FILE *f);
 
 /* Print "--layers=10,10,5" style text for the widths into buf. */
 void options_format_widths(const struct options *o, char *buf, size_t len);
+/* A size in bytes as --max-memory spells it: the largest unit (K, M, G, T: powers of 1024)
+ * that writes it exactly ("12M", "1536K", "100"). */
+void options_format_size(uint64_t bytes, char *buf, size_t len);
 
 /* Which settings options_format_settings writes. */
 #define OPT_SCOPE_RESUME 1 /* must match between a checkpoint and the run resuming it */

@@ -17,8 +17,8 @@
 #include "observe/straggler.h" /* struct straggler */
 #include "run/options.h"       /* struct options */
 #include "run/placement.h"     /* struct placement */
-#include "model/model.h"        /* struct model */
-#include "model/optimizer.h"    /* struct optimizer_hparams */
+#include "model/model.h"       /* struct model */
+#include "model/optimizer.h"   /* struct optimizer_hparams */
 #include "train/trainer.h"     /* struct train_config, train_result */
 
 /* The parts of a session the overview reads (all borrowed). */

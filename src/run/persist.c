@@ -5,126 +5,220 @@
 
 #include "run/persist.h"
 #include "run/settings.h" /* settings_resume_text */
-#include "model/schedule.h"  /* schedule_names */
-#include "model/zero.h"    /* zero_cut */
+#include "model/schedule.h" /* schedule_names */
+#include "model/zero.h"   /* zero_cut */
 
 static enum status agree(struct persist *p, enum status st)
 {
 	return agreement_reach(&p->ag, st);
 }
 
-enum status persist_save_weights(const struct model *m, const char *path, const char *flag, long step,
-				 const struct train_config *tc, struct st_pending *stage,
-				 const struct progress *pr, struct diag *d)
+/* Whether arena k is a ZeRO shard on each rank: the optimizer state with --zero (ddp),
+ * the parameters too with --zero=3. */
+static int sharded(const struct persist *p, int k)
 {
-	float *host = malloc(m->nparams * sizeof *host);
-	enum status st;
+	return p->o->zero > (k == 0 ? 2 : 0) && p->o->mode == MODE_DDP;
+}
 
-	if (host == NULL)
-		return diag_set(d, ST_RUNTIME, "%s: out of memory", flag);
-	st = model_state_to_host(m, 0, 1, host, d);
-	/* Data and starting weights were checked finite when loaded: this is divergence. */
-	if (st == ST_OK && !model_all_finite(host, m->nparams) && trainer_fp16_overflow(tc) != NULL)
-		st = diag_set(d, ST_RUNTIME, "the weights are not finite after step %ld %s (%s: %s was not written)",
-			      step, trainer_fp16_overflow(tc), flag, path);
-	else if (st == ST_OK && !model_all_finite(host, m->nparams))
-		st = diag_set(d, ST_RUNTIME, "training diverged: the weights are not finite after step %ld; lower --lr (%s: %s was not written)",
-			      step, flag, path);
-	else if (st == ST_OK && stage != NULL)
-		st = checkpoint_stage_weights(path, flag, m, host, stage, pr, d);
-	else if (st == ST_OK)
-		st = checkpoint_write_weights(path, flag, m, host, pr, d);
-	free(host);
+/* Whether any arena is a shard. */
+static int any_sharded(const struct persist *p)
+{
+	return sharded(p, p->m->narenas - 1);
+}
+
+/* Rank 0: the arenas whole on every rank, to host (laid out as model_state_to_host lays
+ * out all of them), or (to_device) back from it. */
+static enum status whole_arenas(struct persist *p, float *host, int to_device, struct diag *d)
+{
+	struct model *m = p->m;
+	enum status st = ST_OK;
+
+	for (int k = 0; k < m->narenas && st == ST_OK; k++) {
+		float *at = host + model_state_floats(m, 0, k);
+
+		if (sharded(p, k))
+			continue;
+		if (to_device)
+			model_state_to_device(m, k, k + 1, at);
+		else
+			st = model_state_to_host(m, k, k + 1, at, d);
+	}
 	return st;
 }
 
-/* Whether the optimizer state arenas are ZeRO shards (ddp with --zero). */
-static int sharded(const struct persist *p)
+/* The pieces a sharded arena moves in, floats: the whole arena at once, or under ZeRO-3,
+ * whose point is that no rank holds a whole one, a layer's worth at a time. */
+static size_t piece_floats(const struct persist *p)
 {
-	return p->o->zero > 0 && p->o->mode == MODE_DDP;
+	const struct model *m = p->m;
+	size_t most = 1;
+
+	if (p->o->zero < 3)
+		return m->ntrainable > most ? m->ntrainable : most;
+	for (int l = 0; l < m->nlayers; l++) {
+		size_t lf = (size_t)m->widths[l + 1] * (size_t)(m->widths[l] + 1);
+
+		most = lf > most ? lf : most;
+	}
+	return most;
 }
 
-/* A device buffer of a whole state arena on every rank, for as long as one move of the
- * state takes (not held: it is what ZeRO saves); agreed, so no rank enters the
- * collective alone. */
-static enum status state_scratch(struct persist *p, float **scratch)
+/* A device buffer of `n` floats on every rank, for as long as one move of the state takes
+ * (not held: it is what ZeRO saves); agreed, so no rank enters the collective alone. */
+static enum status state_scratch(struct persist *p, size_t n, float **scratch)
 {
 	const struct backend *be = p->m->be;
 
-	*scratch = be->ops->alloc(be->ctx, p->m->ntrainable > 0 ? p->m->ntrainable : 1);
+	*scratch = be->ops->alloc(be->ctx, n);
 	if (!world_all(p->w, *scratch != NULL)) {
 		be->ops->free(be->ctx, *scratch);
 		*scratch = NULL;
-		return diag_set(p->d, ST_RUNTIME, "out of %s memory for the optimizer state of a checkpoint (%zu floats)",
-				be->ops->name, p->m->ntrainable);
+		return diag_set(p->d, ST_RUNTIME, "out of %s memory for the state of a checkpoint (%zu floats)",
+				be->ops->name, n);
 	}
 	return ST_OK;
 }
 
-/* The ranks' cuts of a whole state arena: rank q holds [cuts[q], cuts[q + 1]). */
-static size_t *state_cuts(const struct persist *p)
+/* Arena k's piece [a, a + n) and this rank's part of it: the cuts of every rank's part within
+ * the piece (size + 1), and where this rank's part of the piece is in its shard (*at) and
+ * how long (*len). */
+static void piece_cuts(const struct persist *p, int k, size_t a, size_t n, size_t *cuts, size_t *at,
+		       size_t *len)
 {
-	size_t *cuts = malloc((size_t)(p->w->size + 1) * sizeof *cuts);
+	const struct model_arena *ar = &p->m->arena[k];
+	const size_t lo = ar->first > a ? ar->first : a;
+	const size_t hi = ar->first + ar->len < a + n ? ar->first + ar->len : a + n;
 
-	for (int q = 0; cuts != NULL && q <= p->w->size; q++)
-		cuts[q] = zero_cut(p->m->ntrainable, q, p->w->size);
-	return cuts;
+	for (int q = 0; q <= p->w->size; q++) {
+		size_t c = zero_arena_cut(p->m, k, p->o->zero, q, p->w->size);
+
+		cuts[q] = c <= a ? 0 : c - a >= n ? n : c - a;
+	}
+	*at = lo - ar->first;
+	*len = hi > lo ? hi - lo : 0;
 }
 
-/* ZeRO: the whole optimizer state onto rank 0's host (its place in host, laid out as
- * model_state_to_host lays it out): each state arena's shards are contiguous in rank
- * order, so the communicator's all-gather of them over a whole-arena scratch IS the whole
- * arena. Collective. */
-static enum status gather_state(struct persist *p, float *host)
+/* ZeRO: the whole of the sharded arenas of [0, last) onto rank 0's host (each at its place
+ * in host, laid out as model_state_to_host lays it out): a sharded arena's shards are
+ * contiguous in rank order, so the all-gather of each rank's part of a piece over a scratch
+ * of the piece IS the piece. Collective. */
+static enum status gather_arenas(struct persist *p, float *host, int last)
 {
 	struct model *m = p->m;
 	const struct backend_ops *ops = m->be->ops;
+	const size_t piece = piece_floats(p);
+	size_t *cuts = malloc((size_t)(p->w->size + 1) * sizeof *cuts);
 	float *scratch;
-	size_t *cuts = state_cuts(p);
-	enum status st = state_scratch(p, &scratch);
+	enum status st = state_scratch(p, piece, &scratch);
 
 	if (st == ST_OK && !world_all(p->w, cuts != NULL))
 		st = diag_set(p->d, ST_RUNTIME, "out of memory for checkpoint buffers");
-	for (int k = 1; k < m->narenas && st == ST_OK; k++) {
-		ops->copy(m->be->ctx, scratch + m->arena[k].first, m->arena[k].data, m->arena[k].len);
-		world_watch_begin(p->w, "the optimizer state all-gather");
-		st = comm_all_gather_start(p->c, scratch, m->ntrainable, cuts, p->d);
-		if (st == ST_OK)
-			st = comm_wait_all(p->c, p->d);
-		/* the host waits here, watched: a read into pageable memory (ckpt_host) queued
-		 * behind the all-gather would block inside the driver, where a dead peer is never
-		 * noticed */
-		if (st == ST_OK)
-			st = ops->sync(m->be->ctx, p->d);
-		world_watch_end(p->w);
-		if (st == ST_OK && p->w->rank == 0)
-			st = ops->to_host(m->be->ctx, host + model_state_floats(m, 0, k), scratch,
-					  m->ntrainable, p->d);
+	for (int k = 0; k < last && st == ST_OK; k++) {
+		const size_t whole = m->arena[k].whole, base = model_state_floats(m, 0, k);
+
+		for (size_t a = 0; a < whole && sharded(p, k) && st == ST_OK; a += piece) {
+			const size_t n = whole - a < piece ? whole - a : piece;
+			size_t at, len;
+
+			piece_cuts(p, k, a, n, cuts, &at, &len);
+			if (len > 0)
+				ops->copy(m->be->ctx, scratch + cuts[p->w->rank], m->arena[k].data + at, len);
+			world_watch_begin(p->w, "the state all-gather of a checkpoint");
+			st = comm_all_gather_start(p->c, scratch, n, cuts, p->d);
+			if (st == ST_OK)
+				st = comm_wait_all(p->c, p->d);
+			/* the host waits here, watched: a read into pageable memory (host) queued
+			 * behind the all-gather would block inside the driver, where a dead peer is
+			 * never noticed */
+			if (st == ST_OK)
+				st = ops->sync(m->be->ctx, p->d);
+			world_watch_end(p->w);
+			if (st == ST_OK && p->w->rank == 0)
+				st = ops->to_host(m->be->ctx, host + base + a, scratch, n, p->d);
+		}
 	}
 	ops->free(m->be->ctx, scratch);
 	free(cuts);
 	return st;
 }
 
-/* ZeRO: rank 0's whole optimizer state (host, as model_state_floats lays it out) to
- * every rank, each keeping its shard. Collective. */
-static enum status scatter_state(struct persist *p, const float *host)
+/* ZeRO: rank 0's whole sharded arenas of [0, last) (host, as model_state_floats lays it
+ * out) to every rank, each keeping its shard. Collective. */
+static enum status scatter_arenas(struct persist *p, const float *host, int last)
 {
 	struct model *m = p->m;
 	const struct backend_ops *ops = m->be->ops;
+	const size_t piece = piece_floats(p);
+	size_t *cuts = malloc((size_t)(p->w->size + 1) * sizeof *cuts);
 	float *scratch;
-	enum status st = state_scratch(p, &scratch);
+	enum status st = state_scratch(p, piece, &scratch);
 
-	for (int k = 1; k < m->narenas && st == ST_OK; k++) {
-		if (p->w->rank == 0)
-			ops->to_device(m->be->ctx, scratch, host + model_state_floats(m, 0, k), m->ntrainable);
-		st = comm_bcast(p->c, scratch, m->ntrainable, 0, p->d);
-		if (st == ST_OK)
-			ops->copy(m->be->ctx, m->arena[k].data, scratch + m->arena[k].first, m->arena[k].len);
+	if (st == ST_OK && !world_all(p->w, cuts != NULL))
+		st = diag_set(p->d, ST_RUNTIME, "out of memory for checkpoint buffers");
+	for (int k = 0; k < last && st == ST_OK; k++) {
+		const size_t whole = m->arena[k].whole, base = model_state_floats(m, 0, k);
+
+		for (size_t a = 0; a < whole && sharded(p, k) && st == ST_OK; a += piece) {
+			const size_t n = whole - a < piece ? whole - a : piece;
+			size_t at, len;
+
+			piece_cuts(p, k, a, n, cuts, &at, &len);
+			if (p->w->rank == 0)
+				ops->to_device(m->be->ctx, scratch, host + base + a, n);
+			st = comm_bcast(p->c, scratch, n, 0, p->d);
+			if (st == ST_OK && len > 0)
+				ops->copy(m->be->ctx, m->arena[k].data + at, scratch + cuts[p->w->rank], len);
+			if (st == ST_OK) /* the scratch is refilled for the next piece */
+				st = ops->sync(m->be->ctx, p->d);
+		}
 	}
-	if (st == ST_OK)
-		st = ops->sync(m->be->ctx, p->d);
 	ops->free(m->be->ctx, scratch);
+	free(cuts);
+	return st;
+}
+
+/* The weights onto rank 0's host (nparams floats): copied there, or under ZeRO-3 gathered
+ * from every rank's window (collective: every rank calls it). */
+static enum status weights_to_host(struct persist *p, float *host)
+{
+	if (sharded(p, 0))
+		return gather_arenas(p, host, 1);
+	return p->w->rank == 0 ? model_state_to_host(p->m, 0, 1, host, p->d) : ST_OK;
+}
+
+enum status persist_save_weights(struct persist *p, const char *path, const char *flag, long step,
+				 struct st_pending *stage)
+{
+	const struct train_config *tc = p->tc;
+	const int best = strcmp(flag, "--save-best") == 0;
+	float *host = p->w->rank == 0 ? malloc(p->m->nparams * sizeof *host) : NULL;
+	enum status st = ST_OK;
+
+	if (p->w->rank == 0 && host == NULL)
+		st = diag_set(p->d, ST_RUNTIME, "%s: out of memory", flag);
+	if (sharded(p, 0) && !world_all(p->w, st == ST_OK)) /* no rank enters the gather alone */
+		st = st != ST_OK ? st : diag_set(p->d, ST_PEER, "%s: rank 0 is out of memory", flag);
+	if (st == ST_OK)
+		st = weights_to_host(p, host);
+	/* The weights are rank 0's to write, a stop waits for them: the others wait in the
+	 * caller's agreement, hearing of its progress. */
+	world_expect_wait(p->w, best ? "the --save-best write on rank 0" : "the --save write on rank 0");
+	if (p->w->rank != 0 || st != ST_OK) {
+		free(host);
+		return st;
+	}
+	/* Data and starting weights were checked finite when loaded: this is divergence. */
+	if (!model_all_finite(host, p->m->nparams) && trainer_fp16_overflow(tc) != NULL)
+		st = diag_set(p->d, ST_RUNTIME, "the weights are not finite after step %ld %s (%s: %s was not written)",
+			      step, trainer_fp16_overflow(tc), flag, path);
+	else if (!model_all_finite(host, p->m->nparams))
+		st = diag_set(p->d, ST_RUNTIME, "training diverged: the weights are not finite after step %ld; lower --lr (%s: %s was not written)",
+			      step, flag, path);
+	else if (stage != NULL)
+		st = checkpoint_stage_weights(path, flag, p->m, host, stage, &p->progress, p->d);
+	else
+		st = checkpoint_write_weights(path, flag, p->m, host, &p->progress, p->d);
+	free(host);
 	return st;
 }
 
@@ -139,15 +233,15 @@ static enum status write_checkpoint(void *arg, long step, long epoch, long next_
 
 	memcpy(pos.lineage, p->lineage, sizeof pos.lineage);
 	/* ZeRO: the whole state, in today's format (so it resumes with or without --zero and
-	 * at another world size), gathered first */
-	if (sharded(p))
-		st = gather_state(p, p->ckpt_host);
+	 * at another world size), gathered first; the arenas whole on every rank from rank 0 */
+	if (any_sharded(p))
+		st = gather_arenas(p, p->ckpt_host, p->m->narenas);
 	/* Waiting for rank 0 to write a big checkpoint is not a stall, even when stopping: the
 	 * others wait in the agreement, hearing of its progress. */
 	world_expect_wait(p->w, "the checkpoint write on rank 0");
 	if (p->w->rank == 0 && st == ST_OK) {
 		settings_resume_text(p->o, p->ds, text, sizeof text);
-		st = model_state_to_host(p->m, 0, sharded(p) ? 1 : p->m->narenas, p->ckpt_host, d);
+		st = whole_arenas(p, p->ckpt_host, 0, d);
 		/* checkpoint_save refuses non-finite weights as divergence; with fp16 on the wire
 		 * they are most likely its overflow */
 		if (st == ST_OK && trainer_fp16_overflow(p->tc) != NULL && !model_all_finite(p->ckpt_host, p->m->nparams))
@@ -171,15 +265,10 @@ static enum status keep_best(void *arg, long step, long epoch, double loss, stru
 		return ST_OK;
 	p->have_best = 1;
 	p->best_loss = loss;
-	/* As for a checkpoint: the weights are rank 0's to write, a stop waits for them. */
-	world_expect_wait(p->w, "the --save-best write on rank 0");
-	if (p->w->rank == 0) {
-		st = persist_save_weights(p->m, p->o->save_best, "--save-best", step, p->tc, NULL,
-					  &p->progress, d);
-		if (st == ST_OK)
-			report_note(p->r, "--save-best: %s now holds the weights after step %ld (validation loss %.6f)",
-				    p->o->save_best, step, loss);
-	}
+	st = persist_save_weights(p, p->o->save_best, "--save-best", step, NULL);
+	if (st == ST_OK && p->w->rank == 0)
+		report_note(p->r, "--save-best: %s now holds the weights after step %ld (validation loss %.6f)",
+			    p->o->save_best, step, loss);
 	return agree(p, st);
 }
 
@@ -202,7 +291,7 @@ void persist_init(struct persist *p, struct train_ctl *ctl)
 enum status persist_start(struct persist *p)
 {
 	enum status st = ST_OK;
-	float *host;
+	float *host = NULL;
 
 	if (p->w->rank == 0 && (p->o->checkpoint || p->o->resume)) {
 		p->ckpt_host = calloc(model_state_floats(p->m, 0, p->m->narenas), sizeof *p->ckpt_host);
@@ -221,10 +310,14 @@ enum status persist_start(struct persist *p)
 			model_state_to_device(p->m, 0, 1, host);
 			st = p->m->be->ops->sync(p->m->be->ctx, p->d);
 		}
-		free(host);
 	}
 	world_expect_wait(p->w, "the --init read on rank 0");
-	return agree(p, st);
+	st = agree(p, st);
+	/* ZeRO-3: each rank its window of them (else the session broadcasts them whole) */
+	if (st == ST_OK && p->o->resume == NULL && sharded(p, 0))
+		st = agree(p, scatter_arenas(p, host, 1));
+	free(host);
+	return st;
 }
 
 enum status persist_keep_start(struct persist *p, const struct train_ctl *ctl)
@@ -279,7 +372,7 @@ enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct opti
 			pos.have_best = 0;
 		if (st == ST_OK) {
 			memcpy(p->lineage, pos.lineage, sizeof p->lineage); /* the run continues */
-			model_state_to_device(m, 0, sharded(p) ? 1 : m->narenas, p->ckpt_host);
+			whole_arenas(p, p->ckpt_host, 1, p->d);
 			st = m->be->ops->sync(m->be->ctx, p->d);
 		}
 	}
@@ -287,9 +380,9 @@ enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct opti
 	st = agree(p, st);
 	if (st == ST_OK)
 		st = agree(p, world_bcast(p->w, &pos, sizeof pos, 0, p->d));
-	if (st == ST_OK && sharded(p)) /* the optimizer's state: each rank its shard */
-		st = agree(p, scatter_state(p, p->ckpt_host));
-	for (int k = 1; k < m->narenas && st == ST_OK && !sharded(p); k++) /* the optimizer's state */
+	if (st == ST_OK && any_sharded(p)) /* ZeRO: each rank its shard of what is sharded */
+		st = agree(p, scatter_arenas(p, p->ckpt_host, m->narenas));
+	for (int k = 1; k < m->narenas && st == ST_OK && !sharded(p, k); k++) /* the optimizer's state */
 		st = agree(p, comm_bcast(p->c, m->arena[k].data, m->arena[k].len, 0, p->d));
 	if (st == ST_OK && pos.have_best) {
 		p->have_best = 1;
@@ -323,10 +416,8 @@ enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct opti
 	if (pos.epoch >= o->epochs || (o->max_steps > 0 && pos.step >= o->max_steps)) {
 		/* Nothing to train, but --save still gets the finished weights: a batch script
 		 * that retries a run killed after its last checkpoint must not lose the model. */
-		world_expect_wait(p->w, "the --save write on rank 0");
-		if (o->save != NULL && p->w->rank == 0)
-			st = persist_save_weights(m, o->save, "--save", pos.step, p->tc, NULL, &p->progress,
-						  p->d);
+		if (o->save != NULL)
+			st = persist_save_weights(p, o->save, "--save", pos.step, NULL);
 		st = agree(p, st);
 		if (st != ST_OK)
 			return st;
@@ -344,10 +435,8 @@ enum status persist_stage_save(struct persist *p, long steps)
 {
 	enum status st = ST_OK;
 
-	world_expect_wait(p->w, "the --save write on rank 0");
-	if (p->o->save != NULL && p->w->rank == 0)
-		st = persist_save_weights(p->m, p->o->save, "--save", steps, p->tc, &p->saved, &p->progress,
-					  p->d);
+	if (p->o->save != NULL)
+		st = persist_save_weights(p, p->o->save, "--save", steps, &p->saved);
 	return agree(p, st);
 }
 

@@ -19,8 +19,8 @@
 #include "run/agree.h"          /* struct agreement */
 #include "run/options.h"        /* struct options */
 #include "store/checkpoint.h"   /* CKPT_LINEAGE, struct st_pending */
-#include "model/model.h"         /* struct model */
-#include "model/optimizer.h"     /* struct optimizer */
+#include "model/model.h"        /* struct model */
+#include "model/optimizer.h"    /* struct optimizer */
 #include "train/trainer.h"      /* struct train_ctl */
 
 struct persist {
@@ -67,13 +67,14 @@ enum status persist_keep_start(struct persist *p, const struct train_ctl *ctl);
  * from it). Agreed. */
 enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct optimizer *opt);
 
-/* Rank 0: m's weights to path as safetensors, refused if not finite (training diverged
- * after `step`, or tc's fp16 wire overflowed: trainer_fp16_overflow). stage NULL: written now; else written beside path and left in *stage
- * for st_commit. flag names the option in messages; pr (NULL: nobody) is told as the
- * write goes on. */
-enum status persist_save_weights(const struct model *m, const char *path, const char *flag, long step,
-				 const struct train_config *tc, struct st_pending *stage,
-				 const struct progress *pr, struct diag *d);
+/* The model's weights to path as safetensors by rank 0, refused if not finite (training
+ * diverged after `step`, or the fp16 wire overflowed: trainer_fp16_overflow). stage NULL:
+ * written now; else written beside path and left in *stage for st_commit. flag names the
+ * option in messages. Every rank calls it (ZeRO-3 gathers the weights from every rank's
+ * window), and then waits for rank 0's write in the caller's agreement, hearing of its
+ * progress (world_expect_wait). */
+enum status persist_save_weights(struct persist *p, const char *path, const char *flag, long step,
+				 struct st_pending *stage);
 
 /* --save after training: staged now (agreed), committed by persist_commit once the run
  * has succeeded, so that a run that fails leaves no new file. */

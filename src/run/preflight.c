@@ -8,7 +8,7 @@
 #include "run/preflight.h"
 #include "store/checkpoint.h" /* checkpoint_check_rotation */
 #include "model/model.h"   /* model_layout, model_bytes_needed */
-#include "train/plan.h"   /* grad_plan_block_floats */
+#include "train/plan.h"   /* grad_plan_shard, grad_plan_init */
 #include "train/trainer.h" /* trainer_run_loader_config */
 #include "data/loader.h"  /* loader_map_bytes */
 
@@ -77,25 +77,63 @@ static size_t host_copies_bytes(const struct options *o)
 	return 3 * lay.nparams * sizeof(float);
 }
 
+/* The model memory of one replica under plan p (its largest rank's), bytes. */
+static double model_need(const struct options *o, const struct optimizer_hparams *hp,
+			 const struct grad_plan *p)
+{
+	struct model_shard sh;
+
+	grad_plan_shard(p, &sh);
+	if (sh.sharded) /* the largest window: the same verdict on every rank */
+		sh.param_len = p->param_room;
+	return (double)model_bytes_needed(o->widths, o->nlayers, (int)o->batch_size, optimizer_state_arenas(hp),
+					  o->frozen, p->cfg.zero > 0 ? p->cfg.size : 1, &sh);
+}
+
+/* --max-memory: the model memory of a rank within the bound, or a refusal that says which
+ * stage would fit. */
+static enum status check_bound(const struct options *o, const struct optimizer_hparams *hp,
+			       const struct grad_plan *plan, double need, struct diag *d)
+{
+	const double mib = 1048576.0;
+	struct grad_plan p3;
+	struct grad_plan_cfg cfg = plan->cfg;
+	struct model lay;
+	double need3;
+	char bound[32];
+
+	if (o->max_memory == 0 || need <= (double)o->max_memory)
+		return ST_OK;
+	options_format_size(o->max_memory, bound, sizeof bound);
+	if (o->zero == 3 || o->mode == MODE_DP)
+		return diag_set(d, ST_RUNTIME, "--max-memory=%s: the model needs %.1f MiB per %s (parameters, gradients, optimizer state, activations%s); use more ranks, a smaller --batch-size or a smaller model",
+				bound, need / mib, o->mode == MODE_DP ? "replica" : "rank",
+				o->zero == 3 ? ", the working set" : "");
+	model_layout(&lay, o->widths, o->nlayers);
+	model_freeze(&lay, o->frozen);
+	cfg.zero = 3;
+	if (grad_plan_init(&p3, &lay, &cfg, d) != ST_OK)
+		return ST_RUNTIME;
+	need3 = model_need(o, hp, &p3);
+	grad_plan_free(&p3);
+	if (need3 <= (double)o->max_memory)
+		return diag_set(d, ST_RUNTIME, "--max-memory=%s: --zero=%d needs %.1f MiB per rank, but --zero=3 (the parameters sharded too) needs %.1f MiB: use --zero=3",
+				bound, o->zero, need / mib, need3 / mib);
+	return diag_set(d, ST_RUNTIME, "--max-memory=%s: --zero=%d needs %.1f MiB per rank, and even --zero=3 needs %.1f MiB; use more ranks, a smaller --batch-size or a smaller model",
+			bound, o->zero, need / mib, need3 / mib);
+}
+
 enum status preflight_memory(const struct options *o, const struct optimizer_hparams *hp,
 			     const struct placement *pl, const struct world *w,
 			     const struct grad_plan *plan, struct diag *d)
 {
 	int reps = o->mode == MODE_DP ? pl->replicas : 1;
-	double need;
+	double need = model_need(o, hp, plan);
+	enum status st = check_bound(o, hp, plan, need, d);
 
-	/* ZeRO: the optimizer state of this rank's shard only */
-	need = (double)model_bytes_needed(o->widths, o->nlayers, (int)o->batch_size,
-					  optimizer_state_arenas(hp), o->frozen,
-					  o->zero > 0 ? w->size : 1) * reps +
-	       (double)host_copies_bytes(o);
-	if (o->zero == 2) { /* the gradient's shard and the bucket buffers instead of all of it */
-		struct model lay;
-
-		model_layout(&lay, o->widths, o->nlayers);
-		need += ((double)grad_plan_block_floats(plan) - (double)lay.nparams) * sizeof(float);
-	}
-	return placement_check_memory(pl, o, w, need, d);
+	if (st != ST_OK)
+		return st;
+	return placement_check_memory(pl, o, w, need * reps + (double)host_copies_bytes(o), d);
 }
 
 /* What a rank maps on the host after the address-space check, host copies aside (some are
@@ -143,7 +181,7 @@ static struct later_maps mapped_later(const struct options *o, const struct plac
 	}
 	if (dp) /* replicas 1..G-1: their models (batches of --batch-size) and threads */
 		m.bytes += (reps - 1) * ((double)model_bytes_needed(o->widths, o->nlayers, (int)o->batch_size, 0,
-								    o->frozen, 1) +
+								    o->frozen, 1, NULL) +
 					 (double)vmspace_thread_bytes());
 	return m;
 }

@@ -16,7 +16,7 @@
 #include "comm/world.h"      /* struct world */
 #include "run/options.h"     /* struct options */
 #include "run/placement.h"   /* struct placement */
-#include "model/optimizer.h"  /* struct optimizer_hparams */
+#include "model/optimizer.h" /* struct optimizer_hparams */
 #include "train/plan.h"      /* struct grad_plan */
 #include "train/trainer.h"   /* struct train_config */
 
@@ -32,8 +32,10 @@ enum status preflight_outputs(const struct options *o, const struct optimizer_hp
 			      struct outfile_lock claims[OPT_MAX_FILES], struct diag *d);
 
 /* Room for every replica's model (dp: all in this process) and the host copies kept
- * beside them: two batch buffers, the checkpoint and initial-weight copies; with ZeRO-2
- * the gradient block of plan instead of the whole gradient. */
+ * beside them: two batch buffers, the checkpoint and initial-weight copies; with ZeRO
+ * what the plan keeps (a shard of the optimizer state, ZeRO-2's gradient block, ZeRO-3's
+ * window of the parameters and working set). --max-memory bounds a rank's model memory
+ * (refused with the stage that would fit). */
 enum status preflight_memory(const struct options *o, const struct optimizer_hparams *hp,
 			     const struct placement *pl, const struct world *w,
 			     const struct grad_plan *plan, struct diag *d);

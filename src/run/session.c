@@ -8,7 +8,7 @@
 #include "run/preflight.h"
 #include "run/session.h"
 #include "run/settings.h"    /* settings_config_text, SETTINGS_TEXT_MAX */
-#include "model/zero.h"       /* zero_plan_init */
+#include "model/zero.h"      /* zero_plan_init */
 
 _Static_assert(OPT_MAX_LAYERS == MODEL_MAX_LAYERS, "--layers and the model agree on the depth");
 _Static_assert(OPT_MAX_REPLICAS == TRAIN_MAX_REPLICAS, "--replicas and the trainer agree");
@@ -111,8 +111,15 @@ static enum status build_model(struct session *s)
 	s->cfg.precision = o->precision;
 	st = backend_init(&s->be, s->pl.device == DEVICE_CUDA ? s->pl.module.mod->backend : &backend_cpu_ops,
 			  &s->cfg, &s->d);
-	if (st == ST_OK)
-		st = model_init(&s->m, &s->be, o->widths, o->nlayers, (int)o->batch_size, &s->d);
+	if (st == ST_OK) {
+		/* ZeRO-2/3: the gradient's shard and the bucket buffers instead of all of it, before
+		 * the communicator opens over the gradients' memory; ZeRO-3: this rank's window of
+		 * the parameters and the working set the layers are gathered into */
+		struct model_shard sh;
+
+		grad_plan_shard(&s->plan, &sh);
+		st = model_init_shard(&s->m, &s->be, o->widths, o->nlayers, (int)o->batch_size, &sh, &s->d);
+	}
 	if (st == ST_OK) {
 		struct zero_plan z;
 
@@ -120,17 +127,16 @@ static enum status build_model(struct session *s)
 		/* ZeRO: this rank's optimizer state is its shard of the trainable parameters */
 		zero_plan_init(&z, &s->m, s->w.rank, s->w.size);
 		st = optimizer_init(&s->opt, &s->m, &s->hp, o->zero > 0 ? &z : NULL, &s->d);
-		/* ZeRO-2: the gradient's shard and the bucket buffers instead of all of it, before
-		 * the communicator opens over the gradients' memory; the optimizer reads the shard */
-		if (st == ST_OK && o->zero == 2 && o->mode == MODE_DDP) {
-			st = model_regrad(&s->m, grad_plan_block_floats(&s->plan), &s->d);
+		/* ZeRO-2/3: the optimizer reads the gradient shard, after the pool buffers */
+		if (st == ST_OK && o->zero >= 2)
 			s->opt.grad_at = MODEL_SLOTS + 1 + s->plan.poolb[0] + s->plan.poolb[1];
-		}
 	}
 	st = session_agree(s, st);
 	s->c.wire = o->grad_compress; /* read by the communicator's init */
-	/* ZeRO's all-gathers complete every trainable parameter, all in flight at once */
-	s->c.outside = o->zero > 0 ? s->m.nparams : 0;
+	/* ZeRO-1/2's all-gathers complete every trainable parameter, all in flight at once;
+	 * ZeRO-3's, a layer or two of the working set at a time (or a checkpoint's pieces of a
+	 * layer), taken from the staging ring in turn: one layer more than two for its slack */
+	s->c.outside = o->zero == 3 ? s->m.work_floats + s->plan.gather_floats : o->zero > 0 ? s->m.nparams : 0;
 	if (st == ST_OK)
 		st = session_agree(s, comm_open(&s->c, s->pl.comm, &s->w, &s->be, &s->pl.module, s->m.gmem,
 						s->m.gfloats, preflight_later_bytes(o, &s->pl, &s->tc, &s->w, &s->ds),
@@ -178,11 +184,14 @@ enum status session_setup(struct session *s)
 	st = session_agree(s, report_open_metrics(&s->r, o->metrics, o->resume != NULL, text, &s->d));
 	if (st != ST_OK)
 		return st;
-	/* Every replica starts from rank 0's weights. */
-	world_watch_begin(&s->w, "the weight broadcast");
-	st = comm_bcast(&s->c, s->m.params, s->m.nparams, 0, &s->d);
-	world_watch_end(&s->w);
-	st = session_agree(s, st);
+	/* Every replica starts from rank 0's weights (ZeRO-3: persist handed each rank its
+	 * window of them). */
+	if (!s->m.psharded) {
+		world_watch_begin(&s->w, "the weight broadcast");
+		st = comm_bcast(&s->c, s->m.params, s->m.nparams, 0, &s->d);
+		world_watch_end(&s->w);
+		st = session_agree(s, st);
+	}
 	if (st == ST_OK)
 		st = session_agree(s, observers_init(&s->ob, o, session_replicas(s), &s->w, &s->ctl, &s->d));
 	return st;

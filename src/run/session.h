@@ -27,8 +27,8 @@
 #include "run/options.h"      /* struct options */
 #include "run/persist.h"      /* struct persist */
 #include "run/placement.h"    /* struct placement */
-#include "model/model.h"       /* struct model */
-#include "model/optimizer.h"   /* struct optimizer, struct optimizer_hparams */
+#include "model/model.h"      /* struct model */
+#include "model/optimizer.h"  /* struct optimizer, struct optimizer_hparams */
 #include "train/plan.h"       /* struct grad_plan */
 #include "train/trainer.h"    /* struct train_config, train_ctl, train_result */
 

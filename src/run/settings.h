@@ -15,7 +15,7 @@
 
 #include "data/data.h"       /* struct dataset */
 #include "run/options.h"     /* struct options */
-#include "model/optimizer.h"  /* struct optimizer_hparams */
+#include "model/optimizer.h" /* struct optimizer_hparams */
 #include "train/trainer.h"   /* struct train_config */
 
 /* Room for every setting as "--flag=value" lines, paths included. */

@@ -17,7 +17,7 @@
 #include "config.h"      /* PACKAGE_VERSION */
 #include "core/digest.h"      /* digest_sha256_hex */
 #include "core/outfile.h"     /* outfile_target: the rotation names the file a link names */
-#include "model/optimizer.h"    /* optimizer_is_state_tensor */
+#include "model/optimizer.h"   /* optimizer_is_state_tensor */
 #include "store/safetensors.h" /* st_open, st_find, st_read_f32, st_save */
 
 #define MAX_TENSORS (MODEL_MAX_ARENAS * 2 * MODEL_MAX_LAYERS)

@@ -17,7 +17,7 @@ enum status ddp_eval(void *arg, long step, long epoch)
 	enum status st;
 
 	grad_sync_validating(&t->sync, 1);
-	st = trainer_evaluate(t->tc, t->m, t->ctl->val, t->w->rank, t->w->size, t->c, t->w, &loss, &acc,
+	st = trainer_evaluate(t->tc, t->m, t->ctl->val, t->w->rank, t->w->size, t->c, t->w, &t->sync.hooks, &loss, &acc,
 			      t->d);
 	grad_sync_validating(&t->sync, 0);
 	trace_end(t->sync.tb, span);
@@ -56,6 +56,8 @@ void ddp_describe(const struct ddp *t, long steps_per_epoch)
 		    tc->bucket_mb, s->ops->bucket_note, steps_per_epoch, t->total);
 	if (s->ops->describe != NULL)
 		s->ops->describe(s, t->r, tc->bucket_mb);
+	if (t->graphs_why != NULL)
+		report_note(t->r, "CUDA graphs off: %s; steps run eagerly", t->graphs_why);
 	if (tc->compress)
 		report_note(t->r, "gradients all-reduced in %s (--grad-compress); loss, stop flag, clipping norm, validation and parameters in fp32",
 			    comm_wire_names[t->c->wire]);
@@ -114,11 +116,13 @@ enum status ddp_setup(struct ddp *t, const struct grad_plan *p)
 	/* what sync.c's observer leaves out of the bucket figures, the whole run long */
 	if (!t->sync.ops->times_buckets)
 		t->res->untimed = t->sync.ops->untimed;
-	/* Steps can be device graphs with a backend that records them, a strategy and a
-	 * communicator whose collectives can be recorded (NCCL), for whole, single-micro-batch
-	 * steps. */
+	/* Steps can be device graphs with a backend that records them and a communicator whose
+	 * collectives can be recorded (NCCL), for whole, single-micro-batch steps, where the
+	 * strategy can be recorded too. */
 	t->graphs = ops->graph_begin != NULL && ops->graph_reset != NULL && t->c->ops->capturable &&
-		    t->sync.ops->capturable && tc->grad_accum == 1 && tc->graphs && trainer_step_is_fixed(tc, t->opt);
+		    tc->grad_accum == 1 && tc->graphs && trainer_step_is_fixed(tc, t->opt);
+	t->graphs_why = t->graphs ? t->sync.ops->uncapturable : NULL; /* said in the run header */
+	t->graphs = t->graphs && t->graphs_why == NULL;
 	t->graph_off = !t->graphs;
 	return ST_OK;
 }
@@ -128,6 +132,7 @@ void ddp_result(const struct ddp *t, long step, double seconds, double consumed)
 {
 	struct train_result *res = t->res;
 	const struct model *m = t->m;
+	const size_t pool = t->sync.p->cfg.zero >= 2 ? t->sync.p->poolb[0] + t->sync.p->poolb[1] : 0;
 
 	res->steps = step;
 	res->seconds = seconds;
@@ -136,10 +141,14 @@ void ddp_result(const struct ddp *t, long step, double seconds, double consumed)
 	res->nreplicas = 1;
 	res->rep[0].wait_s = t->sync.wait;
 	res->rep[0].compute_s = res->seconds - t->sync.wait;
-	res->rep[0].bytes_in = res->rep[0].bytes_out = (double)step * (double)t->sync.p->reduced * sizeof(float);
+	/* what its collectives sent, validation's and checkpoints' included (as a ring sends) */
+	res->rep[0].bytes_in = res->rep[0].bytes_out = t->c->sent_bytes - t->sent0;
 	res->rep[0].state_bytes = m->bytes;
-	res->rep[0].param_bytes = m->nparams * sizeof(float);
-	res->rep[0].grad_bytes = m->gfloats * sizeof(float);
+	res->rep[0].param_bytes = m->arena[0].len * sizeof(float);
+	/* what the collectives work through apart (ZeRO-2/3's two gradient buffers, ZeRO-3's
+	 * gathered layers), from what the rank keeps (the gradient, or its shard) */
+	res->rep[0].work_bytes = (m->work_floats + pool) * sizeof(float);
+	res->rep[0].grad_bytes = (m->gfloats - pool) * sizeof(float);
 	res->rep[0].flops = t->flops;
 	res->rep[0].dev_peak_bytes = m->be->ops->mem_used(m->be->ctx); /* a GPU's peak; 0 on the CPU */
 	for (int k = 1; k < m->narenas; k++)

@@ -37,6 +37,7 @@ struct ddp {
 	long step, total;           /* the step being taken (0-based), and the run's last */
 	double lr;                  /* the lr of the last optimizer step */
 	double flops;               /* the products' floating-point operations so far (model_flops) */
+	double sent0;               /* the communicator's sent_bytes when training began */
 	int ydim;                   /* target columns: the output width, or 1 (class labels) */
 	/* (LOADER_BUFFERS) pinned, by the step's loader buffer, whose captured step reads the
 	 * same one (and whose reuse waits for its copies): 1 if this rank was asked to stop */
@@ -58,6 +59,7 @@ struct ddp {
 				     * until the read of this step, the first it queued after the
 				     * write (0: none) */
 	int graphs;                 /* steps may be device graphs */
+	const char *graphs_why;     /* the strategy's reason why they may not, where all else allows */
 	int graph_off;              /* no (more) graphs: unsupported, or a capture failed */
 	int graph_buf[LOADER_BUFFERS]; /* the loader's buffer i has a captured step (graph slot i) */
 };

@@ -75,7 +75,7 @@ static enum status step_optimizer(struct ddp *t)
 	long span = trace_begin(s->tb, TR_OPTIMIZER, -1);
 	enum status st;
 
-	s->tag.item = -1; /* the clipping norm's all-reduce, if any, carries no bucket */
+	sync_next_coll(s, -1, COMM_ALLREDUCE); /* the clipping norm's all-reduce, if any: no bucket's */
 	st = trainer_optimizer_step(t->tc, t->opt, t->step, t->total, t->c, &t->lr, t->d);
 	trace_end(s->tb, span);
 	if (st == ST_OK && s->ops->after_step != NULL)

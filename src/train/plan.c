@@ -1,9 +1,10 @@
-/* plan.c - the gradient plan: buckets, the slots' place, ZeRO's cuts and ZeRO-2's parts. */
+/* plan.c - the gradient plan: buckets, the slots' place, ZeRO's cuts, ZeRO-2's parts and
+ * ZeRO-3's windows of the parameters. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "train/plan.h"
-#include "model/zero.h"  /* zero_plan_init, zero_bucket_cuts, zero_bucket_start, zero_shard_room */
+#include "model/zero.h" /* zero_plan_init, zero_bucket_cuts, zero_bucket_start, zero_shard_room, zero_param_cut */
 
 /* Layer l's weight and bias: floats. */
 static size_t layer_floats(const struct model *m, int l)
@@ -72,9 +73,29 @@ const size_t *grad_plan_part_cuts(const struct grad_plan *p, int k)
 	return p->pcuts + (size_t)k * (size_t)(p->cfg.size + 1);
 }
 
+const size_t *grad_plan_layer_cuts(const struct grad_plan *p, int l)
+{
+	return p->lcuts + (size_t)l * (size_t)(p->cfg.size + 1);
+}
+
 size_t grad_plan_block_floats(const struct grad_plan *p)
 {
 	return p->poolb[0] + p->poolb[1] + p->shard_room;
+}
+
+void grad_plan_shard(const struct grad_plan *p, struct model_shard *sh)
+{
+	const int r = p->cfg.rank;
+
+	*sh = (struct model_shard){0};
+	if (p->cfg.zero >= 2)
+		sh->grad_extra = grad_plan_block_floats(p);
+	if (p->cfg.zero == 3) {
+		sh->param_first = p->pwin[r];
+		sh->param_len = p->pwin[r + 1] - p->pwin[r];
+		sh->sharded = 1;
+		sh->work = GRAD_PLAN_GATHERED * p->gather_floats;
+	}
 }
 
 /* The buckets, the slots' place, what each layer completes, the streaming variant. */
@@ -145,6 +166,30 @@ static enum status plan_parts(struct grad_plan *p, const struct model *m, const 
 	return ST_OK;
 }
 
+/* ZeRO-3's windows of the parameters, each layer's all-gather cuts (where the windows cut
+ * it) and the working buffers' size. */
+static enum status plan_params(struct grad_plan *p, const struct model *m, struct diag *d)
+{
+	const int size = p->cfg.size;
+
+	p->pwin = malloc((size_t)(size + 1) * sizeof *p->pwin);
+	p->lcuts = malloc((size_t)m->nlayers * (size_t)(size + 1) * sizeof *p->lcuts);
+	if (p->pwin == NULL || p->lcuts == NULL)
+		return diag_set(d, ST_RUNTIME, "plan: out of host memory for the parameters' cuts");
+	for (int q = 0; q <= size; q++)
+		p->pwin[q] = zero_param_cut(m, q, size);
+	p->param_room = zero_param_room(m, size);
+	for (int l = 0; l < m->nlayers; l++) {
+		size_t *cu = p->lcuts + (size_t)l * (size_t)(size + 1);
+		const size_t a = m->w_off[l], n = layer_floats(m, l);
+
+		for (int q = 0; q <= size; q++)
+			cu[q] = p->pwin[q] <= a ? 0 : p->pwin[q] - a >= n ? n : p->pwin[q] - a;
+		p->gather_floats = n > p->gather_floats ? n : p->gather_floats;
+	}
+	return ST_OK;
+}
+
 enum status grad_plan_init(struct grad_plan *p, const struct model *m, const struct grad_plan_cfg *cfg,
 			   struct diag *d)
 {
@@ -165,7 +210,9 @@ enum status grad_plan_init(struct grad_plan *p, const struct model *m, const str
 	for (int k = 0; k < p->ngrad; k++) /* the all-gathers' (and ZeRO-1's reduce-scatters') */
 		zero_bucket_cuts(&z, m, &p->bucket[k], p->bucket[k].len,
 				 p->cuts + (size_t)k * (size_t)(cfg->size + 1));
-	if (cfg->zero == 2)
+	if (cfg->zero == 3 && plan_params(p, m, d) != ST_OK)
+		return ST_RUNTIME;
+	if (cfg->zero >= 2)
 		return plan_parts(p, m, &z, d);
 	return ST_OK;
 }
@@ -176,6 +223,8 @@ void grad_plan_free(struct grad_plan *p)
 	free(p->part);
 	free(p->pcuts);
 	free(p->pt0);
-	p->cuts = p->pcuts = p->pt0 = NULL;
+	free(p->pwin);
+	free(p->lcuts);
+	p->cuts = p->pcuts = p->pt0 = p->pwin = p->lcuts = NULL;
 	p->part = NULL;
 }

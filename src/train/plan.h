@@ -20,9 +20,12 @@
  *   regions' size;
  * - ZeRO: each bucket's cuts (where its reduce-scatter and all-gather split it
  *   between the ranks; zero.h), and where this rank's owned range starts;
- * - ZeRO-2: the parts (the reduce-scatters of backward: the buckets, except that a
- *   layer larger than the cap comes in row panels of at most the cap), their cuts,
- *   and the two pool buffers' sizes.
+ * - ZeRO-2 and ZeRO-3: the parts (the reduce-scatters of backward: the buckets, except
+ *   that a layer larger than the cap comes in row panels of at most the cap), their
+ *   cuts, and the two pool buffers' sizes;
+ * - ZeRO-3: each rank's window of the parameters (zero.h), each layer's cuts for its
+ *   all-gather, and the working set the gathered layers live in: GRAD_PLAN_GATHERED
+ *   buffers of the largest layer (the layer computing and the one prefetched).
  *
  * Not here: sending anything (sync.h) or allocating the model's memory (model.h).
  */
@@ -32,12 +35,15 @@
 #include <stddef.h>
 
 #include "core/status.h"
-#include "model/model.h"  /* struct model (its layout), struct bucket, MODEL_MAX_LAYERS */
+#include "model/model.h" /* struct model (its layout), struct bucket, MODEL_MAX_LAYERS */
+
+/* ZeRO-3's working set: layers gathered at once (the one computing, the next prefetched). */
+#define GRAD_PLAN_GATHERED 2
 
 /* What a plan is made for. */
 struct grad_plan_cfg {
 	size_t cap, first_cap; /* floats (trainer_bucket_caps) */
-	int zero;              /* ZeRO stage: 0, 1 or 2 */
+	int zero;              /* ZeRO stage: 0 to 3 */
 	int compress;          /* --grad-compress: the buckets travel in the wire type */
 	int rank, size;        /* this rank of the world */
 };
@@ -59,7 +65,12 @@ struct grad_plan {
 	size_t tlo;                   /* this rank's first owned float of the trainable ones */
 	size_t shard_room;            /* the largest rank's shard, floats */
 	size_t *cuts;                 /* (ngrad, size + 1): bucket k's cuts; else NULL */
-	/* ZeRO-2 (cfg.zero == 2) */
+	/* ZeRO-3 (cfg.zero == 3) */
+	size_t *pwin;                 /* (size + 1): where each rank's window of the parameters starts */
+	size_t param_room;            /* the largest window, floats */
+	size_t *lcuts;                /* (nlayers, size + 1): layer l's all-gather cuts */
+	size_t gather_floats;         /* one working buffer: the largest layer, floats */
+	/* ZeRO-2 and ZeRO-3 (cfg.zero >= 2) */
 	struct bucket *part;          /* (nparts) the reduce-scatters, in backward's order */
 	int nparts;
 	int npaneled;                 /* layers in row panels */
@@ -77,12 +88,19 @@ enum status grad_plan_init(struct grad_plan *p, const struct model *m, const str
 /* Safe to call twice. */
 void grad_plan_free(struct grad_plan *p);
 
-/* Bucket k's cuts, and ZeRO-2's part k's (size + 1 entries each). */
+/* Bucket k's cuts, ZeRO-2's part k's, ZeRO-3's layer l's all-gather's (size + 1 entries
+ * each). */
 const size_t *grad_plan_cuts(const struct grad_plan *p, int k);
 const size_t *grad_plan_part_cuts(const struct grad_plan *p, int k);
-/* ZeRO-2: the floats of the gradient block beside the slots and the norm: the two pool
- * buffers, then the largest rank's shard (model_regrad's extra). */
+const size_t *grad_plan_layer_cuts(const struct grad_plan *p, int l);
+/* ZeRO-2 and ZeRO-3: the floats of the gradient block beside the slots and the norm: the
+ * two pool buffers, then the largest rank's shard (struct model_shard's grad_extra). */
 size_t grad_plan_block_floats(const struct grad_plan *p);
+
+/* What this rank keeps of the model's memory under the plan (ZeRO-2's gradient block,
+ * ZeRO-3's window of the parameters and working set; all zero without ZeRO-2): model_init
+ * allocates that, and the memory check counts it. */
+void grad_plan_shard(const struct grad_plan *p, struct model_shard *sh);
 
 /* The one cutting rule. With parts 0: the buckets (the slots counted in the bucket of the
  * last layer, or a bucket of their own after the others when that layer is frozen); with

@@ -12,6 +12,13 @@ static enum status hook_before_layer(void *arg, int l)
 	return s->ops->before_layer(s, l);
 }
 
+static enum status hook_before_backward(void *arg, int l)
+{
+	struct grad_sync *s = arg;
+
+	return s->ops->before_backward(s, l);
+}
+
 static enum status hook_layer_done(void *arg, int l)
 {
 	struct grad_sync *s = arg;
@@ -45,13 +52,18 @@ static void observe_done(void *arg, struct comm_tag tag, int index, size_t n, do
 	/* NCCL's observer tells of a step's spans in a later step (the step before's, if it
 	 * was traced: a traced step's results are read at once, so the device is past its
 	 * collectives when the next begins); validation's are traced where they are told */
+	static const int what[] = {[COMM_ALLREDUCE] = TR_ALLREDUCE, [COMM_REDUCE_SCATTER] = TR_REDUCE_SCATTER,
+				   [COMM_ALL_GATHER] = TR_ALL_GATHER};
+	/* an all-gather is named for the layer it brings, if one (ZeRO-3), else none */
+	const int idx = tag.kind != COMM_ALL_GATHER ? index : tag.item;
+
 	if (tag.step == s->step_tag || tag.step < 0) {
-		trace_record(s->tb, TR_ALLREDUCE, index, TRACE_ASYNC, t0, t1, (double)n * sizeof(float));
+		trace_record(s->tb, what[tag.kind], idx, TRACE_ASYNC, t0, t1, (double)n * sizeof(float));
 	} else if (tag.step == s->step_tag - 1 && tb != NULL) {
 		const int32_t now = tb->step;
 
 		tb->step = s->prev_step;
-		trace_record(tb, TR_ALLREDUCE, index, TRACE_ASYNC, t0, t1, (double)n * sizeof(float));
+		trace_record(tb, what[tag.kind], idx, TRACE_ASYNC, t0, t1, (double)n * sizeof(float));
 		tb->step = now;
 	}
 	if (!s->ops->times_buckets || tag.step < 0 || tag.item < 0 || tag.item >= s->nbuckets)
@@ -64,8 +76,8 @@ static void observe_done(void *arg, struct comm_tag tag, int index, size_t n, do
 }
 
 /* The strategies, most specific first: the first whose rule applies is run. */
-static const struct grad_sync_ops *const sync_table[] = {&sync_zero2_ops, &sync_zero1_ops, &sync_stream_ops,
-							 &sync_buckets_ops};
+static const struct grad_sync_ops *const sync_table[] = {&sync_zero3_ops, &sync_zero2_ops, &sync_zero1_ops,
+							 &sync_stream_ops, &sync_buckets_ops};
 
 enum status grad_sync_init(struct grad_sync *s, const struct grad_sync_cfg *cfg, const struct grad_plan *p,
 			   struct model *m, struct comm *c, struct world *w, struct train_result *res,
@@ -83,6 +95,7 @@ enum status grad_sync_init(struct grad_sync *s, const struct grad_sync_cfg *cfg,
 	s->hooks = (struct model_hooks){
 		.arg = s,
 		.before_layer = ops->before_layer != NULL ? hook_before_layer : NULL,
+		.before_backward = ops->before_backward != NULL ? hook_before_backward : NULL,
 		.layer_done = ops->layer_done != NULL ? hook_layer_done : NULL,
 		.panel_cap = p->cfg.cap,
 		.panel_dst = ops->panel_dst != NULL ? hook_panel_dst : NULL,
@@ -103,7 +116,7 @@ void grad_sync_step(struct grad_sync *s, struct trace_buf *tb)
 	s->prev_step = s->step;
 	s->tb = tb;
 	s->step = tb != NULL ? tb->step : 0;
-	s->tag = (struct comm_tag){++s->step_tag, -1};
+	s->tag = (struct comm_tag){++s->step_tag, -1, COMM_ALLREDUCE};
 }
 
 void grad_sync_validating(struct grad_sync *s, int on)
@@ -171,7 +184,21 @@ enum status sync_start_last(struct grad_sync *s, enum status (*start)(struct gra
 	return st;
 }
 
-void sync_next_coll(struct grad_sync *s, int k)
+enum status sync_wait_ticket(struct grad_sync *s, struct comm_ticket t, const char *what)
+{
+	struct wait_mark w;
+	enum status st;
+
+	if (comm_ticket_done(s->c, t))
+		return ST_OK;
+	w = wait_begin(s, what);
+	st = comm_wait_ticket(s->c, t, s->d);
+	wait_end(s, w);
+	return st;
+}
+
+void sync_next_coll(struct grad_sync *s, int k, enum comm_coll kind)
 {
 	s->tag.item = k;
+	s->tag.kind = kind;
 }

@@ -11,7 +11,10 @@
  *   all-gathered bucket by bucket during the next forward;
  * - sync_zero2.c: ZeRO-2, the gradients written into two pool buffers part by part
  *   (row panels for layers larger than the cap), each part reduce-scattered as soon as
- *   it is written and this rank's share kept; the all-gathers as ZeRO-1's.
+ *   it is written and this rank's share kept; the all-gathers as ZeRO-1's;
+ * - sync_zero3.c: ZeRO-3, the parameters sharded too: each layer all-gathered into a
+ *   working buffer before its forward and again before its backward, one layer ahead;
+ *   the gradients as ZeRO-2's.
  * grad_sync_init runs down the table (sync.c) and takes the first entry that applies to
  * the plan, the communicator and the backend (Horovod's operation manager); the entries'
  * flags and notes say what the trainer and the report need to know of the one chosen,
@@ -19,7 +22,7 @@
  *
  * The trainer (trainer_ddp.c, ddp_step.c) calls the strategy at fixed points of a step:
  * begin (before backward), the model's hooks during forward and backward (struct
- * model_hooks: before_layer, layer_done, panel_dst, panel_done), finish (after backward:
+ * model_hooks: before_layer, before_backward, layer_done, panel_dst, panel_done), finish (after backward:
  * the gradient complete on this rank), after_step (after the optimizer) and settle
  * (before anything reads the weights outside forward). Every wait goes through
  * sync_wait_all or sync_wait_first, which keep the clock, the trace and the watchdog.
@@ -44,9 +47,10 @@ struct grad_sync_ops {
 	/* 1 if this entry is the one for s (s->p, m, c, w, overlap and wire set; nothing of
 	 * the entry's own yet). The table is read in order: the first that applies is run. */
 	int (*applies)(const struct grad_sync *s);
-	/* Its collectives and waits can be recorded into a device graph (with a communicator
-	 * whose collectives can be): no host wait or host callback between the step's kernels. */
-	int capturable;
+	/* Why its steps cannot be recorded into a device graph (the run header says it where
+	 * graphs would be used otherwise), or NULL: they can, with a communicator whose
+	 * collectives can be. */
+	const char *uncapturable;
 	/* The communicator's observer counts its collectives into the plan's buckets' figures;
 	 * else untimed says why they are left out (the report's line, the whole run long). */
 	int times_buckets;
@@ -66,6 +70,7 @@ struct grad_sync_ops {
 	enum status (*begin)(struct grad_sync *s, int sync);
 	/* The model's hooks (NULL: none). */
 	enum status (*before_layer)(struct grad_sync *s, int layer);
+	enum status (*before_backward)(struct grad_sync *s, int layer);
 	enum status (*layer_done)(struct grad_sync *s, int layer);
 	float *(*panel_dst)(struct grad_sync *s, int layer, int j);
 	enum status (*panel_done)(struct grad_sync *s, int layer, int j);
@@ -81,7 +86,8 @@ struct grad_sync_ops {
 #define SYNC_SAME_PARAMS 1u /* the parameters (ZeRO: all-gathered, after settle) */
 #define SYNC_SAME_STATE 2u  /* the optimizer state arenas */
 
-extern const struct grad_sync_ops sync_buckets_ops, sync_stream_ops, sync_zero1_ops, sync_zero2_ops;
+extern const struct grad_sync_ops sync_buckets_ops, sync_stream_ops, sync_zero1_ops, sync_zero2_ops,
+	sync_zero3_ops;
 
 /* What the strategies share. The trainer sets tb and d as it goes (grad_sync_step,
  * grad_sync_validating). */
@@ -134,9 +140,12 @@ void grad_sync_free(struct grad_sync *s);
  * wait; `what` names it for the watchdog. Timed into s->wait and traced. */
 enum status sync_wait_all(struct grad_sync *s, const char *what);
 enum status sync_wait_first(struct grad_sync *s, int k, const char *what);
-/* The next collective carries bucket k (-1: none); said before it starts, since a
- * blocking one tells the observer from inside its start. */
-void sync_next_coll(struct grad_sync *s, int k);
+/* Complete the collective of ticket t (comm.h), unless something completed it already. */
+enum status sync_wait_ticket(struct grad_sync *s, struct comm_ticket t, const char *what);
+/* The next collective is a `kind` carrying bucket k (ZeRO-3's all-gathers: layer k; -1:
+ * none); said before it starts, since a blocking one tells the observer from inside its
+ * start. */
+void sync_next_coll(struct grad_sync *s, int k, enum comm_coll kind);
 /* A collective that may complete at once (the last of backward): started with the
  * watchdog watching `what`, timed as waiting. start(s, k) starts it. */
 enum status sync_start_last(struct grad_sync *s, enum status (*start)(struct grad_sync *s, int k),
@@ -148,6 +157,26 @@ struct zero_gathers {
 	int ag_idx[MODEL_MAX_LAYERS]; /* the number of layer l's all-gather (since a wait); 0: none */
 	int ag_waited;                /* all-gathers waited for, up to this number */
 };
+
+/* ZeRO-2's gradient side (sync_zero2.c), which ZeRO-3 shares: its state is the first
+ * member of ZeRO-3's (s->own points at both). */
+struct zero2 {
+	struct zero_gathers g;   /* first: the all-gathers' state (sync_zero1.c) */
+	float *pool;             /* the two buffers, one after the other */
+	float *shard;            /* this rank's reduced gradient */
+	struct comm_ticket *rs;  /* (nparts) part k's reduce-scatter, while not folded */
+	unsigned char *pending;  /* (nparts) part k is reduce-scattered, not yet folded */
+	int fold_add;            /* this micro-batch's parts are added to the shard (not copied) */
+};
+enum status zero2_setup(struct grad_sync *s, struct zero2 *z);
+void zero2_release(struct zero2 *z);
+enum status zero2_begin(struct grad_sync *s, int sync);
+enum status zero2_layer_done(struct grad_sync *s, int layer);
+float *zero2_panel_dst(struct grad_sync *s, int l, int j);
+enum status zero2_panel_done(struct grad_sync *s, int l, int j);
+enum status zero2_finish(struct grad_sync *s, int sync);
+/* The run header's note on the layers in row panels, if any. */
+void zero2_describe_panels(const struct grad_sync *s, struct report *r, double bucket_mb);
 
 /* Shared by the entries: the buckets' hooks (sync_buckets.c) and ZeRO's all-gathers,
  * requirement and header note (sync_zero1.c). */

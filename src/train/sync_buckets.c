@@ -14,7 +14,7 @@ enum status buckets_start(struct grad_sync *s, int k, unsigned flags)
 	const struct bucket *b = &p->bucket[k];
 	float *buf = s->m->grads + b->off;
 
-	sync_next_coll(s, k);
+	sync_next_coll(s, k, p->cuts != NULL && k != p->slot_bucket ? COMM_REDUCE_SCATTER : COMM_ALLREDUCE);
 	if (k == p->slot_bucket) /* the slots: always float32 */
 		return comm_allreduce_start(s->c, s->m->slots, b->len, flags & COMM_LAST, s->d);
 	if (p->cuts != NULL) /* ZeRO-1 */
@@ -97,7 +97,6 @@ static void buckets_free(struct grad_sync *s)
 const struct grad_sync_ops sync_buckets_ops = {
 	.name = "buckets",
 	.applies = buckets_applies,
-	.capturable = 1,
 	.times_buckets = 1,
 	.bucket_note = "",
 	.replicated = SYNC_SAME_PARAMS | SYNC_SAME_STATE,

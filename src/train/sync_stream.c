@@ -152,10 +152,10 @@ static void stream_free(struct grad_sync *s)
 	s->own = NULL;
 }
 
-/* Not capturable: the backend calls back into the host between the panels of backward. */
 const struct grad_sync_ops sync_stream_ops = {
 	.name = "stream",
 	.applies = stream_applies,
+	.uncapturable = "streaming starts the regions from the backend's callbacks on the host between the panels of backward, which a replayed graph would not make",
 	.untimed = "the gradients stream in regions of layers as backward makes them, not whole buckets",
 	.bucket_note = "; streamed: regions of 1 bucket's size start as backward finishes them",
 	.replicated = SYNC_SAME_PARAMS | SYNC_SAME_STATE,

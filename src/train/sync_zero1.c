@@ -25,7 +25,7 @@ enum status zero_gather(struct grad_sync *s)
 		const struct bucket *b = &p->bucket[k];
 		enum status st;
 
-		sync_next_coll(s, -1);
+		sync_next_coll(s, -1, COMM_ALL_GATHER);
 		st = comm_all_gather_start(s->c, s->m->params + b->off, b->len, grad_plan_cuts(p, k), s->d);
 		if (st != ST_OK)
 			return st;
@@ -101,10 +101,10 @@ static void zero1_free(struct grad_sync *s)
 	s->own = NULL;
 }
 
-/* Not capturable: forward waits on the host for each layer's all-gather. */
 const struct grad_sync_ops sync_zero1_ops = {
 	.name = "zero1",
 	.applies = zero1_applies,
+	.uncapturable = "--zero decides on the host, layer by layer, which all-gathers forward waits for, which a replayed graph would not redo",
 	.times_buckets = 1,
 	.bucket_note = "",
 	.replicated = SYNC_SAME_PARAMS, /* the optimizer state is sharded: not compared */

@@ -19,14 +19,6 @@
 
 #include "train/sync.h"
 
-struct zero2 {
-	struct zero_gathers g; /* first: the all-gathers' state (sync_zero1.c) */
-	float *pool;           /* the two buffers, one after the other */
-	float *shard;          /* this rank's reduced gradient */
-	int *rs_idx;           /* (nparts) part k's reduce-scatter's number (since a wait), 0: folded */
-	int fold_add;          /* this micro-batch's parts are added to the shard (not copied) */
-};
-
 /* The pool buffer part k's gradient is written to: buffer k % 2. */
 static float *pool_buf(const struct grad_sync *s, int k)
 {
@@ -46,10 +38,10 @@ static enum status fold_part(struct grad_sync *s, int k)
 	float *dst = z->shard + (s->p->pt0[k] + a - s->p->tlo);
 	enum status st;
 
-	if (z->rs_idx[k] == 0)
+	if (!z->pending[k])
 		return ST_OK;
-	st = sync_wait_first(s, z->rs_idx[k], "the gradient reduce-scatter");
-	z->rs_idx[k] = 0;
+	st = sync_wait_ticket(s, z->rs[k], "the gradient reduce-scatter");
+	z->pending[k] = 0;
 	if (st != ST_OK || n == 0)
 		return st;
 	if (z->fold_add)
@@ -65,11 +57,13 @@ static enum status start_part(struct grad_sync *s, int k, unsigned flags)
 	struct zero2 *z = s->own;
 	enum status st;
 
-	sync_next_coll(s, -1);
+	sync_next_coll(s, -1, COMM_REDUCE_SCATTER);
 	st = comm_reduce_scatter_start(s->c, pool_buf(s, k), s->p->part[k].len, grad_plan_part_cuts(s->p, k),
 				       flags | s->wire, s->d);
-	if (st == ST_OK)
-		z->rs_idx[k] = comm_inflight(s->c);
+	if (st == ST_OK) {
+		z->rs[k] = comm_ticket(s->c);
+		z->pending[k] = 1;
+	}
 	return st;
 }
 
@@ -104,18 +98,18 @@ static enum status part_done(struct grad_sync *s, int k)
 	return st;
 }
 
-static float *zero2_panel_dst(struct grad_sync *s, int l, int j)
+float *zero2_panel_dst(struct grad_sync *s, int l, int j)
 {
 	return pool_buf(s, s->p->pfirst[l] + j);
 }
 
-static enum status zero2_panel_done(struct grad_sync *s, int l, int j)
+enum status zero2_panel_done(struct grad_sync *s, int l, int j)
 {
 	return part_done(s, s->p->pfirst[l] + j);
 }
 
 /* A part of whole layers ends at this layer, or its panels went already. */
-static enum status zero2_layer_done(struct grad_sync *s, int layer)
+enum status zero2_layer_done(struct grad_sync *s, int layer)
 {
 	if (s->p->pcloses[layer] >= 0)
 		return part_done(s, s->p->pcloses[layer]);
@@ -124,7 +118,7 @@ static enum status zero2_layer_done(struct grad_sync *s, int layer)
 }
 
 /* Every micro-batch reduce-scatters, each into fresh buffers: backward sets, the fold adds. */
-static enum status zero2_begin(struct grad_sync *s, int sync)
+enum status zero2_begin(struct grad_sync *s, int sync)
 {
 	struct zero2 *z = s->own;
 	enum status st = buckets_begin(s, sync);
@@ -135,7 +129,7 @@ static enum status zero2_begin(struct grad_sync *s, int sync)
 	return st;
 }
 
-static enum status zero2_finish(struct grad_sync *s, int sync)
+enum status zero2_finish(struct grad_sync *s, int sync)
 {
 	enum status st = ST_OK;
 
@@ -152,7 +146,7 @@ static enum status zero2_finish(struct grad_sync *s, int sync)
 
 /* ZeRO-2's row panels: of at most the cap, or of one row where a row (a layer's input
  * width plus nothing: the weight's row) is longer than the cap. */
-static void describe_panels(const struct grad_sync *s, struct report *r, double bucket_mb)
+void zero2_describe_panels(const struct grad_sync *s, struct report *r, double bucket_mb)
 {
 	const struct grad_plan *p = s->p;
 	const struct model *m = s->m;
@@ -161,6 +155,8 @@ static void describe_panels(const struct grad_sync *s, struct report *r, double 
 	int over = 0, paneled = 0;
 	char rows[160];
 
+	if (p->npaneled == 0)
+		return;
 	for (int l = 0; l < m->nlayers; l++) {
 		if (p->pfirst[l] < 0)
 			continue;
@@ -183,8 +179,7 @@ static void describe_panels(const struct grad_sync *s, struct report *r, double 
 static void zero2_describe(const struct grad_sync *s, struct report *r, double bucket_mb)
 {
 	zero_describe(s, r);
-	if (s->p->npaneled > 0)
-		describe_panels(s, r, bucket_mb);
+	zero2_describe_panels(s, r, bucket_mb);
 }
 
 static int zero2_applies(const struct grad_sync *s)
@@ -193,22 +188,20 @@ static int zero2_applies(const struct grad_sync *s)
 }
 
 /* Backward writes the layers of part k into pool buffer k % 2; the panels go where
- * zero2_panel_dst says. */
-static enum status zero2_init(struct grad_sync *s)
+ * zero2_panel_dst says. z is s->own's (first member of it): ZeRO-3 sets its own up. */
+enum status zero2_setup(struct grad_sync *s, struct zero2 *z)
 {
 	const struct grad_plan *p = s->p;
 	struct model *m = s->m;
-	struct zero2 *z;
+	const size_t np = p->nparts > 0 ? (size_t)p->nparts : 1;
 	enum status st = zero_require_shard(s);
 
 	if (st != ST_OK)
 		return st;
-	z = calloc(1, sizeof *z);
-
-	if (z != NULL)
-		z->rs_idx = calloc(p->nparts > 0 ? (size_t)p->nparts : 1, sizeof *z->rs_idx);
-	if (z == NULL || z->rs_idx == NULL) {
-		free(z);
+	z->rs = calloc(np, sizeof *z->rs);
+	z->pending = calloc(np, sizeof *z->pending);
+	if (z->rs == NULL || z->pending == NULL) {
+		zero2_release(z);
 		return diag_set(s->d, ST_RUNTIME, "trainer: out of host memory");
 	}
 	z->pool = m->gmem + MODEL_SLOTS + 1;
@@ -221,21 +214,43 @@ static enum status zero2_init(struct grad_sync *s)
 	return ST_OK;
 }
 
+void zero2_release(struct zero2 *z)
+{
+	free(z->rs);
+	free(z->pending);
+	z->rs = NULL;
+	z->pending = NULL;
+}
+
+static enum status zero2_init(struct grad_sync *s)
+{
+	struct zero2 *z = calloc(1, sizeof *z);
+	enum status st;
+
+	if (z == NULL)
+		return diag_set(s->d, ST_RUNTIME, "trainer: out of host memory");
+	st = zero2_setup(s, z);
+	if (st != ST_OK) {
+		free(z);
+		s->own = NULL;
+	}
+	return st;
+}
+
 static void zero2_free(struct grad_sync *s)
 {
 	struct zero2 *z = s->own;
 
 	if (z != NULL)
-		free(z->rs_idx);
+		zero2_release(z);
 	free(z);
 	s->own = NULL;
 }
 
-/* Not capturable: forward waits on the host for each layer's all-gather, backward for
- * each part's reduce-scatter before its buffer is reused. */
 const struct grad_sync_ops sync_zero2_ops = {
 	.name = "zero2",
 	.applies = zero2_applies,
+	.uncapturable = "--zero decides on the host, layer by layer, which all-gathers forward waits for and which reduce-scatters backward folds, which a replayed graph would not redo",
 	.untimed = "--zero=2 reduce-scatters the gradients in parts of layers as backward makes them, not in these buckets",
 	.bucket_note = "",
 	.replicated = SYNC_SAME_PARAMS, /* the optimizer state is sharded: not compared */

@@ -280,8 +280,8 @@ enum status trainer_optimizer_step(const struct train_config *tc, struct optimiz
 }
 
 enum status trainer_evaluate(const struct train_config *tc, struct model *m, const struct dataset *val,
-			     int rank, int world, struct comm *c, struct world *w, double *loss,
-			     double *acc, struct diag *d)
+			     int rank, int world, struct comm *c, struct world *w, const struct model_hooks *h,
+			     double *loss, double *acc, struct diag *d)
 {
 	static const float zeros[3] = {0.0f, 0.0f, 0.0f}, failed[3] = {0.0f, 0.0f, 1.0f};
 	const struct backend_ops *ops = m->be->ops;
@@ -300,19 +300,33 @@ enum status trainer_evaluate(const struct train_config *tc, struct model *m, con
 	ops->to_device(bc, slots, zeros, 3);
 	if (hx == NULL || hy == NULL || res == NULL || idx == NULL)
 		st = diag_set(d, ST_RUNTIME, "evaluation: out of host memory for batches of %d", m->max_batch);
-	for (size_t r0 = lo; r0 < hi && st == ST_OK; r0 += (size_t)m->max_batch) {
-		int n = hi - r0 < (size_t)m->max_batch ? (int)(hi - r0) : m->max_batch;
+	/* With the parameters sharded (ZeRO-3) every forward gathers each layer from every rank:
+	 * all ranks run as many batches as the largest share needs, a rank past its own rows a
+	 * row that counts for nothing (scale 0). */
+	const size_t share = m->psharded ? (val->n + (size_t)world - 1) / (size_t)world : hi - lo;
+	const size_t batches = (share + (size_t)m->max_batch - 1) / (size_t)m->max_batch;
+
+	for (size_t b = 0; b < batches && st == ST_OK; b++) {
+		const size_t r0 = lo + b * (size_t)m->max_batch;
+		int n = r0 >= hi ? 0 : hi - r0 < (size_t)m->max_batch ? (int)(hi - r0) : m->max_batch;
+		const float scale = (float)n / (float)val->n;
 
 		for (int i = 0; i < n; i++)
 			idx[i] = (uint32_t)(r0 + (size_t)i);
+		if (n == 0) { /* a row that counts for nothing: the first of the set */
+			idx[0] = 0;
+			n = 1;
+		}
 		data_fill(val, idx, (size_t)n, hx, hy);
 		ops->to_device(bc, m->act[0], hx, (size_t)n * (size_t)val->in);
 		ops->to_device(bc, m->target, hy, (size_t)n * (size_t)val->out);
-		model_forward(m, n, NULL);
+		st = model_forward(m, n, h);
 		/* Each batch adds its share of the mean over all V rows. */
-		loss_apply(&tc->loss, m->be, m->dbuf[0], slots, m->act[m->nlayers], m->target, n,
-			   m->widths[m->nlayers], (float)n / (float)val->n, 1.0f, 1);
-		st = ops->sync(bc, d); /* hx and hy are refilled for the next batch */
+		if (st == ST_OK)
+			loss_apply(&tc->loss, m->be, m->dbuf[0], slots, m->act[m->nlayers], m->target, n,
+				   m->widths[m->nlayers], scale, 1.0f, 1);
+		if (st == ST_OK)
+			st = ops->sync(bc, d); /* hx and hy are refilled for the next batch */
 		world_watch_progress(w); /* an evaluation longer than --timeout is no stall */
 	}
 	if (c != NULL) {

@@ -28,13 +28,13 @@
 #include "comm/world.h"     /* struct world */
 #include "data/data.h"      /* struct dataset */
 #include "data/loader.h"    /* struct batch */
-#include "model/loss.h"       /* struct loss */
-#include "model/model.h"      /* struct model */
-#include "model/optimizer.h"  /* struct optimizer */
+#include "model/loss.h"      /* struct loss */
+#include "model/model.h"     /* struct model */
+#include "model/optimizer.h" /* struct optimizer */
 #include "train/plan.h"      /* struct grad_plan */
 #include "observe/prometheus.h" /* struct prometheus */
 #include "observe/report.h"    /* struct report, struct replica_stats, struct bucket_stats */
-#include "model/schedule.h"   /* enum lr_schedule */
+#include "model/schedule.h"  /* enum lr_schedule */
 #include "observe/straggler.h" /* struct straggler */
 #include "observe/trace.h"     /* struct trace */
 #include "comm/world.h"     /* struct world */
@@ -236,10 +236,11 @@ enum status trainer_after_step(const struct train_loop *lp, long *step, const st
  * and, with a communicator, sum the shares over the ranks: the exact mean loss over all
  * V rows (and the accuracy) in *loss and *acc (NaN without one). Uses act, target, dbuf
  * and the gradient slots as scratch: call it between steps. Collective when c is set.
- * Each batch is progress for w's watchdog (w may be NULL). */
+ * Each batch is progress for w's watchdog (w may be NULL). h: forward's hooks (NULL:
+ * none; with sharded parameters, the ones that gather them). */
 enum status trainer_evaluate(const struct train_config *tc, struct model *m, const struct dataset *val,
-			     int rank, int world, struct comm *c, struct world *w, double *loss,
-			     double *acc, struct diag *d);
+			     int rank, int world, struct comm *c, struct world *w, const struct model_hooks *h,
+			     double *loss, double *acc, struct diag *d);
 
 /* Write the --prometheus file (rank 0): progress, throughput since the start, the
  * all-reduce wait share and each bucket's bus bandwidth so far (res->buckets), and

@@ -49,6 +49,7 @@ enum status trainer_ddp(const struct train_config *tc, const struct grad_plan *p
 	report_training_starts(r); /* nothing refuses the run now: the metrics stream opens */
 	ddp_describe(&t, trainer_steps_per_epoch(L.nmicro, tc->grad_accum));
 	clk.t0 = clk.t_last = clk.t_step = clock_now();
+	t.sent0 = c->sent_bytes;
 	/* step counts the steps whose work is done; one more may be queued with its read left
 	 * for later (t.pending) */
 	while (step + t.pending < t.total && loader_next(&L, &b)) {

@@ -535,7 +535,7 @@ static enum status dp_eval(void *arg, long step, long epoch)
 	long span = trace_begin(dp->rep[0].tb, TR_VALIDATION, -1);
 	enum status st;
 
-	st = trainer_evaluate(dp->tc, dp->rep[0].m, dp->ctl->val, 0, 1, NULL, dp->w, &loss, &acc, dp->d);
+	st = trainer_evaluate(dp->tc, dp->rep[0].m, dp->ctl->val, 0, 1, NULL, dp->w, NULL, &loss, &acc, dp->d);
 	trace_end(dp->rep[0].tb, span);
 	if (st != ST_OK)
 		return st;

@@ -21,6 +21,9 @@ cat "$TMPD/out"
 num='[0-9]+\.[0-9]+'
 grep -Eq "^  10 +wide +$num +$num +$num +$num +13\.43 +-?[0-9]+% +$num""x +- +- *$" "$TMPD/out" ||
 	fail "no whole 10 Gbit/s row: $(grep '^  10' "$TMPD/out")"
+# Issue 35's row: --zero=2 and --zero=3, each a number, and their ratio.
+grep -Eq "^# 10 +wide +$num +$num +$num""x +(pass|miss)$" "$TMPD/out" ||
+	fail "no whole --zero=2/--zero=3 row: $(grep -A3 'issue 35' "$TMPD/out")"
 # The scaling model reads the same output: its fit covers the one measured point.
 if command -v python3 >/dev/null; then
 	python3 "$TOP_SRCDIR/scripts/scaling-model.py" "$TMPD/out" --no-predict >"$TMPD/model" 2>&1 ||

@@ -76,6 +76,15 @@ wide.np2.z1 ms/step ddp
 wide.np2.z2 ms/step ddp
 wide.best.gflops GFLOP/s SGEMM
 EOF
+	# issue 35's, where it has --zero=3
+	if "$DDPTRAIN" --help 2>&1 | grep -q -- '--zero=[0-9|]*3'; then
+		nrows=40
+		check_rows <<'EOF'
+big.kept.np4.z3 MiB ddp
+big.work.np4.z3 MiB -
+wide.np2.z3 ms/step --zero=2
+EOF
+	fi
 else
 	grep -q "^# issue 22's rows (--zero, state per rank): not run" "$TMPD/out" || fail "no line saying the issue-22 rows were not run"
 fi

@@ -10,14 +10,22 @@ cat "$TMPD/out"
 for row in "ddp +1 " "ddp +3 " "dp +1 " "dp +3 "; do
 	grep -Eq "^  $row+[0-9]+ +[0-9.]+ +[0-9.]+x" "$TMPD/out" || fail "no row '$row'"
 done
-# The issue-22 table: plain ddp always, each variant where this ddptrain has its flag.
-grep -q "^# ddp at 3 ranks and its variants" "$TMPD/out" || fail "no variants table"
-grep -Eq "^  ddp +[0-9.]+ +[0-9.]+ .* 1\.00x +[0-9.]+$" "$TMPD/out" || fail "no plain ddp row in the variants table"
-for v in zero1:--zero bf16:--grad-compress; do
-	if "$DDPTRAIN" --help 2>&1 | grep -q -- "${v#*:}"; then
-		grep -Eq "^  ${v%%:*} +[0-9.]+ +[0-9.]+ .*x +[0-9.]+$" "$TMPD/out" || fail "no ${v%%:*} row"
+# The variants table: dp and plain ddp always, each variant where this ddptrain has its
+# flag (and stage), each with a number of KiB sent and a state.
+grep -q "^# dp, ddp and its variants at 3 replicas" "$TMPD/out" || fail "no variants table"
+grep -Eq "^  ddp +[0-9.]+ +[0-9.]+ +[0-9.]+ .* 1\.00x +[0-9.]+$" "$TMPD/out" || fail "no plain ddp row in the variants table"
+grep -Eq "^  dp +[0-9.]+ +- +[0-9.]+ .*x +[0-9.]+$" "$TMPD/out" || fail "no dp row in the variants table"
+for v in zero1:--zero=1 zero2:--zero=2 zero3:--zero=3 bf16:--grad-compress=bf16; do
+	flag=${v#*:}
+	if "$DDPTRAIN" --help 2>&1 | grep -q -- "${flag%%=*}=[^ ]*${flag#*=}"; then
+		grep -Eq "^  ${v%%:*} +[0-9.]+ +[0-9.]+ +[0-9.]+ .*x +[0-9.]+$" "$TMPD/out" || fail "no ${v%%:*} row"
 	fi
 done
+# ZeRO-3's row: a working set, and less kept per rank than plain ddp's parameters
+if "$DDPTRAIN" --help 2>&1 | grep -q -- "--zero=[^ ]*3"; then
+	awk '$1 == "ddp" && NF == 11 { p = $5 } $1 == "zero3" && NF == 11 { z = $5; w = $8 }
+	     END { exit !(p > 0 && z < p && w > 0) }' "$TMPD/out" || fail "zero3 row: params not sharded, or no working set"
+fi
 grep -q "^# ddp/dp at 3 replicas: [0-9.]*x the samples/s" "$TMPD/out" || fail "no ratio line"
 grep -q "^# dp replica 0: [0-9.]*% of its step in the serial" "$TMPD/out" || fail "no dp breakdown"
 "$script" --replicas=x >/dev/null 2>&1 && fail "bad --replicas accepted"

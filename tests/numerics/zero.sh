@@ -151,13 +151,13 @@ awk -v w="$whole" -v h="$half" -v h2="$half2" 'BEGIN { exit !(w > 0.6 && h * 2 >
 	fail "optimizer state MiB per rank: plain $whole, --zero=1 $half, --zero=2 $half2 (want half)"
 echo "optimizer state MiB per rank: plain $whole, --zero=1 $half, --zero=2 $half2"
 
-# ZeRO-2's gradient memory per rank is its shard and two bucket buffers of at most the cap
+# ZeRO-2's gradient memory per rank is its shard (grads) and two bucket buffers of at most the cap (work)
 # (0.1 MiB: 26,214 floats), though layer 2 (65,792 floats) is larger: it goes in row
 # panels. Whole layers in the buffers would take 84,488 floats, more than plain DDP's
 # whole gradient (84,491). Rank 0's shard: 42,244 floats; 4 more for the slots and norm.
 grads() {
 	run_mpi 2 --layers=64,256,256,8 --bucket-mb=0.1 --max-steps=2 --log-every=0 "$@" |
-		awk '/^# memory per rank/ { t = 1; next } t && $2 == "0" { print $4; exit }'
+		awk '/^# memory per rank/ { t = 1; next } t && $2 == "0" { print $4 + $6; exit }'
 }
 g2=$(grads --zero=2)
 awk -v g="$g2" 'BEGIN { f = g * 1048576 / 4; exit !(f > 42244 && f <= 42244 + 4 + 2 * 26214 + 300) }' ||
@@ -177,6 +177,6 @@ echo "per-bucket counts: $counts"
 expect_fail 2 "ddptrain: --zero applies to --mode=ddp (DataParallel is one process: no ranks to shard over, no all-reduce to compress)" alone --mode=dp --zero=1
 expect_fail 2 "ddptrain: --grad-compress applies to --mode=ddp (DataParallel is one process: no ranks to shard over, no all-reduce to compress)" alone --mode=dp --grad-compress=bf16
 expect_fail 2 "ddptrain: --zero=2 reduce-scatters each bucket as backward finishes it, into two reused buffers: it cannot wait for the whole backward (--no-overlap); use --zero=1" 2 --zero=2 --no-overlap
-expect_fail 2 "ddptrain: --zero: 3 is out of range [0, 2]" 2 --zero=3
+expect_fail 2 "ddptrain: --zero: 4 is out of range [0, 3]" 2 --zero=4
 expect_fail 2 "ddptrain: --grad-compress: 'fp32' is not one of none|fp16|bf16" alone --grad-compress=fp32
 echo "zero: ok"

@@ -142,7 +142,7 @@ static void test_frozen_layer_has_no_optimizer_state_in_memory(void **state)
 	assert_int_equal(optimizer_init(&ou, &mu, &h, NULL, &d), ST_OK);
 	assert_int_equal(mf.arena[1].len, mf.ntrainable);
 	assert_int_equal(mf.bytes, base_bytes + 2 * mf.ntrainable * sizeof(float));
-	assert_int_equal(mf.bytes, model_bytes_needed(widths, 3, 1, 2, frozen, 1));
+	assert_int_equal(mf.bytes, model_bytes_needed(widths, 3, 1, 2, frozen, 1, NULL));
 	assert_int_equal(model_state_floats(&mf, 0, 3), mf.nparams + 2 * mf.ntrainable);
 	n = model_state_dict(&mf, 0, 3, t);
 	assert_int_equal(n, 6 + 4 + 4);

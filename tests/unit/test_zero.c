@@ -155,7 +155,7 @@ static void test_sharded_state_arenas_hold_the_shard(void **state)
 	/* the state dict and the checkpoint buffer see the whole arenas */
 	assert_int_equal(model_state_floats(&m, 0, m.narenas), model_state_floats(&w, 0, w.narenas));
 	assert_int_equal(w.bytes - m.bytes, 2 * 44 * sizeof(float));
-	assert_int_equal(model_bytes_needed(widths, 4, 1, 2, frozen, 3), m.bytes);
+	assert_int_equal(model_bytes_needed(widths, 4, 1, 2, frozen, 3, NULL), m.bytes);
 	model_free(&m);
 	model_free(&w);
 	backend_free(&be);
