@@ -418,11 +418,11 @@ static enum status parse_size(struct options *o, const struct opt_def *od, const
 	errno = 0;
 	v = strtoull(s, &end, 10);
 	if (end == s || !isdigit((unsigned char)*s))
-		return diag_set(d, ST_USAGE, "--%s: '%s' is not a size (bytes, or a number with K, M, G or T)", od->name, s);
+		return diag_set(d, ST_USAGE, "--%s: '%s' is not a size (a whole number of bytes, or one with K, M, G or T)", od->name, s);
 	if (*end != '\0') {
 		u = strchr(units, toupper((unsigned char)*end));
 		if (u == NULL || end[1] != '\0')
-			return diag_set(d, ST_USAGE, "--%s: '%s' is not a size (bytes, or a number with K, M, G or T)", od->name, s);
+			return diag_set(d, ST_USAGE, "--%s: '%s' is not a size (a whole number of bytes, or one with K, M, G or T)", od->name, s);
 		mult = 1ULL << (10 * (u - units + 1));
 	}
 	if (errno == ERANGE || v > (unsigned long long)od->hi / mult)

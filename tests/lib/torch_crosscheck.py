@@ -38,9 +38,10 @@ its loss is the mean over the whole gathered batch.
 The cases with --zero (in float32) or --grad-compress run real DistributedDataParallel instead:
 one process per rank (spawned), gloo over a rendezvous file, the same batches;
 with grad-accum the group's first micro-batches under no_sync() and each
-micro-batch's loss divided by the group size.  --zero=1 and --zero=2 train with
-torch.distributed.optim.ZeroRedundancyOptimizer wrapping the same optimizer
-(ZeRO does not change the arithmetic, so one reference serves both stages);
+micro-batch's loss divided by the group size.  --zero=1, --zero=2 and --zero=3 train
+with torch.distributed.optim.ZeroRedundancyOptimizer wrapping the same optimizer
+(ZeRO does not change the arithmetic, so one reference serves every stage: --zero=3's
+all-gathers of the parameters are copies);
 clip_grad_norm_ runs on the DDP-reduced gradients before its step.
 --grad-compress=fp16 registers PyTorch's fp16_compress_hook (gloo sums float16);
 --grad-compress=bf16, which gloo refuses in torch 1.13, registers
@@ -628,6 +629,16 @@ CASES = [
     case("zero2-np2-adamw-accum2-warmup", "cls96", "8,16,16,4", np=2, batch=6,
          loss="cross-entropy", optimizer="adamw", lr=0.01, wd=0.05, accum=2, schedule="cosine",
          warmup=3, val="cls40", eval_every=3, seed=25, zero=2),
+    # Issue 35: --zero=3 keeps the parameters sharded and all-gathers each layer before its
+    # forward and backward; all-gather is a copy, so the arithmetic is ZeRO's and the
+    # reference too: real DDP with ZeroRedundancyOptimizer. A frozen inner layer (its
+    # window goes whole to one rank), clipping over the shards, validation whose shares
+    # need different numbers of batches (each batch gathers every layer on every rank).
+    case("zero3-np2-momentum-freeze-val", "deep95", "6,16,16,16,3", np=2, batch=6, momentum=0.9,
+         wd=0.01, freeze=(2,), val="deep30", eval_every=4, seed=39, zero=3),
+    case("zero3-np3-adamw-clip-accum2", "cls96", "8,17,12,4", np=3, batch=5, loss="cross-entropy",
+         optimizer="adamw", lr=0.01, wd=0.05, clip=CLIP_ZERO, accum=2, schedule="linear",
+         warmup=2, seed=40, zero=3),
     # Gradients compressed to 16 bits, 2 ranks only: one rounding of the sum, the same in
     # the hook and in ddptrain (see the top).
     case("fp16-np2-mse", "deep95", "6,16,16,3", np=2, lr=0.05, seed=26, compress="fp16"),

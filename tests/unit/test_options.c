@@ -444,7 +444,8 @@ static void test_options_every_numeric_flag_refuses_white_space_around_its_numbe
 			assert_non_null(tail = strstr(d.msg, "' is not "));
 			assert_memory_equal(d.msg, flag, strlen(flag));
 			tail += strlen("' is not ");
-			assert_true(strcmp(tail, "an integer") == 0 || strcmp(tail, "a finite number") == 0);
+			assert_true(strcmp(tail, "an integer") == 0 || strcmp(tail, "a finite number") == 0 ||
+				    strcmp(tail, "a size (a whole number of bytes, or one with K, M, G or T)") == 0);
 			snprintf(said[f], sizeof said[f], "%s", tail);
 		}
 		assert_string_equal(said[0], said[2]); /* " 1" in the words of "1 " */
@@ -466,6 +467,34 @@ static void test_options_every_numeric_flag_refuses_white_space_around_its_numbe
 }
 
 /* The structured flags hold numbers too: the same rule inside their lists. */
+/* --max-memory: bytes, or K, M, G, T as powers of 1024, written back in the largest unit
+ * that is exact; anything else, or too large, refused naming the flag. */
+static void test_options_max_memory_takes_binary_units(void **state)
+{
+	static const struct { const char *arg; uint64_t bytes; const char *back; } ok[] = {
+		{"--max-memory=0", 0, "0"}, {"--max-memory=100", 100, "100"},
+		{"--max-memory=12M", 12ULL << 20, "12M"}, {"--max-memory=1536k", 1536ULL << 10, "1536K"},
+		{"--max-memory=2048M", 2ULL << 30, "2G"}, {"--max-memory=3T", 3ULL << 40, "3T"},
+	};
+	static const char *const bad[] = {"--max-memory=12Q", "--max-memory=M", "--max-memory=1.5G",
+					  "--max-memory=12MB", "--max-memory=-1", "--max-memory=99999999T"};
+	struct options o;
+	struct diag d;
+	char buf[32];
+
+	(void)state;
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		assert_int_equal(parse(&o, &d, ok[i].arg, NULL), ST_OK);
+		assert_true(o.max_memory == ok[i].bytes);
+		options_format_size(o.max_memory, buf, sizeof buf);
+		assert_string_equal(buf, ok[i].back);
+	}
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		assert_int_equal(parse(&o, &d, bad[i], NULL), ST_USAGE);
+		assert_memory_equal(d.msg, "--max-memory: '", strlen("--max-memory: '"));
+	}
+}
+
 static void test_options_structured_flags_refuse_white_space_around_their_numbers(void **state)
 {
 	static const char *const refused[][2] = {
@@ -514,6 +543,7 @@ int main(void)
 		cmocka_unit_test(test_options_file_flags_come_from_the_table),
 		cmocka_unit_test(test_options_every_numeric_flag_refuses_white_space_around_its_number),
 		cmocka_unit_test(test_options_structured_flags_refuse_white_space_around_their_numbers),
+		cmocka_unit_test(test_options_max_memory_takes_binary_units),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

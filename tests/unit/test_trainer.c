@@ -216,7 +216,7 @@ static void test_after_step_checks_replicas_every_n_and_before_each_checkpoint(v
 	long step = 0;
 
 	report_init(&r, 0, 1, 0);
-	const struct train_loop lp = {&ctl, &tc, &res, &r, &clk, 10, 10, NULL, &o, NULL, order_check};
+	const struct train_loop lp = {&ctl, &tc, &res, &r, &clk, 10, 10, NULL, &o, NULL, NULL, NULL, order_check};
 
 	for (long k = 0; k < 10; k++) {
 		struct batch b = {.epoch = 0, .mb = k};
