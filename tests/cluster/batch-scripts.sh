@@ -588,27 +588,34 @@ CHECKPOINT='' DDPTRAIN=$DDPTRAIN "$TOP_SRCDIR/scripts/run-local.sh" -n 2 $L --sa
 # A stop as the real mpirun starts: the launcher is a wrapper that has SIGTERM sent to
 # the script after DELAY s and execs mpirun at once, so the stop lands in mpirun's and
 # the ranks' start-up (before: passed on as SIGUSR1, it killed mpirun before its handler
-# existed, exit 138, or mpirun passed it to ranks not yet started and it was lost). Every
-# delay ends in exit 3 with a checkpoint, and the first one resumes to the straight run.
+# existed, exit 138, or mpirun passed it to ranks not yet started and it was lost). The
+# run has no end of its own (a million epochs), so only the stop ends it, however fast
+# the machine: every delay ends in exit 3 with a checkpoint (a lost stop is the 120 s
+# SIGKILL, exit 137), and the first one resumes to the weights of a straight run.
 cat >"$TMPD/mpirun-hooked" <<'EOF'
 #!/bin/bash
 (sleep "$DELAY"; kill -TERM "$FAKE_TARGET") &
 exec mpirun "$@"
 EOF
 chmod +x "$TMPD/mpirun-hooked"
+E="--samples=2000 --epochs=1000000 --batch-size=20 --log-every=0"
 for d in 0 0.02 0.1 0.3; do
 	rm -f ck.st hooked.st
 	rc=0
-	run_hooked env DELAY=$d MPIRUN="$TMPD/mpirun-hooked" CHECKPOINT=$TMPD/ck.st DDPTRAIN=$DDPTRAIN \
-		"$TOP_SRCDIR/scripts/run-local.sh" -n 2 $L --save=hooked.st >rl4.out 2>&1 || rc=$?
+	timeout -s KILL 120 bash -c 'export FAKE_TARGET=$$; exec "$@"' run_hooked \
+		env DELAY=$d MPIRUN="$TMPD/mpirun-hooked" CHECKPOINT=$TMPD/ck.st DDPTRAIN=$DDPTRAIN \
+		"$TOP_SRCDIR/scripts/run-local.sh" -n 2 $E --save=hooked.st >rl4.out 2>&1 || rc=$?
 	[ $rc -eq 3 ] && [ -f ck.st ] && [ ! -e hooked.st ] ||
 		fail "run-local.sh, SIGTERM $d s after mpirun starts: exit $rc, want 3 and a checkpoint: $(cat rl4.out)"
 	step=$(grep -ao '"step":"[0-9]*"' ck.st | head -1 | tr -dc 0-9)
 	echo "run-local.sh: SIGTERM $d s after the real mpirun starts -> exit 3, checkpoint of step $step"
 	if [ $d = 0 ]; then
-		CHECKPOINT=$TMPD/ck.st DDPTRAIN=$DDPTRAIN "$TOP_SRCDIR/scripts/run-local.sh" -n 2 $L --save=hooked.st \
-			>rl4.out 2>&1 || fail "run-local.sh resume after a stop at mpirun's start: $(cat rl4.out)"
-		"$STCOMPARE" --exact hooked.st straight2.st || fail "stopped as mpirun started and resumed: the weights differ"
+		k=$((step + 500))
+		CHECKPOINT='' DDPTRAIN=$DDPTRAIN "$TOP_SRCDIR/scripts/run-local.sh" -n 2 $E --max-steps=$k \
+			--save=straight3.st >/dev/null || fail "run-local.sh straight run of $k steps"
+		CHECKPOINT=$TMPD/ck.st DDPTRAIN=$DDPTRAIN "$TOP_SRCDIR/scripts/run-local.sh" -n 2 $E --max-steps=$k \
+			--save=hooked.st >rl4.out 2>&1 || fail "run-local.sh resume after a stop at mpirun's start: $(cat rl4.out)"
+		"$STCOMPARE" --exact hooked.st straight3.st || fail "stopped as mpirun started and resumed: the weights differ"
 	fi
 done
 rm -f ck.st
