@@ -169,11 +169,14 @@ PATH=\${PATH#"$Hk:"} exec $c "\$@"
 EOF
 	chmod +x "$Hk/$c"
 done
+# A run with no end of its own (a million epochs): only the stop ends it, however fast the
+# machine is (ddptrain looks for the stop file at its first step, then once a second).
+E="--samples=2000 --epochs=1000000 --batch-size=20 --log-every=0 --quiet"
 for at in mkdir mpirun; do
 	R=$TMPD/early-$at
 	early=$(sbatch --parsable --gres=none --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --output="$TMPD/$at.out" \
 		--export=ALL,PATH="$Hk:$PATH",HOOK=$at,LAUNCHER=mpirun,DDPTRAIN="$DDPTRAIN",RUN_DIR="$R",MPIRUN_ARGS=--oversubscribe \
-		"$TOP_SRCDIR/scripts/slurm/ddptrain.sbatch" $L) || fail "sbatch refused the script"
+		"$TOP_SRCDIR/scripts/slurm/ddptrain.sbatch" $E) || fail "sbatch refused the script"
 	until_ok 120 grep -qs "requeued job $early" "$TMPD/$at.out" ||
 		fail "USR1 at $at: no requeue: $(cat "$TMPD/$at.out"; scontrol show job "$early" | grep -E "JobState|Reason")"
 	if [ $at = mkdir ]; then
