@@ -5,7 +5,7 @@
 # change here, and a flag whose help shows its values as a|b|c (--mode=ddp|dp,
 # --device=auto|cpu|cuda, --backend=auto|mpi|nccl) completes them. File flags
 # complete file names: .npy for --inputs and --targets, .safetensors for
-# --init, --save, --resume and --checkpoint, any file for --metrics.
+# --init, --save, --resume and --checkpoint, any file for --metrics and --stop-file.
 # Both spellings work: --flag=value and --flag value.
 #
 # ddptrain runs under a launcher (mpirun -np 2 ddptrain --lo<TAB>): the file also
@@ -66,7 +66,7 @@ _ddptrain_value() {
 	case $flag in
 	--inputs | --targets | --val-inputs | --val-targets) pattern='*.npy' ;;
 	--init | --save | --resume | --checkpoint | --save-best) pattern='*.safetensors' ;;
-	--metrics) pattern='*' ;;
+	--metrics | --stop-file) pattern='*' ;;
 	esac
 	if [ -n "$pattern" ]; then
 		compopt -o filenames 2>/dev/null || true

@@ -8,11 +8,20 @@
 # CPU core. Every other argument goes to ddptrain, after the checkpoint options.
 # Ctrl-C (or SIGTERM, SIGUSR1, SIGHUP) asks ddptrain to write its checkpoint and stop
 # (exit 3); the same command again resumes from it. A second Ctrl-C stops at once.
+# A stop before ddptrain starts starts nothing (exit 3).
 # A crash (a rank killed, exit 1) is retried from the last periodic checkpoint up to
 # --max-restarts=N times (default MAX_RESTARTS, 3; torchrun's --max-restarts); exit 2
 # is not retried, nor exit 4 (finished and saved, but an observer's output is
 # incomplete: see ddptrain(1)). "attempt N" (from 0) is logged, and @ATTEMPT@ in an argument becomes
 # N (--metrics=m.@ATTEMPT@.jsonl keeps one metrics file per attempt).
+
+# A stop may come before anything below has run: remember it from here on (bash's
+# default for these signals ends the script); stop(), below, acts on it.
+stop_sig=
+for s in INT TERM USR1 HUP; do
+	# shellcheck disable=SC2064 # $s now, on purpose
+	trap "stop_sig=\${stop_sig:-$s}" "$s"
+done
 set -euo pipefail
 
 # ---- Settings. Each can also come from the environment. ----
@@ -91,9 +100,19 @@ if [ -z "$DDPTRAIN" ]; then
 fi
 
 attempt=0
+# Its existence asks the running ddptrain to stop (--stop-file): how the script tells it
+# of a stop, as a signal to mpirun while it starts would kill it or reach no rank.
+if [ "$DRY_RUN" = 1 ]; then
+	stop_dir=${TMPDIR:-/tmp}/run-local.XXXXXX
+else
+	stop_dir=$(mktemp -d "${TMPDIR:-/tmp}/run-local.XXXXXX")
+	# shellcheck disable=SC2064 # the name now
+	trap "rm -rf '$stop_dir'" EXIT
+fi
+stop_file=$stop_dir/stop
 # The command, rebuilt for every attempt: --resume once the checkpoint exists.
 build_cmd() {
-	local train=() extra a
+	local train=(--stop-file="$stop_file") extra a
 	if [ -n "$CHECKPOINT" ]; then
 		train+=(--checkpoint="$CHECKPOINT" --checkpoint-every="$CHECKPOINT_EVERY")
 		[ ! -f "$CHECKPOINT" ] || train+=(--resume="$CHECKPOINT")
@@ -116,45 +135,50 @@ fi
 if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
 
 # mpirun runs in its own session, so Ctrl-C reaches this script only: mpirun
-# answers SIGINT and SIGTERM by killing the ranks, SIGUSR1 it passes on to them.
+# answers SIGINT and SIGTERM by killing the ranks. The first stop goes to ddptrain
+# through the stop file; a second one to mpirun as SIGTERM, which ends the ranks now.
 pid=
-early=
-stops=0
+live=  # set while ddptrain may run: a stop is then told to it
+stops=0 # stops told to it
 # shellcheck disable=SC2317 # called by the traps
 stop() {
-	if [ -z "$pid" ]; then
-		early=$1
-		return 0
-	fi
+	[ -n "$stop_sig" ] || stop_sig=$1
+	[ -n "$live" ] || return 0
 	stops=$((stops + 1))
 	if [ "$stops" -eq 1 ]; then
 		echo "$me: SIG$1: asking ddptrain to write its checkpoint and stop (again to stop at once)" >&2
-		kill -USR1 "$pid" 2>/dev/null || true
-	else
+		: >"$stop_file"
+	elif [ -n "$pid" ]; then
 		kill -TERM "$pid" 2>/dev/null || true
 	fi
 }
-trap 'stop INT' INT
-trap 'stop TERM' TERM
-trap 'stop USR1' USR1
-trap 'stop HUP' HUP
+for s in INT TERM USR1 HUP; do
+	# shellcheck disable=SC2064 # $s now, on purpose
+	trap "stop $s" "$s"
+done
 restarts=0
 while :; do
+	ran= # ddptrain started in this round
+	[ -z "$stop_sig" ] || break
 	build_cmd
+	rm -f "$stop_file"
+	live=1
+	[ -z "$stop_sig" ] || { live=; break; } # (it came just now)
 	[ "$attempt" -eq 0 ] || echo "$me: attempt $attempt (restart $restarts of $MAX_RESTARTS)" >&2
 	[ -z "$CHECKPOINT" ] || [ ! -f "$CHECKPOINT" ] || echo "$me: resuming from $CHECKPOINT" >&2
+	ran=1
 	setsid "${cmd[@]}" &
 	pid=$!
-	[ -z "$early" ] || stop "$early"
 	# A trapped signal interrupts wait; wait again until mpirun has really exited.
 	while :; do
 		rc=0
 		wait "$pid" || rc=$?
 		kill -0 "$pid" 2>/dev/null || break
 	done
+	live=
 	pid=
 	case $rc in 0 | 2 | 3 | 4) break ;; esac
-	if [ "$stops" -gt 0 ] || [ -n "$early" ] || [ "$restarts" -ge "$MAX_RESTARTS" ]; then
+	if [ "$stops" -gt 0 ] || [ "$restarts" -ge "$MAX_RESTARTS" ]; then
 		break
 	fi
 	restarts=$((restarts + 1))
@@ -168,12 +192,16 @@ while :; do
 	fi
 	echo "$me: ddptrain failed (exit $rc); restart $restarts of $MAX_RESTARTS $from" >&2
 done
+if [ -z "$ran" ]; then
+	rc=3
+	echo "$me: SIG$stop_sig before ddptrain started (attempt $attempt): not starting it; run the same command again to start" >&2
+fi
 case $rc in
 0 | 2) ;;
-3) echo "$me: stopped; checkpoint in $CHECKPOINT: run the same command again to resume" >&2 ;;
+3) [ -z "$ran" ] || echo "$me: stopped; checkpoint in $CHECKPOINT: run the same command again to resume" >&2 ;;
 4) echo "$me: finished with --save written, but an output of --metrics, --trace or --prometheus is incomplete (exit 4); not run again" >&2 ;;
 *)
-	if [ "$stops" -gt 0 ] || [ -n "$early" ]; then
+	if [ "$stops" -gt 0 ]; then
 		echo "$me: ddptrain failed (exit $rc) while stopping; not restarted" >&2
 	else
 		echo "$me: gave up: ddptrain failed (exit $rc) in attempt $attempt, after $restarts of $MAX_RESTARTS restarts" >&2

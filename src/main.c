@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/signals.h"  /* signals_install */
+#include "core/signals.h"  /* signals_install, signals_stop_file */
 #include "core/status.h"   /* status_exit_code */
 #include "core/vmspace.h"  /* vmspace_init */
 #include "comm/world.h"    /* world_launch_size, world_watchdog_start, world_init */
@@ -58,6 +58,7 @@ int main(int argc, char **argv)
 	vmspace_init();
 	/* The command line alone decides --help, --version (ST_STOP) and usage errors. */
 	st = options_parse(&s.o, argc, argv, &s.d);
+	signals_stop_file(st == ST_OK ? s.o.stop_file : NULL); /* before the watchdog thread */
 	if (st == ST_OK && (s.o.help || s.o.version))
 		st = ST_STOP;
 	/* Alone: answer without starting MPI, which would spawn orted first (and wait for a

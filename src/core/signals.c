@@ -1,9 +1,11 @@
-/* signals.c - the stop flag, the SIGBUS message and the temporary files removed on a fatal exit. */
+/* signals.c - the stop flag (and the stop file), the SIGBUS message and the temporary files removed on a fatal exit. */
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/stat.h> /* lstat */
 #include <unistd.h>
 
+#include "core/clock.h"   /* clock_now */
 #include "core/signals.h"
 #include "core/status.h" /* EXIT_INTERRUPTED */
 
@@ -12,6 +14,10 @@
 #define PATH_LEN 4096
 
 static volatile sig_atomic_t first_signal, stop_saved;
+/* --stop-file, and when to look for it next (clock_now seconds): the trainer and the
+ * watchdog thread both ask, so the time is atomic; two looks at once cost one extra stat. */
+static const char *stop_file;
+static _Atomic double stop_file_next;
 
 /* Slot tables shared with the handlers, filled by the main thread only: a slot's text is
  * written before `used` is set and is not touched while it is set, so a handler reads
@@ -101,8 +107,26 @@ void signals_stop_saved(void)
 	stop_saved = 1;
 }
 
+void signals_stop_file(const char *path)
+{
+	stop_file = path;
+	atomic_store(&stop_file_next, 0.0);
+}
+
 int signals_pending(void)
 {
+	if (first_signal == 0 && stop_file != NULL) {
+		double now = clock_now();
+
+		if (now >= atomic_load(&stop_file_next)) {
+			atomic_store(&stop_file_next, now + SIGNALS_STOP_FILE_EVERY);
+			struct stat sb;
+
+			/* Any kind of file counts, a link to nothing too: whoever made it asks. */
+			if (lstat(stop_file, &sb) == 0 && first_signal == 0)
+				first_signal = SIGUSR1;
+		}
+	}
 	return first_signal;
 }
 

@@ -19,8 +19,15 @@
  * SIGBUS on a mapped input file (another process truncated it) ends the process
  * with one line naming the file and exit 1, instead of a bare "Bus error".
  *
- * The flag, the table of mapped files and the table of temporary files are the
- * process-wide state in ddptrain, because a signal handler can reach no other.
+ * A stop can also be asked for with a file (--stop-file): once it exists, the stop is
+ * pending as if SIGUSR1 had arrived. The batch scripts use it, because a signal sent to
+ * the launcher as it starts is lost or kills it: mpirun dies of a SIGUSR1 that comes
+ * before its handler, and forwards one that comes before the ranks exist to no one. A
+ * file waits for the ranks, however long they take to start.
+ *
+ * The flag, the stop file's name, the table of mapped files and the table of temporary
+ * files are the process-wide state in ddptrain, because a signal handler (or the
+ * watchdog thread, for the stop file) can reach no other.
  */
 #ifndef DDPT_SIGNALS_H
 #define DDPT_SIGNALS_H
@@ -31,8 +38,15 @@
  * then a graceful stop too) and again after MPI_Init, which may install its own SIGBUS
  * handler. Idempotent. */
 void signals_install(void);
-/* The first stop signal received, or 0. */
+/* The first stop signal received (SIGUSR1 once the stop file exists), or 0. Safe from
+ * any thread; it looks for the stop file at most once every SIGNALS_STOP_FILE_EVERY
+ * seconds, so calling it every step costs a clock reading. */
 int signals_pending(void);
+#define SIGNALS_STOP_FILE_EVERY 1.0
+/* Watch path (--stop-file; NULL: none) from now on: a file there asks for a graceful stop,
+ * as SIGUSR1 does. Call before any other thread starts; path must outlive the process's
+ * use of it (argv storage). */
+void signals_stop_file(const char *path);
 /* The stop's checkpoint is written: a second signal now (mpirun ends the other ranks once
  * one has exited 3) says so and exits 3, instead of "without a checkpoint". */
 void signals_stop_saved(void);

@@ -156,6 +156,8 @@ static const struct opt_def opt_table[] = {
 	{"checkpoint-every", "N", "0", "optimizer steps between checkpoints (0 = only at the end and on a stop)", C, LONG(checkpoint_every, 0, LONG_MAX)},
 	{"keep-checkpoints", "K", "0", "also keep the last K checkpoints as FILE.step-NNNNNNNN (0 = none)", C, LONG(keep_checkpoints, 0, 1000000)},
 	{"resume", "FILE", NULL, "continue from this checkpoint: weights, momentum, step and data position", C, FILE_(resume, OPT_PATH_IN)},
+	/* Not a file ddptrain reads or writes: only whether it exists (the batch scripts' stop). */
+	{"stop-file", "FILE", NULL, "stop as on SIGUSR1 (checkpoint, exit 3) once FILE exists; looked for once a second", 0, TEXT(stop_file)},
 	{"timeout", "SECONDS", "600", "give up after this long without progress: a collective (or a dp replica) waited for, a step that does not end; each evaluation batch or piece of a file written is progress (0 = never)", 0, REAL(timeout, 0, 1e9)},
 	{"mode", "ddp|dp", "ddp", "ddp: one process per replica; dp: threads in one process", R, CHOICE(mode, options_mode_names)},
 	{"replicas", "G", "auto", "--mode=dp worker threads, one replica each (auto: one per GPU, else 2)", C, INT(replicas, 1, OPT_MAX_REPLICAS), HOOKS(parse_replicas, format_replicas)},
@@ -515,6 +517,8 @@ static enum status check_combinations(struct options *o, struct diag *d)
 		if (path != NULL && path[0] == '\0')
 			return diag_set(d, ST_USAGE, "--%s: empty file name", opt_table[i].name);
 	}
+	if (o->stop_file != NULL && o->stop_file[0] == '\0')
+		return diag_set(d, ST_USAGE, "--stop-file: empty file name");
 	if (o->resume != NULL && o->init != NULL)
 		return diag_set(d, ST_USAGE, "--resume and --init both set the starting weights: give one");
 	if (o->checkpoint == NULL && (o->checkpoint_every > 0 || o->keep_checkpoints > 0))

@@ -76,6 +76,7 @@ struct options {
 	long checkpoint_every;          /* optimizer steps between checkpoints; 0 = end and stop only */
 	long keep_checkpoints;          /* numbered checkpoints to keep; 0 = only the latest */
 	const char *resume;             /* checkpoint to resume from, or NULL */
+	const char *stop_file;          /* a graceful stop once this exists, or NULL */
 	double timeout;                 /* seconds a blocking collective may take; 0 = forever */
 	const char *trace;              /* Chrome trace path or NULL */
 	long trace_lo, trace_hi;        /* optimizer steps traced, 1-based inclusive; hi 0 = to the end */

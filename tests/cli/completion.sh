@@ -56,7 +56,7 @@ mkdir -p data runs
 expect "--mode= --momentum=" --mo
 expect "--mode=" --mod
 expect "--quiet" --qu
-expect "--samples= --save-best= --save= --seed= --shuffle --straggler-warn=" --s
+expect "--samples= --save-best= --save= --seed= --shuffle --stop-file= --straggler-warn=" --s
 expect "ddp dp" --mode =
 expect "ddp" --mode = dd
 expect "auto cpu cuda" --device =

@@ -33,37 +33,73 @@ for d in '-r y' '-l walltime=' '-l select='; do
 done
 
 # Stand-ins for the launchers and the scheduler's commands: each logs its
-# command line to $FAKE_LOG. A launcher exits FAKE_RC at once, or with
-# FAKE_RC=wait says "ready" and waits: SIGUSR1 makes it exit 3 (ddptrain's
-# graceful stop), SIGINT and SIGTERM are logged as what must not reach it.
+# command line to $FAKE_LOG. A launcher starts as mpirun does: for FAKE_STARTUP
+# seconds (default 0) a signal ends it by its default action, as it ends mpirun
+# before its handlers exist. Then it exits FAKE_RC at once, or with FAKE_RC=wait
+# says "ready" and waits for its --stop-file, as ddptrain does: once the file is
+# there it writes its --checkpoint and exits 3 (ddptrain's graceful stop). Any
+# signal that reaches it after its start is logged ("got SIG"): the scripts tell
+# a stop through the file, never by signalling the launcher.
+# The hook: the command named FAKE_HOOK (the launcher, mkdir, qstat, nvidia-smi or
+# a scheduler command) first sends FAKE_SIG (USR1) to the script, FAKE_TARGET (the
+# pid the script runs as, from run_hooked), so the stop lands at that moment.
 B=$TMPD/bin
 mkdir -p "$B"
+cat >"$B/hook" <<'EOF'
+# sourced: signal the script when this command is the hooked one
+if [ "${FAKE_HOOK:-}" = "$(basename "$0")" ]; then
+	echo "hook: SIG${FAKE_SIG:-USR1} at $(basename "$0")" >>"$FAKE_LOG"
+	kill -"${FAKE_SIG:-USR1}" "$FAKE_TARGET"
+fi
+EOF
 cat >"$B/launcher" <<'EOF'
 #!/bin/bash
+. "$(dirname "$0")/hook"
 echo "$(basename "$0") $*" >>"$FAKE_LOG"
 read -r -a st </proc/$$/stat
 echo "pgid ${st[4]}" >>"$FAKE_LOG"
-trap 'echo "got USR1" >>"$FAKE_LOG"; exit 3' USR1
-trap 'echo "got INT" >>"$FAKE_LOG"; exit 130' INT
-trap 'echo "got TERM" >>"$FAKE_LOG"; exit 143' TERM
+sleep "${FAKE_STARTUP:-0}"
+for s in USR1 INT TERM HUP; do
+	# shellcheck disable=SC2064
+	trap "echo 'got $s' >>\"\$FAKE_LOG\"; exit 1" $s
+done
 if [ "${FAKE_RC:-0}" != wait ]; then exit "${FAKE_RC:-0}"; fi
+sf= ck=
+for a in "$@"; do
+	case $a in --stop-file=*) sf=${a#*=} ;; --checkpoint=*) ck=${a#*=} ;; esac
+done
 echo ready >>"$FAKE_LOG"
-for _ in $(seq 300); do sleep 0.1; done
+for _ in $(seq 300); do
+	if [ -n "$sf" ] && [ -e "$sf" ]; then
+		echo "stop file seen" >>"$FAKE_LOG"
+		[ -z "$ck" ] || echo checkpoint >"$ck"
+		exit 3
+	fi
+	sleep 0.1
+done
 echo "not stopped" >>"$FAKE_LOG"
 exit 1
 EOF
 cat >"$B/sched" <<'EOF'
 #!/bin/bash
+. "$(dirname "$0")/hook"
 echo "$(basename "$0") $*" >>"$FAKE_LOG"
 exit "${FAKE_SCHED_RC:-0}"
+EOF
+# mkdir: the last command the batch scripts run before the launcher.
+cat >"$B/mkdir" <<'EOF'
+#!/bin/bash
+. "$(dirname "$0")/hook"
+PATH=${PATH#"$(dirname "$0"):"} exec mkdir "$@"
 EOF
 cat >"$B/gpus" <<'EOF'
 #!/bin/sh
 # nvidia-smi -L with FAKE_GPUS GPUs; none: fail as nvidia-smi does without a driver.
+. "$(dirname "$0")/hook"
 [ "${FAKE_GPUS:-0}" -gt 0 ] || { echo "NVIDIA-SMI has failed" >&2; exit 9; }
 for i in $(seq 0 $((FAKE_GPUS - 1))); do echo "GPU $i: NVIDIA H100 (UUID: GPU-$i)"; done
 EOF
-chmod +x "$B/launcher" "$B/sched" "$B/gpus"
+chmod +x "$B/launcher" "$B/sched" "$B/gpus" "$B/mkdir"
 for n in srun mpirun; do ln -s launcher "$B/$n"; done
 for n in scontrol qrerun qsub qstat; do ln -s sched "$B/$n"; done
 ln -s gpus "$B/nvidia-smi"
@@ -79,6 +115,14 @@ has() {
 }
 lacks() {
 	case " $1 " in *"$2"*) fail "'$2' in: $1" ;; esac
+}
+# run_hooked COMMAND...: run it with FAKE_TARGET set to its own pid (exec keeps the pid)
+run_hooked() {
+	bash -c 'export FAKE_TARGET=$$; exec "$@"' run_hooked "$@"
+}
+# no_signal: no signal reached the launcher
+no_signal() {
+	! grep -q "^got " "$FAKE_LOG" || fail "a signal reached the launcher: $(cat "$FAKE_LOG")"
 }
 # wait_for TEXT: until the fake log holds TEXT (5 s at most)
 wait_for() {
@@ -120,7 +164,7 @@ checks=$((checks + 1))
 "${slurm_env[@]}" DRY_RUN=1 LAUNCHER=aprun "$SBATCH" >/dev/null 2>"$TMPD/err" && fail "LAUNCHER=aprun accepted"
 grep -q "LAUNCHER='aprun' is not one of srun|mpirun" "$TMPD/err" || fail "LAUNCHER message: $(cat "$TMPD/err")"
 
-# The warning signal reaches the ranks as SIGUSR1 and exit 3 requeues the job.
+# The warning signal reaches ddptrain through its stop file and exit 3 requeues the job.
 : >"$FAKE_LOG"
 "${slurm_env[@]}" FAKE_RC=wait "$SBATCH" >"$TMPD/out" 2>&1 &
 pid=$!
@@ -129,20 +173,62 @@ kill -USR1 "$pid"
 rc=0
 wait "$pid" || rc=$?
 [ "$rc" -eq 0 ] || fail "sbatch script exited $rc after a graceful stop: $(cat "$TMPD/out")"
-grep -qx "got USR1" "$FAKE_LOG" || fail "the launcher never got SIGUSR1: $(cat "$FAKE_LOG")"
+grep -qx "stop file seen" "$FAKE_LOG" || fail "the launcher never saw the stop file: $(cat "$FAKE_LOG")"
+no_signal
 grep -qx "scontrol requeue 4242" "$FAKE_LOG" || fail "no scontrol requeue: $(cat "$FAKE_LOG")"
 grep -q "^srun .*--resume=$R/ddptrain-4242/checkpoint.safetensors" "$FAKE_LOG" || fail "no --resume: $(cat "$FAKE_LOG")"
-echo "slurm: SIGUSR1 -> launcher SIGUSR1 -> exit 3 -> $(grep scontrol "$FAKE_LOG")"
+grep -q "^srun .*--stop-file=$R/ddptrain-4242/stop" "$FAKE_LOG" || fail "no --stop-file: $(cat "$FAKE_LOG")"
+[ ! -e "$R/ddptrain-4242/stop" ] || fail "the stop file outlived the launcher"
+echo "slurm: SIGUSR1 -> stop file -> exit 3 -> $(grep "^scontrol" "$FAKE_LOG")"
 checks=$((checks + 1))
-# Slurm's own SIGTERM is passed on as SIGUSR1 too (mpirun kills the ranks on SIGTERM).
+# Slurm's own SIGTERM is a stop too, told the same way (mpirun kills the ranks on SIGTERM).
 : >"$FAKE_LOG"
 "${slurm_env[@]}" FAKE_RC=wait LAUNCHER=mpirun "$SBATCH" >"$TMPD/out" 2>&1 &
 pid=$!
 wait_for ready
 kill -TERM "$pid"
 wait "$pid" || fail "sbatch script exited $? after SIGTERM: $(cat "$TMPD/out")"
-grep -qx "got USR1" "$FAKE_LOG" || fail "SIGTERM was not passed on as SIGUSR1: $(cat "$FAKE_LOG")"
+grep -qx "stop file seen" "$FAKE_LOG" && no_signal || fail "SIGTERM was not told through the stop file: $(cat "$FAKE_LOG")"
 checks=$((checks + 1))
+
+# A stop at any moment of the script (issue 34): as it starts (mkdir, the last command
+# before the launcher: nothing is started, the job is requeued), while the launcher
+# starts (FAKE_STARTUP: a signal then would kill mpirun; the stop must wait in the file
+# until ddptrain looks, which then saves and exits 3), and after ddptrain ended (exit 3
+# of its own, then the stop during the requeue: nothing changes). Before, the first two ended the script or the launcher
+# by the signal's default action: exit 138 or 143, nothing saved, no requeue.
+for c in "mkdir USR1" "mkdir TERM" "srun USR1" "srun TERM" "scontrol USR1"; do
+	read -r at sig <<<"$c"
+	: >"$FAKE_LOG"
+	rm -rf "$R/ddptrain-4242"
+	frc="wait"
+	[ "$at" != scontrol ] || frc=3
+	rc=0
+	run_hooked "${slurm_env[@]}" FAKE_HOOK="$at" FAKE_SIG="$sig" FAKE_STARTUP=0.5 FAKE_RC=$frc "$SBATCH" \
+		>"$TMPD/out" 2>&1 || rc=$?
+	[ "$rc" -eq 0 ] || fail "SIG$sig at $at: sbatch script exited $rc, want 0 (requeued): $(cat "$TMPD/out" "$FAKE_LOG")"
+	grep -qx "scontrol requeue 4242" "$FAKE_LOG" || fail "SIG$sig at $at: no requeue: $(cat "$FAKE_LOG")"
+	no_signal
+	case $at in
+	mkdir)
+		! grep -q "^srun " "$FAKE_LOG" || fail "SIG$sig at mkdir: the launcher was started: $(cat "$FAKE_LOG")"
+		grep -q "SIG$sig before attempt 0 started: not starting it" "$TMPD/out" &&
+			grep -q "requeued job 4242, it starts from the beginning (no checkpoint yet)" "$TMPD/out" ||
+			fail "SIG$sig at mkdir: $(cat "$TMPD/out")"
+		;;
+	srun)
+		grep -qx "stop file seen" "$FAKE_LOG" && [ -s "$R/ddptrain-4242/checkpoint.safetensors" ] ||
+			fail "SIG$sig as the launcher starts: no stop, no checkpoint: $(cat "$FAKE_LOG" "$TMPD/out")"
+		grep -q "requeued job 4242, it resumes from $R/ddptrain-4242/checkpoint.safetensors" "$TMPD/out" ||
+			fail "SIG$sig as the launcher starts: $(cat "$TMPD/out")"
+		;;
+	scontrol)
+		[ "$(grep -c '^srun ' "$FAKE_LOG")" -eq 1 ] || fail "SIG$sig during the requeue: $(cat "$FAKE_LOG")"
+		;;
+	esac
+	echo "slurm: SIG$sig at $at -> exit $rc, $(grep -c '^srun ' "$FAKE_LOG") launches, $(grep "^scontrol" "$FAKE_LOG")"
+	checks=$((checks + 1))
+done
 # No requeue after a normal end, a failure, a finished run that lost an observer's output
 # (exit 4), or MAX_RESTARTS restarts; a refused requeue keeps exit 3.
 for c in "0 0 0" "1 1 0" "4 4 0" "3 3 20" "3 3 0 refused"; do
@@ -236,10 +322,62 @@ checks=$((checks + 2))
 t0=$SECONDS
 "${pbs_env[@]}" FAKE_RC=wait WALLTIME=00:00:03 STOP_BEFORE=2 "$PBS" >"$TMPD/out" 2>&1 ||
 	fail "pbs script exited $? after its timer: $(cat "$TMPD/out")"
-grep -qx "got USR1" "$FAKE_LOG" || fail "the timer did not stop mpirun: $(cat "$FAKE_LOG")"
+grep -qx "stop file seen" "$FAKE_LOG" || fail "the timer did not stop ddptrain: $(cat "$FAKE_LOG")"
+no_signal
 grep -qx "qrerun 777.pbs-server" "$FAKE_LOG" || fail "no qrerun: $(cat "$FAKE_LOG")"
 [ "$(cat "$R/ddptrain-777/attempts")" = 1 ] || fail "attempt count: $(cat "$R/ddptrain-777/attempts")"
-echo "pbs: timer after $((SECONDS - t0)) s -> mpirun SIGUSR1 -> exit 3 -> $(grep qrerun "$FAKE_LOG")"
+echo "pbs: timer after $((SECONDS - t0)) s -> stop file -> exit 3 -> $(grep "^qrerun" "$FAKE_LOG")"
+checks=$((checks + 1))
+# A walltime not longer than STOP_BEFORE is refused with one line (exit 2): the timer
+# would stop ddptrain as it starts (before: SIGUSR1 at once, mpirun killed, exit 138).
+for w in 120 60 00:02:00 1:30; do
+	rc=0
+	"${pbs_env[@]}" WALLTIME="$w" FAKE_RC=wait "$PBS" >"$TMPD/out" 2>"$TMPD/err" || rc=$?
+	[ $rc -eq 2 ] && [ "$(wc -l <"$TMPD/err")" -eq 1 ] &&
+		grep -q "walltime $w (.* s) is not longer than STOP_BEFORE=120 s" "$TMPD/err" ||
+		fail "WALLTIME=$w, STOP_BEFORE 120: exit $rc, want 2 and one line: $(cat "$TMPD/out" "$TMPD/err")"
+done
+echo "pbs: $(cat "$TMPD/err")"
+checks=$((checks + 1))
+# A stop as the script starts (qstat, its first command), before the launcher (mkdir),
+# as the launcher starts and during the rerun request.
+for c in "qstat USR1" "mkdir TERM" "mpirun USR1" "qrerun USR1"; do
+	read -r at sig <<<"$c"
+	: >"$FAKE_LOG"
+	rm -rf "$R/ddptrain-777"
+	wall=(WALLTIME=600)
+	[ "$at" != qstat ] || wall=(WALLTIME=)
+	frc="wait"
+	[ "$at" != qrerun ] || frc=3
+	rc=0
+	run_hooked "${pbs_env[@]}" "${wall[@]}" FAKE_HOOK="$at" FAKE_SIG="$sig" FAKE_STARTUP=0.5 FAKE_RC=$frc "$PBS" \
+		>"$TMPD/out" 2>&1 || rc=$?
+	[ "$rc" -eq 0 ] || fail "SIG$sig at $at: pbs script exited $rc, want 0 (rerun): $(cat "$TMPD/out" "$FAKE_LOG")"
+	grep -qx "qrerun 777.pbs-server" "$FAKE_LOG" || fail "SIG$sig at $at: no qrerun: $(cat "$FAKE_LOG")"
+	no_signal
+	case $at in
+	qstat | mkdir)
+		! grep -q "^mpirun " "$FAKE_LOG" || fail "SIG$sig at $at: the launcher was started: $(cat "$FAKE_LOG")"
+		grep -q "SIG$sig before attempt 0 started: not starting it" "$TMPD/out" || fail "SIG$sig at $at: $(cat "$TMPD/out")" ;;
+	qrerun)
+		[ "$(grep -c '^mpirun ' "$FAKE_LOG")" -eq 1 ] || fail "SIG$sig during the rerun request: $(cat "$FAKE_LOG")" ;;
+	*)
+		grep -qx "stop file seen" "$FAKE_LOG" && [ -s "$R/ddptrain-777/checkpoint.safetensors" ] ||
+			fail "SIG$sig at $at: no stop, no checkpoint: $(cat "$FAKE_LOG" "$TMPD/out")" ;;
+	esac
+	echo "pbs: SIG$sig at $at -> exit $rc, $(grep -c '^mpirun ' "$FAKE_LOG") launches, $(grep "^qrerun" "$FAKE_LOG")"
+	checks=$((checks + 1))
+done
+# A node file without hosts (empty, or blank lines only) is said so, naming it (exit 2;
+# before: exit 1 and no message, grep -c under set -e).
+for content in '' '\n  \n\t\n'; do
+	printf "$content" >"$R/empty-nodes"
+	rc=0
+	"${pbs_env[@]}" PBS_NODEFILE="$R/empty-nodes" DRY_RUN=1 WALLTIME=600 "$PBS" >"$TMPD/out" 2>"$TMPD/err" || rc=$?
+	[ $rc -eq 2 ] && [ "$(cat "$TMPD/err")" = "ddptrain.pbs: the node file $R/empty-nodes lists no hosts" ] ||
+		fail "node file '$content': exit $rc: $(cat "$TMPD/out" "$TMPD/err")"
+done
+echo "pbs: $(cat "$TMPD/err")"
 checks=$((checks + 1))
 # qrerun refused: RESUBMIT submits the script again with the same RUN_DIR.
 : >"$FAKE_LOG"
@@ -281,7 +419,7 @@ refused() {
 	! grep -qE '^(srun|mpirun) ' "$FAKE_LOG" || fail "launched despite a bad $name: $(cat "$FAKE_LOG")"
 }
 slurm_h=(env SLURM_JOB_ID=9 RUN_DIR="$H" DDPTRAIN_ARGS=--epochs=1)
-pbs_h=(env PBS_JOBID=9.server PBS_NODEFILE="$R/nodes" WALLTIME=60 RUN_DIR="$H" DDPTRAIN_ARGS=--epochs=1)
+pbs_h=(env PBS_JOBID=9.server PBS_NODEFILE="$R/nodes" WALLTIME=600 RUN_DIR="$H" DDPTRAIN_ARGS=--epochs=1)
 for bad in "$evil" abc '' 1e3 -1 1234567890; do
 	printf '%s\n' "$bad" >"$H/attempts"
 	refused 1 "$H/attempts" "${slurm_h[@]}" "$SBATCH"
@@ -351,7 +489,7 @@ rm -f crash-ck.st
 echo "run-local: a crash loop restarts from the checkpoint only when there is one, and ends with 'gave up'"
 checks=$((checks + 1))
 
-# Ctrl-C reaches the script only; it asks for a graceful stop with SIGUSR1.
+# Ctrl-C reaches the script only; it asks for a graceful stop through the stop file.
 # Bash cannot trap a signal that was ignored when it started, and make check may
 # start so (under nohup, as a background job, on some CI runners): env
 # --default-signal=INT (coreutils 8.31) gives the script a default SIGINT back.
@@ -367,7 +505,8 @@ else
 	# Job control: the script gets its own process group, as in a terminal, and
 	# SIGINT is not ignored as it is for a background job without it.
 	set -m
-	FAKE_RC=wait ${default_int[@]+"${default_int[@]}"} "$LOCAL" -n 2 >"$TMPD/out" 2>&1 &
+	mkdir -p "$TMPD/tmp"
+	TMPDIR=$TMPD/tmp FAKE_RC=wait ${default_int[@]+"${default_int[@]}"} "$LOCAL" -n 2 >"$TMPD/out" 2>&1 &
 	pid=$!
 	set +m
 	wait_for ready
@@ -375,15 +514,40 @@ else
 	rc=0
 	wait "$pid" || rc=$?
 	[ "$rc" -eq 3 ] || fail "run-local exited $rc after Ctrl-C, want 3: $(cat "$TMPD/out")"
-	grep -qx "got USR1" "$FAKE_LOG" || fail "mpirun did not get SIGUSR1: $(cat "$FAKE_LOG")"
+	grep -qx "stop file seen" "$FAKE_LOG" || fail "ddptrain was not told to stop: $(cat "$FAKE_LOG")"
 	# (A background job ignores SIGINT, so its absence here proves little: mpirun
 	# must be outside the script's process group, which the terminal signals.)
-	grep -q "got INT" "$FAKE_LOG" && fail "Ctrl-C reached mpirun"
+	no_signal
+	[ -z "$(ls "$TMPD/tmp")" ] || fail "run-local.sh left its stop file's folder: $(ls "$TMPD/tmp")"
 	grep -qx "pgid $pid" "$FAKE_LOG" && fail "mpirun is in the script's process group"
 	grep -q "run the same command again to resume" "$TMPD/out" || fail "no resume hint: $(cat "$TMPD/out")"
-	echo "run-local: Ctrl-C -> mpirun SIGUSR1 -> exit 3$([ "$sigint_ignored" = 0 ] || echo " (SIGINT was ignored at start: reset by env --default-signal)")"
+	echo "run-local: Ctrl-C -> stop file -> exit 3$([ "$sigint_ignored" = 0 ] || echo " (SIGINT was ignored at start: reset by env --default-signal)")"
 	checks=$((checks + 1))
 fi
+
+# A stop as the script starts (nvidia-smi, its first command: nothing is started, exit
+# 3) and as mpirun starts (a signal would kill it then: the stop waits in the file until
+# ddptrain looks, which saves and exits 3). Before: exit 143 and 138, nothing saved.
+for at in nvidia-smi mpirun; do
+	: >"$FAKE_LOG"
+	rm -f "$TMPD/rl-ck.st"
+	np=(-n 2)
+	[ $at != nvidia-smi ] || np=()
+	rc=0
+	run_hooked env FAKE_HOOK=$at FAKE_SIG=TERM FAKE_STARTUP=0.5 FAKE_RC=wait CHECKPOINT="$TMPD/rl-ck.st" \
+		"$LOCAL" ${np[@]+"${np[@]}"} >"$TMPD/out" 2>&1 || rc=$?
+	[ $rc -eq 3 ] || fail "run-local, SIGTERM at $at: exit $rc, want 3: $(cat "$TMPD/out" "$FAKE_LOG")"
+	no_signal
+	if [ $at = nvidia-smi ]; then
+		! grep -q "^mpirun " "$FAKE_LOG" && grep -q "SIGTERM before ddptrain started (attempt 0): not starting it" "$TMPD/out" ||
+			fail "run-local, SIGTERM at its start: $(cat "$TMPD/out" "$FAKE_LOG")"
+	else
+		grep -qx "stop file seen" "$FAKE_LOG" && [ -s "$TMPD/rl-ck.st" ] ||
+			fail "run-local, SIGTERM as mpirun starts: no stop, no checkpoint: $(cat "$TMPD/out" "$FAKE_LOG")"
+	fi
+	echo "run-local: SIGTERM at $at -> exit $rc, $(grep -c '^mpirun ' "$FAKE_LOG") launches"
+	checks=$((checks + 1))
+done
 
 # And it really trains (without checkpoint options, which this ddptrain may not have yet).
 export PATH=${PATH#"$B:"}
@@ -421,6 +585,40 @@ L="--samples=2000 --epochs=2000 --max-steps=100000 --batch-size=20 --log-every=0
 rm -f ck.st
 CHECKPOINT='' DDPTRAIN=$DDPTRAIN "$TOP_SRCDIR/scripts/run-local.sh" -n 2 $L --save=straight2.st >/dev/null ||
 	fail "run-local.sh straight run 2"
+# A stop as the real mpirun starts: the launcher is a wrapper that has SIGTERM sent to
+# the script after DELAY s and execs mpirun at once, so the stop lands in mpirun's and
+# the ranks' start-up (before: passed on as SIGUSR1, it killed mpirun before its handler
+# existed, exit 138, or mpirun passed it to ranks not yet started and it was lost). The
+# run has no end of its own (a million epochs), so only the stop ends it, however fast
+# the machine: every delay ends in exit 3 with a checkpoint (a lost stop is the 120 s
+# SIGKILL, exit 137), and the first one resumes to the weights of a straight run.
+cat >"$TMPD/mpirun-hooked" <<'EOF'
+#!/bin/bash
+(sleep "$DELAY"; kill -TERM "$FAKE_TARGET") &
+exec mpirun "$@"
+EOF
+chmod +x "$TMPD/mpirun-hooked"
+E="--samples=2000 --epochs=1000000 --batch-size=20 --log-every=0"
+for d in 0 0.02 0.1 0.3; do
+	rm -f ck.st hooked.st
+	rc=0
+	timeout -s KILL 120 bash -c 'export FAKE_TARGET=$$; exec "$@"' run_hooked \
+		env DELAY=$d MPIRUN="$TMPD/mpirun-hooked" CHECKPOINT=$TMPD/ck.st DDPTRAIN=$DDPTRAIN \
+		"$TOP_SRCDIR/scripts/run-local.sh" -n 2 $E --save=hooked.st >rl4.out 2>&1 || rc=$?
+	[ $rc -eq 3 ] && [ -f ck.st ] && [ ! -e hooked.st ] ||
+		fail "run-local.sh, SIGTERM $d s after mpirun starts: exit $rc, want 3 and a checkpoint: $(cat rl4.out)"
+	step=$(grep -ao '"step":"[0-9]*"' ck.st | head -1 | tr -dc 0-9)
+	echo "run-local.sh: SIGTERM $d s after the real mpirun starts -> exit 3, checkpoint of step $step"
+	if [ $d = 0 ]; then
+		k=$((step + 500))
+		CHECKPOINT='' DDPTRAIN=$DDPTRAIN "$TOP_SRCDIR/scripts/run-local.sh" -n 2 $E --max-steps=$k \
+			--save=straight3.st >/dev/null || fail "run-local.sh straight run of $k steps"
+		CHECKPOINT=$TMPD/ck.st DDPTRAIN=$DDPTRAIN "$TOP_SRCDIR/scripts/run-local.sh" -n 2 $E --max-steps=$k \
+			--save=hooked.st >rl4.out 2>&1 || fail "run-local.sh resume after a stop at mpirun's start: $(cat rl4.out)"
+		"$STCOMPARE" --exact hooked.st straight3.st || fail "stopped as mpirun started and resumed: the weights differ"
+	fi
+done
+rm -f ck.st
 CHECKPOINT=$TMPD/ck.st CHECKPOINT_EVERY=3000 DDPTRAIN=$DDPTRAIN "$TOP_SRCDIR/scripts/run-local.sh" -n 2 $L \
 	--save=crashed.st >rl3.out 2>&1 &
 rl=$!

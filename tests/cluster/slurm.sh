@@ -5,7 +5,9 @@
 # `scancel --signal=USR1 --batch` (ddptrain writes its checkpoint, exits 3, the script
 # requeues the job); the second resumes and loses a rank to kill -9 after a periodic
 # checkpoint (the script retries from it); the third finishes. The final weights equal a
-# straight run's bit for bit, and every attempt's metrics file survives.
+# straight run's bit for bit, and every attempt's metrics file survives. Then two jobs
+# whose stop comes as the script starts (before mpirun: nothing is started, the job is
+# requeued) and as mpirun starts (ddptrain stops with its checkpoint, the job is requeued).
 # Needs root and the Debian packages slurmctld, slurmd, slurm-client and munge; SKIP
 # otherwise. About a minute: run by .ci/run, not by make check.
 . "$(dirname "$0")/../lib/setup.sh"
@@ -21,7 +23,7 @@ chmod 711 "$TMPD" # munged wants its socket's directories searchable by all
 mkdir -p "$S/state" "$S/spool" "$S/log"
 # Stop the job, then the daemons this test started (by the pids they wrote), then remove all.
 cleanup() {
-	scancel --full "${job:-0}" 2>/dev/null || true
+	scancel --full "${job:-0}" "${early:-0}" 2>/dev/null || true
 	for _ in $(seq 20); do [ -z "$(squeue -h 2>/dev/null)" ] && break; sleep 0.5; done
 	for f in "$S/log/ctld.pid" "$S/log/d.pid" "$S/munged.pid"; do
 		[ -s "$f" ] || continue
@@ -98,7 +100,8 @@ scancel --signal=USR1 --batch "$job"
 until_ok 60 grep -q "requeued job $job" "$TMPD/job.out" || fail "no requeue after USR1: $(log)"
 grep -q "Exit code: *3" "$TMPD/job.out" || fail "attempt 0 did not exit 3: $(log)"
 # A requeued job waits about 2 minutes (BeginTime); let it start now.
-waiting() { squeue -h -j "$job" -o %t:%r | grep -q '^PD:BeginTime'; }
+waiting_job() { squeue -h -j "$1" -o %t:%r | grep -q '^PD:BeginTime'; }
+waiting() { waiting_job "$job"; }
 until_ok 30 waiting || fail "the requeued job is not pending: $(squeue -j "$job" 2>&1)"
 # Let it start only once the old attempt is gone from the node, and 2 s later: slurmd
 # refuses to launch a job whose previous batch step is still exiting ("already running,
@@ -133,7 +136,8 @@ done
 [ $killed = 1 ] || fail "attempt 1 ended before a rank could be killed (checkpoint at step $first, then $(step_of "$R/checkpoint.safetensors"); attempts $(cat "$R/attempts"); ranks: $(pgrep -a ddptrain | cut -c1-150)): $(log)"
 
 # Attempt 2: the script's retry, from the periodic checkpoint, to the end.
-ended() { [ -z "$(squeue -h -j "$job" 2>/dev/null)" ]; }
+ended_job() { [ -z "$(squeue -h -j "$1" 2>/dev/null)" ]; }
+ended() { ended_job "$job"; }
 until_ok 180 ended || fail "the job did not end: $(log)"
 grep -q "ddptrain failed (exit 137) in attempt 1; restart 1 of 3 from the last checkpoint" "$TMPD/job.out" &&
 	grep -q "attempt 2 (requeue 1, restart 1 of 3)" "$TMPD/job.out" && grep -q "finished" "$TMPD/job.out" ||
@@ -145,3 +149,45 @@ for a in 0 1 2; do
 		fail "attempt $a's metrics did not survive: $(ls "$R"): $(log)"
 done
 echo "slurm: job $job: USR1 -> exit 3 -> requeue -> resume -> kill -9 -> retry -> weights of a straight run"
+
+# A stop at the script's start and at mpirun's (issue 34: before, the first ended the batch
+# shell by SIGUSR1's default action, exit 138, the job FAILED without a requeue; the second
+# killed mpirun before its handler existed, or reached no rank). A hook on PATH has Slurm
+# signal the batch shell (scancel --signal=USR1 --batch, as the time limit's warning does)
+# from inside mkdir, the script's last command before the launcher, or from mpirun's
+# wrapper just before it becomes mpirun.
+Hk=$TMPD/hooks
+mkdir -p "$Hk"
+for c in mkdir mpirun; do
+	cat >"$Hk/$c" <<EOF
+#!/bin/bash
+if [ "\$HOOK" = $c ]; then
+	scancel --signal=USR1 --batch "\$SLURM_JOB_ID"
+	[ $c != mkdir ] || sleep 2 # the signal lands while the script waits here
+fi
+PATH=\${PATH#"$Hk:"} exec $c "\$@"
+EOF
+	chmod +x "$Hk/$c"
+done
+# A run with no end of its own (a million epochs): only the stop ends it, however fast the
+# machine is (ddptrain looks for the stop file at its first step, then once a second).
+E="--samples=2000 --epochs=1000000 --batch-size=20 --log-every=0 --quiet"
+for at in mkdir mpirun; do
+	R=$TMPD/early-$at
+	early=$(sbatch --parsable --gres=none --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --output="$TMPD/$at.out" \
+		--export=ALL,PATH="$Hk:$PATH",HOOK=$at,LAUNCHER=mpirun,DDPTRAIN="$DDPTRAIN",RUN_DIR="$R",MPIRUN_ARGS=--oversubscribe \
+		"$TOP_SRCDIR/scripts/slurm/ddptrain.sbatch" $E) || fail "sbatch refused the script"
+	until_ok 120 grep -qs "requeued job $early" "$TMPD/$at.out" ||
+		fail "USR1 at $at: no requeue: $(cat "$TMPD/$at.out"; scontrol show job "$early" | grep -E "JobState|Reason")"
+	if [ $at = mkdir ]; then
+		grep -q "SIGUSR1 before attempt 0 started: not starting it" "$TMPD/$at.out" && ! grep -q "^ddptrain.sbatch: mpirun " "$TMPD/$at.out" ||
+			fail "USR1 at the script's start: $(cat "$TMPD/$at.out")"
+	else
+		grep -q "Exit code: *3" "$TMPD/$at.out" && [ -f "$R/checkpoint.safetensors" ] ||
+			fail "USR1 as mpirun starts: no exit 3 with a checkpoint: $(cat "$TMPD/$at.out")"
+	fi
+	until_ok 30 waiting_job "$early" || fail "USR1 at $at: the requeued job is not pending: $(squeue -j "$early" 2>&1)"
+	echo "slurm: job $early: USR1 at $at -> $(grep -o 'requeued job.*' "$TMPD/$at.out")$([ $at = mkdir ] || echo ", checkpoint of step $(step_of "$R/checkpoint.safetensors")")"
+	scancel --full "$early"
+	until_ok 30 ended_job "$early" || fail "job $early does not end"
+done

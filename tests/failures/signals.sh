@@ -55,6 +55,29 @@ rc=0; wait $p || rc=$?
 	fail "second signal after the stop's checkpoint: exit $rc: $(cat late.err)"
 echo "second signal after the stop's checkpoint: exit 3"
 
+# --stop-file: a stop as SIGUSR1 is, once the file exists (issue 34, item 4: the batch
+# scripts' way, since a signal to mpirun as it starts kills it or is lost). There from
+# the start: every rank stops after step 1 with its checkpoint, which resumes to the
+# straight run; made while a dp run trains: it stops within about a second.
+: >stop-now
+run_mpi 2 --max-steps=4 --quiet --save=straight4.st || fail "straight run"
+rc=0
+run_mpi 2 --max-steps=4 --checkpoint=sf.st --stop-file=stop-now >sf.out 2>&1 || rc=$?
+[ $rc -eq 3 ] && grep -q "stopped by a signal after step 1 of 4: checkpoint written" sf.out ||
+	fail "--stop-file there from the start: exit $rc: $(cat sf.out)"
+run_mpi 2 --max-steps=4 --quiet --resume=sf.st --save=resumed4.st || fail "resume after --stop-file"
+"$STCOMPARE" --exact resumed4.st straight4.st || fail "stopped by --stop-file and resumed: the weights differ"
+"$DDPTRAIN" --mode=dp $L --quiet --checkpoint=dpsf.st --stop-file=stop-later 2>dpsf.err &
+p=$!
+sleep 0.5
+mkdir stop-later # any kind of file
+rc=0; wait $p || rc=$?
+[ $rc -eq 3 ] && [ -f dpsf.st ] || fail "--mode=dp, --stop-file made while training: exit $rc: $(cat dpsf.err)"
+rc=0
+"$DDPTRAIN" --stop-file= 2>sf.err || rc=$?
+[ $rc -eq 2 ] && [ "$(cat sf.err)" = "ddptrain: --stop-file: empty file name" ] || fail "--stop-file=: exit $rc: $(cat sf.err)"
+echo "--stop-file: there at start, stop after step 1 and a bit-identical resume; made during a dp run, exit 3"
+
 # 15. A closed standard output (| head -1) stops the printing, not the run (before: SIGPIPE, 141).
 "$DDPTRAIN" --epochs=200 --log-every=1 --save=pipe.st 2>pipe.err | head -1 >/dev/null
 rc=${PIPESTATUS[0]}
