@@ -629,16 +629,6 @@ CASES = [
     case("zero2-np2-adamw-accum2-warmup", "cls96", "8,16,16,4", np=2, batch=6,
          loss="cross-entropy", optimizer="adamw", lr=0.01, wd=0.05, accum=2, schedule="cosine",
          warmup=3, val="cls40", eval_every=3, seed=25, zero=2),
-    # Issue 35: --zero=3 keeps the parameters sharded and all-gathers each layer before its
-    # forward and backward; all-gather is a copy, so the arithmetic is ZeRO's and the
-    # reference too: real DDP with ZeroRedundancyOptimizer. A frozen inner layer (its
-    # window goes whole to one rank), clipping over the shards, validation whose shares
-    # need different numbers of batches (each batch gathers every layer on every rank).
-    case("zero3-np2-momentum-freeze-val", "deep95", "6,16,16,16,3", np=2, batch=6, momentum=0.9,
-         wd=0.01, freeze=(2,), val="deep30", eval_every=4, seed=39, zero=3),
-    case("zero3-np3-adamw-clip-accum2", "cls96", "8,17,12,4", np=3, batch=5, loss="cross-entropy",
-         optimizer="adamw", lr=0.01, wd=0.05, clip=CLIP_ZERO, accum=2, schedule="linear",
-         warmup=2, seed=40, zero=3),
     # Gradients compressed to 16 bits, 2 ranks only: one rounding of the sum, the same in
     # the hook and in ddptrain (see the top).
     case("fp16-np2-mse", "deep95", "6,16,16,3", np=2, lr=0.05, seed=26, compress="fp16"),
@@ -669,6 +659,17 @@ CASES = [
          accum=3, val="deep30", eval_every=3, seed=37, zero=2, precision="bf16"),
     case("autocast-dp1-accum3", "deep95", "6,16,16,3", mode="dp", replicas=1, batch=7,
          momentum=0.9, accum=3, seed=38, precision="bf16"),
+    # Issue 35 (last: a case's initial weights follow its place in this list): --zero=3
+    # keeps the parameters sharded and all-gathers each layer before its forward and
+    # backward; all-gather is a copy, so the arithmetic is ZeRO's and the reference too:
+    # real DDP with ZeroRedundancyOptimizer. A frozen inner layer (its window goes whole
+    # to one rank), clipping over the shards, validation whose shares need different
+    # numbers of batches (each batch gathers every layer on every rank).
+    case("zero3-np2-momentum-freeze-val", "deep95", "6,16,16,16,3", np=2, batch=6, momentum=0.9,
+         wd=0.01, freeze=(2,), val="deep30", eval_every=4, seed=39, zero=3),
+    case("zero3-np3-adamw-clip-accum2", "cls96", "8,17,12,4", np=3, batch=5, loss="cross-entropy",
+         optimizer="adamw", lr=0.01, wd=0.05, clip=CLIP_ZERO, accum=2, schedule="linear",
+         warmup=2, seed=40, zero=3),
 ]
 
 # name: rows, inputs, outputs (classes for "cls")
