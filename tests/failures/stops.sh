@@ -150,6 +150,10 @@ FS="DDPT_FAKE_STATS entries"
 every 15 fake2-eager 2 "$F DDPTRAIN_CUDA_GRAPHS=0" DDPT_FAKE_SIGNAL @1 $FS --device=cuda --max-steps=4
 every 19 fake2-bf16 2 "$F" DDPT_FAKE_SIGNAL @0 $FS --device=cuda --max-steps=4 --grad-compress=bf16
 every 29 fake2-zero1 2 "$F" DDPT_FAKE_SIGNAL @0 $FS --device=cuda --max-steps=4 --zero=1
+# ZeRO-3 (issue 35): the parameters sharded, each layer gathered before its forward and
+# backward and the first layer's gather started after the step: a stop anywhere in that
+# resumes bit for bit
+every 13 fake2-zero3 2 "$F" DDPT_FAKE_SIGNAL @1 $FS --device=cuda --max-steps=4 --zero=3
 every 13 fake1-accum 1 "$F" DDPT_FAKE_SIGNAL "" $FS --device=cuda --max-steps=4 --grad-accum=2
 every 23 fake-dp 1 "$F" DDPT_FAKE_SIGNAL "" $FS --device=cuda --max-steps=4 --mode=dp --replicas=2
 # Steps read at once: checkpoints every 2 steps, evaluation every 3 and at the last.
@@ -174,5 +178,6 @@ fi
 P="LD_PRELOAD=$FAULTSHIM"
 sweep cpu1 1 "$P" DDPT_SHIM_SIGNAL "" "$(upto 1 2 18)" --device=cpu --max-steps=4
 sweep cpu2 2 "$P" DDPT_SHIM_SIGNAL @1 "$(upto 2 6 18)" --device=cpu --max-steps=4
+sweep cpu2-zero3 2 "$P" DDPT_SHIM_SIGNAL @0 "$(upto 1 3 18)" --device=cpu --max-steps=4 --zero=3
 sweep cpu-dp 1 "$P" DDPT_SHIM_SIGNAL "" "$(upto 3 7 34)" --device=cpu --max-steps=4 --mode=dp --replicas=2
 echo "stops: ok"
