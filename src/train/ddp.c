@@ -101,6 +101,7 @@ enum status ddp_setup(struct ddp *t, const struct grad_plan *p)
 	if (st == ST_OK)
 		st = replicas_init(&t->rep, t->m, t->w, tc->check_replicas, t->sync.ops->replicated,
 				   t->sync.ops->name, t->d);
+	replicas_gather_from(&t->rep, &t->sync);
 	if (!world_all(t->w, st == ST_OK)) {
 		ddp_free(t);
 		return st != ST_OK ? st : diag_set(t->d, ST_PEER, "another rank could not start training");

@@ -15,7 +15,7 @@ enum status replicas_init(struct replicas *x, struct model *m, struct world *w, 
 {
 	const struct backend_ops *ops = m->be->ops;
 	/* the arenas compared: the parameters (arena 0), and the state arenas after them */
-	const int last = (what & SYNC_SAME_STATE) ? m->narenas : (what & SYNC_SAME_PARAMS) ? 1 : 0;
+	const int last = (what & SYNC_SAME_STATE) ? m->narenas : (what & (SYNC_SAME_PARAMS | SYNC_SAME_GATHERED)) ? 1 : 0;
 
 	*x = (struct replicas){.m = m, .w = w, .every = every, .what = what, .strategy = strategy};
 	if (!replicas_on(x))
@@ -34,6 +34,11 @@ enum status replicas_init(struct replicas *x, struct model *m, struct world *w, 
 				last * model_tensors_per_arena(m), w->size);
 	}
 	return ST_OK;
+}
+
+void replicas_gather_from(struct replicas *x, struct grad_sync *s)
+{
+	x->sync = s;
 }
 
 int replicas_on(const struct replicas *x)
@@ -57,6 +62,11 @@ void replicas_describe(const struct replicas *x, struct report *r)
 		snprintf(every, sizeof every, "every step");
 	else
 		snprintf(every, sizeof every, "every %ld steps", x->every);
+	if (x->what & SYNC_SAME_GATHERED) {
+		report_note(r, "replica check: %s and before any weights are written: each layer's all-gathered parameters (%d tensors) hashed where they live and compared bit for bit across the %d ranks; each rank's window of the parameters, gradient shard and optimizer state are its own: not compared",
+			    every, x->ntensors, x->w->size);
+		return;
+	}
 	report_note(r, "replica check: %s and before any weights are written: %s (%d tensors) hashed where they live and compared bit for bit across the %d ranks%s",
 		    every, state && (x->what & SYNC_SAME_STATE) ? "the parameters and the optimizer state" : "the parameters",
 		    x->ntensors, x->w->size,
@@ -156,13 +166,26 @@ enum status replicas_check(struct replicas *x, long step, struct diag *d)
 	int failed = 0;
 
 	/* Every tensor's digest on the device, then the 8 bytes of each read back at once. The
-	 * arenas compared are whole on every rank (first 0): t->off is the place in data. */
-	for (int i = 0; i < x->ntensors; i++) {
+	 * arenas compared are whole on every rank (first 0): t->off is the place in data; or
+	 * (SYNC_SAME_GATHERED) the parameters' layers, weight and bias, each as gathered. */
+	for (int i = 0; i < x->ntensors && own.st == ST_OK; i++) {
 		const struct model_tensor *t = &x->t[i];
+		const float *at = x->m->arena[t->arena].data + t->off;
 
-		ops->hash64(bc, x->dev + 2 * i, x->m->arena[t->arena].data + t->off, t->len, 0);
+		if (x->what & SYNC_SAME_GATHERED) {
+			const int l = i / 2; /* the state dict's order: each layer's weight, then its bias */
+			const float *layer;
+
+			x->sync->d = &own;
+			layer = x->sync->ops->gathered(x->sync, l);
+			x->sync->d = d;
+			if (layer == NULL)
+				break;
+			at = layer + (t->off - x->m->w_off[l]);
+		}
+		ops->hash64(bc, x->dev + 2 * i, at, t->len, 0);
 	}
-	st = ops->to_host(bc, x->host, x->dev, 2 * (size_t)x->ntensors, &own);
+	st = own.st != ST_OK ? own.st : ops->to_host(bc, x->host, x->dev, 2 * (size_t)x->ntensors, &own);
 	for (int i = 0; st == ST_OK && i < x->ntensors; i++) {
 		uint64_t h;
 

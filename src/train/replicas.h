@@ -9,8 +9,9 @@
  * GPU, nothing copied but 8 bytes per tensor), every tensor of the state dict that the
  * gradient-sync strategy keeps replicated (grad_sync_ops.replicated: plain DDP the
  * parameters and the optimizer state; ZeRO-1/2 the all-gathered parameters, its
- * optimizer state being each rank's own shard; a strategy that replicates nothing
- * persistent, nothing: the run header says so). The tensors' digests fold into one
+ * optimizer state being each rank's own shard; ZeRO-3, which keeps every layer sharded,
+ * each layer's all-gathered copy, gathered for the check; a strategy that replicates
+ * nothing, nothing: the run header says so). The tensors' digests fold into one
  * 64-bit digest per rank, and one all-gather of 16 bytes per rank compares them. Only
  * when they differ does a second all-gather bring every rank's per-tensor digests and
  * host name, so that every rank reaches the same verdict: the ranks outside the majority
@@ -31,6 +32,8 @@
 #include "model/model.h"    /* struct model, struct model_tensor */
 #include "observe/report.h" /* struct report */
 
+struct grad_sync; /* sync.h: the strategy whose all-gathers a ZeRO-3 check asks for */
+
 #define REPLICAS_HOST 64 /* bytes of a host name in the mismatch report (struct world's) */
 
 struct replicas {
@@ -38,6 +41,7 @@ struct replicas {
 	struct world *w;          /* borrowed */
 	long every;               /* N: optimizer steps between checks; 0: off */
 	unsigned what;            /* SYNC_SAME_* (sync.h): what the strategy keeps replicated */
+	struct grad_sync *sync;   /* borrowed: SYNC_SAME_GATHERED's layers come from its gathered */
 	const char *strategy;     /* its name, for the header when it keeps nothing replicated */
 	int ntensors;             /* tensors compared */
 	struct model_tensor *t;   /* (ntensors) their state-dict entries */
@@ -58,6 +62,8 @@ struct replicas {
  * will run (replicas_on); fails (d set) when out of memory. */
 enum status replicas_init(struct replicas *x, struct model *m, struct world *w, long every,
 			  unsigned what, const char *strategy, struct diag *d);
+/* SYNC_SAME_GATHERED: where the layers come from (s's strategy gathers them). */
+void replicas_gather_from(struct replicas *x, struct grad_sync *s);
 /* 1 if checks will run: asked for, more than one rank, something replicated. */
 int replicas_on(const struct replicas *x);
 /* The run header's line (none when off or with one rank). */

@@ -60,9 +60,12 @@ struct grad_sync_ops {
 	const char *bucket_note;
 	void (*describe)(const struct grad_sync *s, struct report *r, double bucket_mb);
 	/* What stays the same on every rank between steps, once settled (a mask of
-	 * SYNC_SAME_*): what --check-replicas compares (replicas.h). 0: nothing persistent is
-	 * replicated (every rank keeps only its shard), and the check says so instead. */
+	 * SYNC_SAME_*): what --check-replicas compares (replicas.h). 0: nothing is replicated
+	 * (every rank keeps only its shard), and the check says so instead. */
 	unsigned replicated;
+	/* SYNC_SAME_GATHERED: layer l's parameters whole in this rank's memory (collective:
+	 * every rank asks for every layer in the same order), or NULL with s->d set. */
+	const float *(*gathered)(struct grad_sync *s, int layer);
 	/* Set up what the strategy keeps (s->own); point the model's gradient views. */
 	enum status (*init)(struct grad_sync *s);
 	/* Before a micro-batch's backward; sync: its gradients are summed over the ranks in
@@ -85,6 +88,9 @@ struct grad_sync_ops {
 
 #define SYNC_SAME_PARAMS 1u /* the parameters (ZeRO: all-gathered, after settle) */
 #define SYNC_SAME_STATE 2u  /* the optimizer state arenas */
+/* ZeRO-3: no parameter is kept whole, but each layer's all-gathered copy is the same on
+ * every rank (the strategy's gathered gives it) */
+#define SYNC_SAME_GATHERED 4u
 
 extern const struct grad_sync_ops sync_buckets_ops, sync_stream_ops, sync_zero1_ops, sync_zero2_ops,
 	sync_zero3_ops;

@@ -141,6 +141,12 @@ static enum status zero3_settle(struct grad_sync *s)
 	return ST_OK;
 }
 
+/* --check-replicas: layer l gathered (reused where it is in a buffer still), and where. */
+static const float *zero3_gathered(struct grad_sync *s, int l)
+{
+	return gather_wait(s, l) == ST_OK ? s->m->pw[l] : NULL;
+}
+
 static void zero3_describe(const struct grad_sync *s, struct report *r, double bucket_mb)
 {
 	const struct grad_plan *p = s->p;
@@ -191,6 +197,9 @@ const struct grad_sync_ops sync_zero3_ops = {
 	.untimed = "--zero=3 reduce-scatters the gradients in parts of layers as backward makes them and all-gathers the parameters layer by layer, not in these buckets",
 	.bucket_note = "",
 	.describe = zero3_describe,
+	/* nothing kept whole; what the all-gathers bring is the same on every rank */
+	.replicated = SYNC_SAME_GATHERED,
+	.gathered = zero3_gathered,
 	.init = zero3_init,
 	.begin = zero2_begin,
 	.before_layer = zero3_before_layer,

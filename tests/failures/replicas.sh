@@ -80,6 +80,14 @@ for z in 1 2; do
 		fail "--zero=$z header: $(grep replica z.out)"
 done
 echo "zero 1, 2: parameters compared, optimizer state sharded"
+# ZeRO-3 keeps nothing whole: each layer's all-gathered copy is compared (gathered for the
+# check), clean at 3 ranks checked every step, and the weights those of an unchecked run.
+run_mpi 3 $A --zero=3 --check-replicas=1 --save=z3.st >z.out || fail "--zero=3 checked every step"
+grep -q "^# replica check: every step and before any weights are written: each layer's all-gathered parameters (4 tensors) .* 3 ranks; each rank's window of the parameters, gradient shard and optimizer state are its own: not compared$" z.out ||
+	fail "--zero=3 header: $(grep replica z.out)"
+run_mpi 3 $A --zero=3 --check-replicas=0 --save=z3off.st >/dev/null || fail "--zero=3 unchecked"
+cmp z3.st z3off.st || fail "--zero=3 checked every step trains other weights than unchecked"
+echo "zero 3: each layer's gathered copy compared, the weights unchanged by the check"
 
 # 5. On devices: the fake GPU module and the real module over the stub libraries, with
 #    steps as CUDA graphs; clean with ZeRO-2, and the flipped rank named at 3 ranks.

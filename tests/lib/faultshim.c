@@ -39,7 +39,8 @@
  *   DDPT_SHIM_FAIL_SHARED_MAP=BYTES   mmap of a file, shared, of BYTES or more fails with
  *                                     ENOMEM, as under ulimit -v: set on one rank, Open MPI's
  *                                     osc/sm fails there only, after creating its backing file
- *                                     (on the node's rank 0) or while mapping it (the others) *   DDPT_SHIM_FLIP_WEIGHT=K[:BIT]     the K-th layer forward of this process (counted from 1:
+ *                                     (on the node's rank 0) or while mapping it (the others)
+ *   DDPT_SHIM_FLIP_WEIGHT=K[:BIT]     the K-th layer forward of this process (counted from 1:
  *                                     the K-th cblas_sgemm of the form y = x w^T, whose w is a
  *                                     layer's weight in place, as the CPU backend, the fake GPU
  *                                     and the CUDA stub's cuBLAS call it; a bf16 product's
