@@ -231,10 +231,11 @@ __global__ void k_bias_grad_bf16(float *db, const __nv_bfloat16 *dy, int n, int 
 }
 
 /* The sum of every thread's s over the block (CUDA_THREADS threads), in a fixed order, so the
- * result is the same bit for bit on every run; valid in thread 0. */
-__device__ double block_sum(double s)
+ * result is the same bit for bit on every run (for uint64_t, integer addition mod 2^64:
+ * any order would); valid in thread 0. */
+template <typename T> __device__ T block_sum(T s)
 {
-	__shared__ double sh[CUDA_THREADS];
+	__shared__ T sh[CUDA_THREADS];
 
 	sh[threadIdx.x] = s;
 	__syncthreads();
@@ -385,22 +386,6 @@ __global__ void k_sumsq_pass2(float *out, const float *partials, int nparts, int
 		*out = (accumulate ? *out : 0.0f) + (float)sum;
 }
 
-/* The sum mod 2^64 of every thread's s over the block (CUDA_THREADS threads): integer
- * addition, so any order gives the same bits; valid in thread 0. */
-__device__ uint64_t block_sum_u64(uint64_t s)
-{
-	__shared__ uint64_t sh[CUDA_THREADS];
-
-	sh[threadIdx.x] = s;
-	__syncthreads();
-	for (int w = CUDA_THREADS / 2; w > 0; w /= 2) {
-		if (threadIdx.x < w)
-			sh[threadIdx.x] += sh[threadIdx.x + w];
-		__syncthreads();
-	}
-	return sh[0];
-}
-
 /* Pass 1 of the replica check's digest (core/hash64.h) of the floats whose bits are
  * x[0..n), numbered from first: one partial sum per block. */
 __global__ void k_hash64_pass1(uint64_t *partials, const uint32_t *x, size_t n, uint64_t first)
@@ -410,7 +395,7 @@ __global__ void k_hash64_pass1(uint64_t *partials, const uint32_t *x, size_t n, 
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x)
 		s += hash64_term(first + i, x[i]);
-	sum = block_sum_u64(s);
+	sum = block_sum<uint64_t>(s);
 	if (threadIdx.x == 0)
 		partials[blockIdx.x] = sum;
 }
@@ -422,7 +407,7 @@ __global__ void k_hash64_pass2(uint64_t *out, const uint64_t *partials, int npar
 
 	for (int i = threadIdx.x; i < nparts; i += blockDim.x)
 		s += partials[i];
-	sum = block_sum_u64(s);
+	sum = block_sum<uint64_t>(s);
 	if (threadIdx.x == 0)
 		*out = sum;
 }

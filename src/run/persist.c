@@ -98,11 +98,13 @@ static void piece_cuts(const struct persist *p, int k, size_t a, size_t n, size_
 	*len = hi > lo ? hi - lo : 0;
 }
 
-/* ZeRO: the whole of the sharded arenas of [0, last) onto rank 0's host (each at its place
- * in host, laid out as model_state_to_host lays it out): a sharded arena's shards are
- * contiguous in rank order, so the all-gather of each rank's part of a piece over a scratch
- * of the piece IS the piece. Collective. */
-static enum status gather_arenas(struct persist *p, float *host, int last)
+/* ZeRO: the sharded arenas of [0, last) between rank 0's host (each whole at its place
+ * in host, laid out as model_state_to_host lays them out) and every rank's shard, a piece
+ * at a time through a scratch of the piece. gather: onto rank 0's host -- a sharded
+ * arena's shards are contiguous in rank order, so the all-gather of each rank's part of
+ * a piece IS the piece; else from it, each rank keeping its part of the broadcast piece.
+ * Collective. */
+static enum status move_arenas(struct persist *p, float *host, int last, int gather)
 {
 	struct model *m = p->m;
 	const struct backend_ops *ops = m->be->ops;
@@ -118,11 +120,23 @@ static enum status gather_arenas(struct persist *p, float *host, int last)
 
 		for (size_t a = 0; a < whole && sharded(p, k) && st == ST_OK; a += piece) {
 			const size_t n = whole - a < piece ? whole - a : piece;
+			float *mine;
 			size_t at, len;
 
 			piece_cuts(p, k, a, n, cuts, &at, &len);
+			mine = scratch + cuts[p->w->rank];
+			if (!gather) {
+				if (p->w->rank == 0)
+					ops->to_device(m->be->ctx, scratch, host + base + a, n);
+				st = comm_bcast(p->c, scratch, n, 0, p->d);
+				if (st == ST_OK && len > 0)
+					ops->copy(m->be->ctx, m->arena[k].data + at, mine, len);
+				if (st == ST_OK) /* the scratch is refilled for the next piece */
+					st = ops->sync(m->be->ctx, p->d);
+				continue;
+			}
 			if (len > 0)
-				ops->copy(m->be->ctx, scratch + cuts[p->w->rank], m->arena[k].data + at, len);
+				ops->copy(m->be->ctx, mine, m->arena[k].data + at, len);
 			world_watch_begin(p->w, "the state all-gather of a checkpoint");
 			st = comm_all_gather_start(p->c, scratch, n, cuts, p->d);
 			if (st == ST_OK)
@@ -142,47 +156,12 @@ static enum status gather_arenas(struct persist *p, float *host, int last)
 	return st;
 }
 
-/* ZeRO: rank 0's whole sharded arenas of [0, last) (host, as model_state_floats lays it
- * out) to every rank, each keeping its shard. Collective. */
-static enum status scatter_arenas(struct persist *p, const float *host, int last)
-{
-	struct model *m = p->m;
-	const struct backend_ops *ops = m->be->ops;
-	const size_t piece = piece_floats(p);
-	size_t *cuts = malloc((size_t)(p->w->size + 1) * sizeof *cuts);
-	float *scratch;
-	enum status st = state_scratch(p, piece, &scratch);
-
-	if (st == ST_OK && !world_all(p->w, cuts != NULL))
-		st = diag_set(p->d, ST_RUNTIME, "out of memory for checkpoint buffers");
-	for (int k = 0; k < last && st == ST_OK; k++) {
-		const size_t whole = m->arena[k].whole, base = model_state_floats(m, 0, k);
-
-		for (size_t a = 0; a < whole && sharded(p, k) && st == ST_OK; a += piece) {
-			const size_t n = whole - a < piece ? whole - a : piece;
-			size_t at, len;
-
-			piece_cuts(p, k, a, n, cuts, &at, &len);
-			if (p->w->rank == 0)
-				ops->to_device(m->be->ctx, scratch, host + base + a, n);
-			st = comm_bcast(p->c, scratch, n, 0, p->d);
-			if (st == ST_OK && len > 0)
-				ops->copy(m->be->ctx, m->arena[k].data + at, scratch + cuts[p->w->rank], len);
-			if (st == ST_OK) /* the scratch is refilled for the next piece */
-				st = ops->sync(m->be->ctx, p->d);
-		}
-	}
-	ops->free(m->be->ctx, scratch);
-	free(cuts);
-	return st;
-}
-
 /* The weights onto rank 0's host (nparams floats): copied there, or under ZeRO-3 gathered
  * from every rank's window (collective: every rank calls it). */
 static enum status weights_to_host(struct persist *p, float *host)
 {
 	if (sharded(p, 0))
-		return gather_arenas(p, host, 1);
+		return move_arenas(p, host, 1, 1);
 	return p->w->rank == 0 ? model_state_to_host(p->m, 0, 1, host, p->d) : ST_OK;
 }
 
@@ -235,7 +214,7 @@ static enum status write_checkpoint(void *arg, long step, long epoch, long next_
 	/* ZeRO: the whole state, in today's format (so it resumes with or without --zero and
 	 * at another world size), gathered first; the arenas whole on every rank from rank 0 */
 	if (any_sharded(p))
-		st = gather_arenas(p, p->ckpt_host, p->m->narenas);
+		st = move_arenas(p, p->ckpt_host, p->m->narenas, 1);
 	/* Waiting for rank 0 to write a big checkpoint is not a stall, even when stopping: the
 	 * others wait in the agreement, hearing of its progress. */
 	world_expect_wait(p->w, "the checkpoint write on rank 0");
@@ -315,7 +294,7 @@ enum status persist_start(struct persist *p)
 	st = agree(p, st);
 	/* ZeRO-3: each rank its window of them (else the session broadcasts them whole) */
 	if (st == ST_OK && p->o->resume == NULL && sharded(p, 0))
-		st = agree(p, scatter_arenas(p, host, 1));
+		st = agree(p, move_arenas(p, host, 1, 0));
 	free(host);
 	return st;
 }
@@ -381,7 +360,7 @@ enum status persist_resume(struct persist *p, struct train_ctl *ctl, struct opti
 	if (st == ST_OK)
 		st = agree(p, world_bcast(p->w, &pos, sizeof pos, 0, p->d));
 	if (st == ST_OK && any_sharded(p)) /* ZeRO: each rank its shard of what is sharded */
-		st = agree(p, scatter_arenas(p, p->ckpt_host, m->narenas));
+		st = agree(p, move_arenas(p, p->ckpt_host, m->narenas, 0));
 	for (int k = 1; k < m->narenas && st == ST_OK && !sharded(p, k); k++) /* the optimizer's state */
 		st = agree(p, comm_bcast(p->c, m->arena[k].data, m->arena[k].len, 0, p->d));
 	if (st == ST_OK && pos.have_best) {
