@@ -136,7 +136,7 @@ static enum status build_model(struct session *s)
 	/* ZeRO-1/2's all-gathers complete every trainable parameter, all in flight at once;
 	 * ZeRO-3's, a layer or two of the working set at a time (or a checkpoint's pieces of a
 	 * layer), taken from the staging ring in turn: one layer more than two for its slack */
-	s->c.outside = o->zero == 3 ? s->m.work_floats + s->plan.gather_floats : o->zero > 0 ? s->m.nparams : 0;
+	s->c.outside = o->zero == 3 ? (GRAD_PLAN_GATHERED + 1) * s->plan.gather_floats : o->zero > 0 ? s->m.nparams : 0;
 	if (st == ST_OK)
 		st = session_agree(s, comm_open(&s->c, s->pl.comm, &s->w, &s->be, &s->pl.module, s->m.gmem,
 						s->m.gfloats, preflight_later_bytes(o, &s->pl, &s->tc, &s->w, &s->ds),

@@ -94,7 +94,7 @@ void grad_plan_shard(const struct grad_plan *p, struct model_shard *sh)
 		sh->param_first = p->pwin[r];
 		sh->param_len = p->pwin[r + 1] - p->pwin[r];
 		sh->sharded = 1;
-		sh->work = GRAD_PLAN_GATHERED * p->gather_floats;
+		sh->work = p->gather_at[GRAD_PLAN_GATHERED];
 	}
 }
 
@@ -186,7 +186,11 @@ static enum status plan_params(struct grad_plan *p, const struct model *m, struc
 		for (int q = 0; q <= size; q++)
 			cu[q] = p->pwin[q] <= a ? 0 : p->pwin[q] - a >= n ? n : p->pwin[q] - a;
 		p->gather_floats = n > p->gather_floats ? n : p->gather_floats;
+		if (n > p->gather_at[l % GRAD_PLAN_GATHERED + 1]) /* sizes first, offsets below */
+			p->gather_at[l % GRAD_PLAN_GATHERED + 1] = n;
 	}
+	for (int i = 1; i <= GRAD_PLAN_GATHERED; i++)
+		p->gather_at[i] += p->gather_at[i - 1];
 	return ST_OK;
 }
 

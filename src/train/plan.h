@@ -25,7 +25,8 @@
  *   cuts, and the two pool buffers' sizes;
  * - ZeRO-3: each rank's window of the parameters (zero.h), each layer's cuts for its
  *   all-gather, and the working set the gathered layers live in: GRAD_PLAN_GATHERED
- *   buffers of the largest layer (the layer computing and the one prefetched).
+ *   buffers (the layer computing and the one prefetched), buffer i for the layers l
+ *   with l % GRAD_PLAN_GATHERED = i, each the size of the largest of them.
  *
  * Not here: sending anything (sync.h) or allocating the model's memory (model.h).
  */
@@ -69,7 +70,11 @@ struct grad_plan {
 	size_t *pwin;                 /* (size + 1): where each rank's window of the parameters starts */
 	size_t param_room;            /* the largest window, floats */
 	size_t *lcuts;                /* (nlayers, size + 1): layer l's all-gather cuts */
-	size_t gather_floats;         /* one working buffer: the largest layer, floats */
+	size_t gather_floats;         /* the largest layer, floats */
+	/* working buffer i (of GRAD_PLAN_GATHERED) holds the layers l with l % GRAD_PLAN_GATHERED
+	 * = i: it starts at float gather_at[i] of the working set, which is gather_at[last]
+	 * floats, each buffer the size of the largest of its layers */
+	size_t gather_at[GRAD_PLAN_GATHERED + 1];
 	/* ZeRO-2 and ZeRO-3 (cfg.zero >= 2) */
 	struct bucket *part;          /* (nparts) the reduce-scatters, in backward's order */
 	int nparts;

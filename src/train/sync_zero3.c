@@ -33,10 +33,10 @@ struct zero3 {
 	struct comm_ticket ag[GRAD_PLAN_GATHERED]; /* buffer i's all-gather, until complete */
 };
 
-/* Working buffer i: room for the largest layer. */
+/* Working buffer i: room for the largest of the layers it takes (plan.h). */
 static float *work_buf(const struct grad_sync *s, int i)
 {
-	return s->m->work + (size_t)i * s->p->gather_floats;
+	return s->m->work + s->p->gather_at[i];
 }
 
 /* Layer l's floats: its weight, then its bias. */
@@ -152,9 +152,9 @@ static void zero3_describe(const struct grad_sync *s, struct report *r, double b
 	const struct grad_plan *p = s->p;
 	const struct model *m = s->m;
 
-	report_note(r, "zero: stage 3: each rank keeps its window of the parameters (%zu of %zu on rank 0), and the optimizer state and reduced gradient of its shard (%zu of %zu trained parameters); each layer all-gathered before its forward and its backward, one layer ahead, into %d working buffers of %.3g MiB",
+	report_note(r, "zero: stage 3: each rank keeps its window of the parameters (%zu of %zu on rank 0), and the optimizer state and reduced gradient of its shard (%zu of %zu trained parameters); each layer all-gathered before its forward and its backward, one layer ahead, into %d working buffers of %.3g MiB in all",
 		    p->pwin[1] - p->pwin[0], m->nparams, zero_cut(m->ntrainable, 1, s->w->size), m->ntrainable, GRAD_PLAN_GATHERED,
-		    (double)p->gather_floats * sizeof(float) / 1048576.0);
+		    (double)p->gather_at[GRAD_PLAN_GATHERED] * sizeof(float) / 1048576.0);
 	zero2_describe_panels(s, r, bucket_mb);
 }
 
