@@ -461,7 +461,10 @@ static void cpu_cross_entropy(void *ctx, float *restrict dy, float *out, const f
 	for (int i = 0; i < n; i++) {
 		const float *restrict r = z + (size_t)i * classes;
 		float *restrict dr = dy + (size_t)i * classes;
-		int t = (int)labels[i], best = 0;
+		/* a label outside [0, classes) (a file rewritten under the run) makes the loss NaN,
+		 * which the trainer traces to its row, and reads nothing past the row's logits */
+		const int ok = labels[i] >= 0.0f && labels[i] < (float)classes;
+		int t = ok ? (int)labels[i] : 0, best = 0;
 		float mx = r[0], s = 0.0f, lse;
 
 		for (int k = 1; k < classes; k++) {
@@ -473,7 +476,7 @@ static void cpu_cross_entropy(void *ctx, float *restrict dy, float *out, const f
 		for (int k = 0; k < classes; k++)
 			s += expf(r[k] - mx);
 		lse = mx + logf(s);
-		sum += (double)(lse - r[t]);
+		sum += ok ? (double)(lse - r[t]) : (double)NAN;
 		correct += best == t;
 		for (int k = 0; k < classes; k++)
 			dr[k] = g * (expf(r[k] - lse) - (k == t ? 1.0f : 0.0f));

@@ -288,7 +288,9 @@ __global__ void k_xent_pass1(float *dy, float *partials, const float *z, const f
 	for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
 		const float *r = z + (size_t)i * classes;
 		float *dr = dy + (size_t)i * classes;
-		int t = (int)labels[i], best = 0;
+		/* a label outside [0, classes) makes the loss NaN (backend_cpu.c's rule) */
+		const int ok = labels[i] >= 0.0f && labels[i] < (float)classes;
+		int t = ok ? (int)labels[i] : 0, best = 0;
 		float mx = r[0], e = 0.0f, lse;
 
 		for (int k = 1; k < classes; k++) {
@@ -300,7 +302,7 @@ __global__ void k_xent_pass1(float *dy, float *partials, const float *z, const f
 		for (int k = 0; k < classes; k++)
 			e += expf(r[k] - mx);
 		lse = mx + logf(e);
-		s += (double)(lse - r[t]);
+		s += ok ? (double)(lse - r[t]) : nan("");
 		right += best == t;
 		for (int k = 0; k < classes; k++)
 			dr[k] = g * (expf(r[k] - lse) - (k == t ? 1.0f : 0.0f));

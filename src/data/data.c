@@ -59,11 +59,12 @@ static int fingerprint(const struct npy *a, char *out, size_t len)
 	return 1;
 }
 
-/* Every label in [0, classes): a label out of range would index past the logits. */
+/* Every label of rows [first, end) in [0, classes): a label out of range would index past
+ * the logits. */
 static enum status check_labels(const struct npy *y, int classes, const char *flag,
-				const char *path, struct diag *d)
+				const char *path, size_t first, size_t end, struct diag *d)
 {
-	for (size_t r = 0; r < y->rows; r++) {
+	for (size_t r = first; r < end; r++) {
 		long long v = npy_read_int(y, r);
 		char text[24];
 
@@ -119,7 +120,7 @@ enum status data_init_npy(struct dataset *ds, const char *xpath, const char *ypa
 		goto out_y;
 	}
 	if (classify) {
-		st = check_labels(&ds->y, out, yflag, ypath, d);
+		st = check_labels(&ds->y, out, yflag, ypath, 0, ds->y.rows, d);
 		if (st != ST_OK)
 			goto out_y;
 	}
@@ -158,8 +159,12 @@ enum status data_check_finite_share(const struct dataset *ds, int part, int part
 {
 	size_t first = ds->n * (size_t)part / (size_t)parts;
 	size_t end = ds->n * (size_t)(part + 1) / (size_t)parts;
+	enum status st = data_check_finite(ds, first, end - first, d);
 
-	return data_check_finite(ds, first, end - first, d);
+	/* the labels too: one rewritten out of range is a NaN loss (the loss kernels' rule) */
+	if (st == ST_OK && !ds->synthetic && ds->classes > 0)
+		st = check_labels(&ds->y, ds->classes, ds->flag[1], ds->path[1], first, end, d);
+	return st;
 }
 
 void data_fill(const struct dataset *ds, const uint32_t *idx, size_t count, float *x, float *y)

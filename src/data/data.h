@@ -62,8 +62,9 @@ enum status data_init_npy(struct dataset *ds, const char *xpath, const char *ypa
 /* Refuse a non-finite value in rows [first, first + count) of either file, naming the
  * file, the row and the column (synthetic data: always ST_OK). Ranks each check a share. */
 enum status data_check_finite(const struct dataset *ds, size_t first, size_t count, struct diag *d);
-/* data_check_finite over share `part` of `parts` equal shares of the rows: a rank's share
- * of the scan at start-up (part: its rank, parts: the ranks), or all of them (0 of 1). */
+/* data_check_finite over share `part` of `parts` equal shares of the rows, and with labels
+ * each label of the share in [0, classes): a rank's share of the scan at start-up (part:
+ * its rank, parts: the ranks), or all of them (0 of 1). */
 enum status data_check_finite_share(const struct dataset *ds, int part, int parts, struct diag *d);
 /* Gather samples idx[0..count) into x (count, in) and y (count, out). Safe to call from
  * several threads at once on disjoint outputs. */

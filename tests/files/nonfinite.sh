@@ -65,4 +65,22 @@ for np in 1 2; do
 	rewrite "--targets: ry.npy: row 404, column 2 \(counting from 0\) is -inf: ddptrain refuses non-finite data" \
 		$np ry.npy ryinf.npy --inputs=rx.npy --targets=ry.npy
 done
-echo "nonfinite: 10 cases refused with the right message; files rewritten with nan and -inf while training: named at 1 and 2 ranks"
+# A label rewritten out of range under the run (the loss kernels read nothing past the
+# row's logits: that row's loss is NaN) is named the way the load names one.
+labels() { # labels FILE N BAD_ROW: int64 labels i % 5, row BAD_ROW (or -1: none) 7
+	python3 - "$@" <<'PYEOF2'
+import struct, sys
+path, n, bad = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+head = "{'descr': '<i8', 'fortran_order': False, 'shape': (%d,), }" % n
+head += " " * (63 - (10 + len(head)) % 64) + "\n"
+with open(path, "wb") as f:
+    f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(head)) + head.encode())
+    f.write(b"".join(struct.pack("<q", 7 if i == bad else i % 5) for i in range(n)))
+PYEOF2
+}
+for np in 1 2; do
+	"$MKNPY" rx.npy 2000 10 f4 1 && labels ly.npy 2000 -1 && labels lybad.npy 2000 1234
+	rewrite "--targets: ly.npy: row 1234 has label 7, outside \[0, 5\) \(--layers ends with 5 classes\)" \
+		$np ly.npy lybad.npy --inputs=rx.npy --targets=ly.npy --loss=cross-entropy
+done
+echo "nonfinite: 10 cases refused with the right message; files rewritten with nan and -inf, and a label out of range, while training: named at 1 and 2 ranks"

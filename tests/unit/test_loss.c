@@ -2,6 +2,7 @@
  * test_loss.c - the losses loss_apply queues (model/loss.h): the CPU backend's MSE
  * and cross-entropy kernels against hand-computed values, scaled and accumulated.
  */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -90,6 +91,23 @@ static void test_cross_entropy_is_stable_for_large_logits(void **state)
 	assert_float_equal(dy[1], -1.0, 1e-7);
 }
 
+/* A label outside [0, classes) (a file rewritten under the run), or not a number: the loss
+ * is NaN, so the trainer looks for the row, and nothing past the row's logits is read
+ * (the row after holds a logit that would give a finite loss). */
+static void test_cross_entropy_of_a_label_out_of_range_is_nan(void **state)
+{
+	static const float bad[] = {2.0f, -1.0f, 1e9f, NAN};
+	const float z[4] = {0.5f, -0.5f, 3.0f, 4.0f};
+	float dy[4], out[2];
+
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		const float labels[2] = {bad[i], 0};
+
+		ops->cross_entropy(NULL, dy, out, z, labels, 1, 2, 1.0f, 1.0f, 0);
+		assert_true(isnan(out[0]));
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -97,6 +115,7 @@ int main(void)
 		cmocka_unit_test(test_cross_entropy_matches_hand_computed_values),
 		cmocka_unit_test(test_cross_entropy_is_stable_for_large_logits),
 		cmocka_unit_test(test_cross_entropy_of_one_class_is_zero_with_zero_gradients),
+		cmocka_unit_test(test_cross_entropy_of_a_label_out_of_range_is_nan),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
