@@ -473,7 +473,7 @@ if [ "$zero" = yes ]; then
 		# --zero=2: 1/N of the gradients plus its two bucket buffers (ddp's gradients as the
 		# unit; the memory table shows the buffers as work)
 		g=$(vals big.np$np col_grad | median)
-		ga=$(awk -v n="$np" -v g="$g" -v b="$BUCKET_MIB" 'BEGIN { if (g > 0) printf "%.4f", 1 / n + 2 * b / g }')
+		ga=$(awk -v n="$np" -v g="$g" -v b="$BUCKET_MIB" 'BEGIN { if (g > 0) printf "%.4f", 1 / n + 2 * b / g + 0.0001 }') # + the slots
 		row "big.grad.np$np.z2" "  gradients and buffers per rank, --zero=2" MiB low "$(stat big.np$np.zero2 col_gradwork 1)" \
 			ddp "$g" ratio "$(printf '\t')" ratio "$ga" "" "<=1/$np+2x${BUCKET_MIB}MiB (${ga}x)"
 	done
@@ -481,7 +481,7 @@ if [ "$zero" = yes ]; then
 		# --zero=3 at 4 ranks: parameters, gradients and optimizer state a quarter of ddp's,
 		# the working set (two buffers of the gradients, two gathered layers) beside them
 		row big.kept.np4.z3 "AdamW, 4 ranks, --zero=3: kept/rank" MiB low "$(stat big.np4.zero3 col_kept 1)" \
-			ddp "$(vals big.np4 col_kept | median)" ratio "$(printf '\t')" ratio 0.25 "" "<=0.25x ddp"
+			ddp "$(vals big.np4 col_kept | median)" ratio "$(printf '\t')" ratio 0.2501 "" "<=0.25x ddp (+ the slots)"
 		row big.work.np4.z3 "  its working set per rank" MiB low "$(stat big.np4.zero3 col_work 1)" \
 			- "" - "$(printf '\t')" - "" "" ""
 	fi
