@@ -11,7 +11,7 @@
  * equal to DDP's within float rounding, not bit for bit. The updated parameters are
  * all-gathered as ZeRO-1's (sync_zero1.c).
  *
- * The gradient block (model_regrad): the slots, the norm, pool buffer 0 (even parts),
+ * The gradient block (struct model_shard's grad_extra): the slots, the norm, pool buffer 0 (even parts),
  * pool buffer 1 (odd parts), then the shard, laid out as the shard's optimizer state.
  */
 #include <stdio.h>  /* snprintf */

@@ -119,7 +119,7 @@ enum status trainer_dp(const struct train_config *tc, int replicas, struct world
 		       struct train_result *res, struct diag *d);
 
 /* ddp: this rank's replica m, stepped by opt, gradients summed over c as plan p says (m's
- * gradient memory made for it: model_regrad with ZeRO-2). */
+ * memory made for it: model_init_shard with what grad_plan_shard says). */
 enum status trainer_ddp(const struct train_config *tc, const struct grad_plan *p, struct world *w,
 			struct model *m, struct optimizer *opt, struct comm *c, const struct dataset *ds,
 			const struct train_ctl *ctl, struct report *r, struct train_result *res,
