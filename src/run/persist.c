@@ -111,7 +111,7 @@ static enum status move_arenas(struct persist *p, float *host, int last, int gat
 	const size_t piece = piece_floats(p);
 	size_t *cuts = malloc((size_t)(p->w->size + 1) * sizeof *cuts);
 	float *scratch;
-	enum status st = state_scratch(p, piece, &scratch);
+	enum status st = state_scratch(p, piece, &scratch), host_st = ST_OK;
 
 	if (st == ST_OK && !world_all(p->w, cuts != NULL))
 		st = diag_set(p->d, ST_RUNTIME, "out of memory for checkpoint buffers");
@@ -147,13 +147,15 @@ static enum status move_arenas(struct persist *p, float *host, int last, int gat
 			if (st == ST_OK)
 				st = ops->sync(m->be->ctx, p->d);
 			world_watch_end(p->w);
-			if (st == ST_OK && p->w->rank == 0)
-				st = ops->to_host(m->be->ctx, host + base + a, scratch, n, p->d);
+			/* rank 0's own failure must not leave the others in the next piece's
+			 * all-gather: it goes on, and reports it at the end */
+			if (st == ST_OK && p->w->rank == 0 && host_st == ST_OK)
+				host_st = ops->to_host(m->be->ctx, host + base + a, scratch, n, p->d);
 		}
 	}
 	ops->free(m->be->ctx, scratch);
 	free(cuts);
-	return st;
+	return st != ST_OK ? st : host_st;
 }
 
 /* The weights onto rank 0's host (nparams floats): copied there, or under ZeRO-3 gathered

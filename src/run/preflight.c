@@ -112,8 +112,10 @@ static enum status check_bound(const struct options *o, const struct optimizer_h
 	model_layout(&lay, o->widths, o->nlayers);
 	model_freeze(&lay, o->frozen);
 	cfg.zero = 3;
-	if (grad_plan_init(&p3, &lay, &cfg, d) != ST_OK)
+	if (grad_plan_init(&p3, &lay, &cfg, d) != ST_OK) {
+		grad_plan_free(&p3); /* what it had made */
 		return ST_RUNTIME;
+	}
 	need3 = model_need(o, hp, &p3);
 	grad_plan_free(&p3);
 	if (need3 <= (double)o->max_memory)

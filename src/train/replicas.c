@@ -168,7 +168,7 @@ enum status replicas_check(struct replicas *x, long step, struct diag *d)
 	/* Every tensor's digest on the device, then the 8 bytes of each read back at once. The
 	 * arenas compared are whole on every rank (first 0): t->off is the place in data; or
 	 * (SYNC_SAME_GATHERED) the parameters' layers, weight and bias, each as gathered. */
-	for (int i = 0; i < x->ntensors && own.st == ST_OK; i++) {
+	for (int i = 0; i < x->ntensors && (own.st == ST_OK || (x->what & SYNC_SAME_GATHERED)); i++) {
 		const struct model_tensor *t = &x->t[i];
 		const float *at = x->m->arena[t->arena].data + t->off;
 
@@ -176,11 +176,14 @@ enum status replicas_check(struct replicas *x, long step, struct diag *d)
 			const int l = i / 2; /* the state dict's order: each layer's weight, then its bias */
 			const float *layer;
 
-			x->sync->d = &own;
+			struct diag dummy = {0};
+
+			/* after a failure every layer is still asked for: each is a collective */
+			x->sync->d = own.st == ST_OK ? &own : &dummy;
 			layer = x->sync->ops->gathered(x->sync, l);
 			x->sync->d = d;
-			if (layer == NULL)
-				break;
+			if (layer == NULL || own.st != ST_OK)
+				continue;
 			at = layer + (t->off - x->m->w_off[l]);
 		}
 		ops->hash64(bc, x->dev + 2 * i, at, t->len, 0);

@@ -121,7 +121,7 @@ void grad_sync_step(struct grad_sync *s, struct trace_buf *tb)
 
 void grad_sync_validating(struct grad_sync *s, int on)
 {
-	s->tag.step = on ? -1 : s->step_tag;
+	s->tag = (struct comm_tag){on ? -1 : s->step_tag, -1, COMM_ALLREDUCE};
 }
 
 void grad_sync_free(struct grad_sync *s)

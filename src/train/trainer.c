@@ -302,25 +302,27 @@ enum status trainer_evaluate(const struct train_config *tc, struct model *m, con
 		st = diag_set(d, ST_RUNTIME, "evaluation: out of host memory for batches of %d", m->max_batch);
 	/* With the parameters sharded (ZeRO-3) every forward gathers each layer from every rank:
 	 * all ranks run as many batches as the largest share needs, a rank past its own rows a
-	 * row that counts for nothing (scale 0). */
+	 * row that counts for nothing (scale 0), and a rank that failed goes on forwarding
+	 * (whatever its input) so that every gather is met; its failure travels in the slots. */
 	const size_t share = m->psharded ? (val->n + (size_t)world - 1) / (size_t)world : hi - lo;
 	const size_t batches = (share + (size_t)m->max_batch - 1) / (size_t)m->max_batch;
 
-	for (size_t b = 0; b < batches && st == ST_OK; b++) {
+	for (size_t b = 0; b < batches && (st == ST_OK || m->psharded); b++) {
 		const size_t r0 = lo + b * (size_t)m->max_batch;
 		int n = r0 >= hi ? 0 : hi - r0 < (size_t)m->max_batch ? (int)(hi - r0) : m->max_batch;
 		const float scale = (float)n / (float)val->n;
+		enum status fst;
 
-		for (int i = 0; i < n; i++)
-			idx[i] = (uint32_t)(r0 + (size_t)i);
-		if (n == 0) { /* a row that counts for nothing: the first of the set */
-			idx[0] = 0;
-			n = 1;
+		n = n > 0 ? n : 1; /* past its rows: a row that counts for nothing, the set's first */
+		if (st == ST_OK) {
+			for (int i = 0; i < n; i++)
+				idx[i] = r0 < hi ? (uint32_t)(r0 + (size_t)i) : 0;
+			data_fill(val, idx, (size_t)n, hx, hy);
+			ops->to_device(bc, m->act[0], hx, (size_t)n * (size_t)val->in);
+			ops->to_device(bc, m->target, hy, (size_t)n * (size_t)val->out);
 		}
-		data_fill(val, idx, (size_t)n, hx, hy);
-		ops->to_device(bc, m->act[0], hx, (size_t)n * (size_t)val->in);
-		ops->to_device(bc, m->target, hy, (size_t)n * (size_t)val->out);
-		st = model_forward(m, n, h);
+		fst = model_forward(m, n, h);
+		st = st != ST_OK ? st : fst;
 		/* Each batch adds its share of the mean over all V rows. */
 		if (st == ST_OK)
 			loss_apply(&tc->loss, m->be, m->dbuf[0], slots, m->act[m->nlayers], m->target, n,
