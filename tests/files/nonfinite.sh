@@ -43,7 +43,9 @@ done
 rewrite() { # rewrite WANT NP FILE BAD ARGS...: FILE takes BAD's element while training runs
 	local want=$1 np=$2 file=$3 bad=$4 at rc=0
 	shift 4
-	at=$(cmp "$file" "$bad" | sed -n 's/.*differ: byte \([0-9]*\),.*/\1/p')
+	# cmp -l: the first differing byte's offset from 1, in digits (its one-line message
+	# says "byte" or "char" by locale: "char" in a fresh root's POSIX locale)
+	at=$(cmp -l "$file" "$bad" | awk 'NR == 1 { print $1 }')
 	[ -n "$at" ] || fail "$bad does not differ from $file"
 	rm -f rw.out rw.err
 	timeout -k 5 60 mpirun --oversubscribe -np "$np" "$DDPTRAIN" --epochs=100000 --log-every=0 "$@" >rw.out 2>rw.err &
