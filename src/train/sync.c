@@ -202,3 +202,14 @@ void sync_next_coll(struct grad_sync *s, int k, enum comm_coll kind)
 	s->tag.item = k;
 	s->tag.kind = kind;
 }
+
+enum status sync_all_gather_start(struct grad_sync *s, int k, float *buf, size_t n, const size_t *cuts)
+{
+	const struct comm_tag was = s->tag;
+	enum status st;
+
+	sync_next_coll(s, k, COMM_ALL_GATHER);
+	st = comm_all_gather_start(s->c, buf, n, cuts, s->d);
+	s->tag = was;
+	return st;
+}

@@ -152,6 +152,9 @@ enum status sync_wait_ticket(struct grad_sync *s, struct comm_ticket t, const ch
  * none); said before it starts, since a blocking one tells the observer from inside its
  * start. */
 void sync_next_coll(struct grad_sync *s, int k, enum comm_coll kind);
+/* ZeRO's all-gather of n floats of buf (comm_all_gather_start), tagged as carrying item k
+ * for its own start only: the tag the trainer set stays for what follows. */
+enum status sync_all_gather_start(struct grad_sync *s, int k, float *buf, size_t n, const size_t *cuts);
 /* A collective that may complete at once (the last of backward): started with the
  * watchdog watching `what`, timed as waiting. start(s, k) starts it. */
 enum status sync_start_last(struct grad_sync *s, enum status (*start)(struct grad_sync *s, int k),

@@ -20,15 +20,11 @@ enum status zero_gather(struct grad_sync *s)
 {
 	struct zero_gathers *g = s->own;
 	const struct grad_plan *p = s->p;
-	const struct comm_tag was = s->tag; /* the tag the trainer set stays for what follows */
 
 	for (int k = p->ngrad - 1; k >= 0; k--) {
 		const struct bucket *b = &p->bucket[k];
-		enum status st;
+		enum status st = sync_all_gather_start(s, -1, s->m->params + b->off, b->len, grad_plan_cuts(p, k));
 
-		sync_next_coll(s, -1, COMM_ALL_GATHER);
-		st = comm_all_gather_start(s->c, s->m->params + b->off, b->len, grad_plan_cuts(p, k), s->d);
-		s->tag = was;
 		if (st != ST_OK)
 			return st;
 		for (int l = b->lo; l <= b->hi; l++)

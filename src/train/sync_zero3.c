@@ -70,11 +70,7 @@ static enum status gather_start(struct grad_sync *s, int l)
 	if (cu[r + 1] > cu[r])
 		m->be->ops->copy(m->be->ctx, work_buf(s, i) + cu[r],
 				 m->params + (m->w_off[l] + cu[r] - m->arena[0].first), cu[r + 1] - cu[r]);
-	const struct comm_tag was = s->tag; /* the tag the trainer set stays for what follows */
-
-	sync_next_coll(s, l, COMM_ALL_GATHER);
-	st = comm_all_gather_start(s->c, work_buf(s, i), layer_floats(m, l), cu, s->d);
-	s->tag = was;
+	st = sync_all_gather_start(s, l, work_buf(s, i), layer_floats(m, l), cu);
 	if (st != ST_OK)
 		return st;
 	z->ag[i] = comm_ticket(s->c);
