@@ -2,6 +2,7 @@
  * comes after a step (progress, checkpoints, stops). */
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/clock.h"
@@ -44,26 +45,36 @@ int trainer_step_reads_weights(const struct train_loop *lp, long step, const str
 	       check_due(lp, step, b, 0);
 }
 
-/* The loss is not finite, on every rank (it is their mean): was a training file rewritten
- * in place with a non-finite number after the scan at start-up (its rows are read from its
- * map)? Each rank scans its share again -- only on this path, so the loader's copies cost
- * nothing more -- and the lowest rank that finds one tells every rank: ST_RUNTIME naming
- * the file, row and column, and *d has it; ST_OK if none did (a divergence). */
-static enum status nonfinite_input(const struct train_loop *lp, long step, float loss, struct diag *d)
+/* A loss that is not finite on every rank (it is their mean, or their sum): was a file of ds
+ * rewritten in place with a non-finite number (or a label out of range) after the scan at
+ * start-up (its rows are read from its map)? Each rank scans its share of ds again -- rows
+ * [rank n / world, (rank + 1) n / world), only on this path, so the loader's copies cost
+ * nothing more -- and the lowest rank that finds one tells every rank of w (NULL: this one
+ * alone): ST_RUNTIME naming the file, row and column, and *d has it, with `became` (what
+ * the loss became) said after it; ST_OK if none did (a divergence). Collective over w. */
+static enum status data_changed(const struct dataset *ds, int rank, int world, struct world *w,
+				const char *became, struct diag *d)
 {
 	struct diag met = {0};
 
-	if (lp->ds != NULL &&
-	    data_check_finite_share(lp->ds, lp->w != NULL ? lp->w->rank : 0, lp->w != NULL ? lp->w->size : 1,
-				    &met) != ST_OK)
-		diag_append(&met, " (the file changed after ddptrain checked it at start-up; the loss became %f at step %ld)",
-			    (double)loss, step);
-	if (lp->w != NULL)
-		world_share_failure(lp->w, &met);
+	if (ds != NULL && data_check_finite_share(ds, rank, world, &met) != ST_OK)
+		diag_append(&met, " (the file changed after ddptrain checked it at start-up; %s)", became);
+	if (w != NULL)
+		world_share_failure(w, &met);
 	if (met.st == ST_OK)
 		return ST_OK;
 	*d = met;
 	return met.st;
+}
+
+/* The training loss is not finite: a training file changed under the run, or a divergence. */
+static enum status nonfinite_input(const struct train_loop *lp, long step, float loss, struct diag *d)
+{
+	char became[96];
+
+	snprintf(became, sizeof became, "the loss became %f at step %ld", (double)loss, step);
+	return data_changed(lp->ds, lp->w != NULL ? lp->w->rank : 0, lp->w != NULL ? lp->w->size : 1, lp->w, became,
+			    d);
 }
 
 enum status trainer_after_step(const struct train_loop *lp, long *step, const struct step_end *e,
@@ -354,6 +365,14 @@ enum status trainer_evaluate(const struct train_config *tc, struct model *m, con
 	if (st == ST_OK) {
 		*loss = res[0];
 		*acc = tc->loss.kind == LOSS_CROSS_ENTROPY ? res[1] : NAN;
+	}
+	/* the same on every rank (a sum over them): a validation file changed under the run is
+	 * named, as a training file is; weights that diverged say so at the training loss */
+	if (st == ST_OK && !isfinite(*loss)) {
+		char became[64];
+
+		snprintf(became, sizeof became, "the validation loss became %f", *loss);
+		st = data_changed(val, rank, world, c != NULL ? w : NULL, became, d);
 	}
 	ops->host_free(bc, hx);
 	ops->host_free(bc, hy);

@@ -38,9 +38,11 @@ done
 #    start-up (the file is mapped: training reads the new bytes) is named -- file, row,
 #    column -- when the loss turns non-finite, in one line, exit 1 on every rank (before:
 #    "loss is nan at step N (epoch E): training diverged; lower --lr"). The element is
-#    written with dd once the run header is out (the scan is behind it), where the clean
-#    file and the one mknpy made with the bad number differ.
-rewrite() { # rewrite WANT NP FILE BAD ARGS...: FILE takes BAD's element while training runs
+#    written with dd once the run header is out (its "# buckets:" or "# dp:" line comes
+#    after the scan), where the clean file and the one mknpy made with the bad number differ.
+# rewrite WANT NP FILE BAD ARGS...: FILE takes BAD's element while training runs; the
+# message ends with what $became says (default: the training loss at a step)
+rewrite() {
 	local want=$1 np=$2 file=$3 bad=$4 at rc=0
 	shift 4
 	# cmp -l: the first differing byte's offset from 1, in digits (its one-line message
@@ -49,13 +51,13 @@ rewrite() { # rewrite WANT NP FILE BAD ARGS...: FILE takes BAD's element while t
 	[ -n "$at" ] || fail "$bad does not differ from $file"
 	rm -f rw.out rw.err
 	timeout -k 5 60 mpirun --oversubscribe -np "$np" "$DDPTRAIN" --epochs=100000 --log-every=0 "$@" >rw.out 2>rw.err &
-	for _ in $(seq 1 300); do grep -q "^# buckets:" rw.out 2>/dev/null && break; sleep 0.1; done
-	grep -q "^# buckets:" rw.out || fail "no run header in 30 s: $(cat rw.err)"
+	for _ in $(seq 1 300); do grep -qE "^# (buckets|dp):" rw.out 2>/dev/null && break; sleep 0.1; done
+	grep -qE "^# (buckets|dp):" rw.out || fail "no run header in 30 s: $(cat rw.err)"
 	# the whole 4-byte element (the header is a multiple of 64 bytes long)
 	dd if="$bad" of="$file" bs=4 skip=$(((at - 1) / 4)) seek=$(((at - 1) / 4)) count=1 conv=notrunc status=none
 	wait $! || rc=$?
 	[ $rc -eq 1 ] || fail "np=$np: $file rewritten: exit $rc: $(cat rw.err)"
-	[ "$(grep -c '^ddptrain:' rw.err)" = 1 ] && grep -qE "^ddptrain: $want \(the file changed after ddptrain checked it at start-up; the loss became -?(nan|inf) at step [0-9]+\)$" rw.err ||
+	[ "$(grep -c '^ddptrain:' rw.err)" = 1 ] && grep -qE "^ddptrain: $want \(the file changed after ddptrain checked it at start-up; ${became:-the loss became -?(nan|inf) at step [0-9]+}\)$" rw.err ||
 		fail "np=$np: $file rewritten: want one line naming it: $(grep ddptrain: rw.err)"
 }
 for np in 1 2; do
@@ -85,4 +87,18 @@ for np in 1 2; do
 	rewrite "--targets: ly.npy: row 1234 has label 7, outside \[0, 5\) \(--layers ends with 5 classes\)" \
 		$np ly.npy lybad.npy --inputs=rx.npy --targets=ly.npy --loss=cross-entropy
 done
-echo "nonfinite: 10 cases refused with the right message; files rewritten with nan and -inf, and a label out of range, while training: named at 1 and 2 ranks"
+# A validation file rewritten so is named too, when the validation loss it makes is not
+# finite (before: "validation loss nan" at every evaluation, and training went on), in
+# ddp at 1 and 2 ranks, under --zero=3 (whose evaluation gathers each layer) and in dp.
+"$MKNPY" rx.npy 2000 10 f4 1 && "$MKNPY" ry.npy 2000 5 f4 2
+"$MKNPY" vy.npy 500 5 f4 4 && "$MKNPY" vxnan.npy 500 10 f4 3 1 nan:321:6
+for run in "1" "2" "2 --zero=3" "1 --mode=dp --replicas=2"; do
+	np=${run%% *} flags=${run#"${run%% *}"}
+	"$MKNPY" vx.npy 500 10 f4 3
+	# shellcheck disable=SC2086 # the run's flags, one word each
+	became="the validation loss became nan" \
+		rewrite "--val-inputs: vx.npy: row 321, column 6 \(counting from 0\) is nan: ddptrain refuses non-finite data" \
+		"$np" vx.npy vxnan.npy --inputs=rx.npy --targets=ry.npy --val-inputs=vx.npy --val-targets=vy.npy \
+		--eval-every=20 $flags
+done
+echo "nonfinite: 10 cases refused with the right message; training files rewritten with nan and -inf, and a label out of range, while training: named at 1 and 2 ranks; a validation file so: named in ddp at 1 and 2 ranks, --zero=3 and dp"
