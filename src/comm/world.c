@@ -638,14 +638,47 @@ enum status world_gather(struct world *w, const void *mine, size_t len, void *al
 	return rc == MPI_SUCCESS ? ST_OK : world_mpi_error(d, rc, "MPI_Gather(statistics)");
 }
 
-/* Keep one shared object mapped until the process ends (see world_free). */
-static int pin_object(struct dl_phdr_info *info, size_t size, void *arg)
+/* The loaded objects' paths, gathered by dl_iterate_phdr (see pin_objects). */
+struct loaded {
+	char **path;
+	size_t n, cap;
+};
+
+static int list_object(struct dl_phdr_info *info, size_t size, void *arg)
 {
+	struct loaded *l = arg;
+	char **grown;
+
 	(void)size;
-	(void)arg;
-	if (info->dlpi_name != NULL && info->dlpi_name[0] == '/')
-		(void)dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+	if (info->dlpi_name == NULL || info->dlpi_name[0] != '/')
+		return 0;
+	if (l->n == l->cap) {
+		grown = realloc(l->path, (l->cap ? 2 * l->cap : 32) * sizeof *grown);
+		if (grown == NULL)
+			return 1; /* the objects listed so far are pinned */
+		l->path = grown;
+		l->cap = l->cap ? 2 * l->cap : 32;
+	}
+	if ((l->path[l->n] = strdup(info->dlpi_name)) != NULL)
+		l->n++;
 	return 0;
+}
+
+/* Keep every shared object loaded so far mapped until the process ends (see world_free).
+ * The paths are listed first and reopened after dl_iterate_phdr returns: dlopen inside
+ * its callback would take the loader's lock while holding the list's, the reverse of the
+ * order in which a dlopen or dlclose on another thread (MPI's or PMIx's progress thread
+ * loading a component) takes them. */
+static void pin_objects(void)
+{
+	struct loaded l = {0};
+
+	dl_iterate_phdr(list_object, &l);
+	for (size_t i = 0; i < l.n; i++) {
+		(void)dlopen(l.path[i], RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+		free(l.path[i]);
+	}
+	free(l.path);
 }
 
 void world_free(struct world *w)
@@ -656,14 +689,17 @@ void world_free(struct world *w)
 		(void)MPI_Comm_free(&w->notice);
 	w->local = w->notice = MPI_COMM_NULL;
 	if (w->inited) {
-		/* A rank that never arrives makes MPI_Finalize wait forever: watched too. */
-		world_watch_begin(w, "MPI_Finalize");
 		/* Open MPI 4.1 unmaps its components (PMIx among them) in MPI_Finalize while its
 		 * progress threads may still be inside them; under load a rank then died at exit
 		 * with "Address not mapped" (3 times in this project's loaded test runs, always
 		 * at the same page offset). Pinning every object loaded so far keeps that code
-		 * mapped until exit; nothing is loaded or run twice. */
-		dl_iterate_phdr(pin_object, NULL);
+		 * mapped until exit; nothing is loaded or run twice. Watched under its own name,
+		 * so that a stall says which of the two it was. */
+		world_watch_begin(w, "keeping the loaded objects mapped before MPI_Finalize");
+		pin_objects();
+		world_watch_end(w);
+		/* A rank that never arrives makes MPI_Finalize wait forever: watched too. */
+		world_watch_begin(w, "MPI_Finalize");
 		(void)MPI_Finalize(); /* the last MPI call: nobody to tell of a failure */
 		world_watch_end(w);
 		w->inited = 0;
