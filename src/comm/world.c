@@ -668,8 +668,9 @@ static int list_object(struct dl_phdr_info *info, size_t size, void *arg)
  * The paths are listed first and reopened after dl_iterate_phdr returns: dlopen inside
  * its callback would take the loader's lock while holding the list's, the reverse of the
  * order in which a dlopen or dlclose on another thread (MPI's or PMIx's progress thread
- * loading a component) takes them. */
-static void pin_objects(void)
+ * loading a component) takes them. Never inlined: the leak checkers' suppressions
+ * (tests/lib/valgrind.supp, lsan.supp) name this frame, which holds what the loader keeps. */
+__attribute__((noinline)) static void pin_objects(void)
 {
 	struct loaded l = {0};
 
