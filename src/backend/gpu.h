@@ -27,8 +27,8 @@ struct comm; /* comm/comm.h: the module fills one in for NCCL */
  * to_host_async, host_poll, BACKEND_MARKS 5, struct comm.size and inflight; 7: struct
  * backend_config.precision in tf32's place (PRECISION_BF16 asks for bf16 products); 8: the
  * gradient scales of linear_backward, linear_grad_rows (gscale), mse and cross_entropy (dscale);
- * 9: backend_ops.hash64 (--check-replicas). */
-#define GPU_MODULE_ABI 9
+ * 9: backend_ops.hash64 (--check-replicas); 10: nccl_comm_init's peer_failed. */
+#define GPU_MODULE_ABI 10
 #define GPU_MODULE_SYMBOL "ddptrain_gpu_module"
 #define GPU_MODULE_FILE "ddptrain-cuda.so"
 #define GPU_NCCL_ID_BYTES 128 /* sizeof(ncclUniqueId) */
@@ -54,11 +54,15 @@ struct gpu_module {
 	 * collective that returns 1 only if every rank is ready -- and calls the init only on
 	 * 1; a rank that was ready itself then returns ST_STOP (the failed rank reports). The
 	 * communicator aborts (ncclCommAbort) instead of destroying itself once an
-	 * error was seen. */
+	 * error was seen. Every wait that polls the communicator also asks
+	 * peer_failed(peer_arg) (NULL: never), which answers 1 + the rank of a peer that
+	 * failed on its own, or 0: a collective that peer never joins would keep this rank
+	 * waiting until timeout_s, so the communicator aborts and the wait fails with
+	 * ST_PEER naming that rank. Only the thread that waits calls it. */
 	enum status (*nccl_comm_init)(struct comm *c, struct backend *be,
 				      const unsigned char id[GPU_NCCL_ID_BYTES], int rank, int size,
 				      int timeout_s, int (*ready)(void *arg, int ok), void *arg,
-				      struct diag *d);
+				      int (*peer_failed)(void *peer_arg), void *peer_arg, struct diag *d);
 	/* Time cublasSgemm C (m, n) = op(A) (m, k) op(B) (k, n), column-major, op transposing
 	 * when trans_a / trans_b is set (the layout each of a step's products uses), on
 	 * device dev, float32 (TF32 if tf32), median of iters runs after a warm-up: the

@@ -42,7 +42,7 @@ enum status comm_open(struct comm *c, enum comm_kind kind, struct world *w, stru
 		struct ready_arg r = {w, 0};
 
 		st = mod->mod->nccl_comm_init(c, be, id, w->rank, w->size, (int)timeout_s, nccl_ready,
-					      &r, d);
+					      &r, world_peer_failed, w, d);
 		if (r.watching)
 			world_watch_end(w);
 	}

@@ -368,7 +368,8 @@ enum status world_init(struct world *w, int *argc, char ***argv, struct diag *d)
 	w->watch = watch;
 	w->comm = MPI_COMM_NULL;
 	w->local = MPI_COMM_NULL;
-	w->notice = MPI_COMM_NULL;
+	w->notice = w->alarm = MPI_COMM_NULL;
+	w->main_thread = pthread_self();
 	if (gethostname(w->host, sizeof w->host - 1) != 0)
 		snprintf(w->host, sizeof w->host, "?");
 	world_watch_begin(w, "MPI start-up");
@@ -404,6 +405,8 @@ enum status world_init(struct world *w, int *argc, char ***argv, struct diag *d)
 	rc = MPI_Comm_split_type(w->comm, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &w->local);
 	if (rc == MPI_SUCCESS && (rc = MPI_Comm_dup(w->comm, &w->notice)) != MPI_SUCCESS)
 		w->notice = MPI_COMM_NULL;
+	if (rc == MPI_SUCCESS && (rc = MPI_Comm_dup(w->comm, &w->alarm)) != MPI_SUCCESS)
+		w->alarm = MPI_COMM_NULL;
 	world_watch_end(w);
 	if (rc != MPI_SUCCESS)
 		return world_mpi_error(d, rc, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)/MPI_Comm_dup");
@@ -529,6 +532,16 @@ enum status world_agree(struct world *w, enum status mine, int *reporter)
 	return by_severity[-out.value];
 }
 
+/* A peer's word has come (world_peer_failed): that rank's next collective on the world is
+ * the agreement, so no other one is entered (it would be matched with the agreement):
+ * ST_PEER naming that rank, or ST_OK. */
+static enum status peer_gone(const struct world *w, struct diag *d)
+{
+	if (!w->peer_failed)
+		return ST_OK;
+	return diag_set(d, ST_PEER, "rank %d failed, and goes to agree on it", w->peer_failed - 1);
+}
+
 enum status world_check_config(struct world *w, const char *text, struct diag *d)
 {
 	unsigned long long n = strlen(text) + 1;
@@ -577,6 +590,8 @@ int world_all(struct world *w, int mine)
 {
 	int in = mine != 0, out = 0, rc;
 
+	if (w->peer_failed)
+		return 0; /* peer_gone */
 	world_watch_begin(w, "the device agreement");
 	rc = MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_MIN, w->comm);
 	world_watch_end(w);
@@ -589,6 +604,8 @@ enum status world_share_failure(struct world *w, struct diag *mine)
 	struct { int ok, rank; } in = {mine->st == ST_OK, w->rank}, out;
 	int rc;
 
+	if (peer_gone(w, mine) != ST_OK)
+		return mine->st;
 	world_watch_begin(w, "the ranks' agreement on a failure");
 	rc = MPI_Allreduce(&in, &out, 1, MPI_2INT, MPI_MINLOC, w->comm);
 	if (rc == MPI_SUCCESS && !out.ok)
@@ -599,10 +616,49 @@ enum status world_share_failure(struct world *w, struct diag *mine)
 	return mine->st;
 }
 
+/* The tag of a failed rank's word on world.alarm; the word is its rank. */
+#define ALARM_TAG 1
+/* world_peer_failed looks this often (seconds) at most. */
+#define ALARM_LOOK 0.05
+
+void world_alarm(struct world *w)
+{
+	if (w->alarmed || w->alarm == MPI_COMM_NULL || w->size < 2)
+		return;
+	w->alarmed = 1;
+	for (int r = 0; r < w->size; r++) {
+		MPI_Request rq;
+
+		/* one int from w, which lives until MPI_Finalize: the send completes on its own */
+		if (r != w->rank && MPI_Isend(&w->rank, 1, MPI_INT, r, ALARM_TAG, w->alarm, &rq) == MPI_SUCCESS)
+			(void)MPI_Request_free(&rq);
+	}
+}
+
+int world_peer_failed(void *arg)
+{
+	struct world *w = arg;
+	MPI_Status status;
+	int flag = 0;
+	double now;
+
+	if (w->peer_failed || w->alarm == MPI_COMM_NULL || !pthread_equal(pthread_self(), w->main_thread))
+		return w->peer_failed;
+	now = clock_now();
+	if (now - w->alarm_looked < ALARM_LOOK)
+		return 0;
+	w->alarm_looked = now;
+	if (MPI_Iprobe(MPI_ANY_SOURCE, ALARM_TAG, w->alarm, &flag, &status) == MPI_SUCCESS && flag)
+		w->peer_failed = 1 + status.MPI_SOURCE;
+	return w->peer_failed;
+}
+
 enum status world_bcast(struct world *w, void *buf, size_t len, int root, struct diag *d)
 {
 	int rc;
 
+	if (peer_gone(w, d) != ST_OK)
+		return d->st;
 	world_watch_begin(w, "a broadcast from rank 0");
 	rc = MPI_Bcast(buf, (int)len, MPI_BYTE, root, w->comm);
 	world_watch_end(w);
@@ -612,8 +668,11 @@ enum status world_bcast(struct world *w, void *buf, size_t len, int root, struct
 enum status world_local_allgather(struct world *w, const void *mine, size_t len, void *all,
 				  struct diag *d)
 {
-	int rc = MPI_Allgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, w->local);
+	int rc;
 
+	if (peer_gone(w, d) != ST_OK)
+		return d->st;
+	rc = MPI_Allgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, w->local);
 	return rc == MPI_SUCCESS ? ST_OK : world_mpi_error(d, rc, "MPI_Allgather(node)");
 }
 
@@ -622,6 +681,8 @@ enum status world_allgather(struct world *w, const void *mine, size_t len, void 
 {
 	int rc;
 
+	if (peer_gone(w, d) != ST_OK)
+		return d->st;
 	world_watch_begin(w, what);
 	rc = MPI_Allgather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, w->comm);
 	world_watch_end(w);
@@ -632,6 +693,8 @@ enum status world_gather(struct world *w, const void *mine, size_t len, void *al
 {
 	int rc;
 
+	if (peer_gone(w, d) != ST_OK)
+		return d->st;
 	world_watch_begin(w, "the statistics gather");
 	rc = MPI_Gather(mine, (int)len, MPI_BYTE, all, (int)len, MPI_BYTE, 0, w->comm);
 	world_watch_end(w);
@@ -688,7 +751,10 @@ void world_free(struct world *w)
 		(void)MPI_Comm_free(&w->local); /* teardown: nobody to tell of a failure */
 	if (w->notice != MPI_COMM_NULL)
 		(void)MPI_Comm_free(&w->notice);
-	w->local = w->notice = MPI_COMM_NULL;
+	/* a word no rank took (each had ended its waits) goes with its communicator */
+	if (w->alarm != MPI_COMM_NULL)
+		(void)MPI_Comm_free(&w->alarm);
+	w->local = w->notice = w->alarm = MPI_COMM_NULL;
 	if (w->inited) {
 		/* Open MPI 4.1 unmaps its components (PMIx among them) in MPI_Finalize while its
 		 * progress threads may still be inside them; under load a rank then died at exit

@@ -23,6 +23,11 @@ struct world {
 	MPI_Comm notice;            /* a duplicate of comm: rank 0's progress notices (world_expect_wait) */
 	int relay;                  /* world_expect_wait was called: the next world_agree relays them */
 	double noticed;             /* rank 0: clock_now() of the last progress notice sent */
+	MPI_Comm alarm;             /* a duplicate of comm: a failed rank's word to the others (world_alarm) */
+	pthread_t main_thread;      /* the thread that called world_init: the one that calls MPI */
+	int alarmed;                /* world_alarm sent this rank's word */
+	int peer_failed;            /* 1 + the rank whose word world_peer_failed found, or 0 */
+	double alarm_looked;        /* clock_now() of world_peer_failed's last look */
 	int inited;                 /* we called MPI_Init_thread, so we finalize */
 	_Atomic long step;          /* the optimizer step in progress (the watchdog reads it) */
 	char host[64];              /* this process's host name (gethostname; "?" if none) */
@@ -54,6 +59,14 @@ int world_all(struct world *w, int mine);
  * rank returns the lowest failing rank's status, with its message in *mine, so that all
  * can act on (and rank 0 can tell) a reason only some ranks saw. */
 enum status world_share_failure(struct world *w, struct diag *mine);
+/* A rank that failed on its own (its device, say) and goes to agree on it, while the
+ * others may be waiting on their devices for a collective it will never join, tells them
+ * so first: one word to every other rank, sent without waiting, once per run.
+ * world_peer_failed (a struct world *) is for those waits to poll: 1 + the rank of a
+ * peer that sent its word, or 0; it looks (MPI_Iprobe) at most every 50 ms, and only on
+ * the thread that called world_init (MPI is funneled through it), answering 0 elsewhere. */
+void world_alarm(struct world *w);
+int world_peer_failed(void *w);
 /* Broadcast len bytes from root. */
 enum status world_bcast(struct world *w, void *buf, size_t len, int root, struct diag *d);
 /* Start the watchdog thread: a blocking collective that lasts longer than timeout_s

@@ -67,6 +67,9 @@ struct nccl_ctx {
 	size_t mirror_n[COMM_MAX_INFLIGHT];
 	int timeout_s;
 	int failed;                   /* an error was seen: abort at teardown */
+	int (*peer_failed)(void *);   /* nccl_comm_init's: 1 + a rank that failed on its own, or 0 */
+	void *peer_arg;
+	int peer;                     /* what peer_failed answered when it ended this communicator */
 	char why[512];                /* the observer's wait that failed, if one did */
 	struct collspan obs;          /* obs.to.done NULL: not observed */
 };
@@ -122,6 +125,12 @@ static enum status nccl_poll(void *arg, struct diag *d)
 	struct nccl_ctx *c = arg;
 	ncclResult_t async = ncclSuccess;
 
+	/* A peer that failed on its own will never join what this rank waits for: this rank
+	 * ends at once, and the agreement that follows prints that peer's reason, not this. */
+	if (c->comm != NULL && c->peer_failed != NULL && (c->peer = c->peer_failed(c->peer_arg)) > 0)
+		nccl_abort(c);
+	if (c->comm == NULL && c->peer > 0)
+		return diag_set(d, ST_PEER, "rank %d failed, so this rank's collectives were aborted", c->peer - 1);
 	if (c->comm == NULL && c->why[0] != '\0')
 		return diag_set(d, ST_RUNTIME, "%s", c->why);
 	if (c->comm == NULL)
@@ -548,7 +557,7 @@ enum status comm_nccl_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], struct diag
 enum status comm_nccl_init(struct comm *out, struct backend *be,
 			   const unsigned char id[GPU_NCCL_ID_BYTES], int rank, int size,
 			   int timeout_s, int (*ready)(void *arg, int ok), void *arg,
-			   struct diag *d)
+			   int (*peer_failed)(void *peer_arg), void *peer_arg, struct diag *d)
 {
 	struct nccl_ctx *c = calloc(1, sizeof *c);
 	ncclUniqueId u;
@@ -560,6 +569,8 @@ enum status comm_nccl_init(struct comm *out, struct backend *be,
 		st = diag_set(d, ST_RUNTIME, "nccl: out of memory");
 	} else {
 		c->timeout_s = timeout_s;
+		c->peer_failed = peer_failed;
+		c->peer_arg = peer_arg;
 		c->rank = rank;
 		c->size = size;
 		c->wire = out->wire;

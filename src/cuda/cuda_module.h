@@ -72,7 +72,8 @@ extern const struct trace_dev cuda_trace_dev;
 enum status comm_nccl_unique_id(unsigned char id[GPU_NCCL_ID_BYTES], struct diag *d);
 enum status comm_nccl_init(struct comm *out, struct backend *be,
 			   const unsigned char id[GPU_NCCL_ID_BYTES], int rank, int size,
-			   int timeout_s, int (*ready)(void *arg, int ok), void *arg, struct diag *d);
+			   int timeout_s, int (*ready)(void *arg, int ok), void *arg,
+			   int (*peer_failed)(void *peer_arg), void *peer_arg, struct diag *d);
 
 #ifdef __cplusplus
 }

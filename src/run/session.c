@@ -20,6 +20,11 @@ enum status session_agree(struct session *s, enum status st)
 
 	if ((st == ST_RUNTIME || st == ST_USAGE) && s->d.st != ST_OK)
 		world_failed(&s->w, s->d.msg);
+	/* A rank that failed on its own in NCCL's world (its device, say) may leave the others
+	 * waiting on theirs for a collective it will never join: they hear of it there, abort
+	 * their communicators and come to agree at once, instead of at --timeout. */
+	if (st == ST_RUNTIME && s->pl.comm == COMM_NCCL && s->c.ops != NULL)
+		world_alarm(&s->w);
 	all = world_agree(&s->w, st, &reporter);
 
 	if (all != ST_OK && all != ST_STOP && all != ST_INTERRUPTED && reporter && !s->reported) {

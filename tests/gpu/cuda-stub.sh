@@ -223,4 +223,15 @@ DDPT_STUB_FAIL=cudaGraphInstantiate:1 run_mpi 1 ${C/--quiet/} --device=cuda >out
 grep -q "^# CUDA graphs off from step 2: a capture failed: CUDA graph capture: invalid argument" out ||
 	fail "no notice of the failed capture: $(grep -i graph out)"
 echo "error returns: 13 failing calls each end the run with exit 1 and its line; a failed instantiation turns graphs off"
+# A rank whose device fails on its own while another waits on its device for a collective
+# that will never complete (rank 0's second all-reduce never does, as with a peer gone;
+# rank 1's 8th copy fails, in step 3): the failed rank tells the others as it goes to
+# agree, rank 0's wait hears it, aborts its communicator and agrees, and every rank ends
+# at once with rank 1's line alone. Before: rank 0 waited out --timeout, then printed a
+# second line saying it had been computing.
+t0=$SECONDS
+DDPT_STUB_HANG=2@0 DDPT_STUB_FAIL=cudaMemcpyAsync:8@1 expect_fail 1 "rank 1: " 2 $C --device=cuda --timeout=30
+grep -q "an illegal memory access was encountered" "$TMPD/stderr" ||
+	fail "a device error on rank 1 alone: not its line: $(cat "$TMPD/stderr")"
+echo "a device error on rank 1 while rank 0 waits for a collective: one line, every rank exit 1 in $((SECONDS - t0)) s (--timeout=30)"
 echo "cuda-stub: ok"

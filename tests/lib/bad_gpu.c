@@ -40,9 +40,10 @@ static const struct gpu_module *fake_module;
 static enum status comm_init_without_bcast(struct comm *c, struct backend *be,
 					   const unsigned char id[GPU_NCCL_ID_BYTES], int rank, int size,
 					   int timeout_s, int (*ready)(void *arg, int ok), void *arg,
-					   struct diag *d)
+					   int (*peer_failed)(void *peer_arg), void *peer_arg, struct diag *d)
 {
-	enum status st = fake_module->nccl_comm_init(c, be, id, rank, size, timeout_s, ready, arg, d);
+	enum status st = fake_module->nccl_comm_init(c, be, id, rank, size, timeout_s, ready, arg, peer_failed,
+						     peer_arg, d);
 
 	if (st == ST_OK) {
 		comm = *c->ops;

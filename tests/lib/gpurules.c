@@ -117,7 +117,7 @@ static int setup(struct rig *r, struct diag *d)
 		    strcmp(r->name, "wire-bf16") == 0 || strcmp(r->name, "wire-regrow-in-capture") == 0 ? COMM_WIRE_BF16 :
 		    COMM_WIRE_F32;
 	r->c.size = r->size; /* as comm_open sets it: the doors check cuts against it */
-	if (check(r, r->mod.mod->nccl_comm_init(&r->c, &r->be, id, r->rank, r->size, 60, ready, NULL, d), d))
+	if (check(r, r->mod.mod->nccl_comm_init(&r->c, &r->be, id, r->rank, r->size, 60, ready, NULL, NULL, NULL, d), d))
 		return 1;
 	r->hx = r->ops->host_alloc(r->bc, (size_t)N * IN);
 	r->x = r->ops->alloc(r->bc, (size_t)N * IN);
