@@ -58,6 +58,7 @@ struct world_watch {
 	const char *_Atomic who; /* training: what computes between the marks; NULL: not training */
 	_Atomic long *now_step; /* the world's step, read when a rank is stuck between marks */
 	atomic_int rank;      /* -1 until MPI says */
+	atomic_int decided;   /* the run's exit status once its outcome is decided (world_outcome), or -1 */
 	atomic_int size;      /* 1 until MPI says */
 	int quit;
 };
@@ -111,6 +112,11 @@ static void give_up(struct world_watch *x, const char *why, double waited, doubl
 	else if (why == NULL)
 		n = snprintf(line, sizeof line, "%s%s did not complete within --timeout=%g s%s: another rank stalled or died; giving up\n",
 			     head, what, x->timeout, own);
+	else if (atomic_load(&x->decided) >= 0)
+		/* The run is over, its files written and its outcome agreed: the stop has nothing
+		 * left to save, and the exit status is the run's, not this wait's. */
+		n = snprintf(line, sizeof line, "%s%s, but %s has waited %.0f s%s: ending now with the run's exit status %d (the run was over and its files written)\n",
+			     head, why, what, waited, own, atomic_load(&x->decided));
 	else if (thread)
 		n = snprintf(line, sizeof line, "%s%s, but %s has not ended after %.0f s%s: stopping without a checkpoint\n",
 			     head, why, what, waited, own);
@@ -129,7 +135,8 @@ static void give_up(struct world_watch *x, const char *why, double waited, doubl
 	while (write(STDERR_FILENO, line, (size_t)n) < 0 && errno == EINTR)
 		;
 	signals_tmp_cleanup();
-	_exit(1); /* MPI_Abort is not ours to call from this thread; mpirun ends the job */
+	/* MPI_Abort is not ours to call from this thread; mpirun ends the job */
+	_exit(why != NULL && atomic_load(&x->decided) >= 0 ? atomic_load(&x->decided) : 1);
 }
 
 static void *watchdog_main(void *arg)
@@ -213,6 +220,7 @@ enum status world_watchdog_start(struct world *w, double timeout_s, struct diag 
 	atomic_init(&x->standing, NULL);
 	atomic_init(&x->patient, 0);
 	atomic_init(&x->who, NULL);
+	atomic_init(&x->decided, -1);
 	x->now_step = &w->step;
 	pthread_mutex_init(&x->mu, NULL);
 	pthread_condattr_init(&ca);
@@ -225,6 +233,12 @@ enum status world_watchdog_start(struct world *w, double timeout_s, struct diag 
 	}
 	w->watch = x;
 	return ST_OK;
+}
+
+void world_outcome(struct world *w, int exit_code)
+{
+	if (w->watch != NULL)
+		atomic_store(&w->watch->decided, exit_code);
 }
 
 void world_failed(struct world *w, const char *msg)

@@ -122,6 +122,11 @@ enum status world_allgather(struct world *w, const void *mine, size_t len, void 
 			    const char *what, struct diag *d);
 /* Gather len bytes from every rank into all (size * len bytes) on rank 0. */
 enum status world_gather(struct world *w, const void *mine, size_t len, void *all, struct diag *d);
+/* The run is over: its outcome agreed, its files written, exit_code the status it ends
+ * with. A stop signal that then finds a wait (MPI_Finalize) longer than its grace ends
+ * the process with exit_code, not 1: there is nothing left to save. --timeout still ends
+ * a stalled wait with 1. */
+void world_outcome(struct world *w, int exit_code);
 /* Safe to call twice. */
 void world_free(struct world *w);
 

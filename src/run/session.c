@@ -281,5 +281,6 @@ void session_end(struct session *s, enum status st)
 	backend_free(&s->be);
 	data_free(&s->ds);
 	data_free(&s->val);
+	world_outcome(&s->w, status_exit_code(st));
 	world_free(&s->w);
 }

@@ -55,6 +55,23 @@ rc=0; wait $p || rc=$?
 	fail "second signal after the stop's checkpoint: exit $rc: $(cat late.err)"
 echo "second signal after the stop's checkpoint: exit 3"
 
+# A stop signal once the run is over (trained, --save written, the outcome agreed) while
+# MPI_Finalize is slow (here it stalls; a singleton's under load took over 2 s in
+# stops.sh): after the stop's grace the process ends with the run's status, 0, not 1
+# (before: "asked to stop, but MPI_Finalize has waited 2 s for another rank: stopping
+# without a checkpoint", exit 1, for a run whose files were all written).
+LD_PRELOAD=$SHIM DDPT_SHIM_STALL=finalize "$DDPTRAIN" --max-steps=3 --save=over.st >over.out 2>over.err &
+p=$!
+for _ in $(seq 1 300); do grep -q "^# summary:" over.out 2>/dev/null && break; sleep 0.1; done
+grep -q "^# summary:" over.out || fail "the run did not finish: $(cat over.err)"
+sleep 0.5
+kill -TERM $p
+rc=0; wait $p || rc=$?
+[ $rc -eq 0 ] && [ -f over.st ] &&
+	grep -q "asked to stop, but MPI_Finalize has waited [0-9]* s: ending now with the run's exit status 0 (the run was over and its files written)" over.err ||
+	fail "a stop while MPI_Finalize stalls after the run: exit $rc: $(cat over.err)"
+echo "a stop after the run, MPI_Finalize stalled: exit 0, the run's status"
+
 # --stop-file: a stop as SIGUSR1 is, once the file exists (issue 34, item 4: the batch
 # scripts' way, since a signal to mpirun as it starts kills it or is lost). There from
 # the start: every rank stops after step 1 with its checkpoint, which resumes to the
